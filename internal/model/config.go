@@ -1,0 +1,155 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// AnnotationPrefix is the prefix of every annotation zerodrop reads.
+const AnnotationPrefix = "zerodrop.dev/"
+
+// Service annotations.
+const (
+	AnnotationBackendMode         = AnnotationPrefix + "backend-mode"
+	AnnotationHealthCheckInterval = AnnotationPrefix + "health-check-interval"
+	AnnotationDrainTimeout        = AnnotationPrefix + "drain-timeout"
+	AnnotationMaxUnavailable      = AnnotationPrefix + "max-unavailable"
+	AnnotationAddress             = AnnotationPrefix + "address"
+	// AnnotationIgnore is read by `zerodrop check`; the controller accepts it.
+	AnnotationIgnore = AnnotationPrefix + "ignore"
+)
+
+var knownAnnotations = map[string]bool{
+	AnnotationBackendMode: true, AnnotationHealthCheckInterval: true, AnnotationDrainTimeout: true,
+	AnnotationMaxUnavailable: true, AnnotationAddress: true, AnnotationIgnore: true,
+}
+
+// Defaults for the Service options.
+const (
+	DefaultHealthCheckInterval = 2 * time.Second
+	DefaultDrainTimeout        = 30 * time.Second
+	DefaultRise                = 2
+	DefaultFall                = 3
+)
+
+// DefaultMaxUnavailable is the share of serving backends one step may remove.
+var DefaultMaxUnavailable = intstr.FromString("25%")
+
+// ServiceConfig is what a Service's zerodrop annotations ask for, validated.
+type ServiceConfig struct {
+	Mode                BackendMode
+	HealthCheckInterval time.Duration
+	DrainTimeout        time.Duration
+	MaxUnavailable      intstr.IntOrString
+	Address             string
+}
+
+// InvalidConfigError lists every problem with a Service's annotations, so the
+// user sees them all at once.
+type InvalidConfigError struct {
+	Problems []string
+}
+
+func (e *InvalidConfigError) Error() string {
+	return "invalid zerodrop annotations: " + strings.Join(e.Problems, "; ")
+}
+
+// ParseServiceConfig validates the zerodrop annotations. On error the caller
+// must keep the load balancer as it is (invariant 7); the returned config then
+// holds the defaults.
+func ParseServiceConfig(annotations map[string]string) (ServiceConfig, error) {
+	cfg := ServiceConfig{
+		Mode:                IPMode,
+		HealthCheckInterval: DefaultHealthCheckInterval,
+		DrainTimeout:        DefaultDrainTimeout,
+		MaxUnavailable:      DefaultMaxUnavailable,
+	}
+	var problems []string
+	bad := func(key, value, why string) {
+		problems = append(problems, fmt.Sprintf("%s=%q: %s", key, value, why))
+	}
+	keys := make([]string, 0, len(annotations))
+	for k := range annotations {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		if !strings.HasPrefix(key, AnnotationPrefix) {
+			continue
+		}
+		value := annotations[key]
+		switch key {
+		case AnnotationBackendMode:
+			switch BackendMode(value) {
+			case IPMode, NodeMode:
+				cfg.Mode = BackendMode(value)
+			default:
+				bad(key, value, `must be "ip" or "node"`)
+			}
+		case AnnotationHealthCheckInterval:
+			d, err := parseDuration(value, 100*time.Millisecond, time.Minute)
+			if err != nil {
+				bad(key, value, err.Error())
+			} else {
+				cfg.HealthCheckInterval = d
+			}
+		case AnnotationDrainTimeout:
+			d, err := parseDuration(value, 0, time.Hour)
+			if err != nil {
+				bad(key, value, err.Error())
+			} else {
+				cfg.DrainTimeout = d
+			}
+		case AnnotationMaxUnavailable:
+			v, err := parseMaxUnavailable(value)
+			if err != nil {
+				bad(key, value, err.Error())
+			} else {
+				cfg.MaxUnavailable = v
+			}
+		case AnnotationAddress:
+			cfg.Address = value
+		case AnnotationIgnore:
+		default:
+			if !knownAnnotations[key] {
+				bad(key, value, "unknown zerodrop annotation")
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return cfg, &InvalidConfigError{Problems: problems}
+	}
+	return cfg, nil
+}
+
+func parseDuration(s string, min, max time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errors.New("not a duration (use e.g. 2s, 500ms)")
+	}
+	if d < min || d > max {
+		return 0, fmt.Errorf("must be between %s and %s", min, max)
+	}
+	return d, nil
+}
+
+func parseMaxUnavailable(s string) (intstr.IntOrString, error) {
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 100 {
+			return intstr.IntOrString{}, errors.New("a percentage must be between 1% and 100%")
+		}
+		return intstr.FromString(s), nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return intstr.IntOrString{}, errors.New("must be a positive integer or a percentage")
+	}
+	return intstr.FromInt32(int32(n)), nil
+}

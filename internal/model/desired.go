@@ -1,0 +1,195 @@
+package model
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// ServiceInput is one Service that maps to a load balancer, with what the
+// desired state is built from.
+type ServiceInput struct {
+	Service *corev1.Service
+	// Slices are the Service's EndpointSlices (label kubernetes.io/service-name).
+	Slices []*discoveryv1.EndpointSlice
+	// Address is the frontend address the Service has been given.
+	Address string
+	Config  ServiceConfig
+}
+
+// DesiredOptions are the controller-wide inputs of the builder.
+type DesiredOptions struct {
+	// Nodes are the cluster's nodes (node mode backends).
+	Nodes []*corev1.Node
+	// Unsupported protocols are left out with a warning (HAProxy has no UDP).
+	Unsupported map[Protocol]bool
+}
+
+// Warning is a problem with one Service that the builder worked around.
+type Warning struct {
+	Service string
+	Reason  string
+	Message string
+}
+
+// LabelExcludeFromLB is the well-known node label that keeps a node out of
+// load balancer pools.
+const LabelExcludeFromLB = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+// ListenerName is the stable name of a Service port's listener.
+func ListenerName(namespace, name string, proto corev1.Protocol, port int32) string {
+	return fmt.Sprintf("%s/%s/%s-%d", namespace, name, strings.ToLower(string(proto)), port)
+}
+
+// Desired builds the load balancer that the given Services ask for. It is pure:
+// same inputs, same output, whatever order they came in.
+func Desired(key string, services []ServiceInput, opts DesiredOptions) (*LoadBalancer, []Warning) {
+	lb := &LoadBalancer{Key: key}
+	var warnings []Warning
+	for _, in := range services {
+		svc := in.Service
+		svcKey := svc.Namespace + "/" + svc.Name
+		for _, port := range svc.Spec.Ports {
+			proto := Protocol(port.Protocol)
+			if proto == "" {
+				proto = TCP
+			}
+			if opts.Unsupported[proto] {
+				warnings = append(warnings, Warning{Service: svcKey, Reason: "UnsupportedProtocol",
+					Message: fmt.Sprintf("port %d/%s: the load balancer does not support %s; the port is not exposed", port.Port, proto, proto)})
+				continue
+			}
+			l := Listener{
+				Name:     ListenerName(svc.Namespace, svc.Name, corev1.Protocol(proto), port.Port),
+				Address:  in.Address,
+				Port:     port.Port,
+				Protocol: proto,
+				Probe: Probe{
+					Kind:           ProbeTCP,
+					IntervalMillis: int32(in.Config.HealthCheckInterval.Milliseconds()),
+					Rise:           DefaultRise,
+					Fall:           DefaultFall,
+				},
+			}
+			switch in.Config.Mode {
+			case NodeMode:
+				if port.NodePort == 0 {
+					warnings = append(warnings, Warning{Service: svcKey, Reason: "NoNodePort",
+						Message: fmt.Sprintf("port %d/%s has no nodePort; node mode needs one", port.Port, proto)})
+					continue
+				}
+				if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal && svc.Spec.HealthCheckNodePort != 0 {
+					// kube-proxy answers on healthCheckNodePort only on nodes that
+					// have a ready local endpoint.
+					l.Probe.Kind, l.Probe.Port, l.Probe.Path = ProbeHTTP, svc.Spec.HealthCheckNodePort, "/healthz"
+				}
+				l.Backends = nodeBackends(opts.Nodes, port.NodePort)
+			default:
+				l.Backends = endpointBackends(in.Slices, port)
+			}
+			lb.Listeners = append(lb.Listeners, l)
+		}
+	}
+	return Canonical(lb), warnings
+}
+
+func nodeBackends(nodes []*corev1.Node, nodePort int32) []Backend {
+	var out []Backend
+	for _, n := range nodes {
+		if _, excluded := n.Labels[LabelExcludeFromLB]; excluded || !nodeReady(n) {
+			continue
+		}
+		if ip := NodeAddress(n); ip != "" {
+			out = append(out, Backend{Address: ip, Port: nodePort, Weight: DefaultWeight, State: Active})
+		}
+	}
+	return out
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// NodeAddress is the address a load balancer reaches a node on.
+func NodeAddress(n *corev1.Node) string {
+	for _, want := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
+		for _, a := range n.Status.Addresses {
+			if a.Type == want {
+				return a.Address
+			}
+		}
+	}
+	return ""
+}
+
+// endpointBackends lists the endpoints of one Service port. Ready endpoints
+// are active; terminating endpoints that still serve are draining, so that
+// their established connections continue (invariant 3).
+func endpointBackends(slices []*discoveryv1.EndpointSlice, port corev1.ServicePort) []Backend {
+	byID := map[string]Backend{}
+	for _, s := range slices {
+		var target int32
+		for _, p := range s.Ports {
+			name := ""
+			if p.Name != nil {
+				name = *p.Name
+			}
+			proto := corev1.ProtocolTCP
+			if p.Protocol != nil {
+				proto = *p.Protocol
+			}
+			portProto := port.Protocol
+			if portProto == "" {
+				portProto = corev1.ProtocolTCP
+			}
+			if name == port.Name && proto == portProto && p.Port != nil {
+				target = *p.Port
+			}
+		}
+		if target == 0 {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			state, ok := endpointState(ep.Conditions)
+			if !ok {
+				continue
+			}
+			for _, addr := range ep.Addresses {
+				b := Backend{Address: addr, Port: target, Weight: DefaultWeight, State: state}
+				if state == Draining {
+					b.Weight = 0
+				}
+				// The same endpoint can sit in two slices while they are being
+				// rebalanced; the more available reading wins.
+				if prev, seen := byID[b.ID()]; !seen || prev.State == Draining {
+					byID[b.ID()] = b
+				}
+			}
+		}
+	}
+	out := make([]Backend, 0, len(byID))
+	for _, b := range byID {
+		out = append(out, b)
+	}
+	return out
+}
+
+func endpointState(c discoveryv1.EndpointConditions) (BackendState, bool) {
+	ready := c.Ready == nil || *c.Ready
+	serving := c.Serving == nil && ready || c.Serving != nil && *c.Serving
+	terminating := c.Terminating != nil && *c.Terminating
+	switch {
+	case ready && !terminating:
+		return Active, true
+	case serving && terminating:
+		return Draining, true
+	}
+	return "", false
+}

@@ -1,0 +1,91 @@
+// Package provider is the boundary between zerodrop's controllers and a load
+// balancer implementation (HAProxy, Azure, …). Provider packages implement
+// Provider and never import controllers.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/model"
+)
+
+// Provider drives one kind of load balancer.
+//
+// The controller calls a Provider only from the single work item that owns a
+// load balancer key (invariant 2), so implementations need not serialise
+// writes to one load balancer themselves; they must be safe for concurrent
+// calls on different keys.
+type Provider interface {
+	// Name is the provider's name in metrics and logs ("haproxy", "azure").
+	Name() string
+	// Unsupported lists the protocols the provider cannot balance.
+	Unsupported() map[model.Protocol]bool
+	// Observe reads the load balancer as it really is at the provider, with its
+	// version. It returns (nil, nil) when the load balancer does not exist.
+	Observe(ctx context.Context, key string) (*model.LoadBalancer, error)
+	// Apply executes plan. It returns ErrConflict (wrapped) without writing
+	// when the load balancer's version is no longer plan.Version.
+	Apply(ctx context.Context, plan model.Plan) error
+	// Delete removes the load balancer; it returns nil when it is already gone.
+	Delete(ctx context.Context, key string) error
+	// Backends reports per-backend runtime status (health, connections) of a
+	// load balancer, for the pod gates and draining.
+	Backends(ctx context.Context, key string) ([]BackendStatus, error)
+}
+
+// BackendStatus is what the provider reports of one backend at run time.
+type BackendStatus struct {
+	Listener string
+	Address  string
+	Port     int32
+	State    model.BackendState
+	// Healthy is the provider's health verdict; HealthKnown is false when the
+	// provider does not check health.
+	Healthy     bool
+	HealthKnown bool
+	// Connections is the number of current connections, -1 when unknown.
+	Connections int64
+}
+
+// ErrConflict means the load balancer changed between Observe and Apply:
+// re-read, re-plan and retry.
+var ErrConflict = errors.New("load balancer changed since it was observed")
+
+// RetryAfterError asks the caller to retry no sooner than After (throttling).
+type RetryAfterError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("retry after %s: %v", e.After, e.Err)
+}
+
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// Hooks let the caller count what a provider does, without the provider
+// importing the metrics of any controller. Nil hooks are skipped.
+type Hooks struct {
+	// Write is called once per write the provider makes to the load balancer,
+	// with a short name of the operation ("add-server", "reload", "put-lb", …).
+	Write func(op string)
+	// Read is called once per read.
+	Read func(op string)
+}
+
+// OnWrite calls the Write hook if set.
+func (h Hooks) OnWrite(op string) {
+	if h.Write != nil {
+		h.Write(op)
+	}
+}
+
+// OnRead calls the Read hook if set.
+func (h Hooks) OnRead(op string) {
+	if h.Read != nil {
+		h.Read(op)
+	}
+}
