@@ -1,0 +1,123 @@
+// Package render writes a zerodrop check report as text for people, JSON for
+// scripts (the contract in DESIGN.md) or SARIF 2.1.0 for code-scanning UIs.
+package render
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"zerodrop.dev/zerodrop/internal/check/rules"
+)
+
+// Formats accepted by -o.
+const (
+	FormatText  = "text"
+	FormatJSON  = "json"
+	FormatSARIF = "sarif"
+)
+
+// Options tune the output.
+type Options struct {
+	// Explain adds each finding's arithmetic (text output only: the JSON
+	// shape is a fixed contract).
+	Explain bool
+	// Provider is shown in the text summary.
+	Provider string
+}
+
+// Write renders rep in format.
+func Write(w io.Writer, format string, rep rules.Report, opt Options) error {
+	switch format {
+	case FormatText:
+		return Text(w, rep, opt)
+	case FormatJSON:
+		return JSON(w, rep)
+	case FormatSARIF:
+		return SARIF(w, rep)
+	}
+	return fmt.Errorf("unknown output format %q (want text, json or sarif)", format)
+}
+
+// Text groups the findings by object, each with its fix.
+func Text(w io.Writer, rep rules.Report, opt Options) error {
+	var b strings.Builder
+	prev := ""
+	for _, f := range rep.Findings {
+		head := f.Object + "  " + f.Source.String()
+		if head != prev {
+			if prev != "" {
+				b.WriteByte('\n')
+			}
+			b.WriteString(head + "\n")
+			prev = head
+		}
+		fmt.Fprintf(&b, "  %-7s %s  %s\n", f.Severity, f.Rule, f.Message)
+		fmt.Fprintf(&b, "                 fix: %s\n", f.Fix)
+		if opt.Explain {
+			for _, e := range f.Explain {
+				fmt.Fprintf(&b, "                 explain: %s\n", e)
+			}
+		}
+	}
+	if len(rep.Findings) > 0 {
+		b.WriteByte('\n')
+	}
+	b.WriteString(summary(rep, opt.Provider) + "\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func summary(rep rules.Report, provider string) string {
+	scope := fmt.Sprintf("%s selected by %s, provider %s",
+		plural(rep.Workloads, "workload"), plural(rep.Services, "LoadBalancer Service"), provider)
+	if len(rep.Findings) == 0 {
+		return "zerodrop check: no findings (" + scope + ")"
+	}
+	errs := rep.Errors()
+	return fmt.Sprintf("zerodrop check: %s, %s (%s)",
+		plural(errs, "error"), plural(len(rep.Findings)-errs, "warning"), scope)
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// jsonFinding is the contract's finding shape; field order is the contract's.
+type jsonFinding struct {
+	Rule      string `json:"rule"`
+	Severity  string `json:"severity"`
+	File      string `json:"file"`
+	Object    string `json:"object"`
+	Container string `json:"container"`
+	Message   string `json:"message"`
+	Fix       string `json:"fix"`
+}
+
+// JSON prints {"findings":[…]}; an empty report prints an empty array, not null.
+func JSON(w io.Writer, rep rules.Report) error {
+	out := struct {
+		Findings []jsonFinding `json:"findings"`
+	}{Findings: make([]jsonFinding, 0, len(rep.Findings))}
+	for _, f := range rep.Findings {
+		out.Findings = append(out.Findings, jsonFinding{
+			Rule: f.Rule, Severity: string(f.Severity), File: f.Source.File, Object: f.Object,
+			Container: f.Container, Message: f.Message, Fix: f.Fix,
+		})
+	}
+	return encode(w, out)
+}
+
+func encode(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // messages quote shell commands: keep && and <
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,149 @@
+package render
+
+import (
+	"io"
+	"net/url"
+	"path/filepath"
+	"strings"
+
+	"zerodrop.dev/zerodrop/internal/check/rules"
+)
+
+// SARIF 2.1.0 (OASIS), the subset code-scanning services read.
+const (
+	sarifVersion = "2.1.0"
+	sarifSchema  = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+)
+
+type sarifLog struct {
+	Version string     `json:"version"`
+	Schema  string     `json:"$schema"`
+	Runs    []sarifRun `json:"runs"`
+}
+
+type sarifRun struct {
+	Tool    sarifTool     `json:"tool"`
+	Results []sarifResult `json:"results"`
+}
+
+type sarifTool struct {
+	Driver sarifDriver `json:"driver"`
+}
+
+type sarifDriver struct {
+	Name  string      `json:"name"`
+	Rules []sarifRule `json:"rules"`
+}
+
+type sarifRule struct {
+	ID                   string       `json:"id"`
+	Name                 string       `json:"name"`
+	ShortDescription     sarifText    `json:"shortDescription"`
+	Help                 sarifText    `json:"help"`
+	DefaultConfiguration sarifDefault `json:"defaultConfiguration"`
+}
+
+type sarifDefault struct {
+	Level string `json:"level"`
+}
+
+type sarifText struct {
+	Text string `json:"text"`
+}
+
+type sarifResult struct {
+	RuleID    string          `json:"ruleId"`
+	RuleIndex int             `json:"ruleIndex"`
+	Level     string          `json:"level"`
+	Message   sarifText       `json:"message"`
+	Locations []sarifLocation `json:"locations"`
+}
+
+type sarifLocation struct {
+	PhysicalLocation sarifPhysical  `json:"physicalLocation"`
+	LogicalLocations []sarifLogical `json:"logicalLocations,omitempty"`
+}
+
+type sarifPhysical struct {
+	ArtifactLocation sarifArtifact `json:"artifactLocation"`
+	Region           *sarifRegion  `json:"region,omitempty"`
+}
+
+type sarifArtifact struct {
+	URI string `json:"uri"`
+}
+
+type sarifRegion struct {
+	StartLine int `json:"startLine"`
+}
+
+type sarifLogical struct {
+	Name               string `json:"name"`
+	FullyQualifiedName string `json:"fullyQualifiedName"`
+	Kind               string `json:"kind"`
+}
+
+// SARIF prints one run with every rule in tool.driver.rules, so that results
+// can refer to them by index, and one result per finding.
+func SARIF(w io.Writer, rep rules.Report) error {
+	run := sarifRun{
+		Tool:    sarifTool{Driver: sarifDriver{Name: "zerodrop"}},
+		Results: make([]sarifResult, 0, len(rep.Findings)),
+	}
+	index := map[string]int{}
+	for i, r := range rules.All {
+		index[r.ID] = i
+		run.Tool.Driver.Rules = append(run.Tool.Driver.Rules, sarifRule{
+			ID:                   r.ID,
+			Name:                 r.ID,
+			ShortDescription:     sarifText{Text: r.Title},
+			Help:                 sarifText{Text: r.Title + ". See docs/rules/" + r.ID + ".md in the zerodrop repository."},
+			DefaultConfiguration: sarifDefault{Level: level(r.Severity)},
+		})
+	}
+	for _, f := range rep.Findings {
+		loc := sarifLocation{
+			PhysicalLocation: sarifPhysical{ArtifactLocation: sarifArtifact{URI: fileURI(f.Source.File)}},
+			LogicalLocations: []sarifLogical{{Name: objectName(f.Object), FullyQualifiedName: f.Object, Kind: "resource"}},
+		}
+		if f.Source.Line > 0 {
+			loc.PhysicalLocation.Region = &sarifRegion{StartLine: f.Source.Line}
+		}
+		run.Results = append(run.Results, sarifResult{
+			RuleID:    f.Rule,
+			RuleIndex: index[f.Rule],
+			Level:     level(f.Severity),
+			Message:   sarifText{Text: f.Message + ". Fix: " + f.Fix + "."},
+			Locations: []sarifLocation{loc},
+		})
+	}
+	return encode(w, sarifLog{Version: sarifVersion, Schema: sarifSchema, Runs: []sarifRun{run}})
+}
+
+func level(s rules.Severity) string {
+	if s == rules.Error {
+		return "error"
+	}
+	return "warning"
+}
+
+// fileURI turns a path into a URI reference: relative paths stay relative
+// (resolved against the checkout by code-scanning services), absolute ones
+// become file URIs.
+func fileURI(p string) string {
+	slash := filepath.ToSlash(p)
+	if filepath.IsAbs(p) {
+		if !strings.HasPrefix(slash, "/") { // a Windows drive letter
+			slash = "/" + slash
+		}
+		return (&url.URL{Scheme: "file", Path: slash}).String()
+	}
+	return (&url.URL{Path: slash}).String()
+}
+
+func objectName(object string) string {
+	if i := strings.LastIndexByte(object, '/'); i >= 0 {
+		return object[i+1:]
+	}
+	return object
+}

@@ -1,0 +1,159 @@
+package rules
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+
+	"zerodrop.dev/zerodrop/internal/check/manifest"
+	"zerodrop.dev/zerodrop/internal/check/timing"
+)
+
+// check holds what every rule needs about one workload: the Services that
+// select it, the load balancer's timing and the workload's suppressions.
+type check struct {
+	ix       *index
+	w        *workload
+	svcs     []*service
+	cfg      Config
+	timing   timing.Timing
+	ignore   map[string]bool // from the workload and every selecting Service
+	nsLabels map[string]string
+	findings []Finding
+}
+
+func newCheck(ix *index, w *workload, svcs []*service, cfg Config) *check {
+	c := &check{ix: ix, w: w, svcs: svcs, cfg: cfg, ignore: ignored(w.meta)}
+	if c.ignore == nil {
+		c.ignore = map[string]bool{}
+	}
+	ts := make([]timing.Timing, len(svcs))
+	for i, s := range svcs {
+		ts[i] = timing.For(cfg.Provider, s.svc, cfg.Overrides)
+		for id := range ignored(&s.svc.ObjectMeta) {
+			c.ignore[id] = true
+		}
+	}
+	c.timing = timing.Max(ts)
+	if n := ix.byNS[w.ns]; n != nil {
+		c.nsLabels = n.labels
+	}
+	return c
+}
+
+func (c *check) run() {
+	c.checkPorts()
+	serving := c.servingContainers()
+	for _, ctr := range serving {
+		c.checkProbes(ctr)
+		c.checkPreStop(ctr)
+	}
+	c.checkReadinessGate()
+	c.checkRollout()
+	c.checkReplicas()
+	c.checkPDB()
+	c.checkSpreading()
+}
+
+// add records a finding on the workload unless the rule is suppressed.
+func (c *check) add(id, container, msg, fix string, explain ...string) {
+	c.addOn(c.w.src, c.w.id(), nil, id, container, msg, fix, explain...)
+}
+
+// addOn records a finding on any object; extra are that object's own
+// suppressions (a Service's, for ZD402).
+func (c *check) addOn(src manifest.Source, object string, extra map[string]bool, id, container, msg, fix string, explain ...string) {
+	if c.ignore[id] || extra[id] {
+		return
+	}
+	r, ok := ByID(id)
+	if !ok {
+		panic(fmt.Sprintf("rules: unknown rule %s", id)) // a programming error, caught by the tests
+	}
+	c.findings = append(c.findings, Finding{
+		Rule: id, Severity: r.Severity, Source: src, Object: object,
+		Container: container, Message: msg, Fix: fix, Explain: explain,
+	})
+}
+
+// local reports whether a selecting Service has externalTrafficPolicy Local,
+// and returns the first such Service for messages.
+func (c *check) local() (*service, bool) {
+	for _, s := range c.svcs {
+		if s.svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+			return s, true
+		}
+	}
+	return nil, false
+}
+
+// replicas returns the replica count the rules reason about: an HPA's
+// minReplicas when one scales the workload (it owns spec.replicas then),
+// else spec.replicas with the API default 1. ok is false for DaemonSets,
+// whose size is the node count.
+func (c *check) replicas() (n int32, why string, ok bool) {
+	if hpa := c.hpa(); hpa != nil {
+		n := int32(1)
+		why := fmt.Sprintf("HorizontalPodAutoscaler %s minReplicas unset (default 1)", hpa.Name)
+		if hpa.Spec.MinReplicas != nil {
+			n = *hpa.Spec.MinReplicas
+			why = fmt.Sprintf("HorizontalPodAutoscaler %s minReplicas %d", hpa.Name, n)
+		}
+		return n, why, true
+	}
+	var r *int32
+	switch obj := c.w.obj.(type) {
+	case *appsv1.Deployment:
+		r = obj.Spec.Replicas
+	case *appsv1.StatefulSet:
+		r = obj.Spec.Replicas
+	case *appsv1.ReplicaSet:
+		r = obj.Spec.Replicas
+	case *corev1.Pod:
+		return 1, "a bare Pod is one replica", true
+	default:
+		return 0, "", false
+	}
+	if r == nil {
+		return 1, "replicas unset (default 1)", true
+	}
+	return *r, fmt.Sprintf("replicas %d", *r), true
+}
+
+func (c *check) hpa() *autoscalingv2.HorizontalPodAutoscaler {
+	n := c.ix.byNS[c.w.ns]
+	if n == nil {
+		return nil
+	}
+	for _, h := range n.hpas {
+		if h.Spec.ScaleTargetRef.Kind == c.w.kind && h.Spec.ScaleTargetRef.Name == c.w.name {
+			return h
+		}
+	}
+	return nil
+}
+
+// gracePeriod applies the API default of 30 s.
+func (c *check) gracePeriod() (int64, string) {
+	if g := c.w.tmpl.Spec.TerminationGracePeriodSeconds; g != nil {
+		return *g, fmt.Sprintf("terminationGracePeriodSeconds %d", *g)
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds,
+		fmt.Sprintf("terminationGracePeriodSeconds unset (default %d)", corev1.DefaultTerminationGracePeriodSeconds)
+}
+
+// minReadySeconds returns ok false for kinds without a rollout that waits on
+// it (ReplicaSets and Pods).
+func (c *check) minReadySeconds() (int32, bool) {
+	switch obj := c.w.obj.(type) {
+	case *appsv1.Deployment:
+		return obj.Spec.MinReadySeconds, true
+	case *appsv1.StatefulSet:
+		return obj.Spec.MinReadySeconds, true
+	case *appsv1.DaemonSet:
+		return obj.Spec.MinReadySeconds, true
+	}
+	return 0, false
+}

@@ -1,0 +1,129 @@
+package rules
+
+import (
+	"fmt"
+	"math"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"zerodrop.dev/zerodrop/internal/check/timing"
+)
+
+// Probe defaults the API server applies (SetDefaults_Probe).
+const (
+	defaultPeriodSeconds    = 10
+	defaultFailureThreshold = 3
+)
+
+// checkProbes is ZD101 and ZD102.
+func (c *check) checkProbes(ctr *corev1.Container) {
+	if ctr.ReadinessProbe == nil {
+		c.add("ZD101", ctr.Name,
+			fmt.Sprintf("container %q has no readinessProbe: it counts as Ready as soon as it has started, so the load balancer and the rollout treat it as serving before the process accepts connections", ctr.Name),
+			"add a readinessProbe that checks the serving port (httpGet on a readiness endpoint, or tcpSocket on the port)")
+		return
+	}
+	if ctr.LivenessProbe != nil && equality.Semantic.DeepEqual(defaultedProbe(ctr.ReadinessProbe), defaultedProbe(ctr.LivenessProbe)) {
+		c.add("ZD102", ctr.Name,
+			fmt.Sprintf("container %q: the readinessProbe equals the livenessProbe: the application cannot report itself not ready (overloaded, draining) without being restarted, and a failing dependency restarts every pod at once", ctr.Name),
+			"give readiness its own endpoint that also fails while draining; keep liveness to detecting a stuck process, with a higher failureThreshold",
+			"probes compared after the API defaults (timeoutSeconds 1, periodSeconds 10, successThreshold 1, failureThreshold 3, httpGet path / and scheme HTTP)")
+	}
+}
+
+// defaultedProbe returns a copy of p with the API server's defaults applied,
+// so that an unset field equals its explicit default.
+func defaultedProbe(p *corev1.Probe) *corev1.Probe {
+	d := p.DeepCopy()
+	if d.TimeoutSeconds == 0 {
+		d.TimeoutSeconds = 1
+	}
+	if d.PeriodSeconds == 0 {
+		d.PeriodSeconds = defaultPeriodSeconds
+	}
+	if d.SuccessThreshold == 0 {
+		d.SuccessThreshold = 1
+	}
+	if d.FailureThreshold == 0 {
+		d.FailureThreshold = defaultFailureThreshold
+	}
+	if h := d.HTTPGet; h != nil {
+		if h.Path == "" {
+			h.Path = "/"
+		}
+		if h.Scheme == "" {
+			h.Scheme = corev1.URISchemeHTTP
+		}
+	}
+	return d
+}
+
+// checkPreStop is ZD201–ZD204, the termination side of a rollout.
+func (c *check) checkPreStop(ctr *corev1.Container) {
+	dereg := c.timing.Deregistration
+	injected := c.nsLabels[InjectLabel] == "enabled"
+	d := preStopDelay(ctr, dereg, injected)
+	deregWhy := "deregistration: " + c.timing.DeregistrationWhy
+	drainFix := fmt.Sprintf("add lifecycle.preStop.sleep.seconds: %d (or exec [\"sleep\", \"%d\"]) with terminationGracePeriodSeconds above it, or use the zerodrop drain hook (label the namespace %s=enabled)", dereg, dereg, InjectLabel)
+
+	switch d.kind {
+	case delayNone:
+		c.add("ZD201", ctr.Name,
+			fmt.Sprintf("container %q has no preStop delay: it gets SIGTERM as soon as the pod starts terminating, while the load balancer may route connections to it for up to %d s (its deregistration time)", ctr.Name, dereg),
+			drainFix, deregWhy)
+	case delayUnknown:
+		c.add("ZD201", ctr.Name,
+			fmt.Sprintf("container %q has %s, which is not a recognised delay (sleep action, exec sleep, zerodrop drain hook): if it returns at once, the container gets SIGTERM while the load balancer may route connections to it for up to %d s (its deregistration time)", ctr.Name, d.what, dereg),
+			drainFix+"; if the hook already waits at least that long, suppress with the annotation "+IgnoreAnnotation+": ZD201",
+			deregWhy)
+	case delaySleep:
+		if d.seconds < float64(dereg) {
+			c.add("ZD202", ctr.Name,
+				fmt.Sprintf("container %q: the preStop delay of %s (%s) is shorter than the load balancer's deregistration time of %d s: the container gets SIGTERM while the load balancer may still route connections to it, for up to %s more", ctr.Name, seconds(d.seconds), d.what, dereg, seconds(float64(dereg)-d.seconds)),
+				fmt.Sprintf("raise the preStop delay to at least %d s with terminationGracePeriodSeconds above it, use the zerodrop drain hook, %s", dereg, timing.Hint(c.cfg.Provider)),
+				deregWhy, fmt.Sprintf("%s < %d s", seconds(d.seconds), dereg))
+		}
+	}
+
+	grace, graceWhy := c.gracePeriod()
+	if d.known() && float64(grace) <= d.seconds {
+		fix := fmt.Sprintf("set terminationGracePeriodSeconds to the preStop delay plus the application's shutdown time, e.g. %d", int64(math.Ceil(d.seconds))+15)
+		if math.IsInf(d.seconds, 1) {
+			fix = "replace the endless sleep with one of the load balancer's deregistration time, and set terminationGracePeriodSeconds above it"
+		}
+		explain := []string{fmt.Sprintf("%s ≤ preStop delay %s (%s)", graceWhy, seconds(d.seconds), d.what)}
+		if d.kind == delayDrain {
+			explain = append(explain, deregWhy)
+		}
+		c.add("ZD203", ctr.Name,
+			fmt.Sprintf("container %q: %s is not longer than the preStop delay of %s: the kubelet kills the container when the grace period ends (SIGKILL after a 2 s extension), so the application gets no time to finish its requests after SIGTERM", ctr.Name, graceWhy, seconds(d.seconds)),
+			fix, explain...)
+	}
+
+	c.checkLocalServing(ctr, d, grace, graceWhy)
+}
+
+// checkLocalServing is ZD204. With externalTrafficPolicy Local a node only
+// forwards to its own pods, so once the terminating pod stops passing its
+// readiness probe (the application fails it after SIGTERM at the earliest),
+// connections the load balancer still sends to the node are dropped. The
+// pod is therefore expected to keep serving until it exits, that is for its
+// whole grace period.
+func (c *check) checkLocalServing(ctr *corev1.Container, d delay, grace int64, graceWhy string) {
+	svc, local := c.local()
+	if !local || ctr.ReadinessProbe == nil || d.kind == delayUnknown {
+		return
+	}
+	p := defaultedProbe(ctr.ReadinessProbe)
+	tolerance := float64(p.PeriodSeconds) * float64(p.FailureThreshold-1)
+	serving := d.seconds + tolerance
+	if !(serving < float64(grace)) {
+		return
+	}
+	arith := fmt.Sprintf("preStop %s + readiness periodSeconds %d × (failureThreshold %d − 1) = %s < %s", seconds(d.seconds), p.PeriodSeconds, p.FailureThreshold, seconds(serving), graceWhy)
+	c.add("ZD204", ctr.Name,
+		fmt.Sprintf("container %q: Service %s has externalTrafficPolicy Local and the pod may stop serving %s after termination starts, %s before its grace period of %d s ends: the node has no other local endpoint for the connections the load balancer still sends it", ctr.Name, svc.ref(), seconds(serving), seconds(float64(grace)-serving), grace),
+		fmt.Sprintf("keep the pod serving until it exits: make readiness periodSeconds × (failureThreshold − 1) at least %s (grace period − preStop delay), or shorten terminationGracePeriodSeconds to what shutdown needs", seconds(float64(grace)-d.seconds)),
+		arith, "deregistration: "+c.timing.DeregistrationWhy)
+}

@@ -1,0 +1,130 @@
+// Package rules holds zerodrop check's rollout-safety rules ZD101–ZD402. The
+// rules only look at workloads selected by a Service of type LoadBalancer:
+// that is where a rollout can drop traffic the cluster cannot re-route.
+package rules
+
+import (
+	"cmp"
+	"slices"
+
+	"zerodrop.dev/zerodrop/internal/check/manifest"
+	"zerodrop.dev/zerodrop/internal/check/timing"
+)
+
+// Severity is "error" or "warning". An error makes zerodrop check exit 1.
+type Severity string
+
+// Severities.
+const (
+	Error   Severity = "error"
+	Warning Severity = "warning"
+)
+
+// Rule describes one rule. The IDs and severities are a stable contract
+// (DESIGN.md, "Contract: zerodrop check").
+type Rule struct {
+	ID       string
+	Severity Severity
+	// Title is a one-line description, used as SARIF's shortDescription.
+	Title string
+}
+
+// All lists every rule in ID order.
+var All = []Rule{
+	{"ZD101", Error, "A serving container has no readinessProbe"},
+	{"ZD102", Warning, "The readinessProbe equals the livenessProbe"},
+	{"ZD103", Warning, "No load-balancer readiness gate"},
+	{"ZD104", Warning, "No readiness gate and minReadySeconds shorter than the load balancer's registration time"},
+	{"ZD201", Error, "No preStop delay"},
+	{"ZD202", Error, "The preStop delay is shorter than the load balancer's deregistration time"},
+	{"ZD203", Error, "terminationGracePeriodSeconds is not longer than the preStop delay"},
+	{"ZD204", Warning, "externalTrafficPolicy Local and the pod stops serving before its grace period ends"},
+	{"ZD301", Warning, "RollingUpdate maxUnavailable is greater than 0"},
+	{"ZD302", Error, "Deployment strategy Recreate"},
+	{"ZD303", Warning, "Fewer than 2 replicas"},
+	{"ZD304", Warning, "No PodDisruptionBudget protects the pods"},
+	{"ZD401", Warning, "externalTrafficPolicy Local without spreading pods across nodes"},
+	{"ZD402", Error, "The Service's targetPort matches no container port"},
+}
+
+// ByID returns the rule with the given ID.
+func ByID(id string) (Rule, bool) {
+	i := slices.IndexFunc(All, func(r Rule) bool { return r.ID == id })
+	if i < 0 {
+		return Rule{}, false
+	}
+	return All[i], true
+}
+
+// Finding is one rule violation.
+type Finding struct {
+	Rule     string
+	Severity Severity
+	Source   manifest.Source
+	// Object is Kind/namespace/name, namespace "default" when unset.
+	Object string
+	// Container is empty for findings about the whole pod or workload.
+	Container string
+	Message   string
+	Fix       string
+	// Explain holds the arithmetic behind the finding, for --explain.
+	Explain []string
+}
+
+// Config selects the load-balancer timings.
+type Config struct {
+	Provider  timing.Provider
+	Overrides timing.Overrides
+}
+
+// Report is the outcome of one analysis.
+type Report struct {
+	Findings []Finding
+	// Workloads counts the workloads selected by a LoadBalancer Service,
+	// Services the LoadBalancer Services: what the rules looked at.
+	Workloads int
+	Services  int
+}
+
+// Errors counts the findings of severity error.
+func (r Report) Errors() int {
+	n := 0
+	for _, f := range r.Findings {
+		if f.Severity == Error {
+			n++
+		}
+	}
+	return n
+}
+
+// Analyze applies every rule to the objects. The result is sorted by source,
+// object, rule and container, so that output is stable.
+func Analyze(objs []manifest.Object, cfg Config) Report {
+	if cfg.Provider == "" {
+		cfg.Provider = timing.Generic
+	}
+	ix := buildIndex(objs)
+	var rep Report
+	rep.Services = len(ix.lbServices)
+	for _, w := range ix.workloads {
+		svcs := ix.selecting(w)
+		if len(svcs) == 0 {
+			continue
+		}
+		rep.Workloads++
+		c := newCheck(ix, w, svcs, cfg)
+		c.run()
+		rep.Findings = append(rep.Findings, c.findings...)
+	}
+	slices.SortStableFunc(rep.Findings, func(a, b Finding) int {
+		return cmp.Or(
+			cmp.Compare(a.Source.File, b.Source.File),
+			cmp.Compare(a.Source.Line, b.Source.Line),
+			cmp.Compare(a.Object, b.Object),
+			cmp.Compare(a.Rule, b.Rule),
+			cmp.Compare(a.Container, b.Container),
+			cmp.Compare(a.Message, b.Message),
+		)
+	})
+	return rep
+}

@@ -1,0 +1,232 @@
+package rules
+
+import (
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Readiness gates the rules recognise, and the signals that a webhook or
+// controller will inject one into the pods.
+const (
+	ZerodropGate        = "zerodrop.dev/load-balancer-ready"
+	AWSGatePrefix       = "target-health.elbv2.k8s.aws/"
+	GKENEGGate          = "cloud.google.com/load-balancer-neg-ready"
+	awsInjectLabel      = "elbv2.k8s.aws/pod-readiness-gate-inject"
+	gkeNEGAnnotation    = "cloud.google.com/neg"
+	hostnameTopologyKey = "kubernetes.io/hostname"
+)
+
+// readinessGate returns how the pods get a load-balancer readiness gate, or
+// "" when they do not.
+func (c *check) readinessGate() string {
+	for _, g := range c.w.tmpl.Spec.ReadinessGates {
+		t := string(g.ConditionType)
+		if t == ZerodropGate || t == GKENEGGate || strings.HasPrefix(t, AWSGatePrefix) {
+			return "readiness gate " + t
+		}
+	}
+	if c.nsLabels[InjectLabel] == "enabled" {
+		return "zerodrop readiness gate injected (namespace label " + InjectLabel + "=enabled)"
+	}
+	if c.nsLabels[awsInjectLabel] == "enabled" {
+		return "AWS target-health readiness gate injected (namespace label " + awsInjectLabel + "=enabled)"
+	}
+	for _, s := range c.svcs {
+		if _, ok := s.svc.Annotations[gkeNEGAnnotation]; ok {
+			return "GKE NEG readiness gate injected (Service " + s.ref() + " has " + gkeNEGAnnotation + ")"
+		}
+	}
+	return ""
+}
+
+// checkReadinessGate is ZD103 and ZD104.
+func (c *check) checkReadinessGate() {
+	if c.readinessGate() != "" {
+		return
+	}
+	reg := c.timing.Registration
+	regWhy := "registration: " + c.timing.RegistrationWhy
+	c.add("ZD103", "",
+		fmt.Sprintf("no load-balancer readiness gate: a new pod turns Ready when its readinessProbe passes, up to %d s before the load balancer sends it traffic, and the rollout removes an old pod meanwhile", reg),
+		fmt.Sprintf("enable the zerodrop readiness gate (label the namespace %s=enabled, or add readinessGates: [{conditionType: %s}]); the AWS Load Balancer Controller's and GKE's NEG gates count too", InjectLabel, ZerodropGate),
+		regWhy)
+	if mrs, ok := c.minReadySeconds(); ok && int(mrs) < reg {
+		c.add("ZD104", "",
+			fmt.Sprintf("no readiness gate and minReadySeconds %d is shorter than the load balancer's registration time of %d s: the rollout counts a new pod available before it receives traffic", mrs, reg),
+			fmt.Sprintf("set minReadySeconds: %d, or use a readiness gate (ZD103)", reg),
+			regWhy, fmt.Sprintf("minReadySeconds %d < %d s", mrs, reg))
+	}
+}
+
+// checkRollout is ZD301 and ZD302.
+func (c *check) checkRollout() {
+	switch obj := c.w.obj.(type) {
+	case *appsv1.Deployment:
+		st := obj.Spec.Strategy
+		if st.Type == appsv1.RecreateDeploymentStrategyType {
+			c.add("ZD302", "",
+				fmt.Sprintf("strategy Recreate stops every pod before starting the new ones: the load balancer has no backend until new pods are Ready and registered (%d s later)", c.timing.Registration),
+				"use strategy RollingUpdate with maxUnavailable: 0 and maxSurge: 1")
+			return
+		}
+		mu, what := intstr.FromString("25%"), "maxUnavailable unset (default 25%)"
+		if st.RollingUpdate != nil && st.RollingUpdate.MaxUnavailable != nil {
+			mu, what = *st.RollingUpdate.MaxUnavailable, "maxUnavailable "+st.RollingUpdate.MaxUnavailable.String()
+		}
+		c.maxUnavailable(mu, what, "set strategy.rollingUpdate.maxUnavailable: 0 and maxSurge: 1 (or 25%), so new pods are ready and registered before old ones stop")
+	case *appsv1.DaemonSet:
+		st := obj.Spec.UpdateStrategy
+		if st.Type == appsv1.OnDeleteDaemonSetStrategyType {
+			return
+		}
+		mu, what := intstr.FromInt32(1), "maxUnavailable unset (default 1)"
+		if st.RollingUpdate != nil && st.RollingUpdate.MaxUnavailable != nil {
+			mu, what = *st.RollingUpdate.MaxUnavailable, "maxUnavailable "+st.RollingUpdate.MaxUnavailable.String()
+		}
+		c.maxUnavailable(mu, what, "set updateStrategy.rollingUpdate.maxSurge: 1 and maxUnavailable: 0, so each node's new pod is ready before the old one stops (not possible with hostPort)")
+	}
+}
+
+func (c *check) maxUnavailable(mu intstr.IntOrString, what, fix string) {
+	positive := mu.Type == intstr.Int && mu.IntVal > 0
+	if mu.Type == intstr.String {
+		// Percentages resolve against the replica count: 25% of 3 is 0,
+		// but the configured share applies as soon as the workload scales.
+		v, err := intstr.GetScaledValueFromIntOrPercent(&mu, 100, false)
+		positive = err == nil && v > 0
+	}
+	if !positive {
+		return
+	}
+	msg := fmt.Sprintf("RollingUpdate %s: the rollout may take pods out of service before their replacements are ready and registered with the load balancer", what)
+	if n, why, ok := c.replicas(); ok && mu.Type == intstr.String {
+		// The Deployment controller rounds maxUnavailable down, so a
+		// percentage is 0 pods for small counts; say from which it is not.
+		v, err := intstr.GetScaledValueFromIntOrPercent(&mu, int(n), false)
+		pct, _ := intstr.GetScaledValueFromIntOrPercent(&mu, 100, false)
+		if err == nil && v == 0 && pct > 0 {
+			msg += fmt.Sprintf("; %s is 0 pods at %s, but 1 or more from %d replicas on", mu.StrVal, why, (100+pct-1)/pct)
+		} else if err == nil {
+			msg += fmt.Sprintf("; %s is %d of %d pods (%s)", mu.StrVal, v, n, why)
+		}
+	}
+	c.add("ZD301", "", msg, fix)
+}
+
+// checkReplicas is ZD303.
+func (c *check) checkReplicas() {
+	n, why, ok := c.replicas()
+	if !ok || n >= 2 {
+		return
+	}
+	c.add("ZD303", "",
+		fmt.Sprintf("%s: with fewer than 2 pods every rollout, eviction or crash leaves the load balancer without a ready backend", why),
+		"run at least 2 replicas (spec.replicas, or the HorizontalPodAutoscaler's minReplicas)")
+}
+
+// checkPDB is ZD304. DaemonSets are left out: node drains skip their pods.
+func (c *check) checkPDB() {
+	n, _, ok := c.replicas()
+	if !ok {
+		return
+	}
+	ns := c.ix.byNS[c.w.ns]
+	set := labels.Set(c.w.tmpl.Labels)
+	var names []string
+	if ns != nil {
+		for _, pdb := range ns.pdbs {
+			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+			if err != nil || !sel.Matches(set) {
+				continue
+			}
+			allowed, what := pdbAllows(pdb.Spec.MinAvailable, pdb.Spec.MaxUnavailable, n)
+			if allowed < int(n) {
+				return // this budget keeps at least one pod
+			}
+			names = append(names, fmt.Sprintf("%s (%s)", pdb.Name, what))
+		}
+	}
+	fix := "add a PodDisruptionBudget selecting the pods with maxUnavailable: 1 (and run at least 2 replicas)"
+	if len(names) == 0 {
+		c.add("ZD304", "", "no PodDisruptionBudget selects the pods: a node drain or cluster upgrade may evict all of them at once", fix)
+		return
+	}
+	c.add("ZD304", "",
+		fmt.Sprintf("PodDisruptionBudget %s allows all %d pods to be evicted at once", strings.Join(names, ", "), n), fix)
+}
+
+// pdbAllows returns how many of n pods the budget lets go at once, as the
+// disruption controller computes it (percentages rounded up; neither field
+// set allows everything).
+func pdbAllows(minAvailable, maxUnavailable *intstr.IntOrString, n int32) (int, string) {
+	switch {
+	case maxUnavailable != nil:
+		v, err := intstr.GetScaledValueFromIntOrPercent(maxUnavailable, int(n), true)
+		if err != nil {
+			return 0, "invalid maxUnavailable"
+		}
+		return v, "maxUnavailable " + maxUnavailable.String()
+	case minAvailable != nil:
+		v, err := intstr.GetScaledValueFromIntOrPercent(minAvailable, int(n), true)
+		if err != nil {
+			return 0, "invalid minAvailable"
+		}
+		return int(n) - v, "minAvailable " + minAvailable.String()
+	}
+	return int(n), "neither minAvailable nor maxUnavailable set"
+}
+
+// checkSpreading is ZD401, for kinds that run several pods anywhere:
+// DaemonSets run one per node and bare Pods one in all.
+func (c *check) checkSpreading() {
+	svc, local := c.local()
+	if !local {
+		return
+	}
+	switch c.w.obj.(type) {
+	case *appsv1.Deployment, *appsv1.StatefulSet, *appsv1.ReplicaSet:
+	default:
+		return
+	}
+	if spreadsByHostname(&c.w.tmpl.Spec, labels.Set(c.w.tmpl.Labels)) {
+		return
+	}
+	c.add("ZD401", "",
+		fmt.Sprintf("Service %s has externalTrafficPolicy Local but nothing spreads the pods across nodes: the load balancer balances across nodes, so pods packed on one node share one node's traffic, and draining that node removes several backends at once", svc.ref()),
+		"add a topologySpreadConstraint (topologyKey: kubernetes.io/hostname, maxSkew: 1) or a podAntiAffinity on kubernetes.io/hostname whose labelSelector selects the pods' own labels")
+}
+
+// spreadsByHostname reports whether anti-affinity or a topology spread
+// constraint on the hostname key applies to the pods' own labels.
+func spreadsByHostname(spec *corev1.PodSpec, own labels.Set) bool {
+	selects := func(ls *metav1.LabelSelector) bool {
+		sel, err := metav1.LabelSelectorAsSelector(ls)
+		return err == nil && sel.Matches(own)
+	}
+	for _, tsc := range spec.TopologySpreadConstraints {
+		if tsc.TopologyKey == hostnameTopologyKey && selects(tsc.LabelSelector) {
+			return true
+		}
+	}
+	if spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil {
+		return false
+	}
+	aa := spec.Affinity.PodAntiAffinity
+	for _, t := range aa.RequiredDuringSchedulingIgnoredDuringExecution {
+		if t.TopologyKey == hostnameTopologyKey && selects(t.LabelSelector) {
+			return true
+		}
+	}
+	for _, w := range aa.PreferredDuringSchedulingIgnoredDuringExecution {
+		if w.PodAffinityTerm.TopologyKey == hostnameTopologyKey && selects(w.PodAffinityTerm.LabelSelector) {
+			return true
+		}
+	}
+	return false
+}
