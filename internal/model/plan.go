@@ -152,6 +152,9 @@ func Diff(observed, desired *LoadBalancer) Plan {
 	if des == nil {
 		des = &LoadBalancer{}
 	}
+	if obs == nil {
+		return plan
+	}
 	o, d := 0, 0
 	for o < len(obs.Listeners) || d < len(des.Listeners) {
 		switch {

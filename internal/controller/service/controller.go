@@ -1,0 +1,369 @@
+// Package service is zerodrop's Service LoadBalancer controller. Its reconcile
+// is a diff between the load balancer the Services ask for and the one the
+// provider reports, so a restart, a leader failover or a resync with nothing
+// changed writes nothing (invariant 1). Every change to one load balancer —
+// from a Service, its EndpointSlices, Nodes or a deletion — goes through one
+// work item keyed by the load balancer (invariant 2).
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"zerodrop.dev/zerodrop/internal/metrics"
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// Names visible to users.
+const (
+	// Finalizer keeps a Service until its load balancer is gone.
+	Finalizer = "zerodrop.dev/load-balancer-cleanup"
+	// ConditionReady is True once the load balancer serves the Service.
+	ConditionReady = "zerodrop.dev/LoadBalancerReady"
+	// ConditionConfigValid is False while the Service asks for something
+	// zerodrop cannot do (bad annotations, unsupported protocol).
+	ConditionConfigValid = "zerodrop.dev/ConfigValid"
+	// ClassPrefix prefixes spec.loadBalancerClass: zerodrop.dev/<provider>.
+	ClassPrefix = "zerodrop.dev/"
+
+	serviceKeyIndex = "zerodrop.lbKey"
+)
+
+// SyncMode chooses how a reconcile writes.
+type SyncMode string
+
+const (
+	// SyncIncremental writes only the difference between desired and observed.
+	SyncIncremental SyncMode = "incremental"
+	// SyncFull rewrites every listener and backend on every sync, the way the
+	// upstream service controller does; it exists for side-by-side comparison.
+	SyncFull SyncMode = "full"
+)
+
+// Options configure the controller. Zero values get sane defaults.
+type Options struct {
+	Provider provider.Provider
+	// LoadBalancerClass selects the Services to manage (default
+	// zerodrop.dev/<provider name>).
+	LoadBalancerClass string
+	// AdoptClassless also manages LoadBalancer Services without a class.
+	AdoptClassless bool
+	Sync           SyncMode
+	// Workers reconcile different load balancers in parallel (default 4).
+	Workers int
+	// AddressPool, when valid, is where frontend addresses are allocated
+	// (providers that assign their own addresses leave it zero).
+	AddressPool netip.Prefix
+	// KeyFunc maps a Service to its load balancer (default namespace/name).
+	KeyFunc func(*corev1.Service) string
+	// ResyncPeriod reconciles every load balancer again (default 10 min).
+	ResyncPeriod time.Duration
+	// ReadQPS and ReadBurst bound the provider reads (default 50, 100).
+	ReadQPS   float64
+	ReadBurst int
+	// FailureEventThreshold is how many consecutive failures of one load
+	// balancer make a Warning Event (default 5): transient conflicts stay silent.
+	FailureEventThreshold int
+	Metrics               *metrics.Metrics
+	Recorder              events.EventRecorder
+	Logger                logr.Logger
+}
+
+// Controller reconciles the load balancers of LoadBalancer Services.
+type Controller struct {
+	opts    Options
+	client  client.Client
+	cache   cache.Cache
+	queue   workqueue.TypedRateLimitingInterface[string]
+	alloc   *allocator
+	limiter *rate.Limiter
+
+	mu       sync.Mutex
+	failures map[string]int
+}
+
+// New creates the controller and adds it to mgr. It runs only in the leader;
+// standby replicas keep warm informer caches (the manager's cache is started in
+// every replica) and fill the queue so that a new leader starts at once.
+func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, error) {
+	if opts.Provider == nil {
+		return nil, fmt.Errorf("service controller: no provider")
+	}
+	if opts.LoadBalancerClass == "" {
+		opts.LoadBalancerClass = ClassPrefix + opts.Provider.Name()
+	}
+	if opts.Sync == "" {
+		opts.Sync = SyncIncremental
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	if opts.KeyFunc == nil {
+		opts.KeyFunc = func(s *corev1.Service) string { return s.Namespace + "/" + s.Name }
+	}
+	if opts.ResyncPeriod <= 0 {
+		opts.ResyncPeriod = 10 * time.Minute
+	}
+	if opts.ReadQPS <= 0 {
+		opts.ReadQPS = 50
+	}
+	if opts.ReadBurst <= 0 {
+		opts.ReadBurst = 100
+	}
+	if opts.FailureEventThreshold <= 0 {
+		opts.FailureEventThreshold = 5
+	}
+	if opts.Metrics == nil {
+		m, err := metrics.New(nil)
+		if err != nil {
+			return nil, err
+		}
+		opts.Metrics = m
+	}
+	if opts.Recorder == nil {
+		opts.Recorder = mgr.GetEventRecorder("zerodrop-service-controller")
+	}
+	c := &Controller{
+		opts:   opts,
+		client: mgr.GetClient(),
+		cache:  mgr.GetCache(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "zerodrop_load_balancers"}),
+		alloc:    newAllocator(opts.AddressPool),
+		limiter:  rate.NewLimiter(rate.Limit(opts.ReadQPS), opts.ReadBurst),
+		failures: map[string]int{},
+	}
+	// Services are found by load balancer key through an index, so a
+	// reconcile does not scan every Service.
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Service{}, serviceKeyIndex, func(o client.Object) []string {
+		svc := o.(*corev1.Service)
+		if c.managed(svc) || hasFinalizer(svc) {
+			return []string{c.opts.KeyFunc(svc)}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("index services: %w", err)
+	}
+	if err := c.watch(ctx); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, fmt.Errorf("add service controller: %w", err)
+	}
+	return c, nil
+}
+
+// NeedLeaderElection makes the manager run the workers only in the leader.
+func (c *Controller) NeedLeaderElection() bool { return true }
+
+// Start runs the workers until ctx is done.
+func (c *Controller) Start(ctx context.Context) error {
+	log := c.opts.Logger.WithName("service")
+	// Invariant 4: no plan before every informer has synced; a half-filled
+	// EndpointSlice cache would empty pools.
+	if !c.cache.WaitForCacheSync(ctx) {
+		return fmt.Errorf("service controller: caches did not sync")
+	}
+	if err := c.seedAllocator(ctx); err != nil {
+		return err
+	}
+	log.Info("leading: reconciling load balancers", "sync", c.opts.Sync, "workers", c.opts.Workers)
+	c.enqueueAll(ctx)
+
+	var wg sync.WaitGroup
+	for i := 0; i < c.opts.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	ticker := time.NewTicker(c.opts.ResyncPeriod)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			c.queue.ShutDown()
+			wg.Wait()
+			return nil
+		case <-ticker.C:
+			c.enqueueAll(ctx)
+		}
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	// The queue hands one key to one worker at a time: this is the single
+	// writer of that load balancer. The provider is called outside any lock.
+	defer c.queue.Done(key)
+	err := c.reconcileKey(ctx, key)
+	var retry *provider.RetryAfterError
+	switch {
+	case err == nil:
+		c.queue.Forget(key)
+	case errors.As(err, &retry):
+		c.queue.AddAfter(key, retry.After)
+	default:
+		c.queue.AddRateLimited(key)
+	}
+	return true
+}
+
+// managed reports whether zerodrop owns the Service's load balancer.
+func (c *Controller) managed(svc *corev1.Service) bool {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return false
+	}
+	if svc.Spec.LoadBalancerClass == nil {
+		return c.opts.AdoptClassless
+	}
+	return *svc.Spec.LoadBalancerClass == c.opts.LoadBalancerClass
+}
+
+func (c *Controller) enqueueAll(ctx context.Context) {
+	var list corev1.ServiceList
+	if err := c.cache.List(ctx, &list); err != nil {
+		c.opts.Logger.Error(err, "list services")
+		return
+	}
+	for i := range list.Items {
+		if svc := &list.Items[i]; c.managed(svc) || hasFinalizer(svc) {
+			c.queue.Add(c.opts.KeyFunc(svc))
+		}
+	}
+}
+
+// watch maps every event to the load balancer key it concerns. Handlers only
+// enqueue keys: the worker re-reads current state (level-triggered).
+func (c *Controller) watch(ctx context.Context) error {
+	svcInf, err := c.cache.GetInformer(ctx, &corev1.Service{})
+	if err != nil {
+		return fmt.Errorf("service informer: %w", err)
+	}
+	onService := func(obj any) {
+		if svc, ok := unwrap(obj).(*corev1.Service); ok && (c.managed(svc) || hasFinalizer(svc)) {
+			c.queue.Add(c.opts.KeyFunc(svc))
+		}
+	}
+	if _, err := svcInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: onService,
+		UpdateFunc: func(old, cur any) {
+			onService(old) // a Service that left zerodrop still needs its cleanup
+			onService(cur)
+		},
+		DeleteFunc: onService,
+	}); err != nil {
+		return err
+	}
+
+	sliceInf, err := c.cache.GetInformer(ctx, &discoveryv1.EndpointSlice{})
+	if err != nil {
+		return fmt.Errorf("endpointslice informer: %w", err)
+	}
+	onSlice := func(obj any) {
+		slice, ok := unwrap(obj).(*discoveryv1.EndpointSlice)
+		if !ok {
+			return
+		}
+		name := slice.Labels[discoveryv1.LabelServiceName]
+		if name == "" {
+			return
+		}
+		var svc corev1.Service
+		if err := c.cache.Get(ctx, client.ObjectKey{Namespace: slice.Namespace, Name: name}, &svc); err != nil {
+			return
+		}
+		if c.managed(&svc) {
+			c.queue.Add(c.opts.KeyFunc(&svc))
+		}
+	}
+	if _, err := sliceInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    onSlice,
+		UpdateFunc: func(_, cur any) { onSlice(cur) },
+		DeleteFunc: onSlice,
+	}); err != nil {
+		return err
+	}
+
+	nodeInf, err := c.cache.GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return fmt.Errorf("node informer: %w", err)
+	}
+	onNode := func(obj any) {
+		if _, ok := unwrap(obj).(*corev1.Node); ok {
+			c.enqueueNodeMode(ctx)
+		}
+	}
+	_, err = nodeInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: onNode,
+		UpdateFunc: func(old, cur any) {
+			if nodeChanged(old.(*corev1.Node), cur.(*corev1.Node)) {
+				onNode(cur)
+			}
+		},
+		DeleteFunc: onNode,
+	})
+	return err
+}
+
+// enqueueNodeMode enqueues the load balancers whose backends are nodes.
+func (c *Controller) enqueueNodeMode(ctx context.Context) {
+	var list corev1.ServiceList
+	if err := c.cache.List(ctx, &list); err != nil {
+		return
+	}
+	for i := range list.Items {
+		svc := &list.Items[i]
+		if c.managed(svc) && svc.Annotations[model.AnnotationBackendMode] == string(model.NodeMode) {
+			c.queue.Add(c.opts.KeyFunc(svc))
+		}
+	}
+}
+
+// nodeChanged ignores heartbeats: only what changes a backend counts.
+func nodeChanged(old, cur *corev1.Node) bool {
+	if model.NodeAddress(old) != model.NodeAddress(cur) {
+		return true
+	}
+	_, exOld := old.Labels[model.LabelExcludeFromLB]
+	_, exCur := cur.Labels[model.LabelExcludeFromLB]
+	return exOld != exCur || readyStatus(old) != readyStatus(cur)
+}
+
+func readyStatus(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
+}
+
+func unwrap(obj any) any {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}

@@ -1,0 +1,350 @@
+package service_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/metrics"
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/provider/memory"
+	"zerodrop.dev/zerodrop/internal/testenv"
+)
+
+// running is one controller process: a manager with the Service controller.
+type running struct {
+	metrics *metrics.Metrics
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("manager did not stop")
+	}
+}
+
+func (r *running) writes() float64 { return metrics.Sum(r.metrics.ProviderWrites) }
+
+func startController(t *testing.T, cfg *rest.Config, prov provider.Provider, sync service.SyncMode) *running {
+	t.Helper()
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mp, ok := prov.(*memory.Provider); ok {
+		mp.SetHooks(m.ProviderHooks(prov.Name()))
+	}
+	mgr, err := manager.New(cfg, manager.Options{
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Logger:                 testr.New(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := service.New(ctx, mgr, service.Options{
+		Provider:     prov,
+		Sync:         sync,
+		AddressPool:  netip.MustParsePrefix("127.0.101.0/24"),
+		Metrics:      m,
+		Logger:       testr.New(t),
+		ResyncPeriod: time.Hour,
+	}); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	r := &running{metrics: m, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel() })
+	return r
+}
+
+func newClient(t *testing.T, cfg *rest.Config) client.Client {
+	t.Helper()
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func lbService(ns, name, class string, annotations map[string]string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+		Spec: corev1.ServiceSpec{
+			Type:              corev1.ServiceTypeLoadBalancer,
+			LoadBalancerClass: ptr.To(class),
+			Selector:          map[string]string{"app": name},
+			Ports:             []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+func slice(ns, svc string, port int32, addrs ...string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svc + "-slice",
+			Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	for _, a := range addrs {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	return s
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
+}
+
+func backendsOf(lb *model.LoadBalancer) []string {
+	var out []string
+	if lb == nil {
+		return nil
+	}
+	for _, l := range lb.Listeners {
+		for _, b := range l.Backends {
+			out = append(out, fmt.Sprintf("%s=%s", b.ID(), b.State))
+		}
+	}
+	return out
+}
+
+func warningEvents(t *testing.T, c client.Client, ns, name string) []eventsv1.Event {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := c.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Name == name && e.Type == corev1.EventTypeWarning {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestLifecycleRestartAndFullSync is the memory-provider tier of the
+// restart invariant: the same controller code against the real apiserver.
+func TestLifecycleRestartAndFullSync(t *testing.T) {
+	cfg := testenv.Start(t)
+	c := newClient(t, cfg)
+	ctx := context.Background()
+	prov := memory.New(provider.Hooks{})
+	const ns = "default"
+	class := "zerodrop.dev/memory"
+
+	svc := lbService(ns, "web", class, nil)
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, slice(ns, "web", 8080, "10.1.0.1", "10.1.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	// An unrelated class must be left alone.
+	if err := c.Create(ctx, lbService(ns, "other", "example.com/other", nil)); err != nil {
+		t.Fatal(err)
+	}
+
+	first := startController(t, cfg, prov, service.SyncIncremental)
+	eventually(t, 20*time.Second, "load balancer with two backends and ingress", func() (bool, string) {
+		lb, _ := prov.Observe(ctx, ns+"/web")
+		var got corev1.Service
+		_ = c.Get(ctx, client.ObjectKeyFromObject(svc), &got)
+		ok := len(backendsOf(lb)) == 2 && len(got.Status.LoadBalancer.Ingress) == 1 &&
+			meta.IsStatusConditionTrue(got.Status.Conditions, service.ConditionReady)
+		return ok, fmt.Sprintf("backends=%v status=%+v", backendsOf(lb), got.Status)
+	})
+	var got corev1.Service
+	if err := c.Get(ctx, client.ObjectKeyFromObject(svc), &got); err != nil {
+		t.Fatal(err)
+	}
+	if ip := got.Status.LoadBalancer.Ingress[0].IP; !netip.MustParsePrefix("127.0.101.0/24").Contains(netip.MustParseAddr(ip)) {
+		t.Errorf("ingress %s not from the pool", ip)
+	}
+	if lb, _ := prov.Observe(ctx, ns+"/other"); lb != nil {
+		t.Errorf("a Service of another class got a load balancer")
+	}
+
+	// Scale: endpoint changes reach the load balancer as backend ops only.
+	var sl discoveryv1.EndpointSlice
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-slice"}, &sl); err != nil {
+		t.Fatal(err)
+	}
+	sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.1.0.3"},
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	if err := c.Update(ctx, &sl); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "third backend", func() (bool, string) {
+		lb, _ := prov.Observe(ctx, ns+"/web")
+		return len(backendsOf(lb)) == 3, fmt.Sprint(backendsOf(lb))
+	})
+	// Let the controller settle, then stop it.
+	time.Sleep(500 * time.Millisecond)
+	first.stop(t)
+	before := len(prov.Writes())
+
+	// A new controller (a restart, a new leader) against unchanged objects
+	// writes nothing.
+	second := startController(t, cfg, prov, service.SyncIncremental)
+	eventually(t, 10*time.Second, "second controller to reconcile", func() (bool, string) {
+		n := testutil.ToFloat64(second.metrics.Reconciles.WithLabelValues("noop"))
+		return n >= 1, fmt.Sprintf("noop reconciles=%v", n)
+	})
+	time.Sleep(time.Second)
+	if w := second.writes(); w != 0 {
+		t.Errorf("restart with nothing changed: %v provider writes, want 0 (%v)", w, prov.Writes()[before:])
+	}
+	second.stop(t)
+
+	// The upstream-like mode rewrites everything on start.
+	full := startController(t, cfg, prov, service.SyncFull)
+	eventually(t, 10*time.Second, "full sync to write", func() (bool, string) {
+		return full.writes() > 0, fmt.Sprintf("writes=%v", full.writes())
+	})
+	full.stop(t)
+
+	// Deletion removes the load balancer, then the finalizer.
+	third := startController(t, cfg, prov, service.SyncIncremental)
+	if err := c.Delete(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "load balancer and Service gone", func() (bool, string) {
+		lb, _ := prov.Observe(ctx, ns+"/web")
+		err := c.Get(ctx, client.ObjectKeyFromObject(svc), &corev1.Service{})
+		return lb == nil && apierrors.IsNotFound(err), fmt.Sprintf("lb=%v get=%v", lb != nil, err)
+	})
+	third.stop(t)
+}
+
+// TestInvalidAnnotationChangesNothing: a bad annotation yields a condition and
+// a Warning Event, and the load balancer keeps its last good configuration.
+func TestInvalidAnnotationChangesNothing(t *testing.T) {
+	cfg := testenv.Start(t)
+	c := newClient(t, cfg)
+	ctx := context.Background()
+	prov := memory.New(provider.Hooks{})
+	const ns = "default"
+	svc := lbService(ns, "api", "zerodrop.dev/memory", nil)
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, slice(ns, "api", 8080, "10.2.0.1", "10.2.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	r := startController(t, cfg, prov, service.SyncIncremental)
+	eventually(t, 20*time.Second, "two backends", func() (bool, string) {
+		lb, _ := prov.Observe(ctx, ns+"/api")
+		return len(backendsOf(lb)) == 2, fmt.Sprint(backendsOf(lb))
+	})
+	good, _ := prov.Observe(ctx, ns+"/api")
+
+	if err := c.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
+		t.Fatal(err)
+	}
+	svc.Annotations = map[string]string{model.AnnotationHealthCheckInterval: "fast", "zerodrop.dev/colour": "blue"}
+	if err := c.Update(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	// Endpoints vanish at the same time: still nothing may change.
+	if err := c.Delete(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api-slice"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "ConfigValid=False and a Warning Event", func() (bool, string) {
+		var got corev1.Service
+		_ = c.Get(ctx, client.ObjectKeyFromObject(svc), &got)
+		cond := meta.FindStatusCondition(got.Status.Conditions, service.ConditionConfigValid)
+		evs := warningEvents(t, c, ns, "api")
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == service.ReasonInvalidAnnotations && len(evs) > 0,
+			fmt.Sprintf("cond=%+v events=%d", cond, len(evs))
+	})
+	time.Sleep(500 * time.Millisecond)
+	now, _ := prov.Observe(ctx, ns+"/api")
+	if !model.Equal(now, good) {
+		t.Fatalf("invalid annotations changed the load balancer: %v -> %v", backendsOf(good), backendsOf(now))
+	}
+	r.stop(t)
+}
+
+// TestConflictsRetrySilently: a second writer changes the load balancer
+// between observe and apply; the controller re-plans and converges without a
+// Warning Event.
+func TestConflictsRetrySilently(t *testing.T) {
+	cfg := testenv.Start(t)
+	c := newClient(t, cfg)
+	ctx := context.Background()
+	prov := memory.New(provider.Hooks{})
+	const ns = "default"
+	conflicts := 3
+	prov.BeforeApply = func(key string) {
+		if conflicts == 0 {
+			return
+		}
+		conflicts--
+		if lb, _ := prov.Observe(ctx, key); lb != nil {
+			prov.Set(lb) // same content, new version: the ETag moved on
+		}
+	}
+	if err := c.Create(ctx, lbService(ns, "race", "zerodrop.dev/memory", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, slice(ns, "race", 8080, "10.3.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	prov.Set(&model.LoadBalancer{Key: ns + "/race"}) // exists, so every apply can conflict
+	r := startController(t, cfg, prov, service.SyncIncremental)
+	eventually(t, 20*time.Second, "convergence after conflicts", func() (bool, string) {
+		lb, _ := prov.Observe(ctx, ns+"/race")
+		return len(backendsOf(lb)) == 1, fmt.Sprint(backendsOf(lb))
+	})
+	if n := metrics.Sum(r.metrics.ProviderConflicts); n < 1 {
+		t.Errorf("conflicts counted = %v, want ≥ 1", n)
+	}
+	if evs := warningEvents(t, c, ns, "race"); len(evs) > 0 {
+		t.Errorf("transient conflicts made Warning Events: %+v", evs[0].Note)
+	}
+	r.stop(t)
+}

@@ -1,0 +1,231 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// Reconcile results, as counted in zerodrop_reconcile_total.
+const (
+	resultNoop     = "noop"
+	resultApplied  = "applied"
+	resultDeleted  = "deleted"
+	resultConflict = "conflict"
+	resultError    = "error"
+)
+
+// state is everything one reconcile learned from the caches.
+type state struct {
+	key string
+	// active Services get a load balancer.
+	active []model.ServiceInput
+	// invalid Services keep what they have (invariant 7).
+	invalid map[*corev1.Service]error
+	// leaving Services are deleted or no longer zerodrop's; their listeners go.
+	leaving []*corev1.Service
+}
+
+func (c *Controller) reconcileKey(ctx context.Context, key string) error {
+	start := time.Now()
+	log := c.opts.Logger.WithValues("loadBalancer", key)
+	ctx = withLogger(ctx, log)
+	result, err := c.reconcile(ctx, key)
+	c.opts.Metrics.Reconciles.WithLabelValues(result).Inc()
+	c.opts.Metrics.ReconcileLatency.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	if err != nil {
+		c.recordFailure(ctx, key, err)
+		if result == resultConflict {
+			log.V(2).Info("load balancer changed under us; re-planning", "err", err)
+		} else {
+			log.Error(err, "reconcile failed")
+		}
+		return err
+	}
+	c.clearFailures(ctx, key)
+	log.V(2).Info("reconciled", "result", result, "duration", time.Since(start))
+	return nil
+}
+
+func (c *Controller) reconcile(ctx context.Context, key string) (string, error) {
+	st, err := c.collect(ctx, key)
+	if err != nil {
+		return resultError, err
+	}
+	if err := c.limiter.Wait(ctx); err != nil {
+		return resultError, err
+	}
+	pname := c.opts.Provider.Name()
+	observed, err := c.opts.Provider.Observe(ctx, key)
+	if err != nil {
+		c.opts.Metrics.ProviderErrors.WithLabelValues(pname, "observe").Inc()
+		return resultError, fmt.Errorf("observe %s: %w", key, err)
+	}
+
+	// Addresses are settled before the finalizers: both are apiserver writes.
+	for i := range st.active {
+		in := &st.active[i]
+		addr, err := c.address(in.Service, in.Config, observed)
+		if err != nil {
+			st.invalid[in.Service] = err
+			continue
+		}
+		in.Address = addr
+	}
+	st.active = dropInvalid(st.active, st.invalid)
+	for _, in := range st.active {
+		if err := c.ensureFinalizer(ctx, in.Service); err != nil {
+			return resultError, err
+		}
+	}
+
+	nodes, err := c.nodes(ctx, st.active)
+	if err != nil {
+		return resultError, err
+	}
+	desired, warnings := model.Desired(key, st.active, model.DesiredOptions{
+		Nodes:       nodes,
+		Unsupported: c.opts.Provider.Unsupported(),
+	})
+	desired = keepInvalid(desired, observed, st.invalid)
+	if len(st.active) == 0 && len(st.invalid) == 0 {
+		desired = nil
+	}
+
+	var plan model.Plan
+	if c.opts.Sync == SyncFull {
+		plan = model.FullPlan(observed, desired)
+	} else {
+		plan = model.Diff(observed, desired)
+	}
+
+	result := resultNoop
+	if !plan.Empty() {
+		if err := c.apply(ctx, key, desired, plan); err != nil {
+			if errors.Is(err, provider.ErrConflict) {
+				c.opts.Metrics.ProviderConflicts.WithLabelValues(pname).Inc()
+				return resultConflict, err
+			}
+			c.opts.Metrics.ProviderErrors.WithLabelValues(pname, "apply").Inc()
+			return resultError, fmt.Errorf("apply plan to %s: %w", key, err)
+		}
+		result = resultApplied
+		if desired == nil {
+			result = resultDeleted
+		}
+		for kind, n := range plan.Counts() {
+			c.opts.Metrics.PlanOps.WithLabelValues(string(kind)).Add(float64(n))
+		}
+	}
+	if err := c.updateStatuses(ctx, st, plan, warnings); err != nil {
+		return result, err
+	}
+	return result, nil
+}
+
+func (c *Controller) apply(ctx context.Context, key string, desired *model.LoadBalancer, plan model.Plan) error {
+	logFrom(ctx).Info("applying plan", "ops", len(plan.Ops), "create", plan.Create, "plan", plan.String())
+	if desired == nil {
+		return c.opts.Provider.Delete(ctx, key)
+	}
+	return c.opts.Provider.Apply(ctx, plan)
+}
+
+// collect reads the Services of one load balancer from the cache and sorts
+// them into active, invalid and leaving.
+func (c *Controller) collect(ctx context.Context, key string) (*state, error) {
+	var list corev1.ServiceList
+	if err := c.cache.List(ctx, &list, client.MatchingFields{serviceKeyIndex: key}); err != nil {
+		return nil, fmt.Errorf("list services of %s: %w", key, err)
+	}
+	st := &state{key: key, invalid: map[*corev1.Service]error{}}
+	for i := range list.Items {
+		svc := list.Items[i].DeepCopy()
+		if !c.managed(svc) || svc.DeletionTimestamp != nil {
+			if hasFinalizer(svc) {
+				st.leaving = append(st.leaving, svc)
+			}
+			continue
+		}
+		cfg, err := model.ParseServiceConfig(svc.Annotations)
+		if err != nil {
+			st.invalid[svc] = err
+			continue
+		}
+		st.active = append(st.active, model.ServiceInput{Service: svc, Config: cfg})
+	}
+	for i := range st.active {
+		svc := st.active[i].Service
+		if st.active[i].Config.Mode == model.IPMode {
+			slices, err := c.slices(ctx, svc)
+			if err != nil {
+				return nil, err
+			}
+			st.active[i].Slices = slices
+		}
+	}
+	return st, nil
+}
+
+func dropInvalid(in []model.ServiceInput, invalid map[*corev1.Service]error) []model.ServiceInput {
+	out := in[:0]
+	for _, s := range in {
+		if _, bad := invalid[s.Service]; !bad {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// keepInvalid carries the observed listeners of invalid Services into the
+// desired state, so that a typo in an annotation changes nothing at the load
+// balancer (invariant 7).
+func keepInvalid(desired, observed *model.LoadBalancer, invalid map[*corev1.Service]error) *model.LoadBalancer {
+	if len(invalid) == 0 || observed == nil {
+		return desired
+	}
+	prefixes := sets.New[string]()
+	for svc := range invalid {
+		prefixes.Insert(svc.Namespace + "/" + svc.Name + "/")
+	}
+	out := *desired
+	out.Listeners = append([]model.Listener(nil), desired.Listeners...)
+	for _, l := range observed.Listeners {
+		for p := range prefixes {
+			if strings.HasPrefix(l.Name, p) {
+				out.Listeners = append(out.Listeners, l)
+			}
+		}
+	}
+	return model.Canonical(&out)
+}
+
+// nodes lists the nodes when a Service uses node mode. A failed list is an
+// error, never an empty list: that would empty the pools.
+func (c *Controller) nodes(ctx context.Context, active []model.ServiceInput) ([]*corev1.Node, error) {
+	need := false
+	for _, in := range active {
+		need = need || in.Config.Mode == model.NodeMode
+	}
+	if !need {
+		return nil, nil
+	}
+	var list corev1.NodeList
+	if err := c.cache.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	out := make([]*corev1.Node, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}

@@ -1,0 +1,234 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"zerodrop.dev/zerodrop/internal/model"
+)
+
+// Event reasons (stable: users alert on them).
+const (
+	ReasonEnsured             = "EnsuredLoadBalancer"
+	ReasonDeleted             = "DeletedLoadBalancer"
+	ReasonInvalidAnnotations  = "InvalidAnnotations"
+	ReasonUnsupportedProtocol = "UnsupportedProtocol"
+	ReasonSyncFailed          = "SyncLoadBalancerFailed"
+)
+
+type loggerKey struct{}
+
+func withLogger(ctx context.Context, log logr.Logger) context.Context {
+	return context.WithValue(ctx, loggerKey{}, log)
+}
+
+func logFrom(ctx context.Context) logr.Logger {
+	if l, ok := ctx.Value(loggerKey{}).(logr.Logger); ok {
+		return l
+	}
+	return logr.Discard()
+}
+
+func hasFinalizer(svc *corev1.Service) bool {
+	return controllerutil.ContainsFinalizer(svc, Finalizer)
+}
+
+func (c *Controller) slices(ctx context.Context, svc *corev1.Service) ([]*discoveryv1.EndpointSlice, error) {
+	var list discoveryv1.EndpointSliceList
+	if err := c.cache.List(ctx, &list, client.InNamespace(svc.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+		return nil, fmt.Errorf("list endpointslices of %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	out := make([]*discoveryv1.EndpointSlice, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// ensureFinalizer is added before the provider creates anything, so that a
+// deleted Service cannot leave a load balancer behind.
+func (c *Controller) ensureFinalizer(ctx context.Context, svc *corev1.Service) error {
+	if hasFinalizer(svc) {
+		return nil
+	}
+	orig := svc.DeepCopy()
+	controllerutil.AddFinalizer(svc, Finalizer)
+	if err := c.client.Patch(ctx, svc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("add finalizer to %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	return nil
+}
+
+func (c *Controller) removeFinalizer(ctx context.Context, svc *corev1.Service) error {
+	orig := svc.DeepCopy()
+	controllerutil.RemoveFinalizer(svc, Finalizer)
+	if err := c.client.Patch(ctx, svc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("remove finalizer from %s/%s: %w", svc.Namespace, svc.Name, err))
+	}
+	return nil
+}
+
+// updateStatuses writes ingress and conditions where they changed, emits
+// Events for real changes only, and lets leaving Services go.
+func (c *Controller) updateStatuses(ctx context.Context, st *state, plan model.Plan, warnings []model.Warning) error {
+	changed := !plan.Empty()
+	byService := map[string][]model.Warning{}
+	for _, w := range warnings {
+		byService[w.Service] = append(byService[w.Service], w)
+	}
+	for _, in := range st.active {
+		svc := in.Service
+		key := svc.Namespace + "/" + svc.Name
+		if changed && touches(plan, key) {
+			c.opts.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonEnsured, "Sync",
+				"load balancer updated: %s", summarize(plan, key))
+		}
+		status := svc.Status.DeepCopy()
+		if in.Address != "" {
+			vip := corev1.LoadBalancerIPModeVIP
+			status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: in.Address, IPMode: &vip}}
+		}
+		ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: "Ensured",
+			Message: "the load balancer serves this Service", ObservedGeneration: svc.Generation}
+		meta.SetStatusCondition(&status.Conditions, ready)
+		valid := metav1.Condition{Type: ConditionConfigValid, Status: metav1.ConditionTrue, Reason: "Valid",
+			Message: "annotations and ports are valid", ObservedGeneration: svc.Generation}
+		if ws := byService[key]; len(ws) > 0 {
+			msgs := make([]string, len(ws))
+			for i, w := range ws {
+				msgs[i] = w.Message
+			}
+			valid.Status, valid.Reason, valid.Message = metav1.ConditionFalse, ws[0].Reason, strings.Join(msgs, "; ")
+		}
+		if err := c.patchStatus(ctx, svc, status, valid); err != nil {
+			return err
+		}
+	}
+	for svc, problem := range st.invalid {
+		status := svc.Status.DeepCopy()
+		valid := metav1.Condition{Type: ConditionConfigValid, Status: metav1.ConditionFalse, Reason: ReasonInvalidAnnotations,
+			Message: problem.Error() + "; the load balancer keeps its last good configuration", ObservedGeneration: svc.Generation}
+		if err := c.patchStatus(ctx, svc, status, valid); err != nil {
+			return err
+		}
+	}
+	for _, svc := range st.leaving {
+		c.alloc.release(svc.Namespace + "/" + svc.Name)
+		if len(svc.Status.LoadBalancer.Ingress) > 0 || len(svc.Status.Conditions) > 0 {
+			status := svc.Status.DeepCopy()
+			status.LoadBalancer = corev1.LoadBalancerStatus{}
+			meta.RemoveStatusCondition(&status.Conditions, ConditionReady)
+			meta.RemoveStatusCondition(&status.Conditions, ConditionConfigValid)
+			if err := c.writeStatus(ctx, svc, status); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+		c.opts.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonDeleted, "Delete", "load balancer listeners removed")
+		if err := c.removeFinalizer(ctx, svc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// patchStatus sets the ConfigValid condition, emitting a Warning Event only
+// when it turns False or its message changes.
+func (c *Controller) patchStatus(ctx context.Context, svc *corev1.Service, status *corev1.ServiceStatus, valid metav1.Condition) error {
+	prev := meta.FindStatusCondition(svc.Status.Conditions, ConditionConfigValid)
+	if valid.Status == metav1.ConditionFalse && (prev == nil || prev.Status != valid.Status || prev.Message != valid.Message) {
+		c.opts.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, valid.Reason, "Validate", "%s", valid.Message)
+	}
+	meta.SetStatusCondition(&status.Conditions, valid)
+	return c.writeStatus(ctx, svc, status)
+}
+
+func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, status *corev1.ServiceStatus) error {
+	if equality.Semantic.DeepEqual(&svc.Status, status) {
+		return nil
+	}
+	orig := svc.DeepCopy()
+	svc.Status = *status
+	if err := c.client.Status().Patch(ctx, svc, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("update status of %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	return nil
+}
+
+// touches reports whether the plan changes a listener of the Service.
+func touches(p model.Plan, svcKey string) bool {
+	if p.Create {
+		return true
+	}
+	for _, op := range p.Ops {
+		if strings.HasPrefix(op.Listener, svcKey+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func summarize(p model.Plan, svcKey string) string {
+	counts := map[model.OpKind]int{}
+	for _, op := range p.Ops {
+		if strings.HasPrefix(op.Listener, svcKey+"/") {
+			counts[op.Kind]++
+		}
+	}
+	parts := make([]string, 0, len(counts))
+	for k, n := range counts {
+		parts = append(parts, fmt.Sprintf("%d× %s", n, k))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+
+// recordFailure counts consecutive failures of one load balancer; only a
+// persistent failure becomes a Warning Event (conflicts and throttling retry
+// silently).
+func (c *Controller) recordFailure(ctx context.Context, key string, err error) {
+	c.mu.Lock()
+	c.failures[key]++
+	n := c.failures[key]
+	c.mu.Unlock()
+	if n%c.opts.FailureEventThreshold != 0 {
+		return
+	}
+	st, cerr := c.collect(ctx, key)
+	if cerr != nil {
+		return
+	}
+	for _, in := range st.active {
+		c.opts.Recorder.Eventf(in.Service, nil, corev1.EventTypeWarning, ReasonSyncFailed, "Sync",
+			"load balancer sync failed %d times in a row: %v", n, err)
+		status := in.Service.Status.DeepCopy()
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse,
+			Reason: ReasonSyncFailed, Message: truncate(err.Error(), 1000), ObservedGeneration: in.Service.Generation})
+		_ = c.writeStatus(ctx, in.Service, status)
+	}
+}
+
+func (c *Controller) clearFailures(ctx context.Context, key string) {
+	c.mu.Lock()
+	delete(c.failures, key)
+	c.mu.Unlock()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
