@@ -194,7 +194,6 @@ func summarize(p model.Plan, svcKey string) string {
 	return strings.Join(parts, ", ")
 }
 
-
 // recordFailure counts consecutive failures of one load balancer; only a
 // persistent failure becomes a Warning Event (conflicts and throttling retry
 // silently).
