@@ -25,6 +25,8 @@ type DesiredOptions struct {
 	Nodes []*corev1.Node
 	// Unsupported protocols are left out with a warning (HAProxy has no UDP).
 	Unsupported map[Protocol]bool
+	// AddressMap rewrites backend addresses (see AddressMapping).
+	AddressMap []AddressMapping
 }
 
 // Warning is a problem with one Service that the builder worked around.
@@ -88,6 +90,9 @@ func Desired(key string, services []ServiceInput, opts DesiredOptions) (*LoadBal
 				l.Backends = nodeBackends(opts.Nodes, port.NodePort)
 			default:
 				l.Backends = endpointBackends(in.Slices, port)
+			}
+			for i := range l.Backends {
+				l.Backends[i].Address = MapAddress(opts.AddressMap, l.Backends[i].Address)
 			}
 			lb.Listeners = append(lb.Listeners, l)
 		}

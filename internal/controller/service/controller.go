@@ -70,6 +70,9 @@ type Options struct {
 	// AddressPool, when valid, is where frontend addresses are allocated
 	// (providers that assign their own addresses leave it zero).
 	AddressPool netip.Prefix
+	// BackendAddressMap rewrites backend addresses (lab: published pod
+	// addresses → loopback).
+	BackendAddressMap []model.AddressMapping
 	// KeyFunc maps a Service to its load balancer (default namespace/name).
 	KeyFunc func(*corev1.Service) string
 	// ResyncPeriod reconciles every load balancer again (default 10 min).

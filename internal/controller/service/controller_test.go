@@ -33,9 +33,20 @@ import (
 
 // running is one controller process: a manager with the Service controller.
 type running struct {
+	prov    provider.Provider
 	metrics *metrics.Metrics
 	cancel  context.CancelFunc
 	done    chan error
+	elected <-chan struct{}
+}
+
+func (r *running) isLeader() bool {
+	select {
+	case <-r.elected:
+		return true
+	default:
+		return false
+	}
 }
 
 func (r *running) stop(t *testing.T) {
@@ -53,27 +64,55 @@ func (r *running) stop(t *testing.T) {
 
 func (r *running) writes() float64 { return metrics.Sum(r.metrics.ProviderWrites) }
 
+// replica configures one controller process in a test.
+type replica struct {
+	prov provider.Provider
+	// newProv, when set, makes the replica's own provider with its hooks.
+	newProv func(provider.Hooks) provider.Provider
+	sync service.SyncMode
+	// leaderElect runs the manager with a Lease; release gives it up on stop
+	// (false simulates a crash: the standby must wait for the lease to expire).
+	leaderElect, release bool
+	lease                time.Duration
+}
+
 func startController(t *testing.T, cfg *rest.Config, prov provider.Provider, sync service.SyncMode) *running {
+	t.Helper()
+	return startReplica(t, cfg, replica{prov: prov, sync: sync})
+}
+
+func startReplica(t *testing.T, cfg *rest.Config, rep replica) *running {
 	t.Helper()
 	m, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mp, ok := prov.(*memory.Provider); ok {
-		mp.SetHooks(m.ProviderHooks(prov.Name()))
+	if rep.newProv != nil {
+		rep.prov = rep.newProv(m.ProviderHooks("test"))
+	} else if mp, ok := rep.prov.(*memory.Provider); ok {
+		mp.SetHooks(m.ProviderHooks(rep.prov.Name()))
 	}
-	mgr, err := manager.New(cfg, manager.Options{
+	opts := manager.Options{
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Logger:                 testr.New(t),
-	})
+	}
+	if rep.leaderElect {
+		renew, retry := rep.lease*2/3, rep.lease/8
+		opts.LeaderElection = true
+		opts.LeaderElectionID = "zerodrop-test"
+		opts.LeaderElectionNamespace = "kube-system"
+		opts.LeaderElectionReleaseOnCancel = rep.release
+		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &rep.lease, &renew, &retry
+	}
+	mgr, err := manager.New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if _, err := service.New(ctx, mgr, service.Options{
-		Provider:     prov,
-		Sync:         sync,
+		Provider:     rep.prov,
+		Sync:         rep.sync,
 		AddressPool:  netip.MustParsePrefix("127.0.101.0/24"),
 		Metrics:      m,
 		Logger:       testr.New(t),
@@ -82,7 +121,7 @@ func startController(t *testing.T, cfg *rest.Config, prov provider.Provider, syn
 		cancel()
 		t.Fatal(err)
 	}
-	r := &running{metrics: m, cancel: cancel, done: make(chan error, 1)}
+	r := &running{prov: rep.prov, metrics: m, cancel: cancel, done: make(chan error, 1), elected: mgr.Elected()}
 	go func() { r.done <- mgr.Start(ctx) }()
 	t.Cleanup(func() { cancel() })
 	return r

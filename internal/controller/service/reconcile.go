@@ -95,6 +95,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 	desired, warnings := model.Desired(key, st.active, model.DesiredOptions{
 		Nodes:       nodes,
 		Unsupported: c.opts.Provider.Unsupported(),
+		AddressMap:  c.opts.BackendAddressMap,
 	})
 	desired = keepInvalid(desired, observed, st.invalid)
 	if len(st.active) == 0 && len(st.invalid) == 0 {
