@@ -22,7 +22,7 @@ type document struct {
 func splitYAML(data []byte) []document {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	var (
-		docs    []document
+		docs   []document
 		cur    []byte
 		start  int // line of the first content line of cur, 0 while none
 		lineNo int

@@ -37,7 +37,9 @@ type service struct {
 	sel labels.Selector
 }
 
-func (s *service) id() string { return objectID(manifest.KindService, namespace(s.svc.Namespace), s.svc.Name) }
+func (s *service) id() string {
+	return objectID(manifest.KindService, namespace(s.svc.Namespace), s.svc.Name)
+}
 
 // ref is namespace/name, for messages that already say "Service".
 func (s *service) ref() string { return namespace(s.svc.Namespace) + "/" + s.svc.Name }
