@@ -87,7 +87,9 @@ func TestZD102(t *testing.T) {
 func TestZD103(t *testing.T) {
 	noGate := func(f *fixture) { f.spec().ReadinessGates = nil }
 	gate := func(g string) func(f *fixture) {
-		return func(f *fixture) { f.spec().ReadinessGates = []corev1.PodReadinessGate{{ConditionType: corev1.PodConditionType(g)}} }
+		return func(f *fixture) {
+			f.spec().ReadinessGates = []corev1.PodReadinessGate{{ConditionType: corev1.PodConditionType(g)}}
+		}
 	}
 	runRule(t, "ZD103", []ruleCase{
 		{name: "no gate", mutate: noGate, fires: true},
@@ -188,7 +190,9 @@ func TestZD202(t *testing.T) {
 }
 
 func TestZD203(t *testing.T) {
-	grace := func(g int64) func(f *fixture) { return func(f *fixture) { f.spec().TerminationGracePeriodSeconds = ptr.To(g) } }
+	grace := func(g int64) func(f *fixture) {
+		return func(f *fixture) { f.spec().TerminationGracePeriodSeconds = ptr.To(g) }
+	}
 	runRule(t, "ZD203", []ruleCase{
 		{name: "default grace 30 below sleep 40", mutate: func(f *fixture) { f.spec().TerminationGracePeriodSeconds = nil }, fires: true, contains: "default 30"},
 		{name: "grace above sleep", mutate: grace(60), fires: false},
@@ -203,7 +207,9 @@ func TestZD203(t *testing.T) {
 
 func TestZD204(t *testing.T) {
 	local := func(f *fixture) { f.svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal }
-	grace := func(g int64) func(f *fixture) { return func(f *fixture) { f.spec().TerminationGracePeriodSeconds = ptr.To(g) } }
+	grace := func(g int64) func(f *fixture) {
+		return func(f *fixture) { f.spec().TerminationGracePeriodSeconds = ptr.To(g) }
+	}
 	runRule(t, "ZD204", []ruleCase{
 		// sleep 40 + 10 × (3 − 1) = 60
 		{name: "serving until the grace period ends", mutate: all(local, grace(60)), fires: false},

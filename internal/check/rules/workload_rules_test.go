@@ -71,7 +71,9 @@ func TestZD301(t *testing.T) {
 		{name: "maxUnavailable 0%", mutate: maxUnavailable(intstr.FromString("0%")), fires: false},
 		{name: "maxUnavailable 1", mutate: maxUnavailable(intstr.FromInt32(1)), fires: true},
 		{name: "maxUnavailable 50%", mutate: maxUnavailable(intstr.FromString("50%")), fires: true, contains: "1 of 3"},
-		{name: "Recreate is ZD302", mutate: func(f *fixture) { f.dep.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType} }, fires: false},
+		{name: "Recreate is ZD302", mutate: func(f *fixture) {
+			f.dep.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+		}, fires: false},
 		{name: "DaemonSet default maxUnavailable 1", mutate: asDaemonSet(appsv1.DaemonSetUpdateStrategy{}), fires: true, contains: "default 1"},
 		{name: "DaemonSet surge", fires: false, mutate: asDaemonSet(appsv1.DaemonSetUpdateStrategy{
 			Type: appsv1.RollingUpdateDaemonSetStrategyType,
@@ -86,7 +88,9 @@ func TestZD301(t *testing.T) {
 
 func TestZD302(t *testing.T) {
 	runRule(t, "ZD302", []ruleCase{
-		{name: "Recreate", mutate: func(f *fixture) { f.dep.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType} }, fires: true},
+		{name: "Recreate", mutate: func(f *fixture) {
+			f.dep.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+		}, fires: true},
 		{name: "RollingUpdate", fires: false},
 		{name: "unset defaults to RollingUpdate", mutate: func(f *fixture) { f.dep.Spec.Strategy = appsv1.DeploymentStrategy{} }, fires: false},
 	})
@@ -175,7 +179,9 @@ func TestZD401(t *testing.T) {
 }
 
 func TestZD402(t *testing.T) {
-	port := func(sp corev1.ServicePort) func(f *fixture) { return func(f *fixture) { f.svc.Spec.Ports = []corev1.ServicePort{sp} } }
+	port := func(sp corev1.ServicePort) func(f *fixture) {
+		return func(f *fixture) { f.svc.Spec.Ports = []corev1.ServicePort{sp} }
+	}
 	runRule(t, "ZD402", []ruleCase{
 		{name: "named port matches", fires: false},
 		{name: "named port missing", mutate: port(corev1.ServicePort{Port: 80, TargetPort: intstr.FromString("web")}), fires: true, contains: `named port "web"`},
