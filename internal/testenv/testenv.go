@@ -79,12 +79,12 @@ type Env struct {
 	Config *rest.Config
 }
 
-// StartEnv starts kube-apiserver + etcd and stops them when the test ends.
-func StartEnv(t testing.TB) *Env {
-	t.Helper()
+// Run starts kube-apiserver + etcd outside of a test (the demo and the lab);
+// the caller stops the returned environment.
+func Run() (*Env, error) {
 	dir, err := Assets("apiserver")
 	if err != nil {
-		t.Fatalf("control plane assets: %v", err)
+		return nil, fmt.Errorf("control plane assets: %w", err)
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory:    dir,
@@ -93,14 +93,24 @@ func StartEnv(t testing.TB) *Env {
 	}
 	cfg, err := env.Start()
 	if err != nil {
-		t.Fatalf("start kube-apiserver and etcd: %v", err)
+		return nil, fmt.Errorf("start kube-apiserver and etcd: %w", err)
+	}
+	return &Env{Environment: env, Config: cfg}, nil
+}
+
+// StartEnv starts kube-apiserver + etcd and stops them when the test ends.
+func StartEnv(t testing.TB) *Env {
+	t.Helper()
+	env, err := Run()
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := env.Stop(); err != nil {
 			t.Logf("stop control plane: %v", err)
 		}
 	})
-	return &Env{Environment: env, Config: cfg}
+	return env
 }
 
 // Start starts kube-apiserver + etcd and returns an admin rest.Config.
