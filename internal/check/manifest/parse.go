@@ -82,16 +82,30 @@ type header struct {
 
 // Parse decodes every document of one file. file is only used for Source.
 func Parse(file string, data []byte) ([]Object, []error) {
-	if objs, errs, ok := parseJSONStream(file, data); ok {
+	if !looksLikeJSON(data) {
+		return parseYAML(file, data)
+	}
+	objs, errs, firstErr := parseJSONStream(file, data)
+	if firstErr == nil {
 		return objs, errs
 	}
+	// YAML is a superset of JSON (flow mappings without quotes): try it.
+	objs, errs = parseYAML(file, data)
+	if len(objs) == 0 && len(errs) > 0 {
+		// Not YAML either: JSON's error has the precise position.
+		return nil, []error{firstErr}
+	}
+	return objs, errs
+}
+
+func parseYAML(file string, data []byte) ([]Object, []error) {
 	docs := splitYAML(data)
 	results := make([]decoded, len(docs))
 	forEach(len(docs), func(i int) {
 		src := Source{File: file, Line: docs[i].line}
 		j, err := yaml.YAMLToJSON(docs[i].data)
 		if err != nil {
-			results[i].errs = []error{yamlError(src, err)}
+			results[i].errs = []error{yamlError(src, bytes.Count(docs[i].data, []byte("\n"))+1, err)}
 			return
 		}
 		results[i] = decodeJSON(src, j)
@@ -277,11 +291,13 @@ func newTyped(apiVersion, kind string) any {
 // offending line. The message is only reformatted, never branched on.
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
-func yamlError(src Source, err error) error {
+// lines is the document's line count: yaml.v2 reports errors at the end of
+// input one line past it.
+func yamlError(src Source, lines int, err error) error {
 	msg := err.Error()
 	if m := yamlLine.FindStringSubmatchIndex(msg); m != nil {
 		if n, convErr := strconv.Atoi(msg[m[2]:m[3]]); convErr == nil && n > 0 {
-			src.Line += n - 1
+			src.Line += min(n, lines) - 1
 			return &ParseError{Source: src, Err: &syntaxError{msg: msg[m[1]:], err: err}}
 		}
 	}

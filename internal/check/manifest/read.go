@@ -87,15 +87,16 @@ func unwrapPath(err error) error {
 	return err
 }
 
+// looksLikeJSON reports whether data starts with a JSON object or array.
+func looksLikeJSON(data []byte) bool {
+	trimmed := bytes.TrimLeft(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")), " \t\r\n")
+	return len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[')
+}
+
 // parseJSONStream decodes data as a stream of JSON values (kubectl get -o json
-// prints one; some tools concatenate several). ok is false when data does not
-// start like JSON or its first value is not valid JSON: YAML is a superset of
-// JSON, so the caller then reads it as YAML and reports YAML's error.
-func parseJSONStream(file string, data []byte) (objs []Object, errs []error, ok bool) {
-	trimmed := bytes.TrimLeft(data, " \t\r\n")
-	if len(trimmed) == 0 || (trimmed[0] != '{' && trimmed[0] != '[') {
-		return nil, nil, false
-	}
+// prints one; some tools concatenate several). When the first value is not
+// valid JSON it returns only firstErr, for the caller to try YAML instead.
+func parseJSONStream(file string, data []byte) (objs []Object, errs []error, firstErr error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var (
 		results []decoded
@@ -112,16 +113,17 @@ func parseJSONStream(file string, data []byte) (objs []Object, errs []error, ok 
 			break
 		}
 		if err != nil {
-			if len(values) == 0 {
-				return nil, nil, false
-			}
 			off := start
 			var se *json.SyntaxError
 			if errors.As(err, &se) {
 				off = se.Offset
 			}
 			line += lineAt(data[counted:], off-counted) - 1
-			errs = append(errs, &ParseError{Source: Source{File: file, Line: line}, Err: fmt.Errorf("invalid JSON: %w", err)})
+			perr := &ParseError{Source: Source{File: file, Line: line}, Err: fmt.Errorf("invalid JSON: %w", err)}
+			if len(values) == 0 {
+				return nil, nil, perr
+			}
+			errs = append(errs, perr)
 			break
 		}
 		line += lineAt(data[counted:], start-counted) - 1
@@ -134,7 +136,7 @@ func parseJSONStream(file string, data []byte) (objs []Object, errs []error, ok 
 		results[i] = decodeJSON(Source{File: file, Line: lines[i]}, values[i])
 	})
 	o, e := collect(results)
-	return o, append(e, errs...), true
+	return o, append(e, errs...), nil
 }
 
 // skipSpace returns the offset of the first non-whitespace byte at or after off.
