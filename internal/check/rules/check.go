@@ -96,7 +96,7 @@ func (c *check) local() (*service, bool) {
 func (c *check) replicas() (n int32, why string, ok bool) {
 	if hpa := c.hpa(); hpa != nil {
 		n := int32(1)
-		why := fmt.Sprintf("HorizontalPodAutoscaler %s minReplicas unset (default 1)", hpa.Name)
+		why := fmt.Sprintf("HorizontalPodAutoscaler %s minReplicas unset, default 1", hpa.Name)
 		if hpa.Spec.MinReplicas != nil {
 			n = *hpa.Spec.MinReplicas
 			why = fmt.Sprintf("HorizontalPodAutoscaler %s minReplicas %d", hpa.Name, n)
@@ -117,7 +117,7 @@ func (c *check) replicas() (n int32, why string, ok bool) {
 		return 0, "", false
 	}
 	if r == nil {
-		return 1, "replicas unset (default 1)", true
+		return 1, "replicas unset, default 1", true
 	}
 	return *r, fmt.Sprintf("replicas %d", *r), true
 }

@@ -52,8 +52,12 @@ func (c *check) checkReadinessGate() {
 	}
 	reg := c.timing.Registration
 	regWhy := "registration: " + c.timing.RegistrationWhy
+	consequence := ""
+	if _, rolls := c.minReadySeconds(); rolls {
+		consequence = ", and the rollout removes an old pod meanwhile"
+	}
 	c.add("ZD103", "",
-		fmt.Sprintf("no load-balancer readiness gate: a new pod turns Ready when its readinessProbe passes, up to %d s before the load balancer sends it traffic, and the rollout removes an old pod meanwhile", reg),
+		fmt.Sprintf("no load-balancer readiness gate: a new pod turns Ready when its readinessProbe passes, up to %d s before the load balancer sends it traffic%s", reg, consequence),
 		fmt.Sprintf("enable the zerodrop readiness gate (label the namespace %s=enabled, or add readinessGates: [{conditionType: %s}]); the AWS Load Balancer Controller's and GKE's NEG gates count too", InjectLabel, ZerodropGate),
 		regWhy)
 	if mrs, ok := c.minReadySeconds(); ok && int(mrs) < reg {
@@ -111,9 +115,9 @@ func (c *check) maxUnavailable(mu intstr.IntOrString, what, fix string) {
 		v, err := intstr.GetScaledValueFromIntOrPercent(&mu, int(n), false)
 		pct, _ := intstr.GetScaledValueFromIntOrPercent(&mu, 100, false)
 		if err == nil && v == 0 && pct > 0 {
-			msg += fmt.Sprintf("; %s is 0 pods at %s, but 1 or more from %d replicas on", mu.StrVal, why, (100+pct-1)/pct)
+			msg += fmt.Sprintf("; %s resolves to 0 of %d pods now (%s), but to 1 or more from %d replicas on", mu.StrVal, n, why, (100+pct-1)/pct)
 		} else if err == nil {
-			msg += fmt.Sprintf("; %s is %d of %d pods (%s)", mu.StrVal, v, n, why)
+			msg += fmt.Sprintf("; %s resolves to %d of %d pods (%s)", mu.StrVal, v, n, why)
 		}
 	}
 	c.add("ZD301", "", msg, fix)
@@ -158,7 +162,14 @@ func (c *check) checkPDB() {
 		return
 	}
 	c.add("ZD304", "",
-		fmt.Sprintf("PodDisruptionBudget %s allows all %d pods to be evicted at once", strings.Join(names, ", "), n), fix)
+		fmt.Sprintf("PodDisruptionBudget %s allows %s to be evicted at once", strings.Join(names, ", "), allPods(n)), fix)
+}
+
+func allPods(n int32) string {
+	if n == 1 {
+		return "the only pod"
+	}
+	return fmt.Sprintf("all %d pods", n)
 }
 
 // pdbAllows returns how many of n pods the budget lets go at once, as the
