@@ -69,7 +69,7 @@ type replica struct {
 	prov provider.Provider
 	// newProv, when set, makes the replica's own provider with its hooks.
 	newProv func(provider.Hooks) provider.Provider
-	sync service.SyncMode
+	sync    service.SyncMode
 	// leaderElect runs the manager with a Lease; release gives it up on stop
 	// (false simulates a crash: the standby must wait for the lease to expire).
 	leaderElect, release bool

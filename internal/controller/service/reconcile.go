@@ -126,6 +126,16 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		for kind, n := range plan.Counts() {
 			c.opts.Metrics.PlanOps.WithLabelValues(string(kind)).Add(float64(n))
 		}
+		if !c.alloc.enabled() && desired != nil {
+			// The provider assigns frontend addresses (a cloud): read what it
+			// gave, for the Services' status.
+			if observed, err = c.opts.Provider.Observe(ctx, key); err != nil {
+				return result, fmt.Errorf("observe %s after apply: %w", key, err)
+			}
+		}
+	}
+	if !c.alloc.enabled() {
+		providerAddresses(st.active, observed)
 	}
 	if err := c.updateStatuses(ctx, st, plan, warnings); err != nil {
 		return result, err
@@ -139,6 +149,24 @@ func (c *Controller) apply(ctx context.Context, key string, desired *model.LoadB
 		return c.opts.Provider.Delete(ctx, key)
 	}
 	return c.opts.Provider.Apply(ctx, plan)
+}
+
+// providerAddresses fills in the addresses a provider assigned, from the
+// Services' listeners as observed.
+func providerAddresses(active []model.ServiceInput, observed *model.LoadBalancer) {
+	if observed == nil {
+		return
+	}
+	for i := range active {
+		svc := active[i].Service
+		prefix := svc.Namespace + "/" + svc.Name + "/"
+		for _, l := range observed.Listeners {
+			if strings.HasPrefix(l.Name, prefix) && l.Address != "" {
+				active[i].Address = l.Address
+				break
+			}
+		}
+	}
 }
 
 // collect reads the Services of one load balancer from the cache and sorts
