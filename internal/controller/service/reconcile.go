@@ -102,6 +102,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		desired = nil
 	}
 
+	if !c.alloc.enabled() {
+		keepAssignedAddresses(desired, observed)
+	}
 	var plan model.Plan
 	if c.opts.Sync == SyncFull {
 		plan = model.FullPlan(observed, desired)
@@ -149,6 +152,20 @@ func (c *Controller) apply(ctx context.Context, key string, desired *model.LoadB
 		return c.opts.Provider.Delete(ctx, key)
 	}
 	return c.opts.Provider.Apply(ctx, plan)
+}
+
+// keepAssignedAddresses: where the provider assigns frontend addresses the
+// desired listener has none; the one the provider gave is not a difference.
+func keepAssignedAddresses(desired, observed *model.LoadBalancer) {
+	if desired == nil {
+		return
+	}
+	for i := range desired.Listeners {
+		l := &desired.Listeners[i]
+		if o := observed.Listener(l.Name); o != nil && l.Address == "" {
+			l.Address = o.Address
+		}
+	}
 }
 
 // providerAddresses fills in the addresses a provider assigned, from the
