@@ -1,0 +1,152 @@
+package model
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+func states(lb *LoadBalancer) []string {
+	var out []string
+	for _, l := range lb.Listeners {
+		for _, b := range l.Backends {
+			out = append(out, b.ID()+"="+string(b.State))
+		}
+	}
+	return out
+}
+
+func drainingBe(addr string) Backend { return Backend{Address: addr, Port: 80, State: Draining} }
+
+func TestStep(t *testing.T) {
+	none := func(string, Backend) bool { return false }
+	all := func(string, Backend) bool { return true }
+	only := func(id string) func(string, Backend) bool {
+		return func(_ string, b Backend) bool { return b.ID() == id }
+	}
+	pct := func(s string) func(string) intstr.IntOrString {
+		return func(string) intstr.IntOrString { return intstr.FromString(s) }
+	}
+	tests := []struct {
+		name     string
+		observed *LoadBalancer
+		desired  *LoadBalancer
+		opts     StepOptions
+		want     []string
+		pending  bool
+	}{
+		{
+			name:     "a removed backend drains first",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), be("10.0.0.2", 80))),
+			desired:  lbOf(listener("a", 80, be("10.0.0.1", 80))),
+			opts:     StepOptions{Drained: all},
+			want:     []string{"10.0.0.1:80=active", "10.0.0.2:80=draining"},
+			pending:  true,
+		},
+		{
+			name:     "a draining backend with connections stays",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), drainingBe("10.0.0.2"))),
+			desired:  lbOf(listener("a", 80, be("10.0.0.1", 80))),
+			opts:     StepOptions{Drained: none},
+			want:     []string{"10.0.0.1:80=active", "10.0.0.2:80=draining"},
+			pending:  true,
+		},
+		{
+			name:     "a drained backend goes",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), drainingBe("10.0.0.2"))),
+			desired:  lbOf(listener("a", 80, be("10.0.0.1", 80))),
+			opts:     StepOptions{Drained: all},
+			want:     []string{"10.0.0.1:80=active"},
+		},
+		{
+			name:     "terminating endpoint (desired draining) drains, then goes",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), drainingBe("10.0.0.2"))),
+			desired:  lbOf(listener("a", 80, be("10.0.0.1", 80), drainingBe("10.0.0.2"))),
+			opts:     StepOptions{Drained: only("10.0.0.2:80")},
+			want:     []string{"10.0.0.1:80=active"},
+		},
+		{
+			name:     "a draining backend the load balancer lacks is not added",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80))),
+			desired:  lbOf(listener("a", 80, be("10.0.0.1", 80), drainingBe("10.0.0.2"))),
+			want:     []string{"10.0.0.1:80=active"},
+		},
+		{
+			name: "a rollout drains at most the share, adds the new pool at once",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), be("10.0.0.2", 80), be("10.0.0.3", 80), be("10.0.0.4", 80),
+				be("10.0.0.5", 80), be("10.0.0.6", 80), be("10.0.0.7", 80), be("10.0.0.8", 80))),
+			desired: lbOf(listener("a", 80, be("10.0.1.1", 80), be("10.0.1.2", 80), be("10.0.1.3", 80), be("10.0.1.4", 80),
+				be("10.0.1.5", 80), be("10.0.1.6", 80), be("10.0.1.7", 80), be("10.0.1.8", 80))),
+			opts: StepOptions{Drained: all, MaxUnavailable: pct("25%")},
+			want: []string{"10.0.0.1:80=draining", "10.0.0.2:80=draining", "10.0.0.3:80=active", "10.0.0.4:80=active",
+				"10.0.0.5:80=active", "10.0.0.6:80=active", "10.0.0.7:80=active", "10.0.0.8:80=active",
+				"10.0.1.1:80=active", "10.0.1.2:80=active", "10.0.1.3:80=active", "10.0.1.4:80=active",
+				"10.0.1.5:80=active", "10.0.1.6:80=active", "10.0.1.7:80=active", "10.0.1.8:80=active"},
+			pending: true,
+		},
+		{
+			name:     "at least one per step even when the share rounds to zero",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), be("10.0.0.2", 80))),
+			desired:  lbOf(listener("a", 80)),
+			opts:     StepOptions{MaxUnavailable: pct("10%")},
+			want:     []string{"10.0.0.1:80=draining", "10.0.0.2:80=active"},
+			pending:  true,
+		},
+		{
+			name:     "a new listener never gets draining backends",
+			observed: lbOf(),
+			desired:  lbOf(listener("a", 80, be("10.0.0.1", 80), drainingBe("10.0.0.2"))),
+			want:     []string{"10.0.0.1:80=active"},
+		},
+		{
+			name:     "weight changes of staying backends pass",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80))),
+			desired:  lbOf(listener("a", 80, Backend{Address: "10.0.0.1", Port: 80, Weight: 10})),
+			want:     []string{"10.0.0.1:80=active"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, res := Step(tt.observed, tt.desired, tt.opts)
+			if diff := cmp.Diff(tt.want, states(got)); diff != "" {
+				t.Errorf("step (-want +got):\n%s", diff)
+			}
+			if res.Pending != tt.pending {
+				t.Errorf("pending = %v, want %v", res.Pending, tt.pending)
+			}
+		})
+	}
+}
+
+// TestStepConverges: repeated steps with everything drained reach desired,
+// never emptying a pool that desired keeps serving.
+func TestStepConverges(t *testing.T) {
+	var old, next []Backend
+	for i := 1; i <= 10; i++ {
+		old = append(old, be("10.0.0."+string(rune('0'+i%10)), 80))
+		next = append(next, be("10.0.1."+string(rune('0'+i%10)), 80))
+	}
+	cur := lbOf(listener("a", 80, old...))
+	desired := lbOf(listener("a", 80, next...))
+	for step := 0; step < 20; step++ {
+		nextState, res := Step(cur, desired, StepOptions{Drained: func(string, Backend) bool { return true }})
+		active := 0
+		for _, b := range nextState.Listeners[0].Backends {
+			if b.State == Active {
+				active++
+			}
+		}
+		if active == 0 {
+			t.Fatalf("step %d emptied the pool", step)
+		}
+		cur = nextState
+		if !res.Pending {
+			if !Equal(cur, desired) {
+				t.Fatalf("not pending but not desired: %v", states(cur))
+			}
+			return
+		}
+	}
+	t.Fatalf("did not converge: %v", states(cur))
+}
