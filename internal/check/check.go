@@ -166,14 +166,18 @@ func parseArgs(fs *flag.FlagSet, o *options, args []string) error {
 	}
 	var errs []error
 	fs.Visit(func(f *flag.Flag) {
+		name := "--" + f.Name
+		if len(f.Name) == 1 {
+			name = "-" + f.Name
+		}
 		switch f.Name {
 		case "registration-seconds", "deregistration-seconds":
 			if f.Value.(flag.Getter).Get().(int) < 0 {
-				errs = append(errs, fmt.Errorf("--%s must be 0 or more", f.Name))
+				errs = append(errs, fmt.Errorf("%s must be 0 or more", name))
 			}
 		case "kubeconfig", "context", "namespace", "n", "all-namespaces", "A":
 			if !o.cluster {
-				errs = append(errs, fmt.Errorf("--%s needs --cluster", f.Name))
+				errs = append(errs, fmt.Errorf("%s needs --cluster", name))
 			}
 		}
 	})

@@ -38,6 +38,7 @@ func TestExitCodes(t *testing.T) {
 		{"unknown output", []string{"-o", "yaml", clean}, "", check.ExitUsage, `unknown output format "yaml"`},
 		{"negative override", []string{"--deregistration-seconds", "-3", clean}, "", check.ExitUsage, "--deregistration-seconds must be 0 or more"},
 		{"cluster flag without --cluster", []string{"--context", "prod", clean}, "", check.ExitUsage, "--context needs --cluster"},
+		{"-n without --cluster", []string{"-n", "shop", clean}, "", check.ExitUsage, "-n needs --cluster"},
 		{"--cluster with paths", []string{"--cluster", clean}, "", check.ExitUsage, "give no paths"},
 		{"-n with -A", []string{"--cluster", "-n", "a", "-A"}, "", check.ExitUsage, "exclude each other"},
 		{"missing kubeconfig", []string{"--cluster", "--kubeconfig", "does-not-exist"}, "", check.ExitUsage, "load kubeconfig"},
