@@ -80,6 +80,15 @@ type Options struct {
 	// ReadQPS and ReadBurst bound the provider reads (default 50, 100).
 	ReadQPS   float64
 	ReadBurst int
+	// ImmediateRemoval removes backends at once instead of draining them
+	// first (upstream-like; for side-by-side comparison only).
+	ImmediateRemoval bool
+	// CoalesceWindow gathers endpoint changes of one load balancer into one
+	// write (default 250ms).
+	CoalesceWindow time.Duration
+	// DrainPollInterval is how often a draining load balancer is checked
+	// again (default 1s).
+	DrainPollInterval time.Duration
 	// FailureEventThreshold is how many consecutive failures of one load
 	// balancer make a Warning Event (default 5): transient conflicts stay silent.
 	FailureEventThreshold int
@@ -96,6 +105,7 @@ type Controller struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	alloc   *allocator
 	limiter *rate.Limiter
+	drains  *drainClock
 
 	mu       sync.Mutex
 	failures map[string]int
@@ -129,6 +139,12 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 	if opts.ReadBurst <= 0 {
 		opts.ReadBurst = 100
 	}
+	if opts.CoalesceWindow <= 0 {
+		opts.CoalesceWindow = 250 * time.Millisecond
+	}
+	if opts.DrainPollInterval <= 0 {
+		opts.DrainPollInterval = time.Second
+	}
 	if opts.FailureEventThreshold <= 0 {
 		opts.FailureEventThreshold = 5
 	}
@@ -152,6 +168,7 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 		alloc:    newAllocator(opts.AddressPool),
 		limiter:  rate.NewLimiter(rate.Limit(opts.ReadQPS), opts.ReadBurst),
 		failures: map[string]int{},
+		drains:   newDrainClock(),
 	}
 	// Services are found by load balancer key through an index, so a
 	// reconcile does not scan every Service.
@@ -221,9 +238,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	// The queue hands one key to one worker at a time: this is the single
 	// writer of that load balancer. The provider is called outside any lock.
 	defer c.queue.Done(key)
-	err := c.reconcileKey(ctx, key)
+	again, err := c.reconcileKey(ctx, key)
 	var retry *provider.RetryAfterError
 	switch {
+	case err == nil && again > 0:
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, again)
 	case err == nil:
 		c.queue.Forget(key)
 	case errors.As(err, &retry):
@@ -299,7 +319,9 @@ func (c *Controller) watch(ctx context.Context) error {
 			return
 		}
 		if c.managed(&svc) {
-			c.queue.Add(c.opts.KeyFunc(&svc))
+			// Endpoint changes are coalesced: a burst of them becomes one
+			// reconcile (the queue holds a key once) and so one write.
+			c.queue.AddAfter(c.opts.KeyFunc(&svc), c.opts.CoalesceWindow)
 		}
 	}
 	if _, err := sliceInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{

@@ -35,11 +35,13 @@ type state struct {
 	leaving []*corev1.Service
 }
 
-func (c *Controller) reconcileKey(ctx context.Context, key string) error {
+// reconcileKey reconciles one load balancer; a positive duration asks for
+// another look then (a drain in progress).
+func (c *Controller) reconcileKey(ctx context.Context, key string) (time.Duration, error) {
 	start := time.Now()
 	log := c.opts.Logger.WithValues("loadBalancer", key)
 	ctx = withLogger(ctx, log)
-	result, err := c.reconcile(ctx, key)
+	result, pending, err := c.reconcile(ctx, key)
 	c.opts.Metrics.Reconciles.WithLabelValues(result).Inc()
 	c.opts.Metrics.ReconcileLatency.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -49,26 +51,29 @@ func (c *Controller) reconcileKey(ctx context.Context, key string) error {
 		} else {
 			log.Error(err, "reconcile failed")
 		}
-		return err
+		return 0, err
 	}
 	c.clearFailures(ctx, key)
-	log.V(2).Info("reconciled", "result", result, "duration", time.Since(start))
-	return nil
+	log.V(2).Info("reconciled", "result", result, "duration", time.Since(start), "pending", pending)
+	if pending {
+		return c.opts.DrainPollInterval, nil
+	}
+	return 0, nil
 }
 
-func (c *Controller) reconcile(ctx context.Context, key string) (string, error) {
+func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, error) {
 	st, err := c.collect(ctx, key)
 	if err != nil {
-		return resultError, err
+		return resultError, false, err
 	}
 	if err := c.limiter.Wait(ctx); err != nil {
-		return resultError, err
+		return resultError, false, err
 	}
 	pname := c.opts.Provider.Name()
 	observed, err := c.opts.Provider.Observe(ctx, key)
 	if err != nil {
 		c.opts.Metrics.ProviderErrors.WithLabelValues(pname, "observe").Inc()
-		return resultError, fmt.Errorf("observe %s: %w", key, err)
+		return resultError, false, fmt.Errorf("observe %s: %w", key, err)
 	}
 
 	// Addresses are settled before the finalizers: both are apiserver writes.
@@ -84,13 +89,13 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 	st.active = dropInvalid(st.active, st.invalid)
 	for _, in := range st.active {
 		if err := c.ensureFinalizer(ctx, in.Service); err != nil {
-			return resultError, err
+			return resultError, false, err
 		}
 	}
 
 	nodes, err := c.nodes(ctx, st.active)
 	if err != nil {
-		return resultError, err
+		return resultError, false, err
 	}
 	desired, warnings := model.Desired(key, st.active, model.DesiredOptions{
 		Nodes:       nodes,
@@ -105,6 +110,12 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 	if !c.alloc.enabled() {
 		keepAssignedAddresses(desired, observed)
 	}
+	pending := false
+	if !c.opts.ImmediateRemoval {
+		if desired, pending, err = c.step(ctx, key, st, observed, desired); err != nil {
+			return resultError, false, err
+		}
+	}
 	var plan model.Plan
 	if c.opts.Sync == SyncFull {
 		plan = model.FullPlan(observed, desired)
@@ -117,10 +128,10 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		if err := c.apply(ctx, key, desired, plan); err != nil {
 			if errors.Is(err, provider.ErrConflict) {
 				c.opts.Metrics.ProviderConflicts.WithLabelValues(pname).Inc()
-				return resultConflict, err
+				return resultConflict, false, err
 			}
 			c.opts.Metrics.ProviderErrors.WithLabelValues(pname, "apply").Inc()
-			return resultError, fmt.Errorf("apply plan to %s: %w", key, err)
+			return resultError, false, fmt.Errorf("apply plan to %s: %w", key, err)
 		}
 		result = resultApplied
 		if desired == nil {
@@ -133,7 +144,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 			// The provider assigns frontend addresses (a cloud): read what it
 			// gave, for the Services' status.
 			if observed, err = c.opts.Provider.Observe(ctx, key); err != nil {
-				return result, fmt.Errorf("observe %s after apply: %w", key, err)
+				return result, false, fmt.Errorf("observe %s after apply: %w", key, err)
 			}
 		}
 	}
@@ -141,9 +152,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		providerAddresses(st.active, observed)
 	}
 	if err := c.updateStatuses(ctx, st, plan, warnings); err != nil {
-		return result, err
+		return result, false, err
 	}
-	return result, nil
+	return result, pending, nil
 }
 
 func (c *Controller) apply(ctx context.Context, key string, desired *model.LoadBalancer, plan model.Plan) error {

@@ -25,6 +25,8 @@ type Provider struct {
 	version int
 	// Writes lists every applied op (and "delete <key>"), in order.
 	writes []string
+	// conns holds connection counts set by tests, by listener|address:port.
+	conns map[string]int64
 	// BeforeApply, when set, runs inside Apply before the version check
 	// (tests use it to change state behind the controller's back).
 	BeforeApply func(key string)
@@ -32,7 +34,7 @@ type Provider struct {
 
 // New returns an empty provider.
 func New(hooks provider.Hooks) *Provider {
-	return &Provider{hooks: hooks, lbs: map[string]*model.LoadBalancer{}}
+	return &Provider{hooks: hooks, lbs: map[string]*model.LoadBalancer{}, conns: map[string]int64{}}
 }
 
 // SetHooks replaces the hooks (a test's new controller brings new metrics).
@@ -103,8 +105,8 @@ func (p *Provider) Delete(_ context.Context, key string) error {
 	return nil
 }
 
-// Backends implements provider.Provider: every backend is healthy, with no
-// connections.
+// Backends implements provider.Provider: every backend is healthy, with the
+// connections SetConnections gave it (0 by default).
 func (p *Provider) Backends(_ context.Context, key string) ([]provider.BackendStatus, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -113,11 +115,18 @@ func (p *Provider) Backends(_ context.Context, key string) ([]provider.BackendSt
 		for _, l := range lb.Listeners {
 			for _, b := range l.Backends {
 				out = append(out, provider.BackendStatus{Listener: l.Name, Address: b.Address, Port: b.Port,
-					State: b.State, Healthy: true, HealthKnown: true})
+					State: b.State, Healthy: true, HealthKnown: true, Connections: p.conns[l.Name+"|"+b.ID()]})
 			}
 		}
 	}
 	return out, nil
+}
+
+// SetConnections sets the connection count Backends reports for a backend.
+func (p *Provider) SetConnections(listener, backendID string, n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns[listener+"|"+backendID] = n
 }
 
 // Set replaces a load balancer behind the controller's back (a second writer).

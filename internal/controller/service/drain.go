@@ -1,0 +1,119 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"zerodrop.dev/zerodrop/internal/model"
+)
+
+// drainClock remembers when this controller first saw each backend draining.
+// After a restart the clock starts again: a backend then drains a little
+// longer, never shorter.
+type drainClock struct {
+	mu    sync.Mutex
+	since map[string]time.Time
+}
+
+func newDrainClock() *drainClock { return &drainClock{since: map[string]time.Time{}} }
+
+func (d *drainClock) started(id string, now time.Time) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, ok := d.since[id]
+	if !ok {
+		d.since[id] = now
+		t = now
+	}
+	return t
+}
+
+// keep forgets the backends of lbKey that are not draining any more.
+func (d *drainClock) keep(lbKey string, lb *model.LoadBalancer) {
+	live := map[string]bool{}
+	if lb != nil {
+		for _, l := range lb.Listeners {
+			for _, b := range l.Backends {
+				if b.State == model.Draining {
+					live[drainID(lbKey, l.Name, b)] = true
+				}
+			}
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id := range d.since {
+		if strings.HasPrefix(id, lbKey+"|") && !live[id] {
+			delete(d.since, id)
+		}
+	}
+}
+
+func drainID(lbKey, listener string, b model.Backend) string {
+	return lbKey + "|" + listener + "|" + b.ID()
+}
+
+// step turns desired into the next safe state (model.Step): removed backends
+// drain first and go once their connections reach zero or their drain timeout
+// passes; one step takes at most max-unavailable of a pool out of service.
+// It reports whether more steps are to come.
+func (c *Controller) step(ctx context.Context, key string, st *state, observed, desired *model.LoadBalancer) (*model.LoadBalancer, bool, error) {
+	if observed == nil || desired == nil {
+		return desired, false, nil
+	}
+	configs := map[string]model.ServiceConfig{}
+	for _, in := range st.active {
+		configs[in.Service.Namespace+"/"+in.Service.Name+"/"] = in.Config
+	}
+	configOf := func(listener string) model.ServiceConfig {
+		for prefix, cfg := range configs {
+			if strings.HasPrefix(listener, prefix) {
+				return cfg
+			}
+		}
+		cfg, _ := model.ParseServiceConfig(nil)
+		return cfg
+	}
+
+	// Connection counts are read only when something is draining, so a
+	// no-op reconcile stays at one read.
+	conns := map[string]int64{}
+	if hasDraining(observed) {
+		statuses, err := c.opts.Provider.Backends(ctx, key)
+		if err != nil {
+			return nil, false, fmt.Errorf("read backend status of %s: %w", key, err)
+		}
+		for _, s := range statuses {
+			conns[s.Listener+"|"+model.Backend{Address: s.Address, Port: s.Port}.ID()] = s.Connections
+		}
+	}
+	now := time.Now()
+	next, res := model.Step(observed, desired, model.StepOptions{
+		Drained: func(listener string, b model.Backend) bool {
+			since := c.drains.started(drainID(key, listener, b), now)
+			if n, ok := conns[listener+"|"+b.ID()]; ok && n == 0 {
+				return true
+			}
+			return now.Sub(since) >= configOf(listener).DrainTimeout
+		},
+		MaxUnavailable: func(listener string) intstr.IntOrString { return configOf(listener).MaxUnavailable },
+	})
+	c.drains.keep(key, next)
+	return next, res.Pending, nil
+}
+
+func hasDraining(lb *model.LoadBalancer) bool {
+	for _, l := range lb.Listeners {
+		for _, b := range l.Backends {
+			if b.State == model.Draining {
+				return true
+			}
+		}
+	}
+	return false
+}
