@@ -27,6 +27,10 @@ type DesiredOptions struct {
 	Unsupported map[Protocol]bool
 	// AddressMap rewrites backend addresses (see AddressMapping).
 	AddressMap []AddressMapping
+	// GatePending reports an endpoint that is not ready only because
+	// zerodrop's readiness gate waits for the load balancer: it must be
+	// registered for the gate ever to open (invariant 5).
+	GatePending func(discoveryv1.Endpoint) bool
 }
 
 // Warning is a problem with one Service that the builder worked around.
@@ -89,7 +93,7 @@ func Desired(key string, services []ServiceInput, opts DesiredOptions) (*LoadBal
 				}
 				l.Backends = nodeBackends(opts.Nodes, port.NodePort)
 			default:
-				l.Backends = endpointBackends(in.Slices, port)
+				l.Backends = endpointBackends(in.Slices, port, opts.GatePending)
 			}
 			for i := range l.Backends {
 				l.Backends[i].Address = MapAddress(opts.AddressMap, l.Backends[i].Address)
@@ -137,7 +141,7 @@ func NodeAddress(n *corev1.Node) string {
 // endpointBackends lists the endpoints of one Service port. Ready endpoints
 // are active; terminating endpoints that still serve are draining, so that
 // their established connections continue (invariant 3).
-func endpointBackends(slices []*discoveryv1.EndpointSlice, port corev1.ServicePort) []Backend {
+func endpointBackends(slices []*discoveryv1.EndpointSlice, port corev1.ServicePort, gatePending func(discoveryv1.Endpoint) bool) []Backend {
 	byID := map[string]Backend{}
 	for _, s := range slices {
 		var target int32
@@ -163,6 +167,9 @@ func endpointBackends(slices []*discoveryv1.EndpointSlice, port corev1.ServicePo
 		}
 		for _, ep := range s.Endpoints {
 			state, ok := endpointState(ep.Conditions)
+			if !ok && gatePending != nil && gatePending(ep) {
+				state, ok = Active, true
+			}
 			if !ok {
 				continue
 			}

@@ -95,6 +95,13 @@ func TestDesiredBackends(t *testing.T) {
 			want: []string{"10.0.0.1:8080=active"},
 		},
 		{
+			name: "an endpoint waiting only for zerodrop's gate is registered",
+			in: ServiceInput{Service: svc(), Config: defaultConfig(), Slices: []*discoveryv1.EndpointSlice{
+				epSlice(8080, ep{addr: "10.0.0.1", ready: no, serving: no}, ep{addr: "10.0.0.2", ready: no, serving: no})}},
+			opts: DesiredOptions{GatePending: func(e discoveryv1.Endpoint) bool { return e.Addresses[0] == "10.0.0.1" }},
+			want: []string{"10.0.0.1:8080=active"},
+		},
+		{
 			name: "slice port must match the Service port name",
 			in: ServiceInput{Service: svc(func(s *corev1.Service) { s.Spec.Ports[0].Name = "web" }), Config: defaultConfig(),
 				Slices: []*discoveryv1.EndpointSlice{epSlice(8080, ep{addr: "10.0.0.1"})}},

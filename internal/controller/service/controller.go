@@ -254,6 +254,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	return true
 }
 
+// Managed reports whether zerodrop owns the Service's load balancer.
+func (c *Controller) Managed(svc *corev1.Service) bool { return c.managed(svc) }
+
+// Key returns the load balancer key of a Service.
+func (c *Controller) Key(svc *corev1.Service) string { return c.opts.KeyFunc(svc) }
+
 // managed reports whether zerodrop owns the Service's load balancer.
 func (c *Controller) managed(svc *corev1.Service) bool {
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
@@ -332,6 +338,9 @@ func (c *Controller) watch(ctx context.Context) error {
 		return err
 	}
 
+	if err := c.watchPods(ctx); err != nil {
+		return err
+	}
 	nodeInf, err := c.cache.GetInformer(ctx, &corev1.Node{})
 	if err != nil {
 		return fmt.Errorf("node informer: %w", err)

@@ -101,6 +101,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 		Nodes:       nodes,
 		Unsupported: c.opts.Provider.Unsupported(),
 		AddressMap:  c.opts.BackendAddressMap,
+		GatePending: c.gatePending(ctx),
 	})
 	desired = keepInvalid(desired, observed, st.invalid)
 	if len(st.active) == 0 && len(st.invalid) == 0 {

@@ -1,0 +1,148 @@
+// Package podgate sets the readiness gate condition
+// zerodrop.dev/load-balancer-ready on pods that carry the gate: True only
+// once every zerodrop load balancer that selects the pod has registered it
+// and, where the provider reports health, sees it healthy (invariant 5).
+package podgate
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"zerodrop.dev/zerodrop/internal/lbtarget"
+)
+
+// ConditionType is the pod readiness gate zerodrop owns.
+const ConditionType corev1.PodConditionType = "zerodrop.dev/load-balancer-ready"
+
+// Options configure the readiness-gate controller.
+type Options struct {
+	Finder *lbtarget.Finder
+	// PollInterval is how often a pod that is not served yet is checked again
+	// (default 500ms).
+	PollInterval time.Duration
+	// ReadQPS bounds the provider reads of this controller (default 20).
+	ReadQPS float64
+	Logger  logr.Logger
+}
+
+// Reconciler flips the readiness gate of one pod.
+type Reconciler struct {
+	client  client.Client
+	opts    Options
+	limiter *rate.Limiter
+}
+
+// Setup registers the controller with mgr (it runs in the leader only).
+func Setup(mgr ctrl.Manager, opts Options) error {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 500 * time.Millisecond
+	}
+	if opts.ReadQPS <= 0 {
+		opts.ReadQPS = 20
+	}
+	r := &Reconciler{client: mgr.GetClient(), opts: opts, limiter: rate.NewLimiter(rate.Limit(opts.ReadQPS), int(opts.ReadQPS))}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("zerodrop-podgate").
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(e event.CreateEvent) bool { return pending(e.Object.(*corev1.Pod)) },
+			UpdateFunc:  func(e event.UpdateEvent) bool { return pending(e.ObjectNew.(*corev1.Pod)) },
+			DeleteFunc:  func(event.DeleteEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
+		Complete(r)
+}
+
+// HasGate reports whether the pod asks for zerodrop's readiness gate.
+func HasGate(pod *corev1.Pod) bool {
+	for _, g := range pod.Spec.ReadinessGates {
+		if g.ConditionType == ConditionType {
+			return true
+		}
+	}
+	return false
+}
+
+func conditionTrue(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == ConditionType {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// pending: the pod has the gate, it is not True yet, and the pod can be
+// served (it has an address and is not going away).
+func pending(pod *corev1.Pod) bool {
+	return HasGate(pod) && !conditionTrue(pod) && pod.DeletionTimestamp == nil && pod.Status.PodIP != ""
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := r.opts.Logger.WithValues("pod", req.NamespacedName)
+	var pod corev1.Pod
+	if err := r.client.Get(ctx, req.NamespacedName, &pod); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !pending(&pod) {
+		return reconcile.Result{}, nil
+	}
+	if err := r.limiter.Wait(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	targets, err := r.opts.Finder.Targets(ctx, &pod)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	served, reason, msg := verdict(targets)
+	if !served {
+		log.V(2).Info("not served yet", "targets", lbtarget.Describe(targets))
+		return reconcile.Result{RequeueAfter: r.opts.PollInterval}, nil
+	}
+	orig := pod.DeepCopy()
+	setCondition(&pod, corev1.PodCondition{Type: ConditionType, Status: corev1.ConditionTrue,
+		Reason: reason, Message: msg, LastTransitionTime: metav1.Now()})
+	if err := r.client.Status().Patch(ctx, &pod, client.MergeFrom(orig)); err != nil {
+		return reconcile.Result{}, fmt.Errorf("set readiness gate of %s: %w", req.NamespacedName, err)
+	}
+	log.V(1).Info("load balancers serve the pod", "targets", lbtarget.Describe(targets))
+	return reconcile.Result{}, nil
+}
+
+// verdict decides the gate from what the load balancers report. In node mode
+// with externalTrafficPolicy Local the node must be registered, not healthy:
+// its health check answers only once a local pod is ready, which waits for
+// this gate.
+func verdict(targets []lbtarget.Target) (bool, string, string) {
+	if len(targets) == 0 {
+		return true, "NoLoadBalancer", "no zerodrop load balancer selects this pod"
+	}
+	for _, t := range targets {
+		if !t.Registered || (!t.NodeOnly && !t.Healthy) {
+			return false, "", ""
+		}
+	}
+	return true, "LoadBalancerServing", "every zerodrop load balancer selecting this pod serves it: " + lbtarget.Describe(targets)
+}
+
+func setCondition(pod *corev1.Pod, c corev1.PodCondition) {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == c.Type {
+			pod.Status.Conditions[i] = c
+			return
+		}
+	}
+	pod.Status.Conditions = append(pod.Status.Conditions, c)
+}

@@ -1,0 +1,145 @@
+// Package lbtarget answers, for one pod, "which load balancers select it and
+// what do they report of it?" — the question behind both pod gates: the
+// readiness gate (is it served?) and the termination gate (is it drained?).
+package lbtarget
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// Services says which Services are zerodrop's and which load balancer each
+// maps to (the Service controller implements it).
+type Services interface {
+	Managed(*corev1.Service) bool
+	Key(*corev1.Service) string
+}
+
+// Finder looks pods up in the load balancers that select them.
+type Finder struct {
+	Reader     client.Reader
+	Services   Services
+	Provider   provider.Provider
+	AddressMap []model.AddressMapping
+}
+
+// Target is one listener of one load balancer that should serve a pod, and
+// what the provider reports of the pod there.
+type Target struct {
+	Service  string
+	LB       string
+	Listener string
+	// Registered: the provider has a backend for the pod on this listener.
+	Registered bool
+	// Healthy: registered and healthy, or the provider does not check health.
+	Healthy bool
+	// NodeOnly: node mode with externalTrafficPolicy Local — the backend is
+	// the node, whose health follows the pod's readiness (waiting for it would
+	// be a cycle, invariant 5).
+	NodeOnly bool
+	// Connections of the pod's backend, -1 when unknown or not registered.
+	Connections int64
+	State       model.BackendState
+}
+
+// Selecting lists the zerodrop Services whose selector matches the pod.
+func (f *Finder) Selecting(ctx context.Context, pod *corev1.Pod) ([]*corev1.Service, error) {
+	var list corev1.ServiceList
+	if err := f.Reader.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
+		return nil, fmt.Errorf("list services in %s: %w", pod.Namespace, err)
+	}
+	var out []*corev1.Service
+	for i := range list.Items {
+		svc := &list.Items[i]
+		if !f.Services.Managed(svc) || svc.DeletionTimestamp != nil || len(svc.Spec.Selector) == 0 {
+			continue
+		}
+		if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+			out = append(out, svc)
+		}
+	}
+	return out, nil
+}
+
+// Targets reports the pod's backends in every load balancer that selects it.
+func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error) {
+	svcs, err := f.Selecting(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	statusByLB := map[string][]provider.BackendStatus{}
+	var out []Target
+	for _, svc := range svcs {
+		cfg, err := model.ParseServiceConfig(svc.Annotations)
+		if err != nil {
+			// An invalid Service keeps its load balancer as it was; judge the
+			// pod by its default-mode backends.
+			cfg, _ = model.ParseServiceConfig(nil)
+		}
+		addr := model.MapAddress(f.AddressMap, pod.Status.PodIP)
+		nodeOnly := false
+		if cfg.Mode == model.NodeMode {
+			var node corev1.Node
+			if err := f.Reader.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, &node); err != nil {
+				return nil, fmt.Errorf("get node %s of pod %s/%s: %w", pod.Spec.NodeName, pod.Namespace, pod.Name, err)
+			}
+			addr = model.MapAddress(f.AddressMap, model.NodeAddress(&node))
+			nodeOnly = svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+		}
+		key := f.Services.Key(svc)
+		statuses, seen := statusByLB[key]
+		if !seen {
+			if statuses, err = f.Provider.Backends(ctx, key); err != nil {
+				return nil, fmt.Errorf("backend status of %s: %w", key, err)
+			}
+			statusByLB[key] = statuses
+		}
+		for _, port := range svc.Spec.Ports {
+			proto := port.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			if f.Provider.Unsupported()[model.Protocol(proto)] {
+				continue
+			}
+			listener := model.ListenerName(svc.Namespace, svc.Name, proto, port.Port)
+			t := Target{Service: svc.Namespace + "/" + svc.Name, LB: key, Listener: listener, NodeOnly: nodeOnly, Connections: -1}
+			for _, s := range statuses {
+				if s.Listener != listener || s.Address != addr {
+					continue
+				}
+				t.Registered, t.State, t.Connections = true, s.State, s.Connections
+				t.Healthy = !s.HealthKnown || s.Healthy
+			}
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// Describe is a short account of targets for messages.
+func Describe(ts []Target) string {
+	parts := make([]string, 0, len(ts))
+	for _, t := range ts {
+		state := "not registered"
+		switch {
+		case t.Registered && t.Healthy:
+			state = "serving"
+		case t.Registered:
+			state = "registered, not healthy yet"
+		}
+		if t.Registered && t.State == model.Draining {
+			state = fmt.Sprintf("draining (%d connections)", t.Connections)
+		}
+		parts = append(parts, t.Listener+": "+state)
+	}
+	return strings.Join(parts, "; ")
+}
