@@ -41,6 +41,9 @@ type Target struct {
 	Registered bool
 	// Healthy: registered and healthy, or the provider does not check health.
 	Healthy bool
+	// Node: the backend is the pod's node (node mode), shared with the
+	// node's other pods.
+	Node bool
 	// NodeOnly: node mode with externalTrafficPolicy Local — the backend is
 	// the node, whose health follows the pod's readiness (waiting for it would
 	// be a cycle, invariant 5).
@@ -111,7 +114,8 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 				continue
 			}
 			listener := model.ListenerName(svc.Namespace, svc.Name, proto, port.Port)
-			t := Target{Service: svc.Namespace + "/" + svc.Name, LB: key, Listener: listener, NodeOnly: nodeOnly, Connections: -1}
+			t := Target{Service: svc.Namespace + "/" + svc.Name, LB: key, Listener: listener,
+				Node: cfg.Mode == model.NodeMode, NodeOnly: nodeOnly, Connections: -1}
 			for _, s := range statuses {
 				if s.Listener != listener || s.Address != addr {
 					continue

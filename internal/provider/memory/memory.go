@@ -27,6 +27,8 @@ type Provider struct {
 	writes []string
 	// conns holds connection counts set by tests, by listener|address:port.
 	conns map[string]int64
+	// unhealthy marks backends Backends reports as failing their checks.
+	unhealthy map[string]bool
 	// BeforeApply, when set, runs inside Apply before the version check
 	// (tests use it to change state behind the controller's back).
 	BeforeApply func(key string)
@@ -34,7 +36,7 @@ type Provider struct {
 
 // New returns an empty provider.
 func New(hooks provider.Hooks) *Provider {
-	return &Provider{hooks: hooks, lbs: map[string]*model.LoadBalancer{}, conns: map[string]int64{}}
+	return &Provider{hooks: hooks, lbs: map[string]*model.LoadBalancer{}, conns: map[string]int64{}, unhealthy: map[string]bool{}}
 }
 
 // SetHooks replaces the hooks (a test's new controller brings new metrics).
@@ -115,7 +117,8 @@ func (p *Provider) Backends(_ context.Context, key string) ([]provider.BackendSt
 		for _, l := range lb.Listeners {
 			for _, b := range l.Backends {
 				out = append(out, provider.BackendStatus{Listener: l.Name, Address: b.Address, Port: b.Port,
-					State: b.State, Healthy: true, HealthKnown: true, Connections: p.conns[l.Name+"|"+b.ID()]})
+					State: b.State, Healthy: !p.unhealthy[l.Name+"|"+b.ID()], HealthKnown: true,
+					Connections: p.conns[l.Name+"|"+b.ID()]})
 			}
 		}
 	}
@@ -127,6 +130,13 @@ func (p *Provider) SetConnections(listener, backendID string, n int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.conns[listener+"|"+backendID] = n
+}
+
+// SetHealthy sets the health Backends reports for a backend (default healthy).
+func (p *Provider) SetHealthy(listener, backendID string, healthy bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unhealthy[listener+"|"+backendID] = !healthy
 }
 
 // Set replaces a load balancer behind the controller's back (a second writer).

@@ -1,0 +1,189 @@
+// Package drain is the termination gate: an HTTP endpoint that a pod's
+// preStop hook calls, and that answers only once every zerodrop load balancer
+// has drained and removed the pod's backends (invariant 6). It only waits and
+// reports: it triggers nothing, so no caller can drain a live pod.
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/lbtarget"
+)
+
+// Path is where the endpoint is served.
+const Path = "/drain"
+
+// Result header values: "drained" or "timeout".
+const ResultHeader = "X-Zerodrop-Drain"
+
+// Options configure the endpoint.
+type Options struct {
+	// Reader reads pods (the manager's cache: every replica has one).
+	Reader client.Reader
+	Finder *lbtarget.Finder
+	// PollInterval between two looks at the load balancers (default 250ms).
+	PollInterval time.Duration
+	// ShutdownBudget is kept from the pod's grace period for the container's
+	// own shutdown after SIGTERM (default 5s, at most a third of the period).
+	ShutdownBudget time.Duration
+	Logger         logr.Logger
+}
+
+// Handler serves GET /drain?pod=<namespace>/<name>[&uid=<uid>].
+type Handler struct{ opts Options }
+
+// NewHandler returns the endpoint's handler.
+func NewHandler(opts Options) *Handler {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 250 * time.Millisecond
+	}
+	if opts.ShutdownBudget <= 0 {
+		opts.ShutdownBudget = 5 * time.Second
+	}
+	return &Handler{opts: opts}
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		http.Error(w, "use GET", http.StatusMethodNotAllowed)
+		return
+	}
+	ns, name, ok := strings.Cut(r.URL.Query().Get("pod"), "/")
+	if !ok || ns == "" || name == "" {
+		http.Error(w, "want ?pod=<namespace>/<name>", http.StatusBadRequest)
+		return
+	}
+	var pod corev1.Pod
+	if err := h.opts.Reader.Get(r.Context(), types.NamespacedName{Namespace: ns, Name: name}, &pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			http.Error(w, fmt.Sprintf("pod %s/%s not found", ns, name), http.StatusNotFound)
+			return
+		}
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if uid := r.URL.Query().Get("uid"); uid != "" && types.UID(uid) != pod.UID {
+		http.Error(w, fmt.Sprintf("pod %s/%s has another uid", ns, name), http.StatusConflict)
+		return
+	}
+	if pod.DeletionTimestamp == nil {
+		http.Error(w, fmt.Sprintf("pod %s/%s is not terminating", ns, name), http.StatusConflict)
+		return
+	}
+	deadline := h.deadline(&pod)
+	ctx, cancel := context.WithDeadline(r.Context(), deadline)
+	defer cancel()
+	log := h.opts.Logger.WithValues("pod", ns+"/"+name)
+	start := time.Now()
+	desc, err := h.wait(ctx, &pod)
+	switch {
+	case err == nil:
+		log.Info("drained", "after", time.Since(start).Round(time.Millisecond))
+		w.Header().Set(ResultHeader, "drained")
+		fmt.Fprintf(w, "drained after %s\n", time.Since(start).Round(time.Millisecond))
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		// The bound passed: let the pod stop rather than be killed mid-shutdown.
+		log.Info("drain bound reached", "after", time.Since(start).Round(time.Millisecond), "targets", desc)
+		w.Header().Set(ResultHeader, "timeout")
+		fmt.Fprintf(w, "not drained within the pod's grace period: %s\n", desc)
+	case r.Context().Err() != nil:
+		// The caller went away (kubelet's own timeout); nothing to answer.
+	default:
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	}
+}
+
+// deadline leaves the container its shutdown budget of the grace period.
+func (h *Handler) deadline(pod *corev1.Pod) time.Time {
+	grace := 30 * time.Second
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	}
+	budget := h.opts.ShutdownBudget
+	if budget > grace/3 {
+		budget = grace / 3
+	}
+	// DeletionTimestamp is when the kubelet kills the pod: the start of
+	// deletion plus the grace period.
+	return pod.DeletionTimestamp.Add(-budget)
+}
+
+// wait returns nil once no load balancer has the pod's backend any more.
+func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (string, error) {
+	ticker := time.NewTicker(h.opts.PollInterval)
+	defer ticker.Stop()
+	desc := ""
+	for {
+		targets, err := h.opts.Finder.Targets(ctx, pod)
+		if err != nil && ctx.Err() == nil {
+			return desc, err
+		}
+		if err == nil {
+			desc = lbtarget.Describe(targets)
+			if removed(targets) {
+				return desc, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return desc, ctx.Err()
+		case <-ticker.C:
+		}
+	}
+}
+
+// removed: no IP-mode load balancer has the pod's backend. A node-mode
+// backend is the node, shared with other pods, and stays.
+func removed(targets []lbtarget.Target) bool {
+	for _, t := range targets {
+		if !t.Node && t.Registered {
+			return false
+		}
+	}
+	return true
+}
+
+// Server serves the endpoint in every replica: the standby answers from the
+// provider's state too.
+type Server struct {
+	Addr    string
+	Handler http.Handler
+	Logger  logr.Logger
+}
+
+// NeedLeaderElection: every replica serves.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Start serves until ctx is done.
+func (s *Server) Start(ctx context.Context) error {
+	mux := http.NewServeMux()
+	mux.Handle(Path, s.Handler)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		return fmt.Errorf("drain endpoint: %w", err)
+	}
+	s.Logger.Info("serving the drain endpoint", "addr", ln.Addr().String())
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/drain"
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/provider/memory"
+	"zerodrop.dev/zerodrop/internal/testenv"
+)
+
+// TestGatesMemory covers the logic of both gates with a provider whose
+// health and connections the test controls: the readiness gate waits for a
+// registered and healthy backend; the drain endpoint refuses live and unknown
+// pods and answers only once the pod's backend is drained and removed.
+func TestGatesMemory(t *testing.T) {
+	cfg := testenv.Start(t)
+	c := newClient(t, cfg)
+	ctx := context.Background()
+	prov := memory.New(provider.Hooks{})
+	const ns, app = "default", "shop"
+	listener := model.ListenerName(ns, app, corev1.ProtocolTCP, 80)
+	if err := c.Create(ctx, lbService(ns, app, "zerodrop.dev/memory", 80, 8080)); err != nil {
+		t.Fatal(err)
+	}
+	gatedPod(t, c, ns, "shop-a", app, "198.18.1.1")
+	// The new pod's checks fail at first: the gate must wait.
+	prov.SetHealthy(listener, "127.18.1.1:8080", false)
+	// Not ready: the gate is pending, as the EndpointSlice controller shows it.
+	setSlice(t, c, ns, app, 8080, endpoint{ip: "198.18.1.1", pod: "shop-a"})
+	ctrl := startController(t, cfg, prov, nil, controllerOptions{})
+	defer ctrl.stop(t)
+
+	eventually(t, 20*time.Second, "gate-pending pod registered", func() (bool, string) {
+		lb, _ := prov.Observe(ctx, ns+"/"+app)
+		return len(backendsOf(lb)) == 1, fmt.Sprint(backendsOf(lb))
+	})
+	time.Sleep(time.Second)
+	if gateTrue(t, c, ns, "shop-a") {
+		t.Fatal("readiness gate opened while the load balancer reports the backend unhealthy")
+	}
+	prov.SetHealthy(listener, "127.18.1.1:8080", true)
+	eventually(t, 10*time.Second, "readiness gate True", func() (bool, string) { return gateTrue(t, c, ns, "shop-a"), "" })
+
+	get := func(query string) (int, string, string) {
+		resp, err := http.Get(ctrl.drainURL + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get(drain.ResultHeader), string(body)
+	}
+	eventually(t, 10*time.Second, "drain endpoint up", func() (bool, string) {
+		resp, err := http.Get(ctrl.drainURL)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil, fmt.Sprint(err)
+	})
+	if code, _, body := get("?pod=default/shop-a"); code != http.StatusConflict {
+		t.Fatalf("drain of a live pod: %d %s, want 409", code, body)
+	}
+	if code, _, body := get("?pod=default/nope"); code != http.StatusNotFound {
+		t.Fatalf("drain of an unknown pod: %d %s, want 404", code, body)
+	}
+	if lb, _ := prov.Observe(ctx, ns+"/"+app); len(backendsOf(lb)) != 1 || backendsOf(lb)[0] != "127.18.1.1:8080=active" {
+		t.Fatalf("refused drain calls changed the load balancer: %v", backendsOf(lb))
+	}
+
+	// The pod is deleted: it terminates (scheduled, so the grace period
+	// applies) and its endpoint turns terminating but still serving.
+	prov.SetConnections(listener, "127.18.1.1:8080", 2)
+	var pod corev1.Pod
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop-a"}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, &pod); err != nil {
+		t.Fatal(err)
+	}
+	setSlice(t, c, ns, app, 8080, endpoint{ip: "198.18.1.1", pod: "shop-a", serving: true, terminating: true})
+	type answer struct {
+		code   int
+		result string
+		at     time.Time
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		code, result, _ := get("?pod=default/shop-a&uid=" + string(pod.UID))
+		answered <- answer{code, result, time.Now()}
+	}()
+	eventually(t, 10*time.Second, "backend draining", func() (bool, string) {
+		lb, _ := prov.Observe(ctx, ns+"/"+app)
+		return fmt.Sprint(backendsOf(lb)) == "[127.18.1.1:8080=draining]", fmt.Sprint(backendsOf(lb))
+	})
+	select {
+	case a := <-answered:
+		t.Fatalf("drain answered %d %s while the backend still had connections", a.code, a.result)
+	case <-time.After(time.Second):
+	}
+	prov.SetConnections(listener, "127.18.1.1:8080", 0)
+	var a answer
+	select {
+	case a = <-answered:
+	case <-time.After(15 * time.Second):
+		t.Fatal("drain did not answer after the backend drained")
+	}
+	if a.code != http.StatusOK || a.result != "drained" {
+		t.Fatalf("drain answered %d %q, want 200 drained", a.code, a.result)
+	}
+	if lb, _ := prov.Observe(ctx, ns+"/"+app); len(backendsOf(lb)) != 0 {
+		t.Fatalf("drain answered while the load balancer still has %v", backendsOf(lb))
+	}
+}

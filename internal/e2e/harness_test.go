@@ -1,0 +1,253 @@
+// Package e2e holds integration tests that run the whole controller — the
+// Service controller, the readiness gate and the drain endpoint — against the
+// real apiserver, with the in-memory provider or a real HAProxy.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"zerodrop.dev/zerodrop/internal/controller/podgate"
+	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/drain"
+	"zerodrop.dev/zerodrop/internal/lbtarget"
+	"zerodrop.dev/zerodrop/internal/metrics"
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// labMap publishes loopback servers with addresses the API server accepts.
+var labMap, _ = model.ParseAddressMap("198.18.0.0/15=127.18.0.0/15")
+
+type controller struct {
+	metrics  *metrics.Metrics
+	drainURL string
+	cancel   context.CancelFunc
+	done     chan error
+}
+
+func (c *controller) stop(t *testing.T) {
+	t.Helper()
+	c.cancel()
+	select {
+	case err := <-c.done:
+		if err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("manager did not stop")
+	}
+}
+
+type controllerOptions struct {
+	sync      service.SyncMode
+	immediate bool
+	pool      string
+}
+
+// startController runs the Service controller, the readiness gate and the
+// drain endpoint, as `zerodrop controller` does.
+func startController(t *testing.T, cfg *rest.Config, prov provider.Provider, m *metrics.Metrics, o controllerOptions) *controller {
+	t.Helper()
+	if m == nil {
+		var err error
+		if m, err = metrics.New(prometheus.NewRegistry()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.pool == "" {
+		o.pool = "127.0.102.0/24"
+	}
+	mgr, err := manager.New(cfg, manager.Options{
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Logger:                 testr.New(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	svcCtrl, err := service.New(ctx, mgr, service.Options{
+		Provider:          prov,
+		Sync:              o.sync,
+		ImmediateRemoval:  o.immediate,
+		AddressPool:       netip.MustParsePrefix(o.pool),
+		BackendAddressMap: labMap,
+		Metrics:           m,
+		Logger:            testr.New(t),
+		ResyncPeriod:      time.Hour,
+		DrainPollInterval: 200 * time.Millisecond,
+		CoalesceWindow:    100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	finder := &lbtarget.Finder{Reader: mgr.GetCache(), Services: svcCtrl, Provider: prov, AddressMap: labMap}
+	if err := podgate.Setup(mgr, podgate.Options{Finder: finder, Logger: testr.New(t), PollInterval: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Logger: testr.New(t), PollInterval: 50 * time.Millisecond})
+	if err := mgr.Add(&drain.Server{Addr: addr, Handler: h, Logger: testr.New(t)}); err != nil {
+		t.Fatal(err)
+	}
+	c := &controller{metrics: m, drainURL: "http://" + addr + drain.Path, cancel: cancel, done: make(chan error, 1)}
+	go func() { c.done <- mgr.Start(ctx) }()
+	return c
+}
+
+func newClient(t *testing.T, cfg *rest.Config) client.Client {
+	t.Helper()
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func lbService(ns, name, class string, port, target int32) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{
+			Type:              corev1.ServiceTypeLoadBalancer,
+			LoadBalancerClass: ptr.To(class),
+			Selector:          map[string]string{"app": name},
+			Ports:             []corev1.ServicePort{{Name: "http", Port: port, TargetPort: intstr.FromInt32(target), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+// endpoint is one pod as an EndpointSlice lists it.
+type endpoint struct {
+	ip                          string
+	pod                         string
+	ready, serving, terminating bool
+}
+
+func readyEndpoint(ip string) endpoint { return endpoint{ip: ip, ready: true, serving: true} }
+
+// setSlice creates or replaces the Service's one EndpointSlice, as the
+// EndpointSlice controller would.
+func setSlice(t *testing.T, c client.Client, ns, svc string, port int32, eps ...endpoint) {
+	t.Helper()
+	ctx := context.Background()
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: svc + "-slice", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	for _, e := range eps {
+		ep := discoveryv1.Endpoint{Addresses: []string{e.ip}, Conditions: discoveryv1.EndpointConditions{
+			Ready: ptr.To(e.ready), Serving: ptr.To(e.serving), Terminating: ptr.To(e.terminating)}}
+		if e.pod != "" {
+			ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: e.pod}
+		}
+		s.Endpoints = append(s.Endpoints, ep)
+	}
+	var cur discoveryv1.EndpointSlice
+	if err := c.Get(ctx, client.ObjectKeyFromObject(s), &cur); err == nil {
+		cur.Endpoints, cur.Ports = s.Endpoints, s.Ports
+		if err := c.Update(ctx, &cur); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := c.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gatedPod is a scheduled pod with zerodrop's readiness gate whose containers
+// are ready (as a kubelet would report it), with the given published IP.
+func gatedPod(t *testing.T, c client.Client, ns, name, app, ip string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": app}},
+		Spec: corev1.PodSpec{
+			NodeName:       "node-1",
+			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: podgate.ConditionType}},
+			Containers:     []corev1.Container{{Name: "app", Image: "app"}},
+		},
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{
+		Phase:  corev1.PodRunning,
+		PodIP:  ip,
+		PodIPs: []corev1.PodIP{{IP: ip}},
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue},
+			{Type: corev1.PodReady, Status: corev1.ConditionFalse},
+		},
+	}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+func gateTrue(t *testing.T, c client.Client, ns, name string) bool {
+	t.Helper()
+	var pod corev1.Pod
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == podgate.ConditionType {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
+}
+
+func backendsOf(lb *model.LoadBalancer) []string {
+	var out []string
+	if lb == nil {
+		return nil
+	}
+	for _, l := range lb.Listeners {
+		for _, b := range l.Backends {
+			out = append(out, fmt.Sprintf("%s=%s", b.ID(), b.State))
+		}
+	}
+	return out
+}
