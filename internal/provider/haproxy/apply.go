@@ -1,0 +1,330 @@
+package haproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// delServerRetry bounds how long `del server` is retried while the server
+// still has sessions after `shutdown sessions server`.
+const delServerRetry = 3 * time.Second
+
+// Apply executes plan: backend ops as runtime commands, then, when the plan
+// creates, changes or deletes a listener, one validated, hitless reload.
+//
+// Optimistic concurrency is best effort: HAProxy has no ETag, so Apply
+// re-reads the runtime API and compares the hash of key's state with
+// plan.Version before its first write, and returns an error wrapping
+// provider.ErrConflict (having written nothing) when they differ. A change
+// made by someone else between that read and the writes is not detected.
+// Writes of this Provider are serialised, whatever the key.
+//
+// An empty plan sends no command at all.
+func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
+	if plan.Empty() {
+		return nil
+	}
+	if plan.Key == "" {
+		return errors.New("haproxy: apply: plan has no key")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	snap, err := p.snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
+	}
+	cur := snap.loadBalancer(plan.Key)
+	if got := version(cur); got != plan.Version {
+		return fmt.Errorf("haproxy: apply %s: observed version %q, plan made against %q: %w", plan.Key, got, plan.Version, provider.ErrConflict)
+	}
+	target, err := model.Apply(cur, plan)
+	if err != nil {
+		return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
+	}
+	for _, l := range target.Listeners {
+		if err := validateListener(l); err != nil {
+			return fmt.Errorf("haproxy: apply %s: listener %s: %w", plan.Key, l.Name, err)
+		}
+	}
+	frontend := false
+	var backendOps []model.Op
+	for _, op := range plan.Ops {
+		if op.Backend == nil {
+			frontend = true
+		} else {
+			backendOps = append(backendOps, op)
+		}
+	}
+	log := p.log.WithValues("key", plan.Key)
+	if err := p.runBackendOps(ctx, snap, plan.Key, target, backendOps); err != nil {
+		// Whatever did happen must reach the configuration file.
+		if merr := p.mirror(ctx); merr != nil {
+			log.Error(merr, "mirroring runtime changes into the configuration")
+		}
+		return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
+	}
+	if frontend {
+		if err := p.reloadTo(ctx, plan.Key, target); err != nil {
+			return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
+		}
+		log.V(1).Info("applied with reload", "plan", plan.String())
+		return nil
+	}
+	if err := p.mirror(ctx); err != nil {
+		return fmt.Errorf("haproxy: apply %s: runtime changes made, configuration not mirrored: %w", plan.Key, err)
+	}
+	log.V(1).Info("applied at run time", "plan", plan.String())
+	return nil
+}
+
+// Delete removes key's listeners with one reload; the other load balancers
+// are untouched and established connections finish on the old worker. It
+// returns nil when HAProxy serves nothing for key.
+func (p *Provider) Delete(ctx context.Context, key string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	snap, err := p.snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("haproxy: delete %s: %w", key, err)
+	}
+	if len(snap.proxiesOf(key)) == 0 {
+		return nil
+	}
+	if err := p.reloadTo(ctx, key, nil); err != nil {
+		return fmt.Errorf("haproxy: delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// runBackendOps executes backend ops at run time on proxies that exist:
+// additions first, then updates, then removals, so that a pool's capacity
+// does not dip within one plan.
+func (p *Provider) runBackendOps(ctx context.Context, snap *snapshot, key string, target *model.LoadBalancer, ops []model.Op) error {
+	rank := map[model.OpKind]int{model.OpAddBackend: 0, model.OpUpdateBackend: 1, model.OpRemoveBackend: 2}
+	ops = append([]model.Op(nil), ops...)
+	sort.SliceStable(ops, func(i, j int) bool { return rank[ops[i].Kind] < rank[ops[j].Kind] })
+	for _, op := range ops {
+		pv := snap.proxy(key, op.Listener)
+		l := target.Listener(op.Listener)
+		if pv == nil || l == nil {
+			return fmt.Errorf("%s: no proxy %s: %w", op, proxyName(key, op.Listener), provider.ErrConflict)
+		}
+		var err error
+		switch op.Kind {
+		case model.OpAddBackend:
+			err = p.addServer(ctx, pv.Name, l.Probe, *op.Backend)
+		case model.OpUpdateBackend:
+			err = p.updateServer(ctx, pv, *op.Backend)
+		case model.OpRemoveBackend:
+			err = p.removeServer(ctx, pv, *op.Backend)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	return nil
+}
+
+// addServer adds a server at run time. HAProxy 2.6 creates it in
+// maintenance with its health check disabled (default-server is not
+// inherited, so the check settings are spelled out): enable the check, then
+// set the state.
+func (p *Provider) addServer(ctx context.Context, proxy string, probe model.Probe, b model.Backend) error {
+	b = renderedBackend(canonicalBackend(b))
+	srv := proxy + "/" + serverName(b.Address, b.Port)
+	cmd := fmt.Sprintf("add server %s %s weight %d %s", srv, hostPort(b.Address, b.Port), b.Weight, checkArgs(probe))
+	if err := p.command(ctx, "add-server", cmd, replyServerAdded); err != nil {
+		return err
+	}
+	if err := p.command(ctx, "enable-health", "enable health "+srv, ""); err != nil {
+		return err
+	}
+	state := "ready"
+	if b.State == model.Draining {
+		state = "drain"
+	}
+	return p.command(ctx, "set-server", fmt.Sprintf("set server %s state %s", srv, state), "")
+}
+
+// updateServer sets weight and state, each only when it differs from what
+// HAProxy has.
+func (p *Provider) updateServer(ctx context.Context, pv *proxyView, b model.Backend) error {
+	b = canonicalBackend(b)
+	sv := pv.server(b)
+	if sv == nil {
+		return fmt.Errorf("server %s vanished: %w", b.ID(), provider.ErrConflict)
+	}
+	srv := pv.Name + "/" + sv.Name
+	maint := sv.AdminState&adminMaintMask != 0
+	drain := sv.AdminState&adminDrainMask != 0
+	switch b.State {
+	case model.Draining:
+		if maint || !drain {
+			return p.command(ctx, "set-server", "set server "+srv+" state drain", "")
+		}
+	default:
+		if sv.UWeight != b.Weight {
+			if err := p.command(ctx, "set-server", fmt.Sprintf("set server %s weight %d", srv, b.Weight), ""); err != nil {
+				return err
+			}
+		}
+		if maint || drain {
+			return p.command(ctx, "set-server", "set server "+srv+" state ready", "")
+		}
+	}
+	return nil
+}
+
+// removeServer removes a server at once: maintenance, shutdown of the
+// sessions left (draining them is the controller's job, before it plans the
+// removal), delete; `del server` is retried while sessions remain.
+func (p *Provider) removeServer(ctx context.Context, pv *proxyView, b model.Backend) error {
+	sv := pv.server(b)
+	if sv == nil {
+		return nil
+	}
+	srv := pv.Name + "/" + sv.Name
+	if sv.AdminState&adminMaintMask == 0 {
+		if err := p.command(ctx, "set-server", "set server "+srv+" state maint", ""); err != nil {
+			return err
+		}
+	}
+	if err := p.command(ctx, "shutdown-sessions", "shutdown sessions server "+srv, ""); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(delServerRetry)
+	for {
+		err := p.command(ctx, "del-server", "del server "+srv, replyServerDeleted)
+		if err == nil || isReply(err, replyNoSuchServer) {
+			return nil
+		}
+		var ce *CommandError
+		if !errors.As(err, &ce) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// command sends a mutating command and checks its reply: want, or nothing
+// when want is "".
+func (p *Provider) command(ctx context.Context, op, cmd, want string) error {
+	reply, err := p.write(ctx, op, cmd)
+	if err != nil {
+		return err
+	}
+	if want == "" {
+		return expectEmpty(cmd, reply)
+	}
+	return expectReply(cmd, reply, want)
+}
+
+// reloadTo renders the configuration in which key is target (nil: gone) and
+// every other load balancer is as observed, reloads, and then checks the
+// result: the frontends must be as rendered; backend states that the
+// configuration cannot carry (none are expected, the server-state file
+// carries drain and maintenance) are set at run time.
+func (p *Provider) reloadTo(ctx context.Context, key string, target *model.LoadBalancer) error {
+	snap, err := p.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	lbs := snap.all()
+	delete(lbs, key)
+	if target != nil && len(target.Listeners) > 0 {
+		lbs[key] = target
+	} else {
+		target = nil
+	}
+	cfg, meta, err := p.render(lbs)
+	if err != nil {
+		return err
+	}
+	if err := p.reload(ctx, cfg, meta); err != nil {
+		return err
+	}
+	after, err := p.snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("after reload: %w", err)
+	}
+	fix := model.Diff(after.loadBalancer(key), target)
+	var backendOps []model.Op
+	for _, op := range fix.Ops {
+		if op.Backend == nil || fix.Create {
+			return fmt.Errorf("after reload HAProxy does not serve what was rendered: %s", fix)
+		}
+		backendOps = append(backendOps, op)
+	}
+	if len(backendOps) > 0 {
+		p.log.Info("setting backend states after reload", "key", key, "ops", fix.String())
+		if err := p.runBackendOps(ctx, after, key, target, backendOps); err != nil {
+			return fmt.Errorf("after reload: %w", err)
+		}
+		return p.mirror(ctx)
+	}
+	return nil
+}
+
+// mirror writes what HAProxy runs into the configuration file and the
+// server-state file, without reloading, so that a later reload or a cold
+// start keeps the runtime changes.
+func (p *Provider) mirror(ctx context.Context) error {
+	snap, err := p.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	cfg, meta, err := p.render(snap.all())
+	if err != nil {
+		return err
+	}
+	if err := p.saveServerState(ctx); err != nil {
+		return err
+	}
+	return p.writeConfig(cfg, meta)
+}
+
+// canonicalBackend fills a backend's defaults as model.Canonical does.
+func canonicalBackend(b model.Backend) model.Backend {
+	l := model.Canonical(&model.LoadBalancer{Listeners: []model.Listener{{Backends: []model.Backend{b}}}})
+	return l.Listeners[0].Backends[0]
+}
+
+// oldWorkerConnections sums, per "proxy/server", the current connections
+// that old workers (the ones a reload left finishing their connections)
+// still hold for key's servers. The master CLI reaches them by PID.
+func (p *Provider) oldWorkerConnections(ctx context.Context, key string) (map[string]int64, error) {
+	info, err := p.procs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, pid := range info.OldWorkers {
+		p.hooks.OnRead("show-stat")
+		text, err := p.master.do(ctx, fmt.Sprintf("@!%d show stat", pid))
+		if err != nil {
+			return nil, fmt.Errorf("old worker %d: %w", pid, err)
+		}
+		rows, err := parseStat(text)
+		if err != nil {
+			// The worker may have exited between show proc and show stat.
+			p.log.V(1).Info("old worker stats unreadable", "pid", pid, "err", err)
+			continue
+		}
+		for _, r := range rows {
+			if k, _, ok := parseProxyName(r.Proxy); ok && k == key && r.Type == statServer {
+				out[r.Proxy+"/"+r.Name] += r.Scur
+			}
+		}
+	}
+	return out, nil
+}

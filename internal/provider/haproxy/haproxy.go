@@ -1,0 +1,207 @@
+// Package haproxy implements provider.Provider with a real HAProxy (2.6+)
+// in master-worker mode.
+//
+// Backend changes (servers added, removed, weighted, drained) go through the
+// runtime API on the admin stats socket and never reload HAProxy. Frontend
+// changes (a listener created, changed or deleted) re-render the
+// configuration, validate it with `haproxy -c` and reload through the master
+// socket: the new worker takes the listening sockets over and old workers
+// finish their connections, so no connection is dropped. Every runtime change
+// is mirrored into the configuration file and the server-state file, so that
+// a reload or a restart of HAProxy keeps it.
+//
+// Observe reads the runtime API, never memory: a Provider started after a
+// controller restart sees exactly what the previous one left, and
+// model.Diff(observed, desired) is empty when nothing changed. See
+// docs/haproxy.md for the mapping and the HAProxy 2.6 behaviour it relies on.
+package haproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// Name is the provider's name.
+const Name = "haproxy"
+
+// Options configure a Provider.
+//
+// With only Dir set, the provider owns an HAProxy: it keeps the
+// configuration, sockets, pid file and server-state file in Dir, attaches to
+// the master already running for Dir (a restarted controller does not restart
+// HAProxy) or starts one. With AdminSocket and MasterSocket set, it attaches
+// to an HAProxy someone else started and never starts one; ConfigFile is then
+// the configuration file that HAProxy was started with, which the provider
+// owns and rewrites (other proxies in it are dropped at the first reload).
+type Options struct {
+	// Dir is the state directory. Default: the directory of ConfigFile.
+	Dir string
+	// Binary is the haproxy executable, used to start HAProxy and to validate
+	// configurations. Default "haproxy" from PATH.
+	Binary string
+	// AdminSocket is the stats socket (level admin) of an HAProxy to attach
+	// to. Default Dir/admin.sock.
+	AdminSocket string
+	// MasterSocket is the master CLI socket (`-S`) of that HAProxy. Default
+	// Dir/master.sock.
+	MasterSocket string
+	// ConfigFile is the configuration file the provider renders. Default
+	// Dir/haproxy.cfg.
+	ConfigFile string
+	// Hooks count reads and writes (one per runtime command, one per reload).
+	Hooks provider.Hooks
+	// Log receives the provider's few log lines; detail at V(1).
+	Log logr.Logger
+	// StopOnClose makes Close stop the HAProxy master and its workers.
+	StopOnClose bool
+	// IdleTimeout is HAProxy's client and server timeout: how long an idle
+	// connection lives. Default 10 minutes.
+	IdleTimeout time.Duration
+	// HardStopAfter bounds how long an old worker may keep serving its
+	// connections after a reload (HAProxy's hard-stop-after). Zero: no bound.
+	HardStopAfter time.Duration
+	// ReloadTimeout bounds starting HAProxy and waiting for the new worker
+	// after a reload. Default 10s.
+	ReloadTimeout time.Duration
+}
+
+// Provider drives one HAProxy instance that serves any number of load
+// balancers. It is safe for concurrent use.
+type Provider struct {
+	opts   Options
+	binary string
+	paths  paths
+	log    logr.Logger
+	hooks  provider.Hooks
+	admin  runtimeClient
+	master runtimeClient
+
+	// mu serialises the writes of this Provider: every key shares the one
+	// configuration file and the reloads.
+	mu sync.Mutex
+
+	cmd     *exec.Cmd     // the master, when this Provider started it
+	cmdDone chan struct{} // closed when cmd has exited
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New returns a Provider attached to a running HAProxy, starting one first
+// when Options ask for an owned instance and none is running.
+func New(ctx context.Context, opts Options) (*Provider, error) {
+	if opts.Binary == "" {
+		opts.Binary = "haproxy"
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 10 * time.Minute
+	}
+	if opts.ReloadTimeout <= 0 {
+		opts.ReloadTimeout = 10 * time.Second
+	}
+	external := opts.AdminSocket != "" || opts.MasterSocket != ""
+	if external && (opts.AdminSocket == "" || opts.MasterSocket == "" || opts.ConfigFile == "") {
+		return nil, errors.New("haproxy: attaching needs AdminSocket, MasterSocket and ConfigFile")
+	}
+	ps, err := resolvePaths(opts)
+	if err != nil {
+		return nil, err
+	}
+	binary, err := exec.LookPath(opts.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("haproxy: %w (hack/setup-haproxy.sh installs it)", err)
+	}
+	p := &Provider{
+		opts:   opts,
+		binary: binary,
+		paths:  ps,
+		log:    opts.Log.WithValues("provider", Name),
+		hooks:  opts.Hooks,
+		admin:  runtimeClient{path: ps.admin},
+		master: runtimeClient{path: ps.master},
+	}
+	if external {
+		info, err := p.procs(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("haproxy: attach to master socket %s: %w", ps.master, err)
+		}
+		if len(info.Workers) == 0 {
+			return nil, fmt.Errorf("haproxy: master %d has no worker", info.Master)
+		}
+		if err := p.waitReady(ctx, info.Workers[0]); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	if err := p.startOrAttach(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Close releases the Provider. With StopOnClose it stops HAProxy (master and
+// workers); otherwise HAProxy keeps serving, for the next Provider to attach
+// to. Close is idempotent.
+func (p *Provider) Close() error {
+	p.closeOnce.Do(func() {
+		if !p.opts.StopOnClose {
+			return
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*p.opts.ReloadTimeout)
+		defer cancel()
+		p.closeErr = p.stop(ctx)
+	})
+	return p.closeErr
+}
+
+// Name returns "haproxy".
+func (p *Provider) Name() string { return Name }
+
+// Unsupported returns UDP and SCTP: open-source HAProxy balances TCP only.
+func (p *Provider) Unsupported() map[model.Protocol]bool {
+	return map[model.Protocol]bool{model.UDP: true, model.SCTP: true}
+}
+
+// ConfigFile is the path of the configuration file the provider renders.
+func (p *Provider) ConfigFile() string { return p.paths.config }
+
+// read sends one read-only command to the admin socket.
+func (p *Provider) read(ctx context.Context, op, command string) (string, error) {
+	p.hooks.OnRead(op)
+	return p.admin.do(ctx, command)
+}
+
+// write sends one mutating command to the admin socket.
+func (p *Provider) write(ctx context.Context, op, command string) (string, error) {
+	p.hooks.OnWrite(op)
+	return p.admin.do(ctx, command)
+}
+
+// render renders the configuration for the given load balancers.
+func (p *Provider) render(lbs map[string]*model.LoadBalancer) (cfg, meta []byte, err error) {
+	cfg, meta, err = render(renderInput{
+		AdminSocket:   p.paths.admin,
+		StateFile:     p.paths.state,
+		MapFile:       p.paths.meta,
+		IdleTimeout:   p.opts.IdleTimeout,
+		HardStopAfter: p.opts.HardStopAfter,
+		Proxies:       proxySpecs(lbs),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("haproxy: %w", err)
+	}
+	return cfg, meta, nil
+}

@@ -1,0 +1,453 @@
+package haproxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/csv"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// StateMaint is the state Observe reports for a server that HAProxy holds in
+// maintenance (for instance one whose `add server` succeeded but whose
+// `set server … state ready` did not). It is never desired, so Diff always
+// plans an update that sets the server ready or draining.
+const StateMaint model.BackendState = "maint"
+
+// Server admin-state flags of `show servers state` (HAProxy 2.6 srv_admin).
+const (
+	adminForcedMaint    = 0x01
+	adminInheritedMaint = 0x02
+	adminConfigMaint    = 0x04
+	adminForcedDrain    = 0x08
+	adminInheritedDrain = 0x10
+	adminResolverMaint  = 0x20
+	adminHostnameMaint  = 0x40
+
+	adminMaintMask = adminForcedMaint | adminInheritedMaint | adminConfigMaint | adminResolverMaint | adminHostnameMaint
+	adminDrainMask = adminForcedDrain | adminInheritedDrain
+)
+
+// Server operational states (srv_op_state) and check-state flags.
+const (
+	opStopped  = 0
+	opRunning  = 2
+	opStopping = 3
+
+	checkEnabled = 0x04
+)
+
+// Row types of `show stat`.
+const (
+	statFrontend = 0
+	statBackend  = 1
+	statServer   = 2
+	statListener = 3
+)
+
+// statRow is one row of `show stat`, the columns the provider uses.
+type statRow struct {
+	Proxy       string
+	Name        string
+	Type        int
+	Status      string
+	Scur        int64
+	CheckStatus string
+	Addr        string
+}
+
+// parseStat parses `show stat` CSV, locating columns by the header.
+func parseStat(text string) ([]statRow, error) {
+	text = strings.TrimPrefix(strings.TrimLeft(text, "\n"), "# ")
+	r := csv.NewReader(strings.NewReader(text))
+	r.FieldsPerRecord = -1
+	r.LazyQuotes = true
+	header, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("show stat: header: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		col[h] = i
+	}
+	for _, need := range []string{"pxname", "svname", "type", "status", "scur", "check_status", "addr"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("show stat: no %q column in %q", need, strings.Join(header, ","))
+		}
+	}
+	var rows []statRow
+	for {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("show stat: %w", err)
+		}
+		if len(rec) == 1 && rec[0] == "" {
+			continue
+		}
+		get := func(name string) string {
+			if i := col[name]; i < len(rec) {
+				return rec[i]
+			}
+			return ""
+		}
+		typ, err := strconv.Atoi(get("type"))
+		if err != nil {
+			return nil, fmt.Errorf("show stat: %s/%s: type %q", get("pxname"), get("svname"), get("type"))
+		}
+		scur, _ := strconv.ParseInt(get("scur"), 10, 64)
+		rows = append(rows, statRow{
+			Proxy: get("pxname"), Name: get("svname"), Type: typ, Status: get("status"), Scur: scur,
+			CheckStatus: strings.TrimPrefix(get("check_status"), "* "), Addr: get("addr"),
+		})
+	}
+	return rows, nil
+}
+
+// serverStateRow is one row of `show servers state`.
+type serverStateRow struct {
+	Backend    string
+	Name       string
+	Addr       string
+	Port       int32
+	OpState    int
+	AdminState int
+	UWeight    int32
+	CheckState int
+}
+
+// parseServersState parses `show servers state` (format version 1), locating
+// columns by the header.
+func parseServersState(text string) ([]serverStateRow, error) {
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if len(lines) == 0 || strings.TrimSpace(lines[0]) != "1" {
+		return nil, fmt.Errorf("show servers state: unknown format %q", firstLine(text))
+	}
+	if len(lines) < 2 || !strings.HasPrefix(lines[1], "# ") {
+		return nil, fmt.Errorf("show servers state: no header")
+	}
+	col := map[string]int{}
+	for i, h := range strings.Fields(strings.TrimPrefix(lines[1], "# ")) {
+		col[h] = i
+	}
+	for _, need := range []string{"be_name", "srv_name", "srv_addr", "srv_op_state", "srv_admin_state", "srv_uweight", "srv_check_state", "srv_port"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("show servers state: no %q column", need)
+		}
+	}
+	var rows []serverStateRow
+	for _, line := range lines[2:] {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if len(f) < len(col) {
+			return nil, fmt.Errorf("show servers state: short line %q", line)
+		}
+		atoi := func(name string) (int, error) {
+			n, err := strconv.Atoi(f[col[name]])
+			if err != nil {
+				return 0, fmt.Errorf("show servers state: %s in %q: %w", name, line, err)
+			}
+			return n, nil
+		}
+		var row serverStateRow
+		var port, weight int
+		var err error
+		for _, x := range []struct {
+			name string
+			dst  *int
+		}{{"srv_op_state", &row.OpState}, {"srv_admin_state", &row.AdminState}, {"srv_uweight", &weight}, {"srv_check_state", &row.CheckState}, {"srv_port", &port}} {
+			if *x.dst, err = atoi(x.name); err != nil {
+				return nil, err
+			}
+		}
+		row.Backend, row.Name, row.Addr = f[col["be_name"]], f[col["srv_name"]], f[col["srv_addr"]]
+		row.Port, row.UWeight = int32(port), int32(weight)
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// errMapNotLoaded is the reply of `show map <file>` when HAProxy has not
+// loaded the file (the running configuration is not one zerodrop rendered).
+const replyUnknownMap = "Unknown map identifier"
+
+// parseMap parses `show map <file>`: "<ref> <key> <value>" per line.
+func parseMap(text string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if strings.HasPrefix(line, replyUnknownMap) {
+			return out, nil
+		}
+		ref, rest, ok := strings.Cut(line, " ")
+		if !ok || !strings.HasPrefix(ref, "0x") {
+			return nil, fmt.Errorf("show map: unexpected line %q", line)
+		}
+		key, value, _ := strings.Cut(rest, " ")
+		out[key] = value
+	}
+	return out, nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// snapshot is what the runtime API showed of every zerodrop proxy.
+type snapshot struct {
+	proxies map[string]*proxyView // by proxy name
+}
+
+// proxyView is one zerodrop proxy as observed.
+type proxyView struct {
+	Name     string
+	Key      string
+	Listener string
+	Address  string
+	Port     int32
+	Probe    model.Probe
+	Servers  []serverView
+}
+
+// serverView is one server as observed.
+type serverView struct {
+	serverStateRow
+	Status      string
+	CheckStatus string
+	Scur        int64
+}
+
+func (s serverView) backend() model.Backend {
+	b := model.Backend{Address: s.Addr, Port: s.Port, Weight: s.UWeight, State: model.Active}
+	switch {
+	case s.AdminState&adminMaintMask != 0:
+		b.State, b.Weight = StateMaint, 0
+	case s.AdminState&adminDrainMask != 0 || s.UWeight == 0:
+		// Weight 0 takes no new connections either: it is a drain.
+		b.State, b.Weight = model.Draining, 0
+	}
+	return b
+}
+
+// buildSnapshot joins the three readings into proxies.
+func buildSnapshot(stat []statRow, servers []serverStateRow, meta map[string]string) *snapshot {
+	s := &snapshot{proxies: map[string]*proxyView{}}
+	for _, r := range stat {
+		key, listener, ok := parseProxyName(r.Proxy)
+		if !ok {
+			continue
+		}
+		pv := s.proxies[r.Proxy]
+		if pv == nil {
+			pv = &proxyView{Name: r.Proxy, Key: key, Listener: listener}
+			if v, ok := meta[r.Proxy]; ok {
+				// Undecodable metadata leaves a zero probe: Diff then plans an
+				// update-listener, which renders the metadata again.
+				pv.Probe, _ = decodeProbe(v)
+			}
+			s.proxies[r.Proxy] = pv
+		}
+		if r.Type == statListener && pv.Address == "" {
+			pv.Address, pv.Port = splitStatAddr(r.Addr)
+		}
+	}
+	status := map[string]statRow{}
+	for _, r := range stat {
+		if r.Type == statServer {
+			status[r.Proxy+"/"+r.Name] = r
+		}
+	}
+	for _, row := range servers {
+		pv := s.proxies[row.Backend]
+		if pv == nil {
+			continue
+		}
+		st := status[row.Backend+"/"+row.Name]
+		pv.Servers = append(pv.Servers, serverView{serverStateRow: row, Status: st.Status, CheckStatus: st.CheckStatus, Scur: st.Scur})
+	}
+	return s
+}
+
+// splitStatAddr splits show stat's "addr" ("127.0.0.1:80", "[::1]:80").
+func splitStatAddr(addr string) (string, int32) {
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return "", 0
+	}
+	port, err := strconv.ParseUint(addr[i+1:], 10, 16)
+	if err != nil {
+		return "", 0
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(addr[:i], "["), "]"), int32(port)
+}
+
+// proxiesOf returns the proxies of one load balancer, sorted by name.
+func (s *snapshot) proxiesOf(key string) []*proxyView {
+	var out []*proxyView
+	for _, pv := range s.proxies {
+		if pv.Key == key {
+			out = append(out, pv)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// proxy returns the proxy that serves listener of key, or nil.
+func (s *snapshot) proxy(key, listener string) *proxyView {
+	pv := s.proxies[proxyName(key, listener)]
+	if pv == nil || pv.Key != key || pv.Listener != listener {
+		return nil
+	}
+	return pv
+}
+
+// server returns the server of pv that serves backend id (address:port).
+func (pv *proxyView) server(b model.Backend) *serverView {
+	for i := range pv.Servers {
+		if pv.Servers[i].Addr == b.Address && pv.Servers[i].Port == b.Port {
+			return &pv.Servers[i]
+		}
+	}
+	return nil
+}
+
+// loadBalancer is the model of one key, canonical and versioned, or nil
+// when HAProxy serves nothing for it.
+func (s *snapshot) loadBalancer(key string) *model.LoadBalancer {
+	pvs := s.proxiesOf(key)
+	if len(pvs) == 0 {
+		return nil
+	}
+	lb := &model.LoadBalancer{Key: key}
+	for _, pv := range pvs {
+		l := model.Listener{Name: pv.Listener, Address: pv.Address, Port: pv.Port, Protocol: model.TCP, Probe: pv.Probe}
+		for _, sv := range pv.Servers {
+			l.Backends = append(l.Backends, sv.backend())
+		}
+		lb.Listeners = append(lb.Listeners, l)
+	}
+	lb = model.Canonical(lb)
+	lb.Version = version(lb)
+	return lb
+}
+
+// all is every load balancer HAProxy serves, by key.
+func (s *snapshot) all() map[string]*model.LoadBalancer {
+	out := map[string]*model.LoadBalancer{}
+	for _, pv := range s.proxies {
+		if _, done := out[pv.Key]; !done {
+			out[pv.Key] = s.loadBalancer(pv.Key)
+		}
+	}
+	return out
+}
+
+// version hashes the canonical observed state of one load balancer. HAProxy
+// has no ETag; two observations with the same listeners, probes, servers,
+// weights and admin states have the same version. Health and connection
+// counts are not part of it.
+func version(lb *model.LoadBalancer) string {
+	if lb == nil {
+		return ""
+	}
+	c := model.Canonical(lb)
+	c.Version = ""
+	data, err := json.Marshal(c)
+	if err != nil {
+		// A LoadBalancer always marshals; keep the version distinct anyway.
+		return "unversioned"
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:12])
+}
+
+// snapshot reads the runtime API: `show stat`, `show servers state` and the
+// metadata map. Three reads, not atomic together; see Apply for what that
+// means for concurrency.
+func (p *Provider) snapshot(ctx context.Context) (*snapshot, error) {
+	statText, err := p.read(ctx, "show-stat", "show stat")
+	if err != nil {
+		return nil, err
+	}
+	stat, err := parseStat(statText)
+	if err != nil {
+		return nil, err
+	}
+	ssText, err := p.read(ctx, "show-servers-state", "show servers state")
+	if err != nil {
+		return nil, err
+	}
+	servers, err := parseServersState(ssText)
+	if err != nil {
+		return nil, err
+	}
+	mapText, err := p.read(ctx, "show-map", "show map "+p.paths.meta)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := parseMap(mapText)
+	if err != nil {
+		return nil, err
+	}
+	return buildSnapshot(stat, servers, meta), nil
+}
+
+// Observe reads the load balancer from HAProxy's runtime API (never from
+// memory): the listeners, probes and servers of key's proxies, with a
+// version that is a hash of them. It returns (nil, nil) when HAProxy serves
+// nothing for key.
+func (p *Provider) Observe(ctx context.Context, key string) (*model.LoadBalancer, error) {
+	snap, err := p.snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("haproxy: observe %s: %w", key, err)
+	}
+	return snap.loadBalancer(key), nil
+}
+
+// Backends reports every server of key's proxies: state, health as HAProxy's
+// checks see it, and current connections (`scur`) summed over the current
+// worker and the old workers that still serve connections after a reload.
+func (p *Provider) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
+	snap, err := p.snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("haproxy: backends %s: %w", key, err)
+	}
+	old, err := p.oldWorkerConnections(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("haproxy: backends %s: %w", key, err)
+	}
+	var out []provider.BackendStatus
+	for _, pv := range snap.proxiesOf(key) {
+		for _, sv := range pv.Servers {
+			b := sv.backend()
+			known := sv.CheckState&checkEnabled != 0 && sv.CheckStatus != "" && sv.CheckStatus != "INI" && sv.CheckStatus != "UNK"
+			out = append(out, provider.BackendStatus{
+				Listener:    pv.Listener,
+				Address:     b.Address,
+				Port:        b.Port,
+				State:       b.State,
+				Healthy:     known && (sv.OpState == opRunning || sv.OpState == opStopping),
+				HealthKnown: known,
+				Connections: sv.Scur + old[pv.Name+"/"+sv.Name],
+			})
+		}
+	}
+	return out, nil
+}

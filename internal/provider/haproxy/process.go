@@ -1,0 +1,412 @@
+package haproxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// paths are the files of one HAProxy instance.
+type paths struct {
+	dir    string
+	config string
+	admin  string
+	master string
+	pid    string
+	state  string // server-state file
+	meta   string // listener metadata map
+	log    string // the owned master's stdout and stderr
+	lock   string
+}
+
+func resolvePaths(o Options) (paths, error) {
+	dir := o.Dir
+	if dir == "" && o.ConfigFile != "" {
+		dir = filepath.Dir(o.ConfigFile)
+	}
+	if dir == "" {
+		return paths{}, errors.New("haproxy: Options.Dir (or ConfigFile) is required")
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return paths{}, fmt.Errorf("haproxy: state dir: %w", err)
+	}
+	p := paths{
+		dir:    dir,
+		config: filepath.Join(dir, "haproxy.cfg"),
+		admin:  filepath.Join(dir, "admin.sock"),
+		master: filepath.Join(dir, "master.sock"),
+		pid:    filepath.Join(dir, "haproxy.pid"),
+		state:  filepath.Join(dir, "server-state"),
+		meta:   filepath.Join(dir, "listeners.map"),
+		log:    filepath.Join(dir, "haproxy.log"),
+		lock:   filepath.Join(dir, "lock"),
+	}
+	for dst, src := range map[*string]string{&p.config: o.ConfigFile, &p.admin: o.AdminSocket, &p.master: o.MasterSocket} {
+		if src != "" {
+			if *dst, err = filepath.Abs(src); err != nil {
+				return paths{}, fmt.Errorf("haproxy: %s: %w", src, err)
+			}
+		}
+	}
+	return p, nil
+}
+
+// procInfo is the master CLI's `show proc`.
+type procInfo struct {
+	Master     int
+	Reloads    int
+	Failed     int
+	Workers    []int // current worker(s)
+	OldWorkers []int // workers of previous configurations that still serve connections
+}
+
+// parseProc parses `show proc` of HAProxy 2.6:
+//
+//	#<PID>          <type>          <reloads>       <uptime>        <version>
+//	25289           master          2 [failed: 0]   0d00h22m43s     2.6.12
+//	# workers
+//	17170           worker          0               0d00h00m00s     2.6.12
+//	# old workers
+//	16661           worker          1               0d00h00m25s     2.6.12
+//	# programs
+func parseProc(text string) (procInfo, error) {
+	var info procInfo
+	section := "master"
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "":
+			continue
+		case line == "# workers":
+			section = "workers"
+			continue
+		case line == "# old workers":
+			section = "old"
+			continue
+		case strings.HasPrefix(line, "#"):
+			if !strings.HasPrefix(line, "#<PID>") {
+				section = "other"
+			}
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		pid, err := strconv.Atoi(f[0])
+		if err != nil {
+			return procInfo{}, fmt.Errorf("show proc: bad line %q", line)
+		}
+		switch {
+		case section == "master" && f[1] == "master":
+			info.Master = pid
+			info.Reloads, _ = strconv.Atoi(f[2])
+			if len(f) >= 5 && f[3] == "[failed:" {
+				info.Failed, _ = strconv.Atoi(strings.TrimSuffix(f[4], "]"))
+			}
+		case section == "workers" && f[1] == "worker":
+			info.Workers = append(info.Workers, pid)
+		case section == "old" && f[1] == "worker":
+			info.OldWorkers = append(info.OldWorkers, pid)
+		}
+	}
+	if info.Master == 0 {
+		return procInfo{}, fmt.Errorf("show proc: no master in %q", firstLine(text))
+	}
+	return info, nil
+}
+
+// Procs reads `show proc` on the master socket: the master's PID, the current
+// workers and the old workers still finishing connections after a reload.
+func (p *Provider) Procs(ctx context.Context) (master int, workers, oldWorkers []int, err error) {
+	info, err := p.procs(ctx)
+	return info.Master, info.Workers, info.OldWorkers, err
+}
+
+func (p *Provider) procs(ctx context.Context) (procInfo, error) {
+	p.hooks.OnRead("show-proc")
+	reply, err := p.master.do(ctx, "show proc")
+	if err != nil {
+		return procInfo{}, err
+	}
+	return parseProc(reply)
+}
+
+// startOrAttach makes sure an HAProxy master serves the state dir: when one
+// already answers on the master socket (the controller restarted), the
+// provider attaches to it; otherwise it starts one from the configuration
+// on disk (rendering an empty one the first time).
+func (p *Provider) startOrAttach(ctx context.Context) error {
+	if err := os.MkdirAll(p.paths.dir, 0o755); err != nil {
+		return fmt.Errorf("haproxy: state dir: %w", err)
+	}
+	// Two controllers starting at once must not start two masters.
+	lock, err := os.OpenFile(p.paths.lock, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("haproxy: lock: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("haproxy: lock %s: %w", p.paths.lock, err)
+	}
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+
+	if info, err := p.procs(ctx); err == nil {
+		if len(info.Workers) == 0 {
+			return fmt.Errorf("haproxy: master %d of %s has no worker: %s", info.Master, p.paths.dir, p.logTail())
+		}
+		p.log.Info("attached to running HAProxy", "master", info.Master, "workers", info.Workers)
+		return p.waitReady(ctx, info.Workers[0])
+	}
+	if _, err := os.Stat(p.paths.config); errors.Is(err, os.ErrNotExist) {
+		cfg, meta, err := p.render(nil)
+		if err != nil {
+			return err
+		}
+		if err := p.writeConfig(cfg, meta); err != nil {
+			return err
+		}
+	}
+	if err := p.validate(ctx, p.paths.config); err != nil {
+		return err
+	}
+	logFile, err := os.OpenFile(p.paths.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("haproxy: log file: %w", err)
+	}
+	defer logFile.Close()
+	// Not exec.CommandContext: the master outlives ctx (and, without
+	// StopOnClose, the controller). Its own session keeps a terminal's
+	// signals away from it.
+	cmd := exec.Command(p.binary, "-W", "-S", p.paths.master+",mode,600", "-f", p.paths.config, "-p", p.paths.pid)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("haproxy: start %s: %w", p.binary, err)
+	}
+	p.cmd, p.cmdDone = cmd, make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(p.cmdDone)
+	p.log.Info("started HAProxy", "master", cmd.Process.Pid, "config", p.paths.config)
+
+	ctx, cancel := context.WithTimeout(ctx, p.opts.ReloadTimeout)
+	defer cancel()
+	for {
+		if info, err := p.procs(ctx); err == nil && len(info.Workers) > 0 {
+			return p.waitReady(ctx, info.Workers[0])
+		}
+		select {
+		case <-p.cmdDone:
+			return fmt.Errorf("haproxy: exited at start: %s", p.logTail())
+		case <-ctx.Done():
+			return fmt.Errorf("haproxy: not ready after start: %w: %s", ctx.Err(), p.logTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitReady waits until the admin socket is answered by worker pid.
+func (p *Provider) waitReady(ctx context.Context, pid int) error {
+	ctx, cancel := context.WithTimeout(ctx, p.opts.ReloadTimeout)
+	defer cancel()
+	want := fmt.Sprintf("Pid: %d", pid)
+	var last error
+	for {
+		reply, err := p.read(ctx, "show-info", "show info")
+		if err == nil && slices.Contains(strings.Split(reply, "\n"), want) {
+			return nil
+		}
+		if err != nil {
+			last = err
+		} else {
+			last = fmt.Errorf("admin socket answered by another process (want %s)", want)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("haproxy: admin socket %s: %w (last: %v)", p.paths.admin, ctx.Err(), last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// validate runs `haproxy -c` on a configuration file.
+func (p *Provider) validate(ctx context.Context, file string) error {
+	ctx, cancel := context.WithTimeout(ctx, p.opts.ReloadTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, p.binary, "-c", "-q", "-f", file).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("haproxy: invalid configuration %s: %w: %s", file, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// reload switches HAProxy to a new configuration without dropping a
+// connection: validate it, save the servers' runtime state, write it, ask the
+// master to reload, and wait for the new worker to answer. On any error
+// before the reload command nothing has changed; the files on disk are only
+// replaced once the new configuration has passed `haproxy -c`.
+func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
+	start := time.Now()
+	// Validate a candidate that points at a candidate map, so that a bad
+	// configuration leaves both files as they were.
+	candMeta := p.paths.meta + ".new"
+	candCfg := bytes.ReplaceAll(cfg, []byte("map("+p.paths.meta+")"), []byte("map("+candMeta+")"))
+	if err := writeFileAtomic(candMeta, meta); err != nil {
+		return err
+	}
+	defer os.Remove(candMeta)
+	if err := writeFileAtomic(p.paths.config+".new", candCfg); err != nil {
+		return err
+	}
+	defer os.Remove(p.paths.config + ".new")
+	if err := p.validate(ctx, p.paths.config+".new"); err != nil {
+		return err
+	}
+	before, err := p.procs(ctx)
+	if err != nil {
+		return fmt.Errorf("haproxy: reload: %w", err)
+	}
+	if err := p.saveServerState(ctx); err != nil {
+		return fmt.Errorf("haproxy: reload: %w", err)
+	}
+	if err := p.writeConfig(cfg, meta); err != nil {
+		return err
+	}
+	p.hooks.OnWrite("reload")
+	reply, err := p.master.do(ctx, "reload")
+	if err != nil {
+		return fmt.Errorf("haproxy: reload: %w", err)
+	}
+	if strings.TrimSpace(reply) != "" {
+		// 2.6 answers nothing: the master re-executes and drops the connection.
+		p.log.Info("unexpected reply to reload", "reply", reply)
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.opts.ReloadTimeout)
+	defer cancel()
+	for {
+		info, err := p.procs(ctx)
+		if err == nil {
+			if info.Failed > before.Failed {
+				return fmt.Errorf("haproxy: reload failed (master counts %d failed reloads): %s", info.Failed, p.logTail())
+			}
+			if info.Reloads > before.Reloads || info.Master != before.Master {
+				for _, w := range info.Workers {
+					if !slices.Contains(before.Workers, w) {
+						if err := p.waitReady(ctx, w); err != nil {
+							return err
+						}
+						p.log.V(1).Info("reloaded", "worker", w, "took", time.Since(start))
+						return nil
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("haproxy: no new worker after reload: %w (last show proc error: %v)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// saveServerState dumps `show servers state` into the server-state file that
+// `load-server-state-from-file` reads on (re)load, so drain, maintenance and
+// weight set at run time survive it.
+func (p *Provider) saveServerState(ctx context.Context) error {
+	text, err := p.read(ctx, "show-servers-state", "show servers state")
+	if err != nil {
+		return err
+	}
+	if _, err := parseServersState(text); err != nil {
+		return err
+	}
+	return writeFileAtomic(p.paths.state, []byte(text))
+}
+
+// writeConfig replaces the configuration and metadata map files.
+func (p *Provider) writeConfig(cfg, meta []byte) error {
+	if err := writeFileAtomic(p.paths.meta, meta); err != nil {
+		return err
+	}
+	return writeFileAtomic(p.paths.config, cfg)
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("haproxy: write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("haproxy: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// logTail is the end of the owned master's log, for error messages.
+func (p *Provider) logTail() string {
+	data, err := os.ReadFile(p.paths.log)
+	if err != nil {
+		return "(no log)"
+	}
+	if len(data) > 2000 {
+		data = data[len(data)-2000:]
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// stop ends the HAProxy master and its workers: SIGTERM, then SIGKILL for
+// whatever is left after the timeout.
+func (p *Provider) stop(ctx context.Context) error {
+	info, err := p.procs(ctx)
+	if err != nil {
+		return fmt.Errorf("haproxy: stop: %w", err)
+	}
+	pids := append([]int{info.Master}, append(info.Workers, info.OldWorkers...)...)
+	if err := syscall.Kill(info.Master, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("haproxy: stop master %d: %w", info.Master, err)
+	}
+	deadline := time.Now().Add(p.opts.ReloadTimeout)
+	for time.Now().Before(deadline) {
+		if !slices.ContainsFunc(pids, p.alive) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, pid := range pids {
+		if p.alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return fmt.Errorf("haproxy: stop: processes %v did not exit after SIGTERM; killed", pids)
+}
+
+// alive reports whether pid is a live process (zombies are dead: the master
+// this provider started is reaped by it, another one by init).
+func (p *Provider) alive(pid int) bool {
+	if p.cmd != nil && p.cmd.Process.Pid == pid {
+		select {
+		case <-p.cmdDone:
+			return false
+		default:
+			return true
+		}
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	if i := bytes.LastIndexByte(data, ')'); i >= 0 && i+2 < len(data) {
+		return data[i+2] != 'Z' && data[i+2] != 'X'
+	}
+	return true
+}
