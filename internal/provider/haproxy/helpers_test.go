@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -218,7 +219,7 @@ func (lc *longConn) request() (string, error) {
 func openLongConn(t *testing.T, addr string, port int32, want ...string) *longConn {
 	t.Helper()
 	for i := 0; i < 40; i++ {
-		conn, err := net.Dial("tcp", fmt.Sprintf("%s:%d", addr, port))
+		conn, err := net.Dial("tcp", net.JoinHostPort(addr, strconv.Itoa(int(port))))
 		if err != nil {
 			t.Fatalf("dial HAProxy: %v", err)
 		}

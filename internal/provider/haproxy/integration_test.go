@@ -1,14 +1,19 @@
 package haproxy
 
 import (
+	"fmt"
 	"os"
+	"strconv"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
 )
+
+func itoa(n int32) string { return strconv.Itoa(int(n)) }
 
 // TestScaleAtRuntimeWithoutReload: servers come and go through the runtime
 // API with the worker unchanged and an established connection intact, and a
@@ -119,6 +124,395 @@ func TestUnsupportedAndName(t *testing.T) {
 	if !u[model.UDP] || !u[model.SCTP] || u[model.TCP] {
 		t.Fatalf("unsupported %v", u)
 	}
-	_ = slices.Contains[[]int]
-	_ = time.Second
+}
+
+// TestFrontendChangeReloadsHitlessly: a new listener and a probe change
+// reload HAProxy; a connection opened before keeps working on the old
+// worker, the new worker serves the new listener, and the runtime changes
+// made before (an added server, a drained one) survive the reload.
+func TestFrontendChangeReloadsHitlessly(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	var c counter
+	p := startOwned(t, dir, &c)
+	bs := startBackends(t, 4, "127.0.2")
+	const key, lbAddr = "shop/front", "127.0.0.51"
+	portA, portB := freePort(t, lbAddr), freePort(t, lbAddr)
+	a := listenerOf(key, "tcp-80", lbAddr, portA, bs[:3])
+	desired := &model.LoadBalancer{Key: key, Listeners: []model.Listener{a}}
+	applyDiff(t, p, desired)
+
+	// Runtime changes: one server more, one draining.
+	a.Backends = append(a.Backends, bs[3].backend())
+	a.Backends[1].State = model.Draining
+	desired.Listeners = []model.Listener{a}
+	c.take()
+	applyDiff(t, p, desired)
+	if writes, _ := c.take(); count(writes, "reload") != 0 {
+		t.Fatalf("backend changes reloaded: %v", writes)
+	}
+	worker := workerPID(t, p)
+	lc := openLongConn(t, lbAddr, portA, bs[0].id(), bs[2].id())
+
+	// A new listener: a frontend change.
+	b := listenerOf(key, "tcp-443", lbAddr, portB, bs[:2])
+	desired.Listeners = []model.Listener{a, b}
+	start := time.Now()
+	plan := applyDiff(t, p, desired)
+	took := time.Since(start)
+	writes, _ := c.take()
+	if plan.Counts()[model.OpCreateListener] != 1 || len(plan.Ops) != 1 {
+		t.Fatalf("plan %s", plan)
+	}
+	if count(writes, "reload") != 1 || len(writes) != 1 {
+		t.Fatalf("new listener: writes %v, want one reload and nothing else", writes)
+	}
+	t.Logf("Apply with reload took %s", took)
+	_, workers, old, err := p.Procs(ctx)
+	if err != nil || len(workers) != 1 || workers[0] == worker {
+		t.Fatalf("after reload: workers %v (before %d), err %v", workers, worker, err)
+	}
+	if !slices.Contains(old, worker) {
+		t.Fatalf("old worker %d gone although a connection is open: old workers %v", worker, old)
+	}
+	if body, err := lc.request(); err != nil || body != lc.backend {
+		t.Fatalf("long-lived connection after reload: %q, %v (was on %s)", body, err, lc.backend)
+	}
+	if seen := reached(t, lbAddr, portB, 6); len(seen) != 2 {
+		t.Fatalf("new listener reached %v", seen)
+	}
+	// The drained server is still drained and the added one still there.
+	seen := reached(t, lbAddr, portA, 12)
+	if len(seen) != 3 || seen[bs[1].id()] != 0 {
+		t.Fatalf("listener A after reload reached %v, want 3 backends without the draining %s", seen, bs[1].id())
+	}
+	obs, err := p.Observe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := model.Diff(obs, desired); !d.Empty() {
+		t.Fatalf("after reload: diff %s\nobserved %+v", d, obs)
+	}
+	// The old worker's connection is still counted for the backend.
+	statuses, err := p.Backends(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range statuses {
+		if st.Listener == a.Name && st.Address+":"+itoa(st.Port) == lc.backend && st.Connections < 1 {
+			t.Fatalf("backend %s holds the long connection on the old worker, reported %d connections", lc.backend, st.Connections)
+		}
+	}
+
+	// A probe change (TCP → HTTP) is a frontend change too.
+	a.Probe = model.Probe{Kind: model.ProbeHTTP, Path: "/healthz", IntervalMillis: 300, Rise: 1, Fall: 2}
+	desired.Listeners = []model.Listener{a, b}
+	plan = applyDiff(t, p, desired)
+	if plan.Counts()[model.OpUpdateListener] != 1 || len(plan.Ops) != 1 {
+		t.Fatalf("probe change plan %s", plan)
+	}
+	if body, err := lc.request(); err != nil || body != lc.backend {
+		t.Fatalf("long-lived connection after second reload: %q, %v", body, err)
+	}
+	cfg, err := os.ReadFile(p.ConfigFile())
+	if err != nil || !strings.Contains(string(cfg), "option httpchk GET /healthz") {
+		t.Fatalf("config lacks the HTTP check (%v):\n%s", err, cfg)
+	}
+	var c2 counter
+	fresh := attach(t, Options{Dir: dir}, &c2)
+	obs, err = fresh.Observe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := model.Diff(obs, desired); !d.Empty() {
+		t.Fatalf("fresh provider after probe change: diff %s", d)
+	}
+	// The HTTP check passes (the backends answer any path with 200).
+	eventually(t, 10*time.Second, "HTTP checks pass", func() error {
+		sts, err := fresh.Backends(ctx, key)
+		if err != nil {
+			return err
+		}
+		for _, st := range sts {
+			if !st.HealthKnown || !st.Healthy {
+				return fmt.Errorf("%s %s:%d healthy=%v known=%v", st.Listener, st.Address, st.Port, st.Healthy, st.HealthKnown)
+			}
+		}
+		return nil
+	})
+}
+
+// TestDraining: a draining server shows DRAIN, keeps its established
+// connection, takes no new one, and reports its connections until they end.
+func TestDraining(t *testing.T) {
+	ctx := testContext(t)
+	var c counter
+	p := startOwned(t, t.TempDir(), &c)
+	bs := startBackends(t, 2, "127.0.3")
+	const key, lbAddr = "default/drain", "127.0.0.52"
+	port := freePort(t, lbAddr)
+	l := listenerOf(key, "tcp-8080", lbAddr, port, bs)
+	desired := &model.LoadBalancer{Key: key, Listeners: []model.Listener{l}}
+	applyDiff(t, p, desired)
+	lc := openLongConn(t, lbAddr, port, bs[1].id())
+
+	l.Backends[1].State = model.Draining
+	desired.Listeners = []model.Listener{l}
+	c.take()
+	applyDiff(t, p, desired)
+	if writes, _ := c.take(); len(writes) != 1 || writes[0] != "set-server" {
+		t.Fatalf("drain: writes %v, want one set-server", writes)
+	}
+	text, err := p.read(ctx, "show-stat", "show stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := parseStat(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status string
+	for _, r := range rows {
+		if r.Proxy == proxyName(key, l.Name) && r.Name == serverName(bs[1].addr, bs[1].port) {
+			status = r.Status
+		}
+	}
+	if !strings.HasPrefix(status, "DRAIN") {
+		t.Fatalf("show stat status of the draining server: %q", status)
+	}
+	if body, err := lc.request(); err != nil || body != bs[1].id() {
+		t.Fatalf("established connection on the draining server: %q, %v", body, err)
+	}
+	if seen := reached(t, lbAddr, port, 10); len(seen) != 1 || seen[bs[0].id()] != 10 {
+		t.Fatalf("new connections reached %v, want only %s", seen, bs[0].id())
+	}
+	st := backendStatus(t, p, key, bs[1])
+	if st.State != model.Draining || st.Connections != 1 {
+		t.Fatalf("draining backend status %+v, want draining with 1 connection", st)
+	}
+	eventually(t, 10*time.Second, "active backend healthy", func() error {
+		if st := backendStatus(t, p, key, bs[0]); !st.Healthy || !st.HealthKnown || st.State != model.Active {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+
+	// Once the connection ends, the count drops and the server can go.
+	lc.conn.Close()
+	eventually(t, 10*time.Second, "drained", func() error {
+		if st := backendStatus(t, p, key, bs[1]); st.Connections != 0 {
+			return fmt.Errorf("%d connections", st.Connections)
+		}
+		return nil
+	})
+	l.Backends = l.Backends[:1]
+	desired.Listeners = []model.Listener{l}
+	applyDiff(t, p, desired)
+	obs, err := p.Observe(ctx, key)
+	if err != nil || !model.Diff(obs, desired).Empty() {
+		t.Fatalf("after removal: %+v, %v", obs, err)
+	}
+}
+
+func backendStatus(t *testing.T, p *Provider, key string, b *backendServer) provider.BackendStatus {
+	t.Helper()
+	sts, err := p.Backends(testContext(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		if st.Address == b.addr && st.Port == b.port {
+			return st
+		}
+	}
+	t.Fatalf("no status for %s in %+v", b.id(), sts)
+	return provider.BackendStatus{}
+}
+
+// TestConflict: a plan made against a state that another Provider changed
+// since is refused with ErrConflict and writes nothing; re-planning works.
+func TestConflict(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	var c counter
+	p := startOwned(t, dir, &c)
+	bs := startBackends(t, 3, "127.0.4")
+	const key, lbAddr = "default/race", "127.0.0.53"
+	port := freePort(t, lbAddr)
+	l := listenerOf(key, "tcp-80", lbAddr, port, bs[:2])
+	applyDiff(t, p, &model.LoadBalancer{Key: key, Listeners: []model.Listener{l}})
+
+	obs, err := p.Observe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grow := l
+	grow.Backends = append(append([]model.Backend(nil), l.Backends...), bs[2].backend())
+	stale := model.Diff(obs, &model.LoadBalancer{Key: key, Listeners: []model.Listener{grow}})
+
+	// Another writer (attached through the explicit sockets) drains a server.
+	other := attach(t, Options{
+		AdminSocket:  dir + "/admin.sock",
+		MasterSocket: dir + "/master.sock",
+		ConfigFile:   dir + "/haproxy.cfg",
+	}, nil)
+	drained := l
+	drained.Backends = append([]model.Backend(nil), l.Backends...)
+	drained.Backends[0].State = model.Draining
+	applyDiff(t, other, &model.LoadBalancer{Key: key, Listeners: []model.Listener{drained}})
+
+	c.take()
+	err = p.Apply(ctx, stale)
+	if !errorsIsConflict(err) {
+		t.Fatalf("stale plan: err %v, want ErrConflict", err)
+	}
+	if writes, _ := c.take(); len(writes) != 0 {
+		t.Fatalf("refused plan wrote %v", writes)
+	}
+	// Re-read, re-plan, retry.
+	grow.Backends[0].State = model.Draining
+	want := &model.LoadBalancer{Key: key, Listeners: []model.Listener{grow}}
+	plan := applyDiff(t, p, want)
+	if len(plan.Ops) != 1 || plan.Ops[0].Kind != model.OpAddBackend {
+		t.Fatalf("re-planned %s", plan)
+	}
+	// A create plan for an existing load balancer conflicts too.
+	if err := p.Apply(ctx, model.Diff(nil, want)); !errorsIsConflict(err) {
+		t.Fatalf("create over existing: %v", err)
+	}
+}
+
+// TestDeleteIsIdempotent: Delete removes one key's listeners only, and
+// deleting what is gone is a no-op without writes.
+func TestDeleteIsIdempotent(t *testing.T) {
+	ctx := testContext(t)
+	var c counter
+	p := startOwned(t, t.TempDir(), &c)
+	bs := startBackends(t, 2, "127.0.5")
+	const lbAddr = "127.0.0.54"
+	portA, portB := freePort(t, lbAddr), freePort(t, lbAddr)
+	lbA := &model.LoadBalancer{Key: "team-a/api", Listeners: []model.Listener{listenerOf("team-a/api", "tcp-80", lbAddr, portA, bs)}}
+	lbB := &model.LoadBalancer{Key: "team-b/api", Listeners: []model.Listener{listenerOf("team-b/api", "tcp-80", lbAddr, portB, bs)}}
+	applyDiff(t, p, lbA)
+	applyDiff(t, p, lbB)
+	if obs, err := p.Observe(ctx, lbA.Key); err != nil || len(obs.Listeners) != 1 {
+		t.Fatalf("observe A: %+v, %v", obs, err)
+	}
+
+	c.take()
+	if err := p.Delete(ctx, lbA.Key); err != nil {
+		t.Fatal(err)
+	}
+	if writes, _ := c.take(); len(writes) != 1 || writes[0] != "reload" {
+		t.Fatalf("delete: writes %v", writes)
+	}
+	if obs, err := p.Observe(ctx, lbA.Key); err != nil || obs != nil {
+		t.Fatalf("deleted load balancer observed: %+v, %v", obs, err)
+	}
+	if _, err := get(lbAddr, portA); err == nil {
+		t.Fatal("deleted listener still answers")
+	}
+	obsB, err := p.Observe(ctx, lbB.Key)
+	if err != nil || !model.Diff(obsB, lbB).Empty() {
+		t.Fatalf("other load balancer changed: %+v, %v", obsB, err)
+	}
+	if seen := reached(t, lbAddr, portB, 4); len(seen) != 2 {
+		t.Fatalf("other load balancer reached %v", seen)
+	}
+	for _, key := range []string{lbA.Key, "never/existed"} {
+		if err := p.Delete(ctx, key); err != nil {
+			t.Fatalf("delete %s again: %v", key, err)
+		}
+	}
+	if writes, _ := c.take(); len(writes) != 0 {
+		t.Fatalf("deleting what is gone wrote %v", writes)
+	}
+}
+
+// TestInvalidChangesNothing: a configuration HAProxy rejects, or a listener
+// HAProxy cannot serve, is refused before anything changes.
+func TestInvalidChangesNothing(t *testing.T) {
+	ctx := testContext(t)
+	var c counter
+	p := startOwned(t, t.TempDir(), &c)
+	bs := startBackends(t, 1, "127.0.6")
+	const key, lbAddr = "default/bad", "127.0.0.55"
+	port := freePort(t, lbAddr)
+	good := &model.LoadBalancer{Key: key, Listeners: []model.Listener{listenerOf(key, "tcp-80", lbAddr, port, bs)}}
+	applyDiff(t, p, good)
+	worker := workerPID(t, p)
+	before, err := os.ReadFile(p.ConfigFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	c.take()
+	if err := p.reload(ctx, []byte("global\n    no-such-keyword 1\n"), nil); err == nil {
+		t.Fatal("invalid configuration reloaded")
+	}
+	udp := listenerOf(key, "udp-53", lbAddr, port, bs)
+	udp.Protocol = model.UDP
+	bad := &model.LoadBalancer{Key: key, Listeners: append(append([]model.Listener(nil), good.Listeners...), udp)}
+	obs, err := p.Observe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Apply(ctx, model.Diff(obs, bad)); err == nil {
+		t.Fatal("UDP listener applied")
+	}
+	if writes, _ := c.take(); len(writes) != 0 {
+		t.Fatalf("refused changes wrote %v", writes)
+	}
+	after, err := os.ReadFile(p.ConfigFile())
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("configuration file changed (%v)", err)
+	}
+	if got := workerPID(t, p); got != worker {
+		t.Fatalf("worker changed %d → %d", worker, got)
+	}
+	if seen := reached(t, lbAddr, port, 2); len(seen) != 1 {
+		t.Fatalf("still serving: %v", seen)
+	}
+}
+
+// TestColdStartKeepsState: with HAProxy stopped (machine reboot), a new
+// Provider starts it from the mirrored configuration and server-state file,
+// and observes what was there, drain included.
+func TestColdStartKeepsState(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	bs := startBackends(t, 3, "127.0.7")
+	const key, lbAddr = "default/cold", "127.0.0.56"
+	port := freePort(t, lbAddr)
+	l := listenerOf(key, "tcp-80", lbAddr, port, bs[:2])
+	desired := &model.LoadBalancer{Key: key, Listeners: []model.Listener{l}}
+	p := startOwned(t, dir, nil)
+	applyDiff(t, p, desired)
+	l.Backends = append(l.Backends, bs[2].backend())
+	l.Backends[0].State = model.Draining
+	l.Backends[1].Weight = 7
+	desired.Listeners = []model.Listener{l}
+	applyDiff(t, p, desired)
+	master, _, _, err := p.Procs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if p.alive(master) {
+		t.Fatalf("master %d survived Close", master)
+	}
+
+	p2 := startOwned(t, dir, nil)
+	if m2, _, _, _ := p2.Procs(ctx); m2 == master {
+		t.Fatal("no new master")
+	}
+	obs, err := p2.Observe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := model.Diff(obs, desired); !d.Empty() {
+		t.Fatalf("after cold start: diff %s", d)
+	}
 }
