@@ -516,3 +516,51 @@ func TestColdStartKeepsState(t *testing.T) {
 		t.Fatalf("after cold start: diff %s", d)
 	}
 }
+
+// TestMaintenanceIsHealed: a server left in maintenance (an interrupted
+// add, an operator's `disable server`) is observed as such and set ready by
+// the next plan; a fresh server's health is unknown until its first check.
+func TestMaintenanceIsHealed(t *testing.T) {
+	ctx := testContext(t)
+	var c counter
+	p := startOwned(t, t.TempDir(), &c)
+	bs := startBackends(t, 3, "127.0.8")
+	const key, lbAddr = "default/maint", "127.0.0.57"
+	port := freePort(t, lbAddr)
+	slow := listenerOf(key, "tcp-80", lbAddr, port, bs[:2])
+	slow.Probe.IntervalMillis = 60000 // the first check runs at a random time within the interval
+	desired := &model.LoadBalancer{Key: key, Listeners: []model.Listener{slow}}
+	applyDiff(t, p, desired)
+
+	slow.Backends = append(slow.Backends, bs[2].backend())
+	desired.Listeners = []model.Listener{slow}
+	applyDiff(t, p, desired)
+	st := backendStatus(t, p, key, bs[2])
+	t.Logf("fresh server status: %+v", st)
+	if st.HealthKnown && !st.Healthy {
+		t.Fatalf("fresh server reported unhealthy: %+v", st)
+	}
+
+	srv := proxyName(key, slow.Name) + "/" + serverName(bs[0].addr, bs[0].port)
+	if reply, err := p.write(ctx, "set-server", "set server "+srv+" state maint"); err != nil || strings.TrimSpace(reply) != "" {
+		t.Fatalf("maint: %q, %v", reply, err)
+	}
+	obs, err := p.Observe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := model.Diff(obs, desired)
+	if len(plan.Ops) != 1 || plan.Ops[0].Kind != model.OpUpdateBackend {
+		t.Fatalf("plan for a server in maintenance: %s", plan)
+	}
+	c.take()
+	if err := p.Apply(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	if writes, _ := c.take(); len(writes) != 1 || writes[0] != "set-server" {
+		t.Fatalf("healing writes %v, want one set-server", writes)
+	}
+	if obs, err := p.Observe(ctx, key); err != nil || !model.Diff(obs, desired).Empty() {
+		t.Fatalf("after healing: %+v, %v", obs, err)
+	}
+}

@@ -237,7 +237,7 @@ func (s serverView) backend() model.Backend {
 	b := model.Backend{Address: s.Addr, Port: s.Port, Weight: s.UWeight, State: model.Active}
 	switch {
 	case s.AdminState&adminMaintMask != 0:
-		b.State, b.Weight = StateMaint, 0
+		b.State = StateMaint
 	case s.AdminState&adminDrainMask != 0 || s.UWeight == 0:
 		// Weight 0 takes no new connections either: it is a drain.
 		b.State, b.Weight = model.Draining, 0
