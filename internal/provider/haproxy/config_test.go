@@ -145,8 +145,8 @@ func assertLinesInOrder(t *testing.T, text string, want []string) {
 
 func TestProxySpecsSorted(t *testing.T) {
 	lbs := map[string]*model.LoadBalancer{
-		"b/x": {Key: "b/x", Listeners: []model.Listener{{Name: "b/x/tcp-1"}}},
-		"a/x": {Key: "a/x", Listeners: []model.Listener{{Name: "a/x/tcp-2"}, {Name: "a/x/tcp-1"}}},
+		"b/x":  {Key: "b/x", Listeners: []model.Listener{{Name: "b/x/tcp-1"}}},
+		"a/x":  {Key: "a/x", Listeners: []model.Listener{{Name: "a/x/tcp-2"}, {Name: "a/x/tcp-1"}}},
 		"gone": nil,
 	}
 	var got []string
