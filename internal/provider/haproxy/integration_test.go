@@ -2,6 +2,7 @@ package haproxy
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -562,5 +563,59 @@ func TestMaintenanceIsHealed(t *testing.T) {
 	}
 	if obs, err := p.Observe(ctx, key); err != nil || !model.Diff(obs, desired).Empty() {
 		t.Fatalf("after healing: %+v, %v", obs, err)
+	}
+}
+
+// TestFailedReloadKeepsServing: a configuration that passes `haproxy -c` but
+// cannot start (its port is taken) fails the reload; the running worker keeps
+// serving, the configuration file is restored, and a retry once the port is
+// free succeeds.
+func TestFailedReloadKeepsServing(t *testing.T) {
+	ctx := testContext(t)
+	p := startOwned(t, t.TempDir(), nil)
+	bs := startBackends(t, 1, "127.0.9")
+	const key, lbAddr = "default/busy", "127.0.0.58"
+	portA := freePort(t, lbAddr)
+	a := listenerOf(key, "tcp-80", lbAddr, portA, bs)
+	desired := &model.LoadBalancer{Key: key, Listeners: []model.Listener{a}}
+	applyDiff(t, p, desired)
+	worker := workerPID(t, p)
+	before, err := os.ReadFile(p.ConfigFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	taken, err := net.Listen("tcp", lbAddr+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := listenerOf(key, "tcp-443", lbAddr, int32(taken.Addr().(*net.TCPAddr).Port), bs)
+	desired.Listeners = []model.Listener{a, busy}
+	obs, err := p.Observe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = p.Apply(ctx, model.Diff(obs, desired))
+	if err == nil {
+		t.Fatal("reload onto a taken port succeeded")
+	}
+	t.Logf("failed reload after %s: %v", time.Since(start), err)
+	if seen := reached(t, lbAddr, portA, 2); len(seen) != 1 {
+		t.Fatalf("not serving after the failed reload: %v", seen)
+	}
+	if got := workerPID(t, p); got != worker {
+		t.Fatalf("worker %d replaced by %d", worker, got)
+	}
+	after, err := os.ReadFile(p.ConfigFile())
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("configuration not restored (%v):\n%s", err, after)
+	}
+
+	taken.Close()
+	applyDiff(t, p, desired)
+	if seen := reached(t, lbAddr, busy.Port, 2); len(seen) != 1 {
+		t.Fatalf("new listener after retry: %v", seen)
 	}
 }

@@ -206,7 +206,7 @@ func (p *Provider) startOrAttach(ctx context.Context) error {
 		}
 		select {
 		case <-p.cmdDone:
-			return fmt.Errorf("haproxy: exited at start: %s", p.logTail())
+			return fmt.Errorf("haproxy: exited at start: %s", p.logAlerts())
 		case <-ctx.Done():
 			return fmt.Errorf("haproxy: not ready after start: %w: %s", ctx.Err(), p.logTail())
 		case <-time.After(20 * time.Millisecond):
@@ -278,6 +278,17 @@ func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
 	if err := p.saveServerState(ctx); err != nil {
 		return fmt.Errorf("haproxy: reload: %w", err)
 	}
+	prevCfg, errCfg := os.ReadFile(p.paths.config)
+	prevMeta, errMeta := os.ReadFile(p.paths.meta)
+	restore := func() {
+		// HAProxy keeps running the previous configuration: so must the files,
+		// for the next reload and for a cold start.
+		if errCfg == nil && errMeta == nil {
+			if err := p.writeConfig(prevCfg, prevMeta); err != nil {
+				p.log.Error(err, "restoring the previous configuration")
+			}
+		}
+	}
 	if err := p.writeConfig(cfg, meta); err != nil {
 		return err
 	}
@@ -296,7 +307,8 @@ func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
 		info, err := p.procs(ctx)
 		if err == nil {
 			if info.Failed > before.Failed {
-				return fmt.Errorf("haproxy: reload failed (master counts %d failed reloads): %s", info.Failed, p.logTail())
+				restore()
+				return fmt.Errorf("haproxy: reload failed, previous configuration still serving: %s", p.logAlerts())
 			}
 			if info.Reloads > before.Reloads || info.Master != before.Master {
 				for _, w := range info.Workers {
@@ -361,6 +373,25 @@ func (p *Provider) logTail() string {
 		data = data[len(data)-2000:]
 	}
 	return strings.TrimSpace(string(data))
+}
+
+// logAlerts is the last alerts of the owned master's log (why a start or a
+// reload failed), or its tail when it has none.
+func (p *Provider) logAlerts() string {
+	tail := p.logTail()
+	var alerts []string
+	for _, line := range strings.Split(tail, "\n") {
+		if strings.HasPrefix(line, "[ALERT]") {
+			alerts = append(alerts, line)
+		}
+	}
+	if len(alerts) == 0 {
+		return tail
+	}
+	if len(alerts) > 5 {
+		alerts = alerts[len(alerts)-5:]
+	}
+	return strings.Join(alerts, "; ")
 }
 
 // stop ends the HAProxy master and its workers: SIGTERM, then SIGKILL for
