@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -284,11 +283,3 @@ func workerPID(t *testing.T, p *Provider) int {
 }
 
 func errorsIsConflict(err error) bool { return errors.Is(err, provider.ErrConflict) }
-
-func keys(m map[string]int) string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return strings.Join(out, ",")
-}

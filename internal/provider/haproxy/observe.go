@@ -38,7 +38,6 @@ const (
 
 // Server operational states (srv_op_state) and check-state flags.
 const (
-	opStopped  = 0
 	opRunning  = 2
 	opStopping = 3
 
@@ -179,7 +178,7 @@ func parseServersState(text string) ([]serverStateRow, error) {
 	return rows, nil
 }
 
-// errMapNotLoaded is the reply of `show map <file>` when HAProxy has not
+// replyUnknownMap starts the reply of `show map <file>` when HAProxy has not
 // loaded the file (the running configuration is not one zerodrop rendered).
 const replyUnknownMap = "Unknown map identifier"
 

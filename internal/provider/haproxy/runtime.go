@@ -95,7 +95,6 @@ const (
 	replyServerAdded   = "New server registered."
 	replyServerDeleted = "Server deleted."
 	replyNoSuchServer  = "No such server."
-	replyNoSuchBackend = "No such backend."
 )
 
 // isReply reports whether err is a CommandError whose reply is want.
