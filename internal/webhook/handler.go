@@ -1,0 +1,160 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// Handler is the mutating admission handler for pods. It never denies: any
+// failure admits the pod unchanged with a warning, because a webhook error
+// response is a rejection (failurePolicy covers only unreachable webhooks),
+// and losing the gates is better than losing the pod.
+type Handler struct {
+	// Reader reads Namespaces and Services (the manager's cache).
+	Reader  client.Reader
+	Decoder admission.Decoder
+	// Recorder, when set, records PreStopHookExists on the Service.
+	Recorder events.EventRecorder
+	// IncludeClassless also injects for LoadBalancer Services without a class.
+	IncludeClassless bool
+	// DrainHost, when set, is used instead of the drain Service's ClusterIP.
+	DrainHost    string
+	DrainPort    int32
+	DrainService types.NamespacedName
+	// NewName names generateName pods (default GenerateName).
+	NewName NameFunc
+	Logger  logr.Logger
+}
+
+var _ admission.Handler = (*Handler)(nil)
+
+// Handle admits a pod, with zerodrop's gates when it qualifies.
+func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create || req.SubResource != "" || req.Kind.Kind != "Pod" {
+		return admission.Allowed("not a pod creation")
+	}
+	log := h.Logger.WithValues("namespace", req.Namespace, "uid", req.UID)
+	pod := &corev1.Pod{}
+	if err := h.Decoder.Decode(req, pod); err != nil {
+		log.Error(err, "decode pod")
+		return allowedWithWarning(fmt.Sprintf("zerodrop: pod not decoded, gates not injected: %v", err))
+	}
+	if OptedOut(pod) {
+		return admission.Allowed("opted out by annotation " + AnnotationInject)
+	}
+	// The webhook configuration's namespaceSelector already filters; this
+	// second look covers a configuration edited by hand.
+	ns := &corev1.Namespace{}
+	if err := h.Reader.Get(ctx, types.NamespacedName{Name: req.Namespace}, ns); err != nil {
+		log.Error(err, "read namespace")
+		return allowedWithWarning(fmt.Sprintf("zerodrop: namespace %s not read, gates not injected: %v", req.Namespace, err))
+	}
+	if ns.Labels[LabelInject] != InjectEnabled {
+		return admission.Allowed("namespace not labelled " + LabelInject + "=" + InjectEnabled)
+	}
+	var services corev1.ServiceList
+	if err := h.Reader.List(ctx, &services, client.InNamespace(req.Namespace)); err != nil {
+		log.Error(err, "list services")
+		return allowedWithWarning(fmt.Sprintf("zerodrop: services not listed, gates not injected: %v", err))
+	}
+	selecting := Selecting(pod, services.Items, h.IncludeClassless)
+	if len(selecting) == 0 {
+		return admission.Allowed("no zerodrop Service selects the pod")
+	}
+
+	var warnings []string
+	host, err := h.drainHost(ctx)
+	if err != nil {
+		log.Error(err, "drain endpoint unknown")
+		warnings = append(warnings, fmt.Sprintf("zerodrop: drain endpoint unknown (%v); readiness gate only, no drain hook", err))
+	}
+	mutated := pod.DeepCopy()
+	newName := h.NewName
+	if newName == nil {
+		newName = GenerateName
+	}
+	res := Mutate(mutated, req.Namespace, selecting, Drain{Host: host, Port: h.DrainPort}, newName)
+	name := podName(req.Namespace, mutated)
+	if len(res.Unhooked) > 0 && err == nil {
+		warnings = append(warnings, fmt.Sprintf("zerodrop: pod has no name; containers %v get no drain hook", res.Unhooked))
+	}
+	for _, k := range res.Kept {
+		warnings = append(warnings, fmt.Sprintf(
+			"zerodrop: container %q keeps its own preStop hook, so the drain hook is not added: Service %s may still route new connections to it while it stops",
+			k.Container, k.Service))
+		h.recordKept(req, selecting, k, eventPodName(req.Namespace, mutated))
+	}
+	log.V(2).Info("pod admitted", "pod", name, "gate", res.GateAdded, "hooked", res.Hooked, "kept", len(res.Kept), "nameSet", res.NameSet)
+	if !res.Changed() {
+		return admission.Allowed("nothing to inject").WithWarnings(warnings...)
+	}
+	raw, err := json.Marshal(mutated)
+	if err != nil {
+		log.Error(err, "encode pod")
+		return allowedWithWarning(fmt.Sprintf("zerodrop: pod not encoded, gates not injected: %v", err))
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(warnings...)
+}
+
+// podName names the pod in logs, also before it has a name.
+func podName(namespace string, pod *corev1.Pod) string {
+	if pod.Name != "" {
+		return namespace + "/" + pod.Name
+	}
+	return namespace + "/" + pod.GenerateName + "<generated>"
+}
+
+// eventPodName names the pod in an Event: pods of one ReplicaSet share their
+// generateName, so their Events on the Service form one series instead of
+// one Event per pod.
+func eventPodName(namespace string, pod *corev1.Pod) string {
+	if pod.GenerateName != "" {
+		return namespace + "/" + pod.GenerateName + "*"
+	}
+	return namespace + "/" + pod.Name
+}
+
+func allowedWithWarning(w string) admission.Response {
+	return admission.Allowed("").WithWarnings(w)
+}
+
+// drainHost is the drain Service's ClusterIP, unless one was configured.
+func (h *Handler) drainHost(ctx context.Context) (string, error) {
+	if h.DrainHost != "" {
+		return h.DrainHost, nil
+	}
+	svc := &corev1.Service{}
+	if err := h.Reader.Get(ctx, h.DrainService, svc); err != nil {
+		return "", fmt.Errorf("get drain Service %s: %w", h.DrainService, err)
+	}
+	if ip := svc.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
+		return ip, nil
+	}
+	return "", fmt.Errorf("drain Service %s has no ClusterIP", h.DrainService)
+}
+
+// recordKept puts a Warning Event on the Service: the pod does not exist
+// yet, so it cannot carry one. A dry run records nothing (it must have no
+// side effects).
+func (h *Handler) recordKept(req admission.Request, selecting []*corev1.Service, k Kept, pod string) {
+	if h.Recorder == nil || req.DryRun != nil && *req.DryRun {
+		return
+	}
+	for _, svc := range selecting {
+		if svc.Namespace+"/"+svc.Name != k.Service {
+			continue
+		}
+		h.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonPreStopHookExists, "InjectDrainHook",
+			"pod %s: container %q keeps its own preStop hook; zerodrop's drain hook was not added, so the pod may stop before the load balancer drained it",
+			pod, k.Container)
+	}
+}

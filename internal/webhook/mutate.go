@@ -1,0 +1,250 @@
+package webhook
+
+import (
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+
+	"zerodrop.dev/zerodrop/internal/controller/podgate"
+	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/drain"
+)
+
+// Names visible to users.
+const (
+	// LabelInject=enabled on a Namespace opts its pods in.
+	LabelInject = "zerodrop.dev/inject"
+	// InjectEnabled is the value of LabelInject that opts a namespace in.
+	InjectEnabled = "enabled"
+	// AnnotationInject="false" on a pod opts it out.
+	AnnotationInject = "zerodrop.dev/inject"
+	// ReasonPreStopHookExists is the Event reason on a Service whose pod
+	// keeps its own preStop hook instead of the drain hook.
+	ReasonPreStopHookExists = "PreStopHookExists"
+)
+
+// Selecting returns the zerodrop Services that select pod: type
+// LoadBalancer, a zerodrop.dev/ class (or none, with includeClassless), not
+// being deleted, and a non-empty selector that matches the pod's labels.
+// services are those of the pod's namespace.
+func Selecting(pod *corev1.Pod, services []corev1.Service, includeClassless bool) []*corev1.Service {
+	var out []*corev1.Service
+	for i := range services {
+		svc := &services[i]
+		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil || len(svc.Spec.Selector) == 0 {
+			continue
+		}
+		switch class := svc.Spec.LoadBalancerClass; {
+		case class == nil:
+			if !includeClassless {
+				continue
+			}
+		case !strings.HasPrefix(*class, service.ClassPrefix):
+			continue
+		}
+		if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+			out = append(out, svc)
+		}
+	}
+	return out
+}
+
+// OptedOut reports whether the pod refuses injection with the annotation
+// zerodrop.dev/inject: "false".
+func OptedOut(pod *corev1.Pod) bool {
+	return strings.EqualFold(pod.Annotations[AnnotationInject], "false")
+}
+
+// Drain is where the preStop hook calls the controller's drain endpoint.
+type Drain struct {
+	// Host is the drain Service's ClusterIP; empty means no hook is added.
+	Host string
+	Port int32
+}
+
+// Kept is a serving container whose own preStop hook was left in place.
+type Kept struct {
+	Container string
+	Service   string // namespace/name of a Service it serves
+}
+
+// Result says what Mutate changed.
+type Result struct {
+	GateAdded bool
+	// Hooked are the containers that got the drain hook now.
+	Hooked []string
+	// Kept are the serving containers that keep their own preStop hook.
+	Kept []Kept
+	// Unhooked are the containers that need the drain hook but did not get
+	// it: no drain host is known, or the pod has neither name nor
+	// generateName.
+	Unhooked []string
+	// NameSet is true when the pod's name was chosen from its generateName.
+	NameSet bool
+}
+
+// Changed reports whether the pod was modified.
+func (r Result) Changed() bool { return r.GateAdded || len(r.Hooked) > 0 || r.NameSet }
+
+// NameFunc picks a pod name from a generateName base.
+type NameFunc func(base string) string
+
+// GenerateName is the API server's own scheme: the base cut to 58
+// characters plus five random characters from bcdfghjklmnpqrstvwxz2456789.
+func GenerateName(base string) string {
+	const maxBase = 63 - 5
+	if len(base) > maxBase {
+		base = base[:maxBase]
+	}
+	return base + utilrand.String(5)
+}
+
+// Mutate adds zerodrop's readiness gate and, to each container that serves a
+// target port of a selecting Service and has no preStop hook of its own, the
+// drain hook. namespace is the request's (a pod's own metadata may omit it).
+// A pod with only a generateName is named here, since the hook must name it
+// and the API server names pods only after admission. Mutate is idempotent:
+// applied to its own output it changes nothing. With no selecting Service
+// or an opt-out annotation the pod is left alone.
+func Mutate(pod *corev1.Pod, namespace string, selecting []*corev1.Service, d Drain, newName NameFunc) Result {
+	var res Result
+	if len(selecting) == 0 || OptedOut(pod) {
+		return res
+	}
+	if !podgate.HasGate(pod) {
+		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: podgate.ConditionType})
+		res.GateAdded = true
+	}
+	serving := servingContainers(pod, selecting)
+	var toHook []*corev1.Container
+	for _, c := range serving {
+		switch {
+		case isDrainHook(c.ctr.Lifecycle):
+			// Ours, from an earlier invocation.
+		case c.ctr.Lifecycle != nil && c.ctr.Lifecycle.PreStop != nil:
+			res.Kept = append(res.Kept, Kept{Container: c.ctr.Name, Service: c.service})
+		default:
+			toHook = append(toHook, c.ctr)
+		}
+	}
+	if len(toHook) == 0 {
+		return res
+	}
+	if d.Host == "" || pod.Name == "" && (pod.GenerateName == "" || newName == nil) {
+		// An unnamed pod is rejected by the API server anyway.
+		for _, c := range toHook {
+			res.Unhooked = append(res.Unhooked, c.Name)
+		}
+		return res
+	}
+	if pod.Name == "" {
+		pod.Name = newName(pod.GenerateName)
+		res.NameSet = true
+	}
+	hook := drainHook(namespace, pod.Name, d)
+	for _, c := range toHook {
+		if c.Lifecycle == nil {
+			c.Lifecycle = &corev1.Lifecycle{}
+		}
+		c.Lifecycle.PreStop = hook.DeepCopy()
+		res.Hooked = append(res.Hooked, c.Name)
+	}
+	return res
+}
+
+// drainHook is the preStop hook that waits on the drain endpoint.
+func drainHook(namespace, name string, d Drain) *corev1.LifecycleHandler {
+	return &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+		// Namespace and pod names are DNS labels and subdomains: nothing
+		// to escape, and a slash is legal in a query.
+		Path:   drain.Path + "?pod=" + namespace + "/" + name,
+		Port:   intstr.FromInt32(d.Port),
+		Host:   d.Host,
+		Scheme: corev1.URISchemeHTTP,
+	}}
+}
+
+// isDrainHook recognises a preStop hook that calls a drain endpoint.
+func isDrainHook(l *corev1.Lifecycle) bool {
+	return l != nil && l.PreStop != nil && l.PreStop.HTTPGet != nil &&
+		strings.HasPrefix(l.PreStop.HTTPGet.Path, drain.Path+"?")
+}
+
+type servingContainer struct {
+	ctr     *corev1.Container
+	service string
+}
+
+// servingContainers are the containers (and restartable init containers,
+// i.e. sidecars) that serve a target port of the selecting Services, in pod
+// order, each once. A numeric target port matches a declared containerPort;
+// when no container declares it and the pod has one container, that
+// container serves it (ports need not be declared). A named target port
+// matches a containerPort's name only, as in the endpoints controller.
+func servingContainers(pod *corev1.Pod, selecting []*corev1.Service) []servingContainer {
+	var all []*corev1.Container
+	for i := range pod.Spec.InitContainers {
+		if c := &pod.Spec.InitContainers[i]; c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			all = append(all, c)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		all = append(all, &pod.Spec.Containers[i])
+	}
+	by := map[*corev1.Container]string{}
+	for _, svc := range selecting {
+		for _, sp := range svc.Spec.Ports {
+			matched := false
+			for _, c := range all {
+				if servesPort(c, sp) {
+					matched = true
+					if _, ok := by[c]; !ok {
+						by[c] = svc.Namespace + "/" + svc.Name
+					}
+				}
+			}
+			if !matched && sp.TargetPort.Type == intstr.Int && len(pod.Spec.Containers) == 1 {
+				c := &pod.Spec.Containers[0]
+				if _, ok := by[c]; !ok {
+					by[c] = svc.Namespace + "/" + svc.Name
+				}
+			}
+		}
+	}
+	var out []servingContainer
+	for _, c := range all {
+		if s, ok := by[c]; ok {
+			out = append(out, servingContainer{ctr: c, service: s})
+		}
+	}
+	return out
+}
+
+func servesPort(c *corev1.Container, sp corev1.ServicePort) bool {
+	proto := sp.Protocol
+	if proto == "" {
+		proto = corev1.ProtocolTCP
+	}
+	return slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool {
+		cproto := cp.Protocol
+		if cproto == "" {
+			cproto = corev1.ProtocolTCP
+		}
+		if cproto != proto {
+			return false
+		}
+		if sp.TargetPort.Type == intstr.String {
+			return sp.TargetPort.StrVal != "" && cp.Name == sp.TargetPort.StrVal
+		}
+		target := sp.TargetPort.IntVal
+		if target == 0 {
+			// Unset targetPort defaults to port.
+			target = sp.Port
+		}
+		return cp.ContainerPort == target
+	})
+}

@@ -1,0 +1,192 @@
+// Package webhook is zerodrop's mutating admission webhook for pods. In
+// namespaces labelled zerodrop.dev/inject=enabled it gives every pod that a
+// zerodrop Service selects the readiness gate zerodrop.dev/load-balancer-ready
+// (invariant 5) and, on the containers that serve the Service, a preStop
+// hook that waits on the controller's drain endpoint (invariant 6). Its TLS
+// comes from package certs, which issues and rotates it.
+package webhook
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"zerodrop.dev/zerodrop/internal/certs"
+)
+
+// Defaults of Options.
+const (
+	DefaultPath             = "/mutate-pods"
+	DefaultNamespace        = "zerodrop-system"
+	DefaultDrainServiceName = "zerodrop-drain"
+	DefaultDrainPort        = 9090
+)
+
+// Options configure the webhook. Zero values get the defaults.
+type Options struct {
+	// Enabled is set by the --webhook flag; Setup itself does not read it.
+	Enabled bool
+	// Path on the webhook server (default /mutate-pods); the webhook
+	// configuration's service path must match.
+	Path string
+	// IncludeClassless also injects for LoadBalancer Services without a
+	// loadBalancerClass (pass the controller's --adopt-classless).
+	IncludeClassless bool
+	// DrainHost is the preStop hook's host; empty means the ClusterIP of
+	// DrainService, looked up at admission.
+	DrainHost string
+	// DrainPort is the drain Service's port (default 9090).
+	DrainPort int32
+	// DrainService (default <Certs.Namespace>/zerodrop-drain).
+	DrainService types.NamespacedName
+	// ManageCerts runs the certificate manager; without it the certificate
+	// files must come from elsewhere (cert-manager, a mounted Secret).
+	ManageCerts bool
+	// Certs configures the certificate manager. Setup fills Client (a
+	// direct API client), CertDir, CertName and KeyName (the webhook
+	// server's) and Logger when they are empty; Namespace defaults to
+	// zerodrop-system.
+	Certs certs.Options
+	// Reader reads Namespaces, Services and the drain Service (default the
+	// manager's cached client).
+	Reader client.Reader
+	// Recorder (default the manager's, as zerodrop-webhook).
+	Recorder events.EventRecorder
+	Logger   logr.Logger
+}
+
+// Flags registers the webhook's flags on fs. --adopt-classless belongs to
+// the controller; pass it on as IncludeClassless.
+func (o *Options) Flags(fs *flag.FlagSet) {
+	fs.BoolVar(&o.Enabled, "webhook", false, "serve the mutating webhook that injects the readiness gate and the drain preStop hook")
+	fs.StringVar(&o.Certs.Namespace, "webhook-namespace", DefaultNamespace, "namespace of the webhook Service, its certificate Secret and (by default) the drain Service")
+	fs.StringVar(&o.Certs.ServiceName, "webhook-service", certs.DefaultServiceName, "webhook Service the serving certificate names")
+	fs.StringVar(&o.Certs.SecretName, "webhook-secret", certs.DefaultSecretName, "Secret that holds the webhook CA and serving certificate")
+	fs.StringVar(&o.Certs.WebhookConfiguration, "webhook-configuration", certs.DefaultWebhookConfiguration, "MutatingWebhookConfiguration whose caBundle is kept current")
+	fs.BoolVar(&o.ManageCerts, "webhook-manage-certs", true, "issue and rotate the webhook certificate (false: the files come from elsewhere)")
+	fs.DurationVar(&o.Certs.CAValidity, "webhook-ca-validity", certs.DefaultCAValidity, "validity of a new webhook CA (renewed with a third left)")
+	fs.DurationVar(&o.Certs.ServingValidity, "webhook-cert-validity", certs.DefaultServingValidity, "validity of a new serving certificate (renewed with a third left)")
+	fs.StringVar(&o.DrainHost, "webhook-drain-host", "", "host of the injected preStop hook (default: the drain Service's ClusterIP)")
+	fs.Func("webhook-drain-service", "drain Service `[namespace/]name` whose ClusterIP the hook calls (default <webhook-namespace>/zerodrop-drain)", func(s string) error {
+		ns, name, ok := strings.Cut(s, "/")
+		if !ok {
+			ns, name = "", s
+		}
+		if name == "" {
+			return errors.New("empty Service name")
+		}
+		o.DrainService = types.NamespacedName{Namespace: ns, Name: name}
+		return nil
+	})
+	o.DrainPort = DefaultDrainPort
+	fs.Func("webhook-drain-port", "port of the drain Service the hook calls (default 9090)", func(s string) error {
+		p, err := strconv.ParseUint(s, 10, 16)
+		if err != nil || p == 0 {
+			return fmt.Errorf("want a port from 1 to 65535, not %q", s)
+		}
+		o.DrainPort = int32(p)
+		return nil
+	})
+}
+
+// Setup registers the handler at Path on the manager's webhook server and,
+// with ManageCerts, issues or loads the certificate and writes it to the
+// server's certificate directory before returning, so the server finds it
+// when the manager starts it; the certificate manager then runs in every
+// replica (no leader election). Call it before mgr.Start. It also adds the
+// readiness check "webhook" (the server answers TLS).
+func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
+	log := opts.Logger
+	if opts.Path == "" {
+		opts.Path = DefaultPath
+	}
+	if opts.Certs.Namespace == "" {
+		opts.Certs.Namespace = DefaultNamespace
+	}
+	if opts.DrainPort == 0 {
+		opts.DrainPort = DefaultDrainPort
+	}
+	if opts.DrainService.Name == "" {
+		opts.DrainService.Name = DefaultDrainServiceName
+	}
+	if opts.DrainService.Namespace == "" {
+		opts.DrainService.Namespace = opts.Certs.Namespace
+	}
+	if opts.Reader == nil {
+		opts.Reader = mgr.GetClient()
+	}
+	if opts.Recorder == nil {
+		opts.Recorder = mgr.GetEventRecorder("zerodrop-webhook")
+	}
+	srv := mgr.GetWebhookServer()
+	srv.Register(opts.Path, &admission.Webhook{Handler: &Handler{
+		Reader:           opts.Reader,
+		Decoder:          admission.NewDecoder(mgr.GetScheme()),
+		Recorder:         opts.Recorder,
+		IncludeClassless: opts.IncludeClassless,
+		DrainHost:        opts.DrainHost,
+		DrainPort:        opts.DrainPort,
+		DrainService:     opts.DrainService,
+		Logger:           log.WithName("admission"),
+	}})
+	if opts.ManageCerts {
+		if err := setupCerts(ctx, mgr, srv, opts.Certs, log.WithName("certs")); err != nil {
+			return err
+		}
+	}
+	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
+		return fmt.Errorf("webhook readiness check: %w", err)
+	}
+	return nil
+}
+
+func setupCerts(ctx context.Context, mgr manager.Manager, srv ctrlwebhook.Server, co certs.Options, log logr.Logger) error {
+	if co.Client == nil {
+		c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+		if err != nil {
+			return fmt.Errorf("webhook certificates: API client: %w", err)
+		}
+		co.Client = c
+	}
+	// Register has defaulted the server's options.
+	if ds, ok := srv.(*ctrlwebhook.DefaultServer); ok {
+		if co.CertDir == "" {
+			co.CertDir = ds.Options.CertDir
+		}
+		if co.CertName == "" {
+			co.CertName = ds.Options.CertName
+		}
+		if co.KeyName == "" {
+			co.KeyName = ds.Options.KeyName
+		}
+	}
+	if co.Logger.GetSink() == nil {
+		co.Logger = log
+	}
+	m, err := certs.New(co)
+	if err != nil {
+		return fmt.Errorf("webhook certificates: %w", err)
+	}
+	// The server reads the files once at start; they must be there.
+	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := m.Sync(syncCtx); err != nil {
+		return fmt.Errorf("webhook certificates: %w", err)
+	}
+	if err := mgr.Add(m); err != nil {
+		return fmt.Errorf("webhook certificates: %w", err)
+	}
+	return nil
+}
