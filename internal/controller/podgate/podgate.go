@@ -13,9 +13,11 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -55,6 +57,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	r := &Reconciler{client: mgr.GetClient(), opts: opts, limiter: rate.NewLimiter(rate.Limit(opts.ReadQPS), int(opts.ReadQPS))}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("zerodrop-podgate").
+		// Tests run several controllers in one process.
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{
 			CreateFunc:  func(e event.CreateEvent) bool { return pending(e.Object.(*corev1.Pod)) },
 			UpdateFunc:  func(e event.UpdateEvent) bool { return pending(e.ObjectNew.(*corev1.Pod)) },

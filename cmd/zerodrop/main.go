@@ -1,0 +1,56 @@
+// Command zerodrop is the load-balancer controller and toolkit that keeps
+// Services of type LoadBalancer from dropping traffic. Subcommands live in
+// internal packages; this file only dispatches.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"zerodrop.dev/zerodrop/internal/check"
+	"zerodrop.dev/zerodrop/internal/cmd/controller"
+	"zerodrop.dev/zerodrop/internal/version"
+)
+
+const usage = `usage: zerodrop <command> [flags]
+
+commands:
+  controller   run the Service LoadBalancer controller
+  check        analyze manifests or a live cluster for rollout safety
+  version      print the version
+
+Run 'zerodrop <command> -h' for the flags of a command.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "controller":
+		return controller.Run(ctx, args[1:], stdout, stderr)
+	case "check":
+		return check.Run(ctx, args[1:], stdin, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "zerodrop", version.String())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "zerodrop: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}

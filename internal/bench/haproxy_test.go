@@ -1,0 +1,27 @@
+package bench
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+)
+
+// stopHAProxy stops the HAProxy a benchmark started in dir.
+func stopHAProxy(dir string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if p, err := haproxy.New(ctx, haproxy.Options{Dir: dir, StopOnClose: true, Log: logr.Discard()}); err == nil {
+		_ = p.Close()
+	}
+}
+
+// addrMapLab publishes loopback backends with addresses the API server
+// accepts (it refuses loopback endpoints).
+func addrMapLab() []model.AddressMapping {
+	m, _ := model.ParseAddressMap("198.18.0.0/15=127.18.0.0/15")
+	return m
+}

@@ -1,0 +1,224 @@
+// Package controller is the `zerodrop controller` command: flags, the
+// manager with leader election and metrics, the provider and the Service
+// controller, wired together.
+package controller
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"zerodrop.dev/zerodrop/internal/controller/podgate"
+	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/drain"
+	"zerodrop.dev/zerodrop/internal/lbtarget"
+	"zerodrop.dev/zerodrop/internal/metrics"
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+)
+
+// Config is the controller's configuration; flags fill it, tests build it.
+type Config struct {
+	Kubeconfig     string
+	RESTConfig     *rest.Config
+	Provider       string
+	Class          string
+	AdoptClassless bool
+	Sync           string
+	Workers        int
+	AddressPool    string
+	AddressMap     string
+	ResyncPeriod   time.Duration
+	DrainAddr      string
+	ReadinessGate  bool
+	// Immediate removes backends at once (upstream-like, for comparison).
+	Immediate       bool
+	MetricsAddr     string
+	ProbeAddr       string
+	LeaderElect     bool
+	LeaderNamespace string
+	LeaderID        string
+	LeaseDuration   time.Duration
+	RenewDeadline   time.Duration
+	RetryPeriod     time.Duration
+
+	HAProxy haproxy.Options
+	// Registerer receives the metrics (default: controller-runtime's registry).
+	Registerer prometheus.Registerer
+}
+
+// DefaultHAProxyDir is where a locally owned HAProxy keeps its state.
+func DefaultHAProxyDir() string { return filepath.Join(os.TempDir(), "zerodrop-haproxy") }
+
+// Flags registers the command's flags on fs.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, $KUBECONFIG or ~/.kube/config)")
+	fs.StringVar(&c.Provider, "provider", "haproxy", "load balancer provider: haproxy")
+	fs.StringVar(&c.Class, "load-balancer-class", "", "spec.loadBalancerClass to manage (default zerodrop.dev/<provider>)")
+	fs.BoolVar(&c.AdoptClassless, "adopt-classless", false, "also manage LoadBalancer Services without a loadBalancerClass")
+	fs.StringVar(&c.Sync, "sync", string(service.SyncIncremental), "incremental (write only differences) or full (upstream-like: rewrite everything on every sync)")
+	fs.IntVar(&c.Workers, "workers", 4, "load balancers reconciled in parallel")
+	fs.StringVar(&c.AddressPool, "address-pool", "127.0.100.0/24", "CIDR frontend addresses are allocated from")
+	fs.StringVar(&c.AddressMap, "backend-address-map", "", "rewrite backend addresses, FROM=TO[,…] with equal prefix lengths (the lab publishes loopback pods as 198.18.0.0/15=127.18.0.0/15)")
+	fs.DurationVar(&c.ResyncPeriod, "resync-period", 10*time.Minute, "every load balancer is checked again this often")
+	fs.StringVar(&c.DrainAddr, "drain-bind-address", ":9090", "termination-gate endpoint (GET /drain?pod=ns/name), served by every replica (0 disables)")
+	fs.BoolVar(&c.ReadinessGate, "readiness-gate", true, "set the zerodrop.dev/load-balancer-ready condition on pods that carry the gate")
+	fs.BoolVar(&c.Immediate, "immediate-removal", false, "remove backends at once instead of draining them (upstream-like, for comparison)")
+	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address (0 disables)")
+	fs.StringVar(&c.ProbeAddr, "health-probe-bind-address", ":8081", "healthz/readyz address (0 disables)")
+	fs.BoolVar(&c.LeaderElect, "leader-elect", true, "elect a leader through a Lease; only the leader writes")
+	fs.StringVar(&c.LeaderNamespace, "leader-election-namespace", "kube-system", "namespace of the leader Lease")
+	fs.StringVar(&c.LeaderID, "leader-election-id", "zerodrop-controller", "name of the leader Lease")
+	fs.DurationVar(&c.LeaseDuration, "lease-duration", 15*time.Second, "leader lease duration")
+	fs.DurationVar(&c.RenewDeadline, "renew-deadline", 10*time.Second, "leader renew deadline")
+	fs.DurationVar(&c.RetryPeriod, "retry-period", 2*time.Second, "leader election retry period")
+	fs.StringVar(&c.HAProxy.Dir, "haproxy-dir", DefaultHAProxyDir(), "state directory of a locally owned HAProxy")
+	fs.StringVar(&c.HAProxy.Binary, "haproxy-binary", "haproxy", "HAProxy executable")
+	fs.StringVar(&c.HAProxy.AdminSocket, "haproxy-socket", "", "attach to an existing HAProxy: its admin stats socket")
+	fs.StringVar(&c.HAProxy.MasterSocket, "haproxy-master-socket", "", "attach: the master CLI socket (for hitless reloads)")
+	fs.StringVar(&c.HAProxy.ConfigFile, "haproxy-config", "", "attach: the config file zerodrop owns (loaded by that HAProxy)")
+	fs.BoolVar(&c.HAProxy.StopOnClose, "haproxy-stop-on-exit", false, "stop the owned HAProxy when the controller exits (default: keep serving)")
+}
+
+// Run parses args and runs the controller until ctx is done.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("zerodrop controller", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg Config
+	cfg.Flags(fs)
+	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "zerodrop controller: unexpected arguments %v\n", fs.Args())
+		return 2
+	}
+	if err := RunConfig(ctx, cfg); err != nil {
+		fmt.Fprintf(stderr, "zerodrop controller: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// RunConfig runs the controller until ctx is done.
+func RunConfig(ctx context.Context, cfg Config) error {
+	log := klog.NewKlogr().WithName("zerodrop")
+	ctrl.SetLogger(log)
+	restCfg := cfg.RESTConfig
+	var err error
+	if restCfg == nil {
+		if cfg.Kubeconfig != "" {
+			restCfg, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		} else {
+			restCfg, err = ctrlconfig.GetConfig()
+		}
+		if err != nil {
+			return fmt.Errorf("kubeconfig: %w", err)
+		}
+	}
+	sync := service.SyncMode(cfg.Sync)
+	if sync != service.SyncIncremental && sync != service.SyncFull {
+		return fmt.Errorf("--sync must be %q or %q, not %q", service.SyncIncremental, service.SyncFull, cfg.Sync)
+	}
+	var pool netip.Prefix
+	if cfg.AddressPool != "" {
+		if pool, err = netip.ParsePrefix(cfg.AddressPool); err != nil {
+			return fmt.Errorf("--address-pool: %w", err)
+		}
+	}
+	addrMap, err := model.ParseAddressMap(cfg.AddressMap)
+	if err != nil {
+		return fmt.Errorf("--backend-address-map: %w", err)
+	}
+	if cfg.Provider != "haproxy" {
+		return fmt.Errorf("--provider %q is not supported (haproxy)", cfg.Provider)
+	}
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = ctrlmetrics.Registry
+	}
+	m, err := metrics.New(reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+
+	mgr, err := manager.New(restCfg, manager.Options{
+		Logger:                        log,
+		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress:        cfg.ProbeAddr,
+		LeaderElection:                cfg.LeaderElect,
+		LeaderElectionID:              cfg.LeaderID,
+		LeaderElectionNamespace:       cfg.LeaderNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &cfg.LeaseDuration,
+		RenewDeadline:                 &cfg.RenewDeadline,
+		RetryPeriod:                   &cfg.RetryPeriod,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	_ = mgr.AddHealthzCheck("ping", healthz.Ping)
+	_ = mgr.AddReadyzCheck("ping", healthz.Ping)
+
+	hcfg := cfg.HAProxy
+	hcfg.Hooks = m.ProviderHooks("haproxy")
+	hcfg.Log = log.WithName("haproxy")
+	prov, err := haproxy.New(ctx, hcfg)
+	if err != nil {
+		return fmt.Errorf("start haproxy provider: %w", err)
+	}
+	defer prov.Close()
+
+	svcCtrl, err := service.New(ctx, mgr, service.Options{
+		Provider:          prov,
+		LoadBalancerClass: cfg.Class,
+		AdoptClassless:    cfg.AdoptClassless,
+		Sync:              sync,
+		Workers:           cfg.Workers,
+		AddressPool:       pool,
+		BackendAddressMap: addrMap,
+		ResyncPeriod:      cfg.ResyncPeriod,
+		ImmediateRemoval:  cfg.Immediate,
+		Metrics:           m,
+		Logger:            log,
+	})
+	if err != nil {
+		return err
+	}
+	finder := &lbtarget.Finder{Reader: mgr.GetCache(), Services: svcCtrl, Provider: prov, AddressMap: addrMap}
+	if cfg.ReadinessGate {
+		if err := podgate.Setup(mgr, podgate.Options{Finder: finder, Logger: log.WithName("podgate")}); err != nil {
+			return fmt.Errorf("readiness gate: %w", err)
+		}
+	}
+	if cfg.DrainAddr != "" && cfg.DrainAddr != "0" {
+		h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Logger: log.WithName("drain")})
+		if err := mgr.Add(&drain.Server{Addr: cfg.DrainAddr, Handler: h, Logger: log.WithName("drain")}); err != nil {
+			return err
+		}
+	}
+	log.Info("starting", "sync", sync, "leaderElection", cfg.LeaderElect)
+	return mgr.Start(ctx)
+}
