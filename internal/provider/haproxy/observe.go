@@ -436,14 +436,17 @@ func (p *Provider) Backends(ctx context.Context, key string) ([]provider.Backend
 	for _, pv := range snap.proxiesOf(key) {
 		for _, sv := range pv.Servers {
 			b := sv.backend()
-			known := sv.CheckState&checkEnabled != 0 && sv.CheckStatus != "" && sv.CheckStatus != "INI" && sv.CheckStatus != "UNK"
+			// A server whose checks have not run yet is not healthy: the
+			// readiness gate must wait for the first passing checks.
+			checked := sv.CheckState&checkEnabled != 0
+			ran := checked && sv.CheckStatus != "" && sv.CheckStatus != "INI" && sv.CheckStatus != "UNK"
 			out = append(out, provider.BackendStatus{
 				Listener:    pv.Listener,
 				Address:     b.Address,
 				Port:        b.Port,
 				State:       b.State,
-				Healthy:     known && (sv.OpState == opRunning || sv.OpState == opStopping),
-				HealthKnown: known,
+				Healthy:     ran && (sv.OpState == opRunning || sv.OpState == opStopping),
+				HealthKnown: checked,
 				Connections: sv.Scur + old[pv.Name+"/"+sv.Name],
 			})
 		}
