@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/drain"
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/webhook"
+)
+
+// haproxyServer is one server as HAProxy itself reports it (show stat).
+type haproxyServer struct {
+	status string // UP, DOWN, DRAIN, MAINT, …
+	scur   int
+}
+
+// readHAProxy asks HAProxy's admin socket directly, not the controller.
+func readHAProxy(t *testing.T, dir string) map[string]haproxyServer {
+	t.Helper()
+	conn, err := net.DialTimeout("unix", filepath.Join(dir, "admin.sock"), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "show stat\n"); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]haproxyServer{}
+	sc := bufio.NewScanner(conn)
+	var col map[string]int
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "# ") {
+			col = map[string]int{}
+			for i, name := range strings.Split(strings.TrimPrefix(line, "# "), ",") {
+				col[name] = i
+			}
+			continue
+		}
+		f := strings.Split(line, ",")
+		if col == nil || len(f) <= col["status"] || f[col["svname"]] == "FRONTEND" || f[col["svname"]] == "BACKEND" {
+			continue
+		}
+		scur, _ := strconv.Atoi(f[col["scur"]])
+		out[f[col["svname"]]] = haproxyServer{status: f[col["status"]], scur: scur}
+	}
+	return out
+}
+
+// kubeletPreStop runs the pod's preStop httpGet as a kubelet would and
+// returns what the drain endpoint answered, and when.
+func kubeletPreStop(t *testing.T, pod *corev1.Pod) (int, string, time.Time) {
+	t.Helper()
+	h := pod.Spec.Containers[0].Lifecycle.PreStop.HTTPGet
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(h.Host, h.Port.String()), Path: h.Path}
+	if path, query, ok := strings.Cut(h.Path, "?"); ok {
+		u.Path, u.RawQuery = path, query
+	}
+	resp, err := http.Get(u.String())
+	if err != nil {
+		t.Error(err)
+		return 0, "", time.Now()
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get(drain.ResultHeader), time.Now()
+}
+
+// TestHAProxyGates is issue 4's acceptance on the real apiserver and a real
+// HAProxy: the readiness gate turns True only once HAProxy reports the pod's
+// server UP; deleting a pod with the injected preStop hook, the drain call
+// answers only after HAProxy shows the server drained and then removed, a
+// long-lived connection opened before is served during the drain and closed
+// cleanly, and no new connection reaches the terminating pod.
+func TestHAProxyGates(t *testing.T) {
+	cfg := testenv.Start(t)
+	c := newClient(t, cfg)
+	ctx := context.Background()
+	dir := t.TempDir()
+	const ns, app = "default", "shop"
+	port := freePort(t)
+
+	svc := lbService(ns, app, haproxyClass, 8000, int32(port))
+	svc.Annotations = map[string]string{
+		model.AnnotationHealthCheckInterval: "300ms",
+		model.AnnotationDrainTimeout:        "3s",
+	}
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	m := newMetrics(t)
+	prov := haproxyFor(t, dir, m)
+	ctrl := startController(t, cfg, prov, m, controllerOptions{sync: service.SyncIncremental})
+	defer ctrl.stop(t)
+	drainHost, drainPort, _ := net.SplitHostPort(strings.TrimPrefix(strings.TrimSuffix(ctrl.drainURL, drain.Path), "http://"))
+	dport, _ := strconv.Atoi(drainPort)
+
+	// Pod A is served first; its process is not listening yet, so HAProxy's
+	// checks fail and the gate must stay closed.
+	podA := gatedPod(t, c, ns, "shop-a", app, "198.18.5.1")
+	setSlice(t, c, ns, app, int32(port), endpoint{ip: "198.18.5.1", pod: "shop-a"})
+	serverA := fmt.Sprintf("127.18.5.1:%d", port)
+	eventually(t, 20*time.Second, "pod A's server in HAProxy", func() (bool, string) {
+		_, ok := readHAProxy(t, dir)[serverA]
+		return ok, fmt.Sprint(readHAProxy(t, dir))
+	})
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if gateTrue(t, c, ns, "shop-a") {
+			t.Fatalf("gate opened while HAProxy reports %+v", readHAProxy(t, dir)[serverA])
+		}
+	}
+	startBackend(t, "shop-a", serverA)
+	eventually(t, 20*time.Second, "pod A's gate", func() (bool, string) {
+		open := gateTrue(t, c, ns, "shop-a")
+		st := readHAProxy(t, dir)[serverA]
+		if open && st.status != "UP" {
+			t.Fatalf("gate opened while HAProxy reports %q", st.status)
+		}
+		return open, st.status
+	})
+	_ = podA
+
+	// Pod B, with the preStop hook the webhook injects.
+	podB := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop-b", Labels: map[string]string{"app": app}},
+		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "app", Image: "app",
+			Ports: []corev1.ContainerPort{{ContainerPort: int32(port)}}}}},
+	}
+	res := webhook.Mutate(podB, ns, []*corev1.Service{svc}, webhook.Drain{Host: drainHost, Port: int32(dport)}, webhook.GenerateName)
+	if !res.GateAdded || len(res.Hooked) != 1 {
+		t.Fatalf("webhook mutation: %+v", res)
+	}
+	serverB := fmt.Sprintf("127.18.5.2:%d", port)
+	backendB := startBackend(t, "shop-b", serverB)
+	if err := c.Create(ctx, podB); err != nil {
+		t.Fatal(err)
+	}
+	podB.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.18.5.2", PodIPs: []corev1.PodIP{{IP: "198.18.5.2"}},
+		Conditions: []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionTrue}}}
+	if err := c.Status().Update(ctx, podB); err != nil {
+		t.Fatal(err)
+	}
+	setSlice(t, c, ns, app, int32(port), readyEndpoint("198.18.5.1"), endpoint{ip: "198.18.5.2", pod: "shop-b"})
+	eventually(t, 20*time.Second, "pod B's gate", func() (bool, string) {
+		return gateTrue(t, c, ns, "shop-b"), fmt.Sprint(readHAProxy(t, dir)[serverB])
+	})
+	setSlice(t, c, ns, app, int32(port), readyEndpoint("198.18.5.1"), readyEndpoint("198.18.5.2"))
+
+	lbAddr := net.JoinHostPort(ingressOf(t, c, ns, app), "8000")
+	// A long-lived connection on pod B.
+	var long *longConn
+	for i := 0; i < 20 && long == nil; i++ {
+		lc, err := dialLong(lbAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name, err := lc.roundTrip(); err == nil && name == "shop-b" {
+			long = lc
+		} else {
+			lc.conn.Close()
+		}
+	}
+	if long == nil {
+		t.Fatal("no connection landed on pod B")
+	}
+	defer long.conn.Close()
+
+	// Delete pod B: it terminates; the kubelet runs its preStop hook; the
+	// EndpointSlice shows it terminating but serving.
+	if err := c.Get(ctx, client.ObjectKeyFromObject(podB), podB); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, podB); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(podB), podB); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		code   int
+		result string
+		at     time.Time
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		code, result, at := kubeletPreStop(t, podB)
+		answered <- answer{code, result, at}
+	}()
+	setSlice(t, c, ns, app, int32(port), readyEndpoint("198.18.5.1"),
+		endpoint{ip: "198.18.5.2", pod: "shop-b", serving: true, terminating: true})
+
+	eventually(t, 10*time.Second, "HAProxy draining pod B", func() (bool, string) {
+		st := readHAProxy(t, dir)[serverB]
+		return st.status == "DRAIN", st.status
+	})
+	// During the drain: the long connection is served by B, new ones never.
+	for i := 0; i < 10; i++ {
+		if name, err := long.roundTrip(); err != nil || name != "shop-b" {
+			t.Fatalf("long-lived connection during the drain: %q %v", name, err)
+		}
+		if name, err := get("http://" + lbAddr + "/"); err != nil || name != "shop-a" {
+			t.Fatalf("new connection during the drain went to %q (%v), want shop-a", name, err)
+		}
+		select {
+		case a := <-answered:
+			t.Fatalf("drain answered %d %s while HAProxy still had B with a connection: %+v", a.code, a.result, readHAProxy(t, dir)[serverB])
+		default:
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var a answer
+	select {
+	case a = <-answered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("drain did not answer")
+	}
+	if st, present := readHAProxy(t, dir)[serverB]; present {
+		t.Fatalf("drain answered (%d %s) while HAProxy still has pod B's server: %+v", a.code, a.result, st)
+	}
+	if a.code != http.StatusOK || a.result != "drained" {
+		t.Fatalf("drain answered %d %q, want 200 drained", a.code, a.result)
+	}
+	// The drain timeout closed the long connection at the load balancer: a
+	// clean close (FIN), not a reset.
+	if err := long.closedCleanly(); err != nil {
+		t.Fatalf("long-lived connection did not close cleanly: %v", err)
+	}
+	// Now the kubelet sends SIGTERM: the pod stops gracefully.
+	if err := backendB.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if name, err := get("http://" + lbAddr + "/"); err != nil || name != "shop-a" {
+			t.Fatalf("after pod B stopped: %q %v", name, err)
+		}
+	}
+}
