@@ -1,0 +1,69 @@
+package webhook_test
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+
+	"zerodrop.dev/zerodrop/internal/cmd/controller"
+	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/webhook"
+)
+
+// TestDeploymentArgs parses the Deployment's arguments with the
+// controller's and the webhook's flags, so a renamed flag breaks this test
+// rather than the rollout. It is an external test package: the controller
+// command imports this package once it wires the webhook.
+func TestDeploymentArgs(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "deploy", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(data, &d); err != nil {
+		t.Fatalf("deployment.yaml: %v", err)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if len(c.Args) == 0 || c.Args[0] != "controller" {
+		t.Fatalf("args %q, want the controller subcommand first", c.Args)
+	}
+	fs := flag.NewFlagSet("zerodrop controller", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var cfg controller.Config
+	cfg.Flags(fs)
+	// Once the command registers the webhook's flags itself, skip them here.
+	wfs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	var wopts webhook.Options
+	wopts.Flags(wfs)
+	wfs.VisitAll(func(f *flag.Flag) {
+		if fs.Lookup(f.Name) == nil {
+			fs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+	args := make([]string, 0, len(c.Args)-1)
+	for _, a := range c.Args[1:] {
+		args = append(args, strings.ReplaceAll(a, "$(POD_NAMESPACE)", "zerodrop-system"))
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("deployment args %q: %v", args, err)
+	}
+	if fs.NArg() != 0 {
+		t.Errorf("unexpected positional arguments %q", fs.Args())
+	}
+	if fs.Lookup("webhook").Value.String() != "true" || fs.Lookup("webhook-namespace").Value.String() != "zerodrop-system" {
+		t.Errorf("the Deployment must enable the webhook in its own namespace")
+	}
+	if cfg.LeaderNamespace != "zerodrop-system" || cfg.LeaderID != "zerodrop-controller" {
+		t.Errorf("leader election in %s/%s; the Role grants zerodrop-system/zerodrop-controller", cfg.LeaderNamespace, cfg.LeaderID)
+	}
+}
