@@ -24,8 +24,8 @@ type Handler struct {
 	Decoder admission.Decoder
 	// Recorder, when set, records PreStopHookExists on the Service.
 	Recorder events.EventRecorder
-	// IncludeClassless also injects for LoadBalancer Services without a class.
-	IncludeClassless bool
+	// Filter picks zerodrop's Services.
+	Filter Filter
 	// DrainHost, when set, is used instead of the drain Service's ClusterIP.
 	DrainHost    string
 	DrainPort    int32
@@ -66,7 +66,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		log.Error(err, "list services")
 		return allowedWithWarning(fmt.Sprintf("zerodrop: services not listed, gates not injected: %v", err))
 	}
-	selecting := Selecting(pod, services.Items, h.IncludeClassless)
+	selecting := Selecting(pod, services.Items, h.Filter)
 	if len(selecting) == 0 {
 		return admission.Allowed("no zerodrop Service selects the pod")
 	}

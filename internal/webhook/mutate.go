@@ -27,23 +27,41 @@ const (
 	ReasonPreStopHookExists = "PreStopHookExists"
 )
 
+// Filter says which LoadBalancer Services are zerodrop's.
+type Filter struct {
+	// Classes, when set, are the loadBalancerClasses served (the
+	// controller's own); empty means any class with the zerodrop.dev/
+	// prefix. A gate for a class no controller serves would keep pods
+	// unready for ever.
+	Classes []string
+	// IncludeClassless also counts Services without a class (the
+	// controller's --adopt-classless).
+	IncludeClassless bool
+}
+
+func (f Filter) class(class *string) bool {
+	switch {
+	case class == nil:
+		return f.IncludeClassless
+	case len(f.Classes) > 0:
+		return slices.Contains(f.Classes, *class)
+	default:
+		return strings.HasPrefix(*class, service.ClassPrefix)
+	}
+}
+
 // Selecting returns the zerodrop Services that select pod: type
-// LoadBalancer, a zerodrop.dev/ class (or none, with includeClassless), not
-// being deleted, and a non-empty selector that matches the pod's labels.
-// services are those of the pod's namespace.
-func Selecting(pod *corev1.Pod, services []corev1.Service, includeClassless bool) []*corev1.Service {
+// LoadBalancer, a class the filter accepts, not being deleted, and a
+// non-empty selector that matches the pod's labels. services are those of
+// the pod's namespace.
+func Selecting(pod *corev1.Pod, services []corev1.Service, f Filter) []*corev1.Service {
 	var out []*corev1.Service
 	for i := range services {
 		svc := &services[i]
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil || len(svc.Spec.Selector) == 0 {
 			continue
 		}
-		switch class := svc.Spec.LoadBalancerClass; {
-		case class == nil:
-			if !includeClassless {
-				continue
-			}
-		case !strings.HasPrefix(*class, service.ClassPrefix):
+		if !f.class(svc.Spec.LoadBalancerClass) {
 			continue
 		}
 		if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {

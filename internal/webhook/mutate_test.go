@@ -182,7 +182,7 @@ func TestMutate(t *testing.T) {
 	}} {
 		t.Run(tc.desc, func(t *testing.T) {
 			pod := tc.in.DeepCopy()
-			res := Mutate(pod, "shop", Selecting(pod, tc.services, false), tc.drain, fixedName)
+			res := Mutate(pod, "shop", Selecting(pod, tc.services, Filter{}), tc.drain, fixedName)
 			if d := cmp.Diff(tc.want, pod); d != "" {
 				t.Errorf("pod (-want +got):\n%s", d)
 			}
@@ -194,7 +194,7 @@ func TestMutate(t *testing.T) {
 			}
 			// Every output is a fixed point.
 			again := pod.DeepCopy()
-			if r := Mutate(again, "shop", Selecting(again, tc.services, false), tc.drain, fixedName); r.Changed() {
+			if r := Mutate(again, "shop", Selecting(again, tc.services, Filter{}), tc.drain, fixedName); r.Changed() {
 				t.Errorf("second Mutate changed the pod: %+v", r)
 			}
 		})
@@ -222,11 +222,18 @@ func TestSelecting(t *testing.T) {
 		}
 		return out
 	}
-	if d := cmp.Diff([]string{"haproxy", "azure"}, names(Selecting(pod, services, false))); d != "" {
-		t.Errorf("without classless (-want +got):\n%s", d)
-	}
-	if d := cmp.Diff([]string{"haproxy", "azure", "classless"}, names(Selecting(pod, services, true))); d != "" {
-		t.Errorf("with classless (-want +got):\n%s", d)
+	for _, tc := range []struct {
+		desc   string
+		filter Filter
+		want   []string
+	}{
+		{"any zerodrop.dev/ class", Filter{}, []string{"haproxy", "azure"}},
+		{"classless too", Filter{IncludeClassless: true}, []string{"haproxy", "azure", "classless"}},
+		{"the controller's class only", Filter{Classes: []string{"zerodrop.dev/haproxy"}}, []string{"haproxy"}},
+	} {
+		if d := cmp.Diff(tc.want, names(Selecting(pod, services, tc.filter))); d != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.desc, d)
+		}
 	}
 }
 

@@ -41,6 +41,10 @@ type Options struct {
 	// Path on the webhook server (default /mutate-pods); the webhook
 	// configuration's service path must match.
 	Path string
+	// Classes are the loadBalancerClasses the controller serves (pass
+	// its class, default zerodrop.dev/<provider>); empty accepts any
+	// zerodrop.dev/ class.
+	Classes []string
 	// IncludeClassless also injects for LoadBalancer Services without a
 	// loadBalancerClass (pass the controller's --adopt-classless).
 	IncludeClassless bool
@@ -67,8 +71,9 @@ type Options struct {
 	Logger   logr.Logger
 }
 
-// Flags registers the webhook's flags on fs. --adopt-classless belongs to
-// the controller; pass it on as IncludeClassless.
+// Flags registers the webhook's flags on fs. --load-balancer-class and
+// --adopt-classless belong to the controller; pass them on as Classes and
+// IncludeClassless.
 func (o *Options) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "webhook", false, "serve the mutating webhook that injects the readiness gate and the drain preStop hook")
 	fs.StringVar(&o.Certs.Namespace, "webhook-namespace", DefaultNamespace, "namespace of the webhook Service, its certificate Secret and (by default) the drain Service")
@@ -132,14 +137,14 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	}
 	srv := mgr.GetWebhookServer()
 	srv.Register(opts.Path, &admission.Webhook{Handler: &Handler{
-		Reader:           opts.Reader,
-		Decoder:          admission.NewDecoder(mgr.GetScheme()),
-		Recorder:         opts.Recorder,
-		IncludeClassless: opts.IncludeClassless,
-		DrainHost:        opts.DrainHost,
-		DrainPort:        opts.DrainPort,
-		DrainService:     opts.DrainService,
-		Logger:           log.WithName("admission"),
+		Reader:       opts.Reader,
+		Decoder:      admission.NewDecoder(mgr.GetScheme()),
+		Recorder:     opts.Recorder,
+		Filter:       Filter{Classes: opts.Classes, IncludeClassless: opts.IncludeClassless},
+		DrainHost:    opts.DrainHost,
+		DrainPort:    opts.DrainPort,
+		DrainService: opts.DrainService,
+		Logger:       log.WithName("admission"),
 	}})
 	if opts.ManageCerts {
 		if err := setupCerts(ctx, mgr, srv, opts.Certs, log.WithName("certs")); err != nil {
