@@ -177,6 +177,26 @@ func (f *fixture) createPod() {
 	}
 }
 
+// createPodEventually retries createPod's check for up to 10s.
+func (f *fixture) createPodEventually() {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "rot", GenerateName: "p-"},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.com/c:1"}}},
+		}
+		err := f.admin.Create(context.Background(), p)
+		if err == nil && p.Labels["mutated"] == "yes" {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("the API server never reached the webhook: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func TestManagerOnRealAPIServer(t *testing.T) {
 	env := testenv.StartEnv(t)
 	admin, err := client.New(env.Config, client.Options{})
@@ -221,18 +241,8 @@ func TestManagerOnRealAPIServer(t *testing.T) {
 	serveWebhook(t, port, dir)
 	stored, _ := ParseCertificates(f.secret().Data[KeyServingCert])
 	waitServed(t, port, stored[0])
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		// The API server's webhook client may still have no configuration.
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "rot", GenerateName: "warm-"},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.com/c:1"}}}}
-		if err := admin.Create(ctx, p); err == nil && p.Labels["mutated"] == "yes" {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("API server never reached the webhook: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	// The API server's webhook client may not have the configuration yet.
+	f.createPodEventually()
 
 	t.Run("a sync with nothing due writes nothing", func(t *testing.T) {
 		s, w := f.secret().ResourceVersion, f.mwc().ResourceVersion
@@ -251,7 +261,7 @@ func TestManagerOnRealAPIServer(t *testing.T) {
 		}
 		f.sync()
 		f.published()
-		f.createPod()
+		f.createPodEventually()
 	})
 
 	t.Run("CA rotation keeps both CAs trusted until the new certificate is served", func(t *testing.T) {
@@ -279,10 +289,9 @@ func TestManagerOnRealAPIServer(t *testing.T) {
 		}
 		newCA := cas[1]
 		waitServed(t, port, serving.Cert)
-		// (Only a seeded certificate can be served before its CA has been
-		// published for long: let the API server see the bundle.)
-		time.Sleep(time.Second)
-		f.createPod()
+		// Only a seeded certificate is served the moment its CA is first
+		// published: give the API server's informer time to see the bundle.
+		f.createPodEventually()
 
 		// Within the overlap nothing moves.
 		rv := f.secret().ResourceVersion
@@ -308,7 +317,6 @@ func TestManagerOnRealAPIServer(t *testing.T) {
 		if cas := f.published(); len(cas) != 1 || !cas[0].Equal(newCA) {
 			t.Fatalf("want only the new CA published, got %d CAs", len(cas))
 		}
-		time.Sleep(time.Second)
 		f.createPod()
 	})
 }
