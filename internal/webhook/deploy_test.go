@@ -21,6 +21,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -138,6 +139,17 @@ func TestDeployManifests(t *testing.T) {
 		t.Errorf("webhook configuration as stored: %+v", w)
 	}
 
+	t.Run("the controller's pod passes the namespace's restricted pod security", func(t *testing.T) {
+		d := &appsv1.Deployment{}
+		if err := admin.Get(ctx, client.ObjectKey{Namespace: DefaultNamespace, Name: "zerodrop"}, d); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: d.Spec.Template.ObjectMeta, Spec: d.Spec.Template.Spec}
+		pod.Namespace, pod.GenerateName = DefaultNamespace, "zerodrop-"
+		if err := admin.Create(ctx, pod, client.DryRunAll); err != nil {
+			t.Errorf("a pod from the Deployment's template is refused: %v", err)
+		}
+	})
 	t.Run("RBAC grants what the controller needs and no more", func(t *testing.T) { testRBAC(t, admin) })
 	t.Run("webhook and certificates run as the ServiceAccount", func(t *testing.T) { testAsServiceAccount(t, env.Config, admin) })
 }
