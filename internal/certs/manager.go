@@ -54,8 +54,9 @@ type Options struct {
 	CertDir  string
 	CertName string
 	KeyName  string
-	// CAValidity and ServingValidity are the lifetimes of new certificates;
-	// each is renewed when less than a third of it remains.
+	// CAValidity and ServingValidity are the lifetimes of new certificates
+	// (the serving one at most the CA's); each is renewed when less than a
+	// third of it remains.
 	CAValidity      time.Duration
 	ServingValidity time.Duration
 	// Overlap, see Policy.Overlap. It must exceed SyncPeriod plus the
@@ -104,7 +105,9 @@ func New(opts Options) (*Manager, error) {
 		}
 	}
 	defDur(&opts.CAValidity, DefaultCAValidity)
-	defDur(&opts.ServingValidity, min(DefaultServingValidity, opts.CAValidity))
+	defDur(&opts.ServingValidity, DefaultServingValidity)
+	// A serving certificate never outlives its CA anyway.
+	opts.ServingValidity = min(opts.ServingValidity, opts.CAValidity)
 	defDur(&opts.SyncPeriod, DefaultSyncPeriod)
 	if opts.Overlap == 0 {
 		opts.Overlap = DefaultOverlap
