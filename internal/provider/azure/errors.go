@@ -1,0 +1,78 @@
+package azure
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// ErrNotOwned means the load balancer carries another owner's TagOwner:
+// zerodrop neither reads its listeners as its own nor writes to it.
+var ErrNotOwned = errors.New("load balancer is owned by someone else")
+
+// ErrNotConfigured means a key names a load balancer that is not in
+// Options.LoadBalancers.
+var ErrNotConfigured = errors.New("load balancer is not configured")
+
+// UnrepresentableError is a desired state Azure cannot express (backends of
+// one listener on different ports, more long-named Services than tags).
+type UnrepresentableError struct {
+	Listener string
+	Reason   string
+}
+
+func (e *UnrepresentableError) Error() string {
+	if e.Listener == "" {
+		return "azure cannot represent this load balancer: " + e.Reason
+	}
+	return fmt.Sprintf("azure cannot represent listener %s: %s", e.Listener, e.Reason)
+}
+
+// classify turns an ARM error into what the controller acts on: 412 is
+// provider.ErrConflict (re-read, re-plan, retry), 429 a
+// provider.RetryAfterError, everything else a wrapped error.
+func (p *Provider) classify(op string, err error) error {
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		switch re.StatusCode {
+		case http.StatusPreconditionFailed:
+			return fmt.Errorf("%s: %w: %w", op, provider.ErrConflict, err)
+		case http.StatusTooManyRequests:
+			return &provider.RetryAfterError{After: p.retryAfter(re.RawResponse), Err: fmt.Errorf("%s: throttled: %w", op, err)}
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func isNotFound(err error) bool {
+	var re *azcore.ResponseError
+	return errors.As(err, &re) && re.StatusCode == http.StatusNotFound
+}
+
+// retryAfter reads ARM's throttling headers: retry-after-ms,
+// x-ms-retry-after-ms, then Retry-After in seconds or as an HTTP date.
+func (p *Provider) retryAfter(resp *http.Response) time.Duration {
+	if resp != nil {
+		for _, h := range []string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
+			if ms, err := strconv.Atoi(resp.Header.Get(h)); err == nil && ms > 0 {
+				return time.Duration(ms) * time.Millisecond
+			}
+		}
+		v := resp.Header.Get("Retry-After")
+		if s, err := strconv.Atoi(v); err == nil && s > 0 {
+			return time.Duration(s) * time.Second
+		}
+		if t, err := http.ParseTime(v); err == nil {
+			if d := time.Until(t); d > 0 {
+				return d
+			}
+		}
+	}
+	return p.opts.DefaultRetryAfter
+}

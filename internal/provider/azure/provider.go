@@ -1,0 +1,384 @@
+// Package azure is zerodrop's provider for Azure Standard Load Balancers,
+// through the Azure SDK for Go (armnetwork). Many Services share one load
+// balancer; the controller keys its work queue by load balancer name
+// (Provider.KeyFunc), so every write to one load balancer comes from one work
+// item (invariant 2). Observe reads a load balancer with one GET; Apply
+// writes with If-Match on the ETag the plan was computed against, so a
+// concurrent writer turns into provider.ErrConflict instead of a lost update;
+// a plan that changes backends of one pool is one pool PUT, anything else one
+// load balancer PUT. See docs/azure.md for the mapping.
+package azure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
+	"github.com/go-logr/logr"
+
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+var _ provider.Provider = (*Provider)(nil)
+
+// Options configure the provider. SubscriptionID, ResourceGroup,
+// LoadBalancers and SubnetID are required.
+type Options struct {
+	SubscriptionID string
+	ResourceGroup  string
+	// LoadBalancers are the names of the load balancers zerodrop may use;
+	// KeyFunc places every Service on one of them.
+	LoadBalancers []string
+	// SubnetID is the subnet frontends take their private addresses from
+	// (…/virtualNetworks/<vnet>/subnets/<subnet>); IP-based backend pools
+	// reference its virtual network.
+	SubnetID string
+	// Location is where zerodrop creates a load balancer that does not exist.
+	Location string
+	// Owner is the value of TagOwner on the load balancers zerodrop writes
+	// (default "zerodrop"); give each cluster its own.
+	Owner string
+	// Credential authenticates; nil uses azidentity's DefaultAzureCredential
+	// (environment, workload identity, managed identity, Azure CLI).
+	Credential azcore.TokenCredential
+	// ClientOptions configure the SDK pipeline (transport, cloud, retries).
+	// Unless Retry.StatusCodes is set, 429 is not retried inside the SDK: the
+	// provider hands it to the work queue as a provider.RetryAfterError.
+	ClientOptions *arm.ClientOptions
+	Hooks         provider.Hooks
+	Log           logr.Logger
+	// PollFrequency is how often a long-running operation is polled when
+	// ARM sends no Retry-After (default 1s; the SDK allows less only in tests).
+	PollFrequency time.Duration
+	// DefaultRetryAfter is the wait for a 429 without Retry-After (default 10s).
+	DefaultRetryAfter time.Duration
+}
+
+// Provider drives Azure load balancers. It is safe for concurrent use on
+// different keys; the controller calls it for one key from one work item.
+type Provider struct {
+	opts       Options
+	lbs        *armnetwork.LoadBalancersClient
+	pools      *armnetwork.LoadBalancerBackendAddressPoolsClient
+	vnetID     string
+	configured map[string]bool
+
+	mu sync.Mutex
+	// observed holds the document of each load balancer's last Observe, so
+	// that Apply can write the plan against exactly what it was computed from.
+	observed map[string]*armnetwork.LoadBalancer
+	// placed records, per Service, the load balancers that have its frontend.
+	placed map[string]map[string]bool
+}
+
+// New creates the provider and reads every configured load balancer once, so
+// that KeyFunc knows where each Service already is before the controller's
+// informers start.
+func New(ctx context.Context, opts Options) (*Provider, error) {
+	if opts.SubscriptionID == "" || opts.ResourceGroup == "" || len(opts.LoadBalancers) == 0 {
+		return nil, errors.New("azure: SubscriptionID, ResourceGroup and LoadBalancers are required")
+	}
+	vnet, _, ok := strings.Cut(opts.SubnetID, "/subnets/")
+	if !ok || !strings.Contains(strings.ToLower(vnet), "/virtualnetworks/") {
+		return nil, fmt.Errorf("azure: SubnetID %q is not a subnet resource ID", opts.SubnetID)
+	}
+	if opts.Owner == "" {
+		opts.Owner = "zerodrop"
+	}
+	if opts.PollFrequency <= 0 {
+		opts.PollFrequency = time.Second
+	}
+	if opts.DefaultRetryAfter <= 0 {
+		opts.DefaultRetryAfter = 10 * time.Second
+	}
+	if opts.Credential == nil {
+		cred, err := azidentity.NewDefaultAzureCredential(nil)
+		if err != nil {
+			return nil, fmt.Errorf("azure: credential: %w", err)
+		}
+		opts.Credential = cred
+	}
+	copts := opts.ClientOptions.Clone()
+	if copts == nil {
+		copts = &arm.ClientOptions{}
+	}
+	if copts.Retry.StatusCodes == nil {
+		// As the SDK's defaults, minus 429: throttling goes back to the queue.
+		copts.Retry.StatusCodes = []int{http.StatusRequestTimeout, http.StatusInternalServerError,
+			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout}
+	}
+	factory, err := armnetwork.NewClientFactory(opts.SubscriptionID, opts.Credential, copts)
+	if err != nil {
+		return nil, fmt.Errorf("azure: clients: %w", err)
+	}
+	p := &Provider{
+		opts:       opts,
+		lbs:        factory.NewLoadBalancersClient(),
+		pools:      factory.NewLoadBalancerBackendAddressPoolsClient(),
+		vnetID:     vnet,
+		configured: map[string]bool{},
+		observed:   map[string]*armnetwork.LoadBalancer{},
+		placed:     map[string]map[string]bool{},
+	}
+	for _, name := range opts.LoadBalancers {
+		p.configured[name] = true
+	}
+	for _, name := range opts.LoadBalancers {
+		raw, err := p.get(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("azure: initial read: %w", err)
+		}
+		p.remember(name, raw)
+	}
+	return p, nil
+}
+
+// Name implements provider.Provider.
+func (p *Provider) Name() string { return "azure" }
+
+// Unsupported implements provider.Provider: Azure balances TCP and UDP.
+func (p *Provider) Unsupported() map[model.Protocol]bool {
+	return map[model.Protocol]bool{model.SCTP: true}
+}
+
+// Observe implements provider.Provider with one GET of the load balancer; it
+// returns every zerodrop listener on it, whichever Service it belongs to.
+func (p *Provider) Observe(ctx context.Context, key string) (*model.LoadBalancer, error) {
+	if !p.configured[key] {
+		return nil, fmt.Errorf("observe %s: %w", key, ErrNotConfigured)
+	}
+	raw, err := p.get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	p.remember(key, raw)
+	if raw == nil {
+		return nil, nil
+	}
+	if err := p.checkOwner(key, raw); err != nil {
+		return nil, err
+	}
+	return toModel(key, raw), nil
+}
+
+// Apply implements provider.Provider. Only listener creates, updates and
+// deletes need the whole load balancer written; a plan that changes the
+// backends of one pool writes that pool only.
+func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
+	if plan.Empty() {
+		return nil
+	}
+	key := plan.Key
+	if !p.configured[key] {
+		return fmt.Errorf("apply to %s: %w", key, ErrNotConfigured)
+	}
+	raw, err := p.base(ctx, plan)
+	if err != nil {
+		return err
+	}
+	var obs *model.LoadBalancer
+	if raw != nil {
+		if err := p.checkOwner(key, raw); err != nil {
+			return err
+		}
+		obs = toModel(key, raw)
+	}
+	next, err := model.Apply(obs, plan)
+	if err != nil {
+		return fmt.Errorf("apply to %s: %w", key, err)
+	}
+	defer p.forget(key)
+	if pool, ok, err := p.poolOnly(key, raw, next, plan); err != nil {
+		return err
+	} else if ok {
+		return p.putPool(ctx, key, pool)
+	}
+	lb, err := p.render(key, raw, next)
+	if err != nil {
+		return err
+	}
+	return p.putLB(ctx, key, lb, raw)
+}
+
+// base returns the document plan was computed from, or ErrConflict when
+// the load balancer has changed (or appeared, or gone) since.
+func (p *Provider) base(ctx context.Context, plan model.Plan) (*armnetwork.LoadBalancer, error) {
+	if plan.Create {
+		// If-None-Match: * makes the create fail if it exists by now.
+		return nil, nil
+	}
+	p.mu.Lock()
+	raw := p.observed[plan.Key]
+	p.mu.Unlock()
+	if raw == nil || str(raw.Etag) != plan.Version {
+		var err error
+		if raw, err = p.get(ctx, plan.Key); err != nil {
+			return nil, err
+		}
+	}
+	if raw == nil || str(raw.Etag) != plan.Version {
+		return nil, fmt.Errorf("apply to %s: version %s is gone: %w", plan.Key, plan.Version, provider.ErrConflict)
+	}
+	return raw, nil
+}
+
+// Delete implements provider.Provider: zerodrop's children go; the load
+// balancer itself goes too when zerodrop created it and nothing else is on it.
+func (p *Provider) Delete(ctx context.Context, key string) error {
+	if !p.configured[key] {
+		return fmt.Errorf("delete %s: %w", key, ErrNotConfigured)
+	}
+	raw, err := p.get(ctx, key)
+	if err != nil || raw == nil {
+		return err
+	}
+	defer p.forget(key)
+	if err := p.checkOwner(key, raw); err != nil {
+		return err
+	}
+	rest, err := p.render(key, raw, &model.LoadBalancer{Key: key})
+	if err != nil {
+		return err
+	}
+	if raw.Tags[TagCreated] != nil && empty(rest) {
+		return p.deleteLB(ctx, key, str(raw.Etag))
+	}
+	if raw.Tags[TagCreated] == nil {
+		delete(rest.Tags, TagOwner)
+	}
+	return p.putLB(ctx, key, rest, raw)
+}
+
+// Backends implements provider.Provider. ARM reports neither per-backend
+// health nor connection counts, so HealthKnown is false and Connections -1:
+// a draining backend is removed when its drain timeout passes.
+func (p *Provider) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
+	raw, err := p.get(ctx, key)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	var out []provider.BackendStatus
+	for _, l := range toModel(key, raw).Listeners {
+		for _, b := range l.Backends {
+			out = append(out, provider.BackendStatus{Listener: l.Name, Address: b.Address, Port: b.Port,
+				State: b.State, Connections: -1})
+		}
+	}
+	return out, nil
+}
+
+func (p *Provider) checkOwner(key string, raw *armnetwork.LoadBalancer) error {
+	if o := raw.Tags[TagOwner]; o != nil && *o != p.opts.Owner {
+		return fmt.Errorf("load balancer %s (%s=%s): %w", key, TagOwner, *o, ErrNotOwned)
+	}
+	return nil
+}
+
+// get reads a load balancer; nil when it does not exist.
+func (p *Provider) get(ctx context.Context, key string) (*armnetwork.LoadBalancer, error) {
+	p.opts.Hooks.OnRead("get-lb")
+	resp, err := p.lbs.Get(ctx, p.opts.ResourceGroup, key, nil)
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, p.classify("get load balancer "+key, err)
+	}
+	return &resp.LoadBalancer, nil
+}
+
+// putLB writes the whole load balancer: If-Match on base's ETag, or
+// If-None-Match: * to create it.
+func (p *Provider) putLB(ctx context.Context, key string, lb *armnetwork.LoadBalancer, base *armnetwork.LoadBalancer) error {
+	h := http.Header{}
+	if base == nil {
+		h.Set("If-None-Match", "*")
+	} else {
+		h.Set("If-Match", str(base.Etag))
+	}
+	p.opts.Hooks.OnWrite("put-lb")
+	p.opts.Log.V(2).Info("put load balancer", "loadBalancer", key, "ifMatch", h.Get("If-Match"))
+	poller, err := p.lbs.BeginCreateOrUpdate(runtime.WithHTTPHeader(ctx, h), p.opts.ResourceGroup, key, *lb, nil)
+	if err != nil {
+		return p.classify("put load balancer "+key, err)
+	}
+	if _, err := poller.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: p.opts.PollFrequency}); err != nil {
+		return p.classify("wait for load balancer "+key, err)
+	}
+	return nil
+}
+
+// putPool writes one backend pool with If-Match on the pool's ETag as
+// observed (the load balancer's: ARM versions them together).
+func (p *Provider) putPool(ctx context.Context, key string, pw poolWrite) error {
+	h := http.Header{"If-Match": {pw.etag}}
+	p.opts.Hooks.OnWrite("put-pool")
+	p.opts.Log.V(2).Info("put backend pool", "loadBalancer", key, "pool", *pw.pool.Name, "ifMatch", pw.etag)
+	poller, err := p.pools.BeginCreateOrUpdate(runtime.WithHTTPHeader(ctx, h), p.opts.ResourceGroup, key, *pw.pool.Name, *pw.pool, nil)
+	if err != nil {
+		return p.classify("put backend pool "+key+"/"+*pw.pool.Name, err)
+	}
+	if _, err := poller.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: p.opts.PollFrequency}); err != nil {
+		return p.classify("wait for backend pool "+key+"/"+*pw.pool.Name, err)
+	}
+	return nil
+}
+
+func (p *Provider) deleteLB(ctx context.Context, key, etag string) error {
+	p.opts.Hooks.OnWrite("delete-lb")
+	poller, err := p.lbs.BeginDelete(runtime.WithHTTPHeader(ctx, http.Header{"If-Match": {etag}}), p.opts.ResourceGroup, key, nil)
+	if err != nil {
+		return p.classify("delete load balancer "+key, err)
+	}
+	if _, err := poller.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: p.opts.PollFrequency}); err != nil {
+		return p.classify("wait for load balancer deletion "+key, err)
+	}
+	return nil
+}
+
+// remember keeps the document for Apply and notes where Services are.
+func (p *Provider) remember(key string, raw *armnetwork.LoadBalancer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if raw == nil {
+		delete(p.observed, key)
+	} else {
+		p.observed[key] = raw
+	}
+	for svc, lbs := range p.placed {
+		delete(lbs, key)
+		if len(lbs) == 0 {
+			delete(p.placed, svc)
+		}
+	}
+	for _, svc := range servicesOn(raw) {
+		if p.placed[svc] == nil {
+			p.placed[svc] = map[string]bool{}
+		}
+		p.placed[svc][key] = true
+	}
+}
+
+// forget drops the document after a write: the next Observe reads anew.
+func (p *Provider) forget(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.observed, key)
+}
+
+func str(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,339 @@
+package azure_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
+
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/provider/azure"
+	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+)
+
+// TestCreateObserveNoop: a created load balancer reads back as what was
+// asked, addresses assigned by Azure; a fresh provider (a restart) then
+// finds nothing to write.
+func TestCreateObserveNoop(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	p := newProvider(t, emu, provider.Hooks{})
+	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{
+		listener("default", "web", 80, backends(8080, "10.0.0.1", "10.0.0.2")...),
+		listener("default", "web", 443, backends(8443, "10.0.0.1", "10.0.0.2")...),
+		listener("shop", "api", 80, backends(9000, "10.0.1.1")...),
+	}}
+	plans := converge(t, p, want)
+	if len(plans) != 1 || !plans[0].Create {
+		t.Fatalf("plans = %v, want one create", plans)
+	}
+	lb, _ := emu.LoadBalancer(group, "lb-a")
+	if lb.Tags[azure.TagOwner] == nil || lb.Tags[azure.TagCreated] == nil {
+		t.Errorf("tags = %v, want owner and created", lb.Tags)
+	}
+	obs, err := p.Observe(context.Background(), "lb-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range obs.Listeners {
+		if !strings.HasPrefix(l.Address, "127.240.") {
+			t.Errorf("listener %s address %q, want one assigned from the emulator's prefix", l.Name, l.Address)
+		}
+	}
+	if a, b := obs.Listeners[0].Address, obs.Listeners[1].Address; a != b {
+		t.Errorf("two ports of one Service got two frontends: %s, %s", a, b)
+	}
+	before := emu.Counters()
+	restarted := newProvider(t, emu, provider.Hooks{})
+	if plans := converge(t, restarted, want); len(plans) != 0 {
+		t.Errorf("restart planned %v", plans)
+	}
+	if d := emu.Counters().Sub(before); d.Puts()+d.Deletes != 0 || d.Gets != 2 {
+		t.Errorf("restart: %+v, want 2 GETs (New, Observe) and no write", d)
+	}
+}
+
+// TestBackendChangeIsOnePoolPut: endpoint churn is a pool PUT; frontends,
+// rules and probes stay untouched.
+func TestBackendChangeIsOnePoolPut(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	var writes []string
+	p := newProvider(t, emu, provider.Hooks{Write: func(op string) { writes = append(writes, op) }})
+	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{
+		listener("default", "web", 80, backends(8080, "10.0.0.1", "10.0.0.2")...),
+		listener("default", "other", 80, backends(8080, "10.0.9.1")...),
+	}}
+	converge(t, p, want)
+	writes = nil
+	want.Listeners[0].Backends = backends(8080, "10.0.0.2", "10.0.0.3")
+	want.Listeners[0].Backends[0].State = model.Draining
+	converge(t, p, want)
+	if strings.Join(writes, ",") != "put-pool" {
+		t.Fatalf("writes = %v, want one put-pool", writes)
+	}
+	obs, _ := p.Observe(context.Background(), "lb-a")
+	got := obs.Listener(want.Listeners[0].Name).Backends
+	if len(got) != 2 || got[0].State != model.Draining || got[0].Weight != 0 || got[1].State != model.Active {
+		t.Errorf("backends = %+v, want 10.0.0.2 draining, 10.0.0.3 active", got)
+	}
+	lb, _ := emu.LoadBalancer(group, "lb-a")
+	for _, pool := range lb.Properties.BackendAddressPools {
+		for _, a := range pool.Properties.LoadBalancerBackendAddresses {
+			if *a.Properties.IPAddress == "10.0.0.2" && *a.Properties.AdminState != armnetwork.LoadBalancerBackendAddressAdminStateDown {
+				t.Errorf("draining backend has admin state %s, want Down", *a.Properties.AdminState)
+			}
+		}
+	}
+}
+
+// TestNodeBackendsShareAPool: Services with the same backends (node mode:
+// every ready node) share one pool, so a new node is one pool write.
+func TestNodeBackendsShareAPool(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	var writes []string
+	p := newProvider(t, emu, provider.Hooks{Write: func(op string) { writes = append(writes, op) }})
+	nodes := addrs("10.240.0", 3)
+	local := listener("default", "local", 80, backends(30001, nodes...)...)
+	local.Probe = model.Probe{Kind: model.ProbeHTTP, Port: 32000, Path: "/healthz", IntervalMillis: 2000, Rise: 2, Fall: 3}
+	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{
+		local, listener("default", "cluster", 80, backends(30002, nodes...)...),
+	}}
+	converge(t, p, want)
+	lb, _ := emu.LoadBalancer(group, "lb-a")
+	if n := len(lb.Properties.BackendAddressPools); n != 1 || !strings.HasPrefix(*lb.Properties.BackendAddressPools[0].Name, "zd-shared.") {
+		t.Fatalf("%d pools (%s), want one shared pool", n, *lb.Properties.BackendAddressPools[0].Name)
+	}
+	writes = nil
+	nodes = addrs("10.240.0", 4)
+	want.Listeners[0].Backends, want.Listeners[1].Backends = backends(30001, nodes...), backends(30002, nodes...)
+	converge(t, p, want)
+	if strings.Join(writes, ",") != "put-pool" {
+		t.Fatalf("a new node: writes = %v, want one put-pool", writes)
+	}
+	obs, _ := p.Observe(context.Background(), "lb-a")
+	if l := obs.Listener(want.Listeners[0].Name); l.Probe != local.Probe {
+		t.Errorf("probe = %+v, want %+v", l.Probe, local.Probe)
+	}
+}
+
+// TestConflictIsErrConflict: a write after someone else's is refused with
+// 412 and reported as provider.ErrConflict, and nothing changes.
+func TestConflictIsErrConflict(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	p := newProvider(t, emu, provider.Hooks{})
+	ctx := context.Background()
+	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80, backends(8080, "10.0.0.1")...)}}
+	converge(t, p, want)
+	for _, tc := range []struct {
+		name   string
+		change func(l *model.Listener)
+	}{
+		{"pool", func(l *model.Listener) { l.Backends = backends(8080, "10.0.0.9") }},
+		{"load balancer", func(l *model.Listener) { l.Port = 81 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obs, err := p.Observe(ctx, "lb-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := fill(want, obs)
+			tc.change(&next.Listeners[0])
+			plan := model.Diff(obs, next)
+			emu.Touch(group, "lb-a") // another writer
+			before, _ := emu.LoadBalancer(group, "lb-a")
+			err = p.Apply(ctx, plan)
+			if !errors.Is(err, provider.ErrConflict) {
+				t.Fatalf("err = %v, want ErrConflict", err)
+			}
+			after, _ := emu.LoadBalancer(group, "lb-a")
+			if *after.Etag != *before.Etag {
+				t.Errorf("a refused write changed the load balancer")
+			}
+		})
+	}
+	if c := emu.Counters(); c.PreconditionFailed != 2 {
+		t.Errorf("412s = %d, want 2", c.PreconditionFailed)
+	}
+}
+
+// TestTwoWritersConflict is the race of the issue report: an endpoint
+// updater and the service reconcile write one load balancer from two
+// places. The emulator refuses the second write; with one writer per load
+// balancer (the controller's queue) it never happens.
+func TestTwoWritersConflict(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	a, b := newProvider(t, emu, provider.Hooks{}), newProvider(t, emu, provider.Hooks{})
+	ctx := context.Background()
+	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{
+		listener("default", "local", 80, backends(8080, "10.0.0.1")...),
+		listener("default", "web", 80, backends(8080, "10.0.5.1")...),
+	}}
+	converge(t, a, want)
+	obsA, _ := a.Observe(ctx, "lb-a")
+	obsB, _ := b.Observe(ctx, "lb-a")
+	endpoints := fill(want, obsA)
+	endpoints.Listeners[0].Backends = backends(8080, "10.0.0.1", "10.0.0.2")
+	service := fill(want, obsB)
+	service.Listeners[1].Probe.IntervalMillis = 5000
+	if err := a.Apply(ctx, model.Diff(obsA, endpoints)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Apply(ctx, model.Diff(obsB, service)); !errors.Is(err, provider.ErrConflict) {
+		t.Fatalf("second writer: err = %v, want ErrConflict", err)
+	}
+	obs, _ := b.Observe(ctx, "lb-a")
+	if got := obs.Listener(want.Listeners[0].Name).Backends; len(got) != 2 {
+		t.Errorf("the first write was lost: %+v", got)
+	}
+}
+
+// TestThrottlingIsRetryAfter: a 429 is not retried inside the SDK; it comes
+// back as provider.RetryAfterError with ARM's Retry-After.
+func TestThrottlingIsRetryAfter(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	p := newProvider(t, emu, provider.Hooks{})
+	emu.SetFaults(emulator.Faults{Rate: 1, Throttle: 1, RetryAfter: 3 * time.Second})
+	_, err := p.Observe(context.Background(), "lb-a")
+	var ra *provider.RetryAfterError
+	if !errors.As(err, &ra) || ra.After != 3*time.Second {
+		t.Fatalf("err = %v, want RetryAfterError after 3s", err)
+	}
+	if c := emu.Counters(); c.Gets != 2 || c.Throttled != 1 {
+		t.Errorf("counters = %+v, want the 429 not retried", c)
+	}
+}
+
+// TestServerErrorsRetriedBySDK: a transient 500 is retried by the SDK's
+// retry policy; the write succeeds once.
+func TestServerErrorsRetriedBySDK(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	p := newProvider(t, emu, provider.Hooks{})
+	emu.SetFaults(emulator.Faults{Rate: 1, ServerError: 1, Cooldown: 1})
+	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80, backends(8080, "10.0.0.1")...)}}
+	converge(t, p, want)
+	c := emu.Counters()
+	if c.ServerErrors == 0 || c.Writes != 1 {
+		t.Errorf("counters = %+v, want 500s retried and one write", c)
+	}
+}
+
+// TestForeignChildrenKept: a load balancer zerodrop did not create keeps
+// everything that is not zerodrop's; zerodrop's Delete removes its own
+// children and its owner tag only.
+func TestForeignChildrenKept(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	lbID := "/subscriptions/" + subID + "/resourceGroups/" + group + "/providers/Microsoft.Network/loadBalancers/lb-a"
+	if err := emu.Seed(subID, group, armnetwork.LoadBalancer{
+		Name: to.Ptr("lb-a"), Location: to.Ptr("westeurope"), Tags: map[string]*string{"team": to.Ptr("net")},
+		Properties: &armnetwork.LoadBalancerPropertiesFormat{
+			FrontendIPConfigurations: []*armnetwork.FrontendIPConfiguration{{Name: to.Ptr("legacy"),
+				Properties: &armnetwork.FrontendIPConfigurationPropertiesFormat{Subnet: &armnetwork.Subnet{ID: to.Ptr(subnet)}}}},
+			BackendAddressPools: []*armnetwork.BackendAddressPool{{Name: to.Ptr("vms")}},
+			Probes: []*armnetwork.Probe{{Name: to.Ptr("ssh"), Properties: &armnetwork.ProbePropertiesFormat{
+				Protocol: to.Ptr(armnetwork.ProbeProtocolTCP), Port: to.Ptr[int32](22)}}},
+			LoadBalancingRules: []*armnetwork.LoadBalancingRule{{Name: to.Ptr("ssh"), Properties: &armnetwork.LoadBalancingRulePropertiesFormat{
+				Protocol: to.Ptr(armnetwork.TransportProtocolTCP), FrontendPort: to.Ptr[int32](22), BackendPort: to.Ptr[int32](22),
+				FrontendIPConfiguration: &armnetwork.SubResource{ID: to.Ptr(lbID + "/frontendIPConfigurations/legacy")},
+				BackendAddressPool:      &armnetwork.SubResource{ID: to.Ptr(lbID + "/backendAddressPools/vms")},
+				Probe:                   &armnetwork.SubResource{ID: to.Ptr(lbID + "/probes/ssh")}}}},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := newProvider(t, emu, provider.Hooks{})
+	ctx := context.Background()
+	if obs, err := p.Observe(ctx, "lb-a"); err != nil || obs == nil || len(obs.Listeners) != 0 {
+		t.Fatalf("observe = %+v, %v; want an existing load balancer without zerodrop listeners", obs, err)
+	}
+	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80, backends(8080, "10.0.0.1")...)}}
+	converge(t, p, want)
+	lb, _ := emu.LoadBalancer(group, "lb-a")
+	if n := len(lb.Properties.LoadBalancingRules); n != 2 || *lb.Tags["team"] != "net" {
+		t.Fatalf("rules = %d tags = %v: the foreign rule or tag is gone", n, lb.Tags)
+	}
+	if err := p.Delete(ctx, "lb-a"); err != nil {
+		t.Fatal(err)
+	}
+	lb, ok := emu.LoadBalancer(group, "lb-a")
+	if !ok || len(lb.Properties.LoadBalancingRules) != 1 || *lb.Properties.LoadBalancingRules[0].Name != "ssh" ||
+		len(lb.Properties.FrontendIPConfigurations) != 1 || lb.Tags[azure.TagOwner] != nil {
+		t.Fatalf("after delete: exists=%v %+v tags=%v, want only the foreign children and tags", ok, lb.Properties, lb.Tags)
+	}
+}
+
+// TestDeleteCreated: a load balancer zerodrop created goes with its last
+// listener; deleting it again is a no-op.
+func TestDeleteCreated(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	p := newProvider(t, emu, provider.Hooks{})
+	converge(t, p, &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80)}})
+	for i := 0; i < 2; i++ {
+		if err := p.Delete(context.Background(), "lb-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := emu.LoadBalancer(group, "lb-a"); ok {
+		t.Fatal("load balancer still there")
+	}
+	if c := emu.Counters(); c.Deletes != 1 {
+		t.Errorf("deletes = %d, want 1", c.Deletes)
+	}
+}
+
+// TestOwnedBySomeoneElse: another owner's load balancer is neither read as
+// zerodrop's nor written.
+func TestOwnedBySomeoneElse(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	if err := emu.Seed(subID, group, armnetwork.LoadBalancer{Name: to.Ptr("lb-a"), Location: to.Ptr("westeurope"),
+		Tags: map[string]*string{azure.TagOwner: to.Ptr("cluster-b")}}); err != nil {
+		t.Fatal(err)
+	}
+	p := newProvider(t, emu, provider.Hooks{})
+	if _, err := p.Observe(context.Background(), "lb-a"); !errors.Is(err, azure.ErrNotOwned) {
+		t.Fatalf("err = %v, want ErrNotOwned", err)
+	}
+	if err := p.Delete(context.Background(), "lb-a"); !errors.Is(err, azure.ErrNotOwned) {
+		t.Fatalf("delete: err = %v, want ErrNotOwned", err)
+	}
+}
+
+// TestLongNames: a Service whose namespace and name do not fit Azure's 80
+// characters is named by a hash, and a tag reads it back.
+func TestLongNames(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	p := newProvider(t, emu, provider.Hooks{})
+	ns, name := strings.Repeat("n", 63), strings.Repeat("s", 63)
+	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{
+		listener(ns, name, 80, backends(8080, "10.0.0.1")...), listener("default", "web", 80),
+	}}
+	converge(t, p, want)
+	if plans := converge(t, newProvider(t, emu, provider.Hooks{}), want); len(plans) != 0 {
+		t.Fatalf("long names do not read back: %v", plans)
+	}
+}
+
+// TestMixedBackendPortsRefused: Azure has one backend port per rule.
+func TestMixedBackendPortsRefused(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	p := newProvider(t, emu, provider.Hooks{})
+	l := listener("default", "web", 80, append(backends(8080, "10.0.0.1"), backends(9090, "10.0.0.2")...)...)
+	err := p.Apply(context.Background(), model.Diff(nil, &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{l}}))
+	var ue *azure.UnrepresentableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("err = %v, want UnrepresentableError", err)
+	}
+	if c := emu.Counters(); c.Puts() != 0 {
+		t.Errorf("%d PUTs for a refused plan", c.Puts())
+	}
+}
+
+func TestNotConfigured(t *testing.T) {
+	p := newProvider(t, emulator.New(emulator.Options{}), provider.Hooks{})
+	if _, err := p.Observe(context.Background(), "default/web"); !errors.Is(err, azure.ErrNotConfigured) {
+		t.Fatalf("err = %v, want ErrNotConfigured", err)
+	}
+}
