@@ -33,6 +33,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+	"zerodrop.dev/zerodrop/internal/webhook"
 )
 
 // Config is the controller's configuration; flags fill it, tests build it.
@@ -61,6 +62,7 @@ type Config struct {
 	RetryPeriod     time.Duration
 
 	HAProxy haproxy.Options
+	Webhook webhook.Options
 	// Registerer receives the metrics (default: controller-runtime's registry).
 	Registerer prometheus.Registerer
 }
@@ -90,6 +92,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", 15*time.Second, "leader lease duration")
 	fs.DurationVar(&c.RenewDeadline, "renew-deadline", 10*time.Second, "leader renew deadline")
 	fs.DurationVar(&c.RetryPeriod, "retry-period", 2*time.Second, "leader election retry period")
+	c.Webhook.Flags(fs)
 	fs.StringVar(&c.HAProxy.Dir, "haproxy-dir", DefaultHAProxyDir(), "state directory of a locally owned HAProxy")
 	fs.StringVar(&c.HAProxy.Binary, "haproxy-binary", "haproxy", "HAProxy executable")
 	fs.StringVar(&c.HAProxy.AdminSocket, "haproxy-socket", "", "attach to an existing HAProxy: its admin stats socket")
@@ -178,6 +181,22 @@ func RunConfig(ctx context.Context, cfg Config) error {
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+	if cfg.Webhook.Enabled {
+		// Before mgr.Start: Setup writes the certificate files the webhook
+		// server reads once when it starts.
+		w := cfg.Webhook
+		class := cfg.Class
+		if class == "" {
+			class = service.ClassPrefix + cfg.Provider
+		}
+		// No gate for a class nobody serves: the pod would never turn Ready.
+		w.Classes = []string{class}
+		w.IncludeClassless = cfg.AdoptClassless
+		w.Logger = log.WithName("webhook")
+		if err := webhook.Setup(ctx, mgr, w); err != nil {
+			return fmt.Errorf("webhook: %w", err)
+		}
 	}
 	_ = mgr.AddHealthzCheck("ping", healthz.Ping)
 	_ = mgr.AddReadyzCheck("ping", healthz.Ping)
