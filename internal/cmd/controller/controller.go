@@ -129,18 +129,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func RunConfig(ctx context.Context, cfg Config) error {
 	log := klog.NewKlogr().WithName("zerodrop")
 	ctrl.SetLogger(log)
-	restCfg := cfg.RESTConfig
 	var err error
-	if restCfg == nil {
-		if cfg.Kubeconfig != "" {
-			restCfg, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-		} else {
-			restCfg, err = ctrlconfig.GetConfig()
-		}
-		if err != nil {
-			return fmt.Errorf("kubeconfig: %w", err)
-		}
-	}
 	sync := service.SyncMode(cfg.Sync)
 	if sync != service.SyncIncremental && sync != service.SyncFull {
 		return fmt.Errorf("--sync must be %q or %q, not %q", service.SyncIncremental, service.SyncFull, cfg.Sync)
@@ -157,6 +146,17 @@ func RunConfig(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Provider != "haproxy" {
 		return fmt.Errorf("--provider %q is not supported (haproxy)", cfg.Provider)
+	}
+	restCfg := cfg.RESTConfig
+	if restCfg == nil {
+		if cfg.Kubeconfig != "" {
+			restCfg, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		} else {
+			restCfg, err = ctrlconfig.GetConfig()
+		}
+		if err != nil {
+			return fmt.Errorf("kubeconfig: %w", err)
+		}
 	}
 	reg := cfg.Registerer
 	if reg == nil {
