@@ -13,6 +13,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/check"
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
+	"zerodrop.dev/zerodrop/internal/lab"
 	"zerodrop.dev/zerodrop/internal/version"
 )
 
@@ -21,6 +22,7 @@ const usage = `usage: zerodrop <command> [flags]
 commands:
   controller   run the Service LoadBalancer controller
   check        analyze manifests or a live cluster for rollout safety
+  lab          real rollouts under real traffic: upstream-like baseline vs zerodrop
   version      print the version
 
 Run 'zerodrop <command> -h' for the flags of a command.
@@ -43,6 +45,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return controller.Run(ctx, args[1:], stdout, stderr)
 	case "check":
 		return check.Run(ctx, args[1:], stdin, stdout, stderr)
+	case "lab":
+		return lab.Run(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "zerodrop", version.String())
 		return 0

@@ -1,0 +1,592 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+)
+
+// agent is the kubelet (and scheduler) stand-in for every lab node: it
+// registers Nodes and keeps their heartbeats, binds pending pods, runs each
+// pod as a real loopback server (podRuntime) and reports pod status the way
+// the kubelet does. Its pods are watched through an informer; every change
+// enqueues the pod's key and a worker re-reads the current state
+// (level-triggered).
+type agent struct {
+	client kubernetes.Interface
+	nodes  []string
+	logf   func(string, ...any)
+
+	factory informers.SharedInformerFactory
+	pods    corelisters.PodLister
+	nodeLs  corelisters.NodeLister
+	queue   workqueue.TypedRateLimitingInterface[string]
+
+	mu        sync.Mutex
+	runtimes  map[string]*podRuntime // by namespace/name
+	abandoned map[string]bool        // namespaces the lab tore down
+	nextHost  map[string]uint32      // per node: next pod address offset
+	boundTo   map[string]string      // bound pods the informer has not shown bound yet
+	stopped   chan struct{}          // closed once every pod process is gone
+}
+
+const nodeLeaseNamespace = "kube-node-lease"
+
+func newAgent(client kubernetes.Interface, nodes int, logf func(string, ...any)) *agent {
+	a := &agent{
+		client: client, logf: logf,
+		runtimes: map[string]*podRuntime{}, abandoned: map[string]bool{},
+		nextHost: map[string]uint32{}, boundTo: map[string]string{}, stopped: make(chan struct{}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "lab-agent"}),
+	}
+	for i := 1; i <= nodes; i++ {
+		a.nodes = append(a.nodes, fmt.Sprintf("lab-node-%d", i))
+	}
+	return a
+}
+
+// podCIDR of node i (1-based): 198.18.(16·i).0/20, inside the published range.
+func podCIDR(i int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(16 * i), 0}), 20)
+}
+
+// start registers the nodes, starts the informers and the workers; they run
+// until ctx is done, and then every pod process is killed.
+func (a *agent) start(ctx context.Context) error {
+	go func() {
+		<-ctx.Done()
+		a.queue.ShutDown()
+		a.killAll()
+		close(a.stopped)
+	}()
+	for i, name := range a.nodes {
+		if err := a.registerNode(ctx, i+1, name); err != nil {
+			return err
+		}
+	}
+	go a.heartbeats(ctx)
+	a.factory = informers.NewSharedInformerFactory(a.client, 0)
+	podInf := a.factory.Core().V1().Pods()
+	a.pods = podInf.Lister()
+	a.nodeLs = a.factory.Core().V1().Nodes().Lister()
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			a.queue.Add(key)
+		}
+	}
+	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, cur any) { enqueue(cur) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return err
+	}
+	a.factory.Start(ctx.Done())
+	for typ, ok := range a.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("agent: %v informer did not sync", typ)
+		}
+	}
+	for range 4 {
+		go func() {
+			for a.processNext(ctx) {
+			}
+		}()
+	}
+	return nil
+}
+
+// wait waits (up to 10 s) until the agent stopped after its context ended.
+func (a *agent) wait() {
+	select {
+	case <-a.stopped:
+	case <-time.After(10 * time.Second):
+	}
+	if a.factory != nil {
+		a.factory.Shutdown()
+	}
+}
+
+func (a *agent) registerNode(ctx context.Context, i int, name string) error {
+	cidr := podCIDR(i).String()
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "topology.kubernetes.io/zone": "lab",
+		}},
+		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
+	}
+	created, err := a.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = a.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", name, err)
+	}
+	now := metav1.Now()
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
+		corev1.ResourcePods: resource.MustParse("110"),
+	}
+	created.Status = corev1.NodeStatus{
+		Capacity: capacity, Allocatable: capacity,
+		Conditions: []corev1.NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "lab node agent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", LastHeartbeatTime: now, LastTransitionTime: now},
+		},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP(i)}, {Type: corev1.NodeHostName, Address: name}},
+		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-lab", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "lab://1"},
+	}
+	if _, err := a.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("node %s status: %w", name, err)
+	}
+	return a.renewLease(ctx, name)
+}
+
+func nodeIP(i int) string { return fmt.Sprintf("198.19.255.%d", i) }
+
+// heartbeats renew each node's Lease and Ready condition every 10 s, as the
+// kubelet does, so that the node lifecycle controller keeps the nodes Ready.
+func (a *agent) heartbeats(ctx context.Context) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, name := range a.nodes {
+			if err := a.renewLease(ctx, name); err != nil && ctx.Err() == nil {
+				a.logf("node %s lease: %v", name, err)
+			}
+			node, err := a.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			for i := range node.Status.Conditions {
+				node.Status.Conditions[i].LastHeartbeatTime = metav1.Now()
+			}
+			_, _ = a.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		}
+	}
+}
+
+func (a *agent) renewLease(ctx context.Context, name string) error {
+	leases := a.client.CoordinationV1().Leases(nodeLeaseNamespace)
+	now := metav1.NowMicro()
+	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nodeLeaseNamespace},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	lease.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}
+
+func (a *agent) processNext(ctx context.Context) bool {
+	key, shutdown := a.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer a.queue.Done(key)
+	if err := a.sync(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			a.logf("agent: pod %s: %v", key, err)
+		}
+		a.queue.AddRateLimited(key)
+		return true
+	}
+	a.queue.Forget(key)
+	return true
+}
+
+// sync brings one pod's process and status in line with the pod object.
+func (a *agent) sync(ctx context.Context, key string) error {
+	ns, name, _ := strings.Cut(key, "/")
+	pod, err := a.pods.Pods(ns).Get(name)
+	a.mu.Lock()
+	rt := a.runtimes[key]
+	abandoned := a.abandoned[ns]
+	a.mu.Unlock()
+	if apierrors.IsNotFound(err) {
+		if rt != nil {
+			rt.kill()
+			a.forget(key)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if rt != nil && rt.uid != pod.UID {
+		rt.kill()
+		a.forget(key)
+		rt = nil
+	}
+	if abandoned {
+		if pod.DeletionTimestamp != nil {
+			return a.deleteNow(ctx, pod)
+		}
+		return nil
+	}
+	if pod.DeletionTimestamp != nil {
+		if rt == nil {
+			return a.deleteNow(ctx, pod)
+		}
+		rt.terminate(deletionGrace(pod))
+		if _, finished, _ := rt.status(); !finished.IsZero() {
+			if err := a.syncStatus(ctx, pod, rt); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			if err := a.deleteNow(ctx, pod); err != nil {
+				return err
+			}
+			a.forget(key)
+			return nil
+		}
+		return a.syncStatus(ctx, pod, rt)
+	}
+	if pod.Spec.NodeName == "" {
+		return a.bind(ctx, pod)
+	}
+	if !a.ours(pod.Spec.NodeName) {
+		return nil
+	}
+	a.mu.Lock()
+	delete(a.boundTo, key)
+	a.mu.Unlock()
+	if rt == nil {
+		ip, err := a.allocate(pod.Spec.NodeName)
+		if err != nil {
+			return err
+		}
+		rt, err = startPodRuntime(pod, ip, func() { a.queue.Add(key) }, a.logf)
+		if err != nil {
+			return err
+		}
+		a.mu.Lock()
+		a.runtimes[key] = rt
+		a.mu.Unlock()
+		a.logf("pod %s started on %s as %s (listening %s)", key, rt.node, rt.ip, rt.listen)
+	}
+	return a.syncStatus(ctx, pod, rt)
+}
+
+func deletionGrace(pod *corev1.Pod) time.Duration {
+	if s := pod.DeletionGracePeriodSeconds; s != nil {
+		return time.Duration(*s) * time.Second
+	}
+	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
+		return time.Duration(*s) * time.Second
+	}
+	return 30 * time.Second
+}
+
+func (a *agent) forget(key string) {
+	a.mu.Lock()
+	delete(a.runtimes, key)
+	a.mu.Unlock()
+}
+
+func (a *agent) ours(node string) bool {
+	for _, n := range a.nodes {
+		if n == node {
+			return true
+		}
+	}
+	return false
+}
+
+// deleteNow is the kubelet's final delete once the containers are gone.
+func (a *agent) deleteNow(ctx context.Context, pod *corev1.Pod) error {
+	err := a.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// bind schedules a pod on the schedulable node with the fewest pods of its
+// namespace (a spreading scheduler), through the pods/binding subresource.
+func (a *agent) bind(ctx context.Context, pod *corev1.Pod) error {
+	count := map[string]int{}
+	var candidates []string
+	for _, n := range a.nodes {
+		node, err := a.nodeLs.Get(n)
+		if err != nil || node.Spec.Unschedulable {
+			continue
+		}
+		candidates = append(candidates, n)
+		count[n] = 0
+	}
+	if len(candidates) == 0 {
+		return fmt.Errorf("no schedulable node for %s/%s", pod.Namespace, pod.Name)
+	}
+	all, err := a.pods.Pods(pod.Namespace).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	for _, p := range all {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		node := p.Spec.NodeName
+		if node == "" {
+			node = a.boundTo[p.Namespace+"/"+p.Name]
+		}
+		if _, ok := count[node]; ok {
+			count[node]++
+		}
+	}
+	a.mu.Unlock()
+	sort.SliceStable(candidates, func(i, j int) bool { return count[candidates[i]] < count[candidates[j]] })
+	target := candidates[0]
+	err = a.client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: target},
+	}, metav1.CreateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("bind: %w", err)
+	}
+	a.mu.Lock()
+	a.boundTo[pod.Namespace+"/"+pod.Name] = target
+	a.mu.Unlock()
+	return nil
+}
+
+// allocate hands out the next pod address of a node's CIDR; addresses are
+// never reused within a lab run.
+func (a *agent) allocate(node string) (netip.Addr, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i := 0
+	for j, n := range a.nodes {
+		if n == node {
+			i = j + 1
+		}
+	}
+	cidr := podCIDR(i)
+	base := cidr.Addr().As4()
+	for {
+		a.nextHost[node]++
+		off := a.nextHost[node]
+		if off >= 1<<(32-cidr.Bits()) {
+			return netip.Addr{}, fmt.Errorf("node %s: pod addresses exhausted", node)
+		}
+		b := base
+		b[2] += byte(off >> 8)
+		b[3] = byte(off)
+		if b[3] != 0 && b[3] != 255 {
+			return netip.AddrFrom4(b), nil
+		}
+	}
+}
+
+// syncStatus patches the pod's status when what the kubelet would report
+// differs from what the pod shows. Ready is the containers' readiness and
+// every readiness gate's condition (the gate conditions belong to their
+// controllers; the strategic merge patch keys conditions by type and leaves
+// them alone).
+func (a *agent) syncStatus(ctx context.Context, pod *corev1.Pod, rt *podRuntime) error {
+	ready, finished, code := rt.status()
+	allReady := len(pod.Spec.Containers) > 0
+	var statuses []corev1.ContainerStatus
+	for _, c := range pod.Spec.Containers {
+		st := corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: "lab://" + c.Image,
+			ContainerID: fmt.Sprintf("lab://%s/%s", rt.uid, c.Name), Ready: ready[c.Name], Started: ptr.To(finished.IsZero()),
+		}
+		if finished.IsZero() {
+			st.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(rt.startedAt)}
+		} else {
+			reason := "Completed"
+			if code != 0 {
+				reason = "Error"
+			}
+			st.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason,
+				StartedAt: metav1.NewTime(rt.startedAt), FinishedAt: metav1.NewTime(finished)}
+		}
+		allReady = allReady && st.Ready
+		statuses = append(statuses, st)
+	}
+	gates := true
+	for _, g := range pod.Spec.ReadinessGates {
+		gates = gates && conditionStatus(pod, g.ConditionType) == corev1.ConditionTrue
+	}
+	podReady := allReady && gates
+	phase := corev1.PodRunning
+	if !finished.IsZero() {
+		phase = corev1.PodSucceeded
+		if code != 0 {
+			phase = corev1.PodFailed
+		}
+	}
+	readyReason := ""
+	switch {
+	case !allReady:
+		readyReason = "ContainersNotReady"
+	case !gates:
+		readyReason = "ReadinessGatesNotReady"
+	}
+	conds := []corev1.PodCondition{
+		a.condition(pod, corev1.PodScheduled, true, ""),
+		a.condition(pod, corev1.PodInitialized, true, ""),
+		a.condition(pod, corev1.ContainersReady, allReady, "ContainersNotReady"),
+		a.condition(pod, corev1.PodReady, podReady, readyReason),
+	}
+	same := pod.Status.Phase == phase && pod.Status.PodIP == rt.ip.String() && len(pod.Status.ContainerStatuses) == len(statuses)
+	for _, c := range conds {
+		same = same && conditionStatus(pod, c.Type) == c.Status
+	}
+	for i := range statuses {
+		if !same {
+			break
+		}
+		cur := pod.Status.ContainerStatuses[i]
+		same = cur.Ready == statuses[i].Ready && (cur.State.Terminated == nil) == (statuses[i].State.Terminated == nil)
+	}
+	if same {
+		return nil
+	}
+	hostIP := nodeIP(a.nodeIndex(rt.node))
+	patch := map[string]any{"status": map[string]any{
+		"phase":             phase,
+		"hostIP":            hostIP,
+		"hostIPs":           []corev1.HostIP{{IP: hostIP}},
+		"podIP":             rt.ip.String(),
+		"podIPs":            []corev1.PodIP{{IP: rt.ip.String()}},
+		"startTime":         metav1.NewTime(rt.startedAt),
+		"conditions":        conds,
+		"containerStatuses": statuses,
+	}}
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	_, err = a.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{}, "status")
+	if err == nil && conditionStatus(pod, corev1.PodReady) != conds[3].Status {
+		a.logf("pod %s/%s Ready=%s", pod.Namespace, pod.Name, conds[3].Status)
+	}
+	return err
+}
+
+func (a *agent) nodeIndex(node string) int {
+	for i, n := range a.nodes {
+		if n == node {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// condition keeps the transition time of a condition whose status stays.
+func (a *agent) condition(pod *corev1.Pod, typ corev1.PodConditionType, ok bool, reason string) corev1.PodCondition {
+	st := corev1.ConditionFalse
+	if ok {
+		st, reason = corev1.ConditionTrue, ""
+	}
+	c := corev1.PodCondition{Type: typ, Status: st, Reason: reason, LastTransitionTime: metav1.Now()}
+	for _, cur := range pod.Status.Conditions {
+		if cur.Type == typ && cur.Status == st {
+			c.LastTransitionTime = cur.LastTransitionTime
+		}
+	}
+	return c
+}
+
+func conditionStatus(pod *corev1.Pod, typ corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == typ {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
+}
+
+// abandon ends a namespace's pods at once (the lab's teardown of a
+// scenario): their processes are killed, and pods being deleted are deleted
+// for good without running their hooks.
+func (a *agent) abandon(ns string) {
+	a.mu.Lock()
+	a.abandoned[ns] = true
+	var kill []*podRuntime
+	for key, rt := range a.runtimes {
+		if strings.HasPrefix(key, ns+"/") {
+			kill = append(kill, rt)
+			delete(a.runtimes, key)
+		}
+	}
+	a.mu.Unlock()
+	for _, rt := range kill {
+		rt.kill()
+	}
+	if pods, err := a.pods.Pods(ns).List(labels.Everything()); err == nil {
+		for _, p := range pods {
+			a.queue.Add(p.Namespace + "/" + p.Name)
+		}
+	}
+}
+
+// counts reports a namespace's pod processes: running and terminating.
+func (a *agent) counts(ns string) (running, terminating int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for key, rt := range a.runtimes {
+		if !strings.HasPrefix(key, ns+"/") {
+			continue
+		}
+		rt.mu.Lock()
+		if rt.terminating {
+			terminating++
+		} else {
+			running++
+		}
+		rt.mu.Unlock()
+	}
+	return running, terminating
+}
+
+func (a *agent) killAll() {
+	a.mu.Lock()
+	all := a.runtimes
+	a.runtimes = map[string]*podRuntime{}
+	a.mu.Unlock()
+	for _, rt := range all {
+		rt.kill()
+	}
+}

@@ -1,0 +1,257 @@
+// Package lab is `zerodrop lab`: real rollouts under real traffic, an
+// upstream-like baseline and zerodrop side by side. It starts a real
+// kube-apiserver + etcd + kube-controller-manager, a node agent that runs
+// each pod as a real loopback HTTP server (probes, preStop hooks, SIGTERM,
+// grace period), a real HAProxy driven by `zerodrop controller` processes,
+// and bounded traffic: keep-alive requests and long-lived connections. See
+// docs/lab.md.
+package lab
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// Options configure a lab run.
+type Options struct {
+	// Scenarios to run, in order (names from the scenario list).
+	Scenarios []string
+	// Modes to run each scenario in, in order.
+	Modes []Mode
+	// Executable is the zerodrop binary the controllers run as
+	// (`<Executable> controller …`); default os.Executable().
+	Executable string
+	// Dir is the work directory (default: a new temporary directory,
+	// removed at the end unless KeepDir).
+	Dir     string
+	KeepDir bool
+	// Progress receives progress lines (default io.Discard).
+	Progress io.Writer
+}
+
+// lab is the running lab: control plane, node agent, drain Service and
+// webhook, shared by every scenario; each scenario brings its own namespace,
+// HAProxy and controllers.
+type lab struct {
+	opts  Options
+	dir   string
+	start time.Time
+	cp    *controlPlane
+	agent *agent
+	drain *drainService
+	hook  *webhookServer
+	runs  int
+
+	agentStop context.CancelFunc
+
+	logMu   sync.Mutex
+	logFile *os.File
+}
+
+// Run is the `zerodrop lab` command.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scenario := fs.String("scenario", "rollout", "rollout|restart|scale-down|drain-node|churn|all")
+	mode := fs.String("mode", "both", "zerodrop|baseline|both")
+	jsonPath := fs.String("json", "", "write the JSON report to `FILE`")
+	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE`")
+	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout|restart|scale-down|drain-node|churn|all] [--mode zerodrop|baseline|both] [--json FILE] [--html FILE]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
+		return 2
+	}
+	opts := Options{KeepDir: *keep, Progress: stderr}
+	switch *scenario {
+	case "all":
+		for _, s := range scenarios {
+			opts.Scenarios = append(opts.Scenarios, s.name)
+		}
+	default:
+		if _, ok := scenarioNamed(*scenario); !ok {
+			fmt.Fprintf(stderr, "zerodrop lab: unknown scenario %q\n", *scenario)
+			return 2
+		}
+		opts.Scenarios = []string{*scenario}
+	}
+	switch *mode {
+	case "both":
+		opts.Modes = []Mode{ModeBaseline, ModeZerodrop}
+	case string(ModeBaseline), string(ModeZerodrop):
+		opts.Modes = []Mode{Mode(*mode)}
+	default:
+		fmt.Fprintf(stderr, "zerodrop lab: unknown mode %q\n", *mode)
+		return 2
+	}
+	start := time.Now()
+	results, err := Execute(ctx, opts)
+	if len(results) > 0 {
+		fmt.Fprintln(stdout)
+		writeTable(stdout, results, opts.Modes)
+		writeErrors(stderr, results)
+		fmt.Fprintf(stdout, "\n%d runs in %s\n", len(results), formatDuration(time.Since(start)))
+	}
+	code := 0
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
+		code = 1
+	}
+	for _, r := range results {
+		if r.err != nil {
+			code = 1
+		}
+	}
+	if *jsonPath != "" {
+		if err := writeJSON(*jsonPath, Report{Scenarios: results}); err != nil {
+			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
+			code = 1
+		}
+	}
+	if *htmlPath != "" {
+		if err := writeHTML(*htmlPath, results, opts.Modes); err != nil {
+			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// Execute runs the lab and returns a result per scenario and mode run (also
+// when interrupted: the runs so far). Everything it started is stopped and
+// its work directory removed before it returns.
+func Execute(ctx context.Context, opts Options) (results []Result, err error) {
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if opts.Executable == "" {
+		if opts.Executable, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	var scs []scenario
+	for _, name := range opts.Scenarios {
+		sc, ok := scenarioNamed(name)
+		if !ok {
+			return nil, fmt.Errorf("unknown scenario %q", name)
+		}
+		scs = append(scs, sc)
+	}
+	// The webhook's admission code logs through controller-runtime.
+	ctrllog.SetLogger(logr.Discard())
+	l := &lab{opts: opts, dir: opts.Dir, start: time.Now()}
+	if l.dir == "" {
+		if l.dir, err = os.MkdirTemp("", "zerodrop-lab-"); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if l.logFile != nil {
+			l.logFile.Close()
+		}
+		if opts.KeepDir {
+			fmt.Fprintf(opts.Progress, "lab: work directory kept: %s\n", l.dir)
+		} else if opts.Dir == "" {
+			_ = os.RemoveAll(l.dir)
+		}
+	}()
+	if l.logFile, err = os.Create(filepath.Join(l.dir, "lab.log")); err != nil {
+		return nil, err
+	}
+	if err := l.startShared(ctx); err != nil {
+		return nil, err
+	}
+	defer l.stopShared()
+	for _, sc := range scs {
+		for _, mode := range opts.Modes {
+			res, err := l.runScenario(ctx, sc, mode)
+			res.err = err
+			results = append(results, res)
+			if err != nil {
+				l.progressf("%-10s %-8s error: %v", sc.name, mode, err)
+			} else {
+				l.progressf("%-10s %-8s done: %d requests, %d failed; %d long conns, %d broken; %d writes, %d conflicts; %.1fs",
+					sc.name, mode, res.Requests, res.FailedRequests, res.LongConns, res.LongConnsBroken,
+					res.ProviderWrites, res.ProviderConflicts, res.DurationSeconds)
+			}
+			if ctx.Err() != nil {
+				return results, ctx.Err()
+			}
+		}
+	}
+	return results, nil
+}
+
+// startShared starts what every scenario shares.
+func (l *lab) startShared(ctx context.Context) (err error) {
+	l.progressf("starting kube-apiserver, etcd and kube-controller-manager")
+	if l.cp, err = startControlPlane(ctx, l.dir); err != nil {
+		return err
+	}
+	agentCtx, cancel := context.WithCancel(context.Background())
+	l.agent = newAgent(l.cp.client, 3, l.logf)
+	l.agentStop = cancel
+	if err := l.agent.start(agentCtx); err != nil {
+		return err
+	}
+	if l.drain, err = startDrainService(); err != nil {
+		return err
+	}
+	if l.hook, err = startWebhook(ctx, l.cp.config, l.drain); err != nil {
+		return err
+	}
+	l.progressf("control plane up: 3 nodes, webhook, drain Service (%s)", l.drain.addr())
+	return nil
+}
+
+// stopShared stops them again, in reverse order.
+func (l *lab) stopShared() {
+	l.hook.close()
+	l.drain.close()
+	if l.agentStop != nil {
+		l.agentStop()
+		l.agent.wait()
+	}
+	if l.cp != nil {
+		l.cp.stop()
+	}
+}
+
+func (l *lab) logf(format string, args ...any) {
+	l.logMu.Lock()
+	defer l.logMu.Unlock()
+	if l.logFile != nil {
+		fmt.Fprintf(l.logFile, "%8.3f %s\n", time.Since(l.start).Seconds(), fmt.Sprintf(format, args...))
+	}
+}
+
+func (l *lab) progressf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.logf("%s", msg)
+	el := time.Since(l.start).Round(time.Second)
+	fmt.Fprintf(l.opts.Progress, "[%5s] %s\n", el, strings.TrimSpace(msg))
+}
+
+func clientFor(cfg *rest.Config) (kubernetes.Interface, error) { return kubernetes.NewForConfig(cfg) }

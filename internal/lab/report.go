@@ -1,0 +1,123 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Result is one scenario in one mode, as the JSON report holds it.
+type Result struct {
+	Scenario          string  `json:"scenario"`
+	Mode              string  `json:"mode"`
+	Requests          int64   `json:"requests"`
+	FailedRequests    int64   `json:"failed_requests"`
+	LongConns         int64   `json:"long_conns"`
+	LongConnsBroken   int64   `json:"long_conns_broken"`
+	ProviderWrites    int64   `json:"provider_writes"`
+	ProviderConflicts int64   `json:"provider_conflicts"`
+	DurationSeconds   float64 `json:"duration_seconds"`
+
+	timeline *timeline
+	err      error
+}
+
+// Report is the JSON document: {"scenarios":[…]}.
+type Report struct {
+	Scenarios []Result `json:"scenarios"`
+}
+
+// timeline is what the HTML report draws.
+type timeline struct {
+	Seconds    []bucket
+	Failures   []failure
+	Markers    []marker
+	LongClosed int64
+	Exchanges  int64
+}
+
+func writeJSON(path string, rep Report) error {
+	if rep.Scenarios == nil {
+		rep.Scenarios = []Result{}
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// writeTable prints the results side by side: one row per scenario, each
+// figure as baseline | zerodrop (or one mode's figure when only one ran).
+func writeTable(w io.Writer, results []Result, modes []Mode) {
+	type key struct{ scenario, mode string }
+	by := map[key]Result{}
+	var order []string
+	for _, r := range results {
+		if _, seen := by[key{r.Scenario, ""}]; !seen {
+			order = append(order, r.Scenario)
+			by[key{r.Scenario, ""}] = r
+		}
+		by[key{r.Scenario, r.Mode}] = r
+	}
+	cols := []struct {
+		title string
+		value func(Result) string
+	}{
+		{"requests", func(r Result) string { return fmt.Sprint(r.Requests) }},
+		{"failed", func(r Result) string { return fmt.Sprint(r.FailedRequests) }},
+		{"long conns", func(r Result) string { return fmt.Sprint(r.LongConns) }},
+		{"broken", func(r Result) string { return fmt.Sprint(r.LongConnsBroken) }},
+		{"writes", func(r Result) string { return fmt.Sprint(r.ProviderWrites) }},
+		{"conflicts", func(r Result) string { return fmt.Sprint(r.ProviderConflicts) }},
+		{"seconds", func(r Result) string { return fmt.Sprintf("%.1f", r.DurationSeconds) }},
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	var names []string
+	for _, m := range modes {
+		names = append(names, string(m))
+	}
+	header := []string{"scenario"}
+	for _, c := range cols {
+		header = append(header, c.title)
+	}
+	fmt.Fprintln(tw, strings.Join(header, "\t")+"\t")
+	fmt.Fprintln(tw, "\t"+strings.Repeat(strings.Join(names, " | ")+"\t", len(cols)))
+	for _, s := range order {
+		row := []string{s}
+		for _, c := range cols {
+			var vals []string
+			for _, m := range modes {
+				r, ok := by[key{s, string(m)}]
+				switch {
+				case !ok:
+					vals = append(vals, "-")
+				case r.err != nil:
+					vals = append(vals, "error")
+				default:
+					vals = append(vals, c.value(r))
+				}
+			}
+			row = append(row, strings.Join(vals, " | "))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	_ = tw.Flush()
+}
+
+// writeErrors lists the scenarios that did not complete.
+func writeErrors(w io.Writer, results []Result) {
+	for _, r := range results {
+		if r.err != nil {
+			fmt.Fprintf(w, "%s/%s: %v\n", r.Scenario, r.Mode, r.err)
+		}
+	}
+}
+
+func formatDuration(d time.Duration) string {
+	return d.Round(100 * time.Millisecond).String()
+}

@@ -1,0 +1,357 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
+
+	"zerodrop.dev/zerodrop/internal/model"
+)
+
+// scenario is one kind of disruption, run under traffic.
+type scenario struct {
+	name     string
+	about    string
+	replicas int32
+	// act disrupts and returns once the workload is steady again.
+	act func(ctx context.Context, r *run) error
+}
+
+// scenarios in the order `all` runs them.
+var scenarios = []scenario{
+	{name: "rollout", about: "rolling update of a 3-replica Deployment", replicas: replicas, act: actRollout},
+	{name: "restart", about: "the controller restarted 3 times during a rolling update", replicas: replicas, act: actRestart},
+	{name: "scale-down", about: "3 → 1 replicas", replicas: replicas, act: actScaleDown},
+	{name: "drain-node", about: "cordon a node, evict its pods through the eviction API", replicas: 4, act: actDrainNode},
+	{name: "churn", about: "repeated scale up/down while the Service's annotations and ports flip", replicas: replicas, act: actChurn},
+}
+
+func scenarioNamed(name string) (scenario, bool) {
+	for _, s := range scenarios {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return scenario{}, false
+}
+
+// Bounds: warm-up and cool-down around the disruption, and how long a
+// scenario may take before it counts as failed.
+const (
+	settle       = 2 * time.Second
+	actTimeout   = 150 * time.Second
+	steadyTimout = 120 * time.Second
+)
+
+// runScenario runs one scenario in one mode and reports what the clients saw.
+func (l *lab) runScenario(ctx context.Context, sc scenario, mode Mode) (Result, error) {
+	l.runs++
+	r := &run{lab: l, scenario: sc.name, mode: mode,
+		ns:    fmt.Sprintf("lab-%d-%s-%s", l.runs, sc.name, mode),
+		class: fmt.Sprintf("zerodrop.dev/lab-%d", l.runs),
+		dir:   fmt.Sprintf("%s/haproxy-%d", l.dir, l.runs)}
+	res := Result{Scenario: sc.name, Mode: string(mode)}
+	defer r.teardown()
+	l.progressf("%-10s %-8s setting up (%s)", sc.name, mode, sc.about)
+	setupStart := time.Now()
+	if err := r.setup(ctx, sc.replicas); err != nil {
+		return res, err
+	}
+	l.logf("%s: steady after %s", r.name(), time.Since(setupStart).Round(time.Millisecond))
+
+	base := r.counters()
+	r.rec = newRecorder()
+	tctx, stopTraffic := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); runTraffic(tctx, r.addr, r.rec) }()
+	go func() { defer wg.Done(); l.progress(tctx, r) }()
+
+	var err error
+	if sleepCtx(ctx, settle) {
+		actx, cancel := context.WithTimeout(ctx, actTimeout)
+		err = sc.act(actx, r)
+		cancel()
+		if err == nil {
+			r.mark("steady")
+			sleepCtx(ctx, settle)
+		}
+	}
+	stopTraffic()
+	wg.Wait()
+	if err == nil {
+		err = ctx.Err()
+	}
+	snap := r.rec.snapshot()
+	c := r.counters().sub(base)
+	res.Requests, res.FailedRequests = snap.Requests, snap.Failed
+	res.LongConns, res.LongConnsBroken = snap.LongConns, snap.LongBroken
+	res.ProviderWrites, res.ProviderConflicts = int64(c.writes), int64(c.conflicts)
+	res.DurationSeconds = float64(time.Since(r.rec.start).Milliseconds()) / 1000
+	res.timeline = &timeline{Seconds: snap.Seconds, Failures: snap.Failures, Markers: r.markers,
+		LongClosed: snap.LongClosed, Exchanges: snap.Exchanges}
+	l.logFailures(r, snap)
+	return res, err
+}
+
+func (l *lab) logFailures(r *run, snap snapshot) {
+	kinds := map[string]int{}
+	for _, f := range snap.Failures {
+		kinds[f.Source+"/"+f.Kind]++
+	}
+	b, _ := json.Marshal(kinds)
+	l.logf("%s: %d requests, %d failed, %d long conns (%d broken, %d closed cleanly, %d exchanges), failures by kind %s",
+		r.name(), snap.Requests, snap.Failed, snap.LongConns, snap.LongBroken, snap.LongClosed, snap.Exchanges, b)
+	for _, f := range snap.Failures {
+		l.logf("  %6.2fs %-7s %-7s %s", f.At.Seconds(), f.Source, f.Kind, f.Detail)
+	}
+}
+
+// progress prints a line every 5 s while the traffic runs.
+func (l *lab) progress(ctx context.Context, r *run) {
+	for sleepCtx(ctx, 5*time.Second) {
+		s := r.rec.snapshot()
+		c := r.counters()
+		l.progressf("%-10s %-8s %4.0fs  requests %5d  failed %4d  long %3d (broken %d)  writes %d",
+			r.scenario, r.mode, time.Since(r.rec.start).Seconds(), s.Requests, s.Failed, s.LongConns, s.LongBroken, int64(c.writes))
+	}
+}
+
+// actRollout changes the pod template (as `kubectl rollout restart` does)
+// and waits for the rollout and every old pod's end.
+func actRollout(ctx context.Context, r *run) error {
+	if err := r.rolloutRestart(ctx); err != nil {
+		return err
+	}
+	return r.waitSteady(ctx, replicas, steadyTimout)
+}
+
+// actRestart restarts the controller 3 times, 4 s apart, during a rollout.
+func actRestart(ctx context.Context, r *run) error {
+	if err := r.rolloutRestart(ctx); err != nil {
+		return err
+	}
+	for range 3 {
+		if !sleepCtx(ctx, 4*time.Second) {
+			return ctx.Err()
+		}
+		if err := r.restartController(ctx); err != nil {
+			return err
+		}
+	}
+	return r.waitSteady(ctx, replicas, steadyTimout)
+}
+
+// actScaleDown scales from 3 to 1 replica.
+func actScaleDown(ctx context.Context, r *run) error {
+	if err := r.scale(ctx, 1); err != nil {
+		return err
+	}
+	return r.waitSteady(ctx, 1, steadyTimout)
+}
+
+// actDrainNode does what `kubectl drain` does: cordon the node with the
+// most pods, then evict each of its pods through the eviction API, retrying
+// while a PodDisruptionBudget refuses (429), and waits for the replacements.
+func actDrainNode(ctx context.Context, r *run) error {
+	cs := r.lab.cp.client
+	pods, err := cs.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	byNode := map[string][]string{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Spec.NodeName != "" {
+			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p.Name)
+		}
+	}
+	nodes := make([]string, 0, len(byNode))
+	for n := range byNode {
+		nodes = append(nodes, n)
+	}
+	if len(nodes) == 0 {
+		return fmt.Errorf("no scheduled pods")
+	}
+	sort.Slice(nodes, func(i, j int) bool {
+		if len(byNode[nodes[i]]) != len(byNode[nodes[j]]) {
+			return len(byNode[nodes[i]]) > len(byNode[nodes[j]])
+		}
+		return nodes[i] < nodes[j]
+	})
+	node := nodes[0]
+	r.mark("cordon %s", node)
+	r.cordoned = append(r.cordoned, node)
+	if err := r.lab.setUnschedulable(ctx, node, true); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(byNode[node]))
+	for _, name := range byNode[node] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- r.evict(ctx, name)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return r.waitSteady(ctx, 4, steadyTimout)
+}
+
+// evict asks the eviction API until it agrees (kubectl drain retries every
+// 5 s; the lab every second).
+func (r *run) evict(ctx context.Context, pod string) error {
+	refused := false
+	for {
+		err := r.lab.cp.client.PolicyV1().Evictions(r.ns).Evict(ctx, &policyv1.Eviction{
+			ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: r.ns}})
+		switch {
+		case err == nil:
+			r.mark("evicted %s", shortPod(pod))
+			return nil
+		case apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsTooManyRequests(err):
+			if !refused {
+				r.mark("PDB refuses %s", shortPod(pod))
+				refused = true
+			}
+		default:
+			return fmt.Errorf("evict %s: %w", pod, err)
+		}
+		if !sleepCtx(ctx, time.Second) {
+			return ctx.Err()
+		}
+	}
+}
+
+// actChurn scales up and down every 1.5 s while the Service is changed every
+// 2 s (health-check interval annotation and a second port, in turn), for
+// 15 s; then back to 3 replicas and the original Service.
+func actChurn(ctx context.Context, r *run) error {
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := 0; sleepCtx(cctx, 1500*time.Millisecond); i++ {
+			if err := r.scale(ctx, []int32{5, 2, 4, 3, 5, 2, 4, 3, 5, 2}[i%10]); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := 0; sleepCtx(cctx, 2*time.Second); i++ {
+			if err := r.flipService(ctx, i); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	if err := r.scale(ctx, replicas); err != nil {
+		return err
+	}
+	if err := r.restoreService(ctx); err != nil {
+		return err
+	}
+	return r.waitSteady(ctx, replicas, steadyTimout)
+}
+
+// flipService changes the Service the way a team does while it deploys:
+// step i%4 sets the health-check interval annotation, adds a second port,
+// removes the annotation, removes the port.
+func (r *run) flipService(ctx context.Context, i int) error {
+	labels := []string{"annotate health-check-interval=3s", "add port 8001", "remove annotation", "remove port 8001"}
+	r.mark("service: %s", labels[i%4])
+	return r.updateService(ctx, func(svc *corev1.Service) {
+		switch i % 4 {
+		case 0:
+			if svc.Annotations == nil {
+				svc.Annotations = map[string]string{}
+			}
+			svc.Annotations[model.AnnotationHealthCheckInterval] = "3s"
+		case 1:
+			svc.Spec.Ports = append(svc.Spec.Ports[:1], corev1.ServicePort{Name: "alt", Port: servicePort + 1,
+				TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP})
+		case 2:
+			delete(svc.Annotations, model.AnnotationHealthCheckInterval)
+		case 3:
+			svc.Spec.Ports = svc.Spec.Ports[:1]
+		}
+	})
+}
+
+func (r *run) restoreService(ctx context.Context) error {
+	return r.updateService(ctx, func(svc *corev1.Service) {
+		delete(svc.Annotations, model.AnnotationHealthCheckInterval)
+		svc.Spec.Ports = svc.Spec.Ports[:1]
+	})
+}
+
+func (r *run) updateService(ctx context.Context, change func(*corev1.Service)) error {
+	services := r.lab.cp.client.CoreV1().Services(r.ns)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		svc, err := services.Get(ctx, appName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(svc)
+		_, err = services.Update(ctx, svc, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// rolloutRestart is `kubectl rollout restart`: a new template annotation.
+func (r *run) rolloutRestart(ctx context.Context) error {
+	r.mark("rollout")
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"lab.zerodrop.dev/restartedAt":%q}}}}}`,
+		time.Now().Format(time.RFC3339Nano))
+	_, err := r.lab.cp.client.AppsV1().Deployments(r.ns).Patch(ctx, appName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+func (r *run) scale(ctx context.Context, n int32) error {
+	r.mark("scale to %d", n)
+	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, n)
+	_, err := r.lab.cp.client.AppsV1().Deployments(r.ns).Patch(ctx, appName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+func (l *lab) setUnschedulable(ctx context.Context, node string, on bool) error {
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)
+	_, err := l.cp.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// shortPod drops the Deployment's name prefix: web-7d9c…-x2k4p → x2k4p.
+func shortPod(name string) string {
+	if i := len(name) - 5; i > 0 {
+		return name[i:]
+	}
+	return name
+}
