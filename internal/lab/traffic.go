@@ -120,8 +120,8 @@ func (r *recorder) longClose() {
 // snapshot is the recorder's figures so far.
 type snapshot struct {
 	Requests, Failed, LongConns, LongBroken, LongClosed, Exchanges int64
-	Seconds                                                       []bucket
-	Failures                                                      []failure
+	Seconds                                                        []bucket
+	Failures                                                       []failure
 }
 
 func (r *recorder) snapshot() snapshot {
