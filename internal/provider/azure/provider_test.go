@@ -337,3 +337,24 @@ func TestNotConfigured(t *testing.T) {
 		t.Fatalf("err = %v, want ErrNotConfigured", err)
 	}
 }
+
+// TestDriftIsRepaired: a zerodrop probe changed behind its back reads as a
+// difference, and the next plan puts it back.
+func TestDriftIsRepaired(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	p := newProvider(t, emu, provider.Hooks{})
+	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80, backends(8080, "10.0.0.1")...)}}
+	converge(t, p, want)
+	lb, _ := emu.LoadBalancer(group, "lb-a")
+	lb.Properties.Probes[0].Properties.IntervalInSeconds = to.Ptr[int32](30)
+	if err := emu.Seed(subID, group, *lb); err != nil {
+		t.Fatal(err)
+	}
+	if plans := converge(t, p, want); len(plans) != 1 || plans[0].Ops[0].Kind != model.OpUpdateListener {
+		t.Fatalf("plans = %v, want one listener update", plans)
+	}
+	lb, _ = emu.LoadBalancer(group, "lb-a")
+	if got := *lb.Properties.Probes[0].Properties.IntervalInSeconds; got != 5 {
+		t.Errorf("probe interval %ds, want 5s (2s asked, Azure's minimum)", got)
+	}
+}
