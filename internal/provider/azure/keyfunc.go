@@ -1,8 +1,9 @@
 package azure
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,9 +66,8 @@ func (p *Provider) ValidateService(svc *corev1.Service) error {
 func rendezvous(id string, names []string) string {
 	best, bestScore := "", uint64(0)
 	for _, n := range names {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(n + "\x00" + id))
-		if s := h.Sum64(); best == "" || s > bestScore || s == bestScore && n < best {
+		sum := sha256.Sum256([]byte(n + "\x00" + id))
+		if s := binary.BigEndian.Uint64(sum[:8]); best == "" || s > bestScore || s == bestScore && n < best {
 			best, bestScore = n, s
 		}
 	}
