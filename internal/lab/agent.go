@@ -47,6 +47,8 @@ type agent struct {
 	nextHost  map[string]uint32      // per node: next pod address offset
 	boundTo   map[string]string      // bound pods the informer has not shown bound yet
 	stopped   chan struct{}          // closed once every pod process is gone
+
+	bindMu sync.Mutex // one binding decision at a time, like a scheduler
 }
 
 const nodeLeaseNamespace = "kube-node-lease"
@@ -340,6 +342,8 @@ func (a *agent) deleteNow(ctx context.Context, pod *corev1.Pod) error {
 // bind schedules a pod on the schedulable node with the fewest pods of its
 // namespace (a spreading scheduler), through the pods/binding subresource.
 func (a *agent) bind(ctx context.Context, pod *corev1.Pod) error {
+	a.bindMu.Lock()
+	defer a.bindMu.Unlock()
 	count := map[string]int{}
 	var candidates []string
 	for _, n := range a.nodes {

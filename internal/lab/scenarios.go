@@ -76,7 +76,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, mode Mode) (Result, 
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); runTraffic(tctx, r.addr, r.rec) }()
-	go func() { defer wg.Done(); l.progress(tctx, r) }()
+	go func() { defer wg.Done(); l.progress(tctx, r, base) }()
 
 	var err error
 	if sleepCtx(ctx, settle) {
@@ -119,10 +119,10 @@ func (l *lab) logFailures(r *run, snap snapshot) {
 }
 
 // progress prints a line every 5 s while the traffic runs.
-func (l *lab) progress(ctx context.Context, r *run) {
+func (l *lab) progress(ctx context.Context, r *run, base counters) {
 	for sleepCtx(ctx, 5*time.Second) {
 		s := r.rec.snapshot()
-		c := r.counters()
+		c := r.counters().sub(base)
 		l.progressf("%-10s %-8s %4.0fs  requests %5d  failed %4d  long %3d (broken %d)  writes %d",
 			r.scenario, r.mode, time.Since(r.rec.start).Seconds(), s.Requests, s.Failed, s.LongConns, s.LongBroken, int64(c.writes))
 	}
