@@ -245,9 +245,7 @@ func workerPIDs(ctx context.Context, dir string) []int {
 func stopHAProxy(dir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if p, err := haproxy.New(ctx, haproxy.Options{Dir: dir, StopOnClose: true}); err == nil {
-		_ = p.Close()
-	}
+	_ = haproxy.StopDir(ctx, dir)
 }
 
 func freePort() (int, error) {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/go-logr/logr"
-
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
@@ -14,9 +12,7 @@ import (
 func stopHAProxy(dir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if p, err := haproxy.New(ctx, haproxy.Options{Dir: dir, StopOnClose: true, Log: logr.Discard()}); err == nil {
-		_ = p.Close()
-	}
+	_ = haproxy.StopDir(ctx, dir)
 }
 
 // addrMapLab publishes loopback backends with addresses the API server

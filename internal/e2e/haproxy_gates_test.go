@@ -95,9 +95,9 @@ func TestHAProxyGates(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	const ns, app = "default", "shop"
-	port := freePort(t)
+	port, lbPort := freePort(t), freePort(t)
 
-	svc := lbService(ns, app, haproxyClass, 8000, int32(port))
+	svc := lbService(ns, app, haproxyClass, int32(lbPort), int32(port))
 	svc.Annotations = map[string]string{
 		model.AnnotationHealthCheckInterval: "300ms",
 		model.AnnotationDrainTimeout:        "3s",
@@ -163,7 +163,7 @@ func TestHAProxyGates(t *testing.T) {
 	})
 	setSlice(t, c, ns, app, int32(port), readyEndpoint("198.18.5.1"), readyEndpoint("198.18.5.2"))
 
-	lbAddr := net.JoinHostPort(ingressOf(t, c, ns, app), "8000")
+	lbAddr := net.JoinHostPort(ingressOf(t, c, ns, app), strconv.Itoa(lbPort))
 	// A long-lived connection on pod B.
 	var long *longConn
 	for i := 0; i < 20 && long == nil; i++ {

@@ -33,9 +33,8 @@ func haproxyFor(t *testing.T, dir string, m *metrics.Metrics) *haproxy.Provider 
 	}
 	if _, done := stopping.LoadOrStore(dir, true); !done {
 		t.Cleanup(func() {
-			stopper, err := haproxy.New(context.Background(), haproxy.Options{Dir: dir, StopOnClose: true, Log: testr.New(t)})
-			if err == nil {
-				_ = stopper.Close()
+			if err := haproxy.StopDir(context.Background(), dir); err != nil {
+				t.Errorf("stop HAProxy: %v", err)
 			}
 		})
 	}
@@ -87,14 +86,14 @@ func TestHAProxyTrafficScaleAndRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	const ns, app = "default", "web"
-	port := freePort(t)
+	port, lbPort := freePort(t), freePort(t)
 
 	backends := map[string]*backend{}
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("pod-%d", i)
 		backends[name] = startBackend(t, name, fmt.Sprintf("127.18.0.%d:%d", i, port))
 	}
-	if err := c.Create(ctx, lbService(ns, app, haproxyClass, 8000, int32(port))); err != nil {
+	if err := c.Create(ctx, lbService(ns, app, haproxyClass, int32(lbPort), int32(port))); err != nil {
 		t.Fatal(err)
 	}
 	setSlice(t, c, ns, app, int32(port), readyEndpoint("198.18.0.1"), readyEndpoint("198.18.0.2"))
@@ -109,7 +108,7 @@ func TestHAProxyTrafficScaleAndRestart(t *testing.T) {
 		if ip == "" {
 			return false, "no ingress yet"
 		}
-		lbAddr = net.JoinHostPort(ip, "8000")
+		lbAddr = net.JoinHostPort(ip, strconv.Itoa(lbPort))
 		seen := map[string]bool{}
 		for i := 0; i < 6; i++ {
 			name, err := get("http://" + lbAddr + "/")

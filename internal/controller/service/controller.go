@@ -75,6 +75,12 @@ type Options struct {
 	BackendAddressMap []model.AddressMapping
 	// KeyFunc maps a Service to its load balancer (default namespace/name).
 	KeyFunc func(*corev1.Service) string
+	// ValidateService, when set, checks what the provider itself reads from
+	// a Service (the Azure provider: its load balancer annotation). An error
+	// makes the Service invalid like a bad zerodrop annotation: a Warning
+	// Event, ConfigValid=False, and its listeners stay as they are
+	// (invariant 7).
+	ValidateService func(*corev1.Service) error
 	// ResyncPeriod reconciles every load balancer again (default 10 min).
 	ResyncPeriod time.Duration
 	// ReadQPS and ReadBurst bound the provider reads (default 50, 100).

@@ -103,8 +103,8 @@ func (c *counting) Delete(ctx context.Context, key string) error {
 func TestLeaderFailoverHAProxy(t *testing.T) {
 	dir := t.TempDir()
 	t.Cleanup(func() {
-		if p, err := haproxy.New(context.Background(), haproxy.Options{Dir: dir, StopOnClose: true, Log: testr.New(t)}); err == nil {
-			_ = p.Close()
+		if err := haproxy.StopDir(context.Background(), dir); err != nil {
+			t.Errorf("stop HAProxy: %v", err)
 		}
 	})
 	testLeaderFailover(t, func(h provider.Hooks) provider.Provider {

@@ -215,6 +215,9 @@ func (c *Controller) collect(ctx context.Context, key string) (*state, error) {
 			continue
 		}
 		cfg, err := model.ParseServiceConfig(svc.Annotations)
+		if err == nil && c.opts.ValidateService != nil {
+			err = c.opts.ValidateService(svc)
+		}
 		if err != nil {
 			st.invalid[svc] = err
 			continue

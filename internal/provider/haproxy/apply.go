@@ -39,6 +39,7 @@ func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
 	if err != nil {
 		return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
 	}
+	p.batch.offer(snap)
 	cur := snap.loadBalancer(plan.Key)
 	if got := version(cur); got != plan.Version {
 		return fmt.Errorf("haproxy: apply %s: observed version %q, plan made against %q: %w", plan.Key, got, plan.Version, provider.ErrConflict)

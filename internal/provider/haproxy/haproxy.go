@@ -72,6 +72,9 @@ type Options struct {
 	// ReloadTimeout bounds starting HAProxy and waiting for the new worker
 	// after a reload. Default 10s.
 	ReloadTimeout time.Duration
+	// ReadBatchWindow is how long one runtime snapshot serves Observe and
+	// Backends (default DefaultReadBatchWindow; negative: every call reads).
+	ReadBatchWindow time.Duration
 }
 
 // Provider drives one HAProxy instance that serves any number of load
@@ -94,6 +97,8 @@ type Provider struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	batch readBatch
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -109,6 +114,9 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	if opts.ReloadTimeout <= 0 {
 		opts.ReloadTimeout = 10 * time.Second
+	}
+	if opts.ReadBatchWindow == 0 {
+		opts.ReadBatchWindow = DefaultReadBatchWindow
 	}
 	external := opts.AdminSocket != "" || opts.MasterSocket != ""
 	if external && (opts.AdminSocket == "" || opts.MasterSocket == "" || opts.ConfigFile == "") {
@@ -131,6 +139,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		admin:  runtimeClient{path: ps.admin},
 		master: runtimeClient{path: ps.master},
 	}
+	p.batch.window = opts.ReadBatchWindow
 	if external {
 		info, err := p.procs(ctx)
 		if err != nil {
@@ -186,6 +195,7 @@ func (p *Provider) read(ctx context.Context, op, command string) (string, error)
 
 // write sends one mutating command to the admin socket.
 func (p *Provider) write(ctx context.Context, op, command string) (string, error) {
+	p.batch.writes.Add(1)
 	p.hooks.OnWrite(op)
 	return p.admin.do(ctx, command)
 }

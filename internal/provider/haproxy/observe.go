@@ -413,7 +413,7 @@ func (p *Provider) snapshot(ctx context.Context) (*snapshot, error) {
 // version that is a hash of them. It returns (nil, nil) when HAProxy serves
 // nothing for key.
 func (p *Provider) Observe(ctx context.Context, key string) (*model.LoadBalancer, error) {
-	snap, err := p.snapshot(ctx)
+	snap, err := p.shared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("haproxy: observe %s: %w", key, err)
 	}
@@ -424,7 +424,7 @@ func (p *Provider) Observe(ctx context.Context, key string) (*model.LoadBalancer
 // checks see it, and current connections (`scur`) summed over the current
 // worker and the old workers that still serve connections after a reload.
 func (p *Provider) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
-	snap, err := p.snapshot(ctx)
+	snap, err := p.shared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("haproxy: backends %s: %w", key, err)
 	}

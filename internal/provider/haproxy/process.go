@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
 )
 
 // paths are the files of one HAProxy instance.
@@ -292,6 +294,7 @@ func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
 	if err := p.writeConfig(cfg, meta); err != nil {
 		return err
 	}
+	p.batch.writes.Add(1)
 	p.hooks.OnWrite("reload")
 	reply, err := p.master.do(ctx, "reload")
 	if err != nil {
@@ -440,4 +443,36 @@ func (p *Provider) alive(pid int) bool {
 		return data[i+2] != 'Z' && data[i+2] != 'X'
 	}
 	return true
+}
+
+// StopDir stops the HAProxy owned in dir, whatever state it is in: through
+// its master socket when it answers, else by the master's pid file. Tests and
+// the lab call it so that no HAProxy outlives them (an owned HAProxy runs in
+// its own session, on purpose, so that it outlives controller restarts).
+func StopDir(ctx context.Context, dir string) error {
+	p, err := New(ctx, Options{Dir: dir, StopOnClose: true, Log: logr.Discard()})
+	if err == nil {
+		if err = p.Close(); err == nil {
+			return nil
+		}
+	}
+	data, rerr := os.ReadFile(filepath.Join(dir, "haproxy.pid"))
+	if rerr != nil {
+		return err
+	}
+	pid, perr := strconv.Atoi(strings.TrimSpace(string(data)))
+	if perr != nil || pid <= 1 {
+		return err
+	}
+	// Only a live HAProxy started for this dir: a pid file can outlive its
+	// process and the pid be reused.
+	cmdline, cerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if cerr != nil || !bytes.Contains(cmdline, []byte("haproxy")) || !bytes.Contains(cmdline, []byte(dir)) {
+		return err
+	}
+	// The master and its workers share the master's session and process group.
+	if kerr := syscall.Kill(-pid, syscall.SIGKILL); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
+		return fmt.Errorf("haproxy: stop %s: %w (after %v)", dir, kerr, err)
+	}
+	return nil
 }
