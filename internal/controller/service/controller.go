@@ -90,7 +90,7 @@ type Options struct {
 	// first (upstream-like; for side-by-side comparison only).
 	ImmediateRemoval bool
 	// CoalesceWindow gathers endpoint changes of one load balancer into one
-	// write (default 250ms).
+	// write (default 250ms; negative: every change is reconciled at once).
 	CoalesceWindow time.Duration
 	// DrainPollInterval is how often a draining load balancer is checked
 	// again (default 1s).
@@ -145,7 +145,7 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 	if opts.ReadBurst <= 0 {
 		opts.ReadBurst = 100
 	}
-	if opts.CoalesceWindow <= 0 {
+	if opts.CoalesceWindow == 0 {
 		opts.CoalesceWindow = 250 * time.Millisecond
 	}
 	if opts.DrainPollInterval <= 0 {
