@@ -5,7 +5,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,10 +28,18 @@ import (
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 // labMap publishes loopback servers with addresses the API server accepts.
 var labMap, _ = model.ParseAddressMap("198.18.0.0/15=127.18.0.0/15")
+
+var (
+	newClient  = testutil.Client
+	lbService  = testutil.LBService
+	eventually = testutil.Eventually
+	backendsOf = testutil.Backends
+)
 
 type controller struct {
 	metrics  *metrics.Metrics
@@ -116,27 +122,6 @@ func startController(t *testing.T, cfg *rest.Config, prov provider.Provider, m *
 	c := &controller{metrics: m, drainURL: "http://" + addr + drain.Path, cancel: cancel, done: make(chan error, 1)}
 	go func() { c.done <- mgr.Start(ctx) }()
 	return c
-}
-
-func newClient(t *testing.T, cfg *rest.Config) client.Client {
-	t.Helper()
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func lbService(ns, name, class string, port, target int32) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.ServiceSpec{
-			Type:              corev1.ServiceTypeLoadBalancer,
-			LoadBalancerClass: ptr.To(class),
-			Selector:          map[string]string{"app": name},
-			Ports:             []corev1.ServicePort{{Name: "http", Port: port, TargetPort: intstr.FromInt32(target), Protocol: corev1.ProtocolTCP}},
-		},
-	}
 }
 
 // endpoint is one pod as an EndpointSlice lists it.
@@ -222,32 +207,4 @@ func gateTrue(t *testing.T, c client.Client, ns, name string) bool {
 		}
 	}
 	return false
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
-}
-
-func backendsOf(lb *model.LoadBalancer) []string {
-	var out []string
-	if lb == nil {
-		return nil
-	}
-	for _, l := range lb.Listeners {
-		for _, b := range l.Backends {
-			out = append(out, fmt.Sprintf("%s=%s", b.ID(), b.State))
-		}
-	}
-	return out
 }

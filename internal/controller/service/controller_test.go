@@ -9,14 +9,12 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,7 +27,21 @@ import (
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
 	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
+
+var (
+	newClient  = testutil.Client
+	eventually = testutil.Eventually
+	backendsOf = testutil.Backends
+	slice      = testutil.Slice
+)
+
+func lbService(ns, name, class string, annotations map[string]string) *corev1.Service {
+	svc := testutil.LBService(ns, name, class, 80, 8080)
+	svc.Annotations = annotations
+	return svc
+}
 
 // running is one controller process: a manager with the Service controller.
 type running struct {
@@ -127,69 +139,6 @@ func startReplica(t *testing.T, cfg *rest.Config, rep replica) *running {
 	return r
 }
 
-func newClient(t *testing.T, cfg *rest.Config) client.Client {
-	t.Helper()
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func lbService(ns, name, class string, annotations map[string]string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
-		Spec: corev1.ServiceSpec{
-			Type:              corev1.ServiceTypeLoadBalancer,
-			LoadBalancerClass: ptr.To(class),
-			Selector:          map[string]string{"app": name},
-			Ports:             []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
-		},
-	}
-}
-
-func slice(ns, svc string, port int32, addrs ...string) *discoveryv1.EndpointSlice {
-	s := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svc + "-slice",
-			Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}},
-	}
-	for _, a := range addrs {
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
-	}
-	return s
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
-}
-
-func backendsOf(lb *model.LoadBalancer) []string {
-	var out []string
-	if lb == nil {
-		return nil
-	}
-	for _, l := range lb.Listeners {
-		for _, b := range l.Backends {
-			out = append(out, fmt.Sprintf("%s=%s", b.ID(), b.State))
-		}
-	}
-	return out
-}
-
 func warningEvents(t *testing.T, c client.Client, ns, name string) []eventsv1.Event {
 	t.Helper()
 	var list eventsv1.EventList
@@ -270,7 +219,7 @@ func TestLifecycleRestartAndFullSync(t *testing.T) {
 	// writes nothing.
 	second := startController(t, cfg, prov, service.SyncIncremental)
 	eventually(t, 10*time.Second, "second controller to reconcile", func() (bool, string) {
-		n := testutil.ToFloat64(second.metrics.Reconciles.WithLabelValues("noop"))
+		n := metrics.Sum(second.metrics.Reconciles.WithLabelValues("noop"))
 		return n >= 1, fmt.Sprintf("noop reconciles=%v", n)
 	})
 	time.Sleep(time.Second)
