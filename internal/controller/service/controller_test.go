@@ -336,3 +336,34 @@ func TestConflictsRetrySilently(t *testing.T) {
 	}
 	r.stop(t)
 }
+
+// TestUnsupportedProtocol: a UDP port, which HAProxy (and so the memory
+// provider) cannot balance, gets a condition and a Warning Event; the TCP port
+// is served.
+func TestUnsupportedProtocol(t *testing.T) {
+	cfg := testenv.Start(t)
+	c := newClient(t, cfg)
+	ctx := context.Background()
+	prov := memory.New(provider.Hooks{})
+	const ns = "default"
+	svc := lbService(ns, "dns", "zerodrop.dev/memory", nil)
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "udp", Port: 53, Protocol: corev1.ProtocolUDP})
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, slice(ns, "dns", 8080, "10.5.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	r := startController(t, cfg, prov, service.SyncIncremental)
+	eventually(t, 20*time.Second, "TCP served, UDP reported", func() (bool, string) {
+		lb, _ := prov.Observe(ctx, ns+"/dns")
+		var got corev1.Service
+		_ = c.Get(ctx, client.ObjectKeyFromObject(svc), &got)
+		cond := meta.FindStatusCondition(got.Status.Conditions, service.ConditionConfigValid)
+		evs := warningEvents(t, c, ns, "dns")
+		ok := lb != nil && len(lb.Listeners) == 1 && lb.Listeners[0].Protocol == model.TCP &&
+			cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == service.ReasonUnsupportedProtocol && len(evs) > 0
+		return ok, fmt.Sprintf("lb=%+v cond=%+v events=%d", lb, cond, len(evs))
+	})
+	r.stop(t)
+}
