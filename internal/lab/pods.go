@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"zerodrop.dev/zerodrop/internal/drain"
 )
 
 // Pod addresses: the API server refuses loopback addresses in EndpointSlices,
@@ -363,11 +365,11 @@ func (r *podRuntime) preStop(ctx context.Context, c *corev1.Container) string {
 		if err != nil {
 			return "httpGet: " + err.Error()
 		}
-		code, err := httpGet(ctx, u)
+		code, detail, err := httpGetDetail(ctx, u)
 		if err != nil {
 			return fmt.Sprintf("httpGet %s failed: %v", u, err)
 		}
-		return fmt.Sprintf("httpGet %s: %d", u, code)
+		return fmt.Sprintf("httpGet %s: %d %s", u, code, detail)
 	}
 	return "no action"
 }
@@ -417,6 +419,26 @@ func httpGet(ctx context.Context, u string) (int, error) {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
+}
+
+// httpGetDetail is httpGet that also returns what the answer said: the
+// drain endpoint's result header, or the first line of an error body.
+func httpGetDetail(ctx context.Context, u string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := hookClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+	if r := resp.Header.Get(drain.ResultHeader); r != "" {
+		return resp.StatusCode, r + ": " + line, nil
+	}
+	return resp.StatusCode, line, nil
 }
 
 func secondsOr(s int32, def int) time.Duration {

@@ -1,0 +1,103 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/cmd/controller"
+)
+
+// TestMain lets the test binary stand in for the zerodrop binary: the lab
+// starts its controllers as `<own executable> controller …` with ChildEnv set.
+func TestMain(m *testing.M) {
+	if os.Getenv(ChildEnv) == "controller" && len(os.Args) > 1 && os.Args[1] == "controller" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := controller.Run(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// TestLabRollout is the lab's smoke test: the rollout scenario in both modes
+// on the real control plane, HAProxy and loopback pods. The JSON report has
+// the contract's shape, and zerodrop loses nothing.
+func TestLabRollout(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath, htmlPath := filepath.Join(dir, "lab.json"), filepath.Join(dir, "lab.html")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := Run(ctx, []string{"--scenario", "rollout", "--mode", "both", "--json", jsonPath, "--html", htmlPath}, &stdout, &stderr)
+	t.Logf("lab took %s\n%s\n%s", time.Since(start).Round(time.Second), stderr.String(), stdout.String())
+	if code != 0 {
+		t.Fatalf("zerodrop lab exited %d", code)
+	}
+
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string][]map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("JSON report: %v\n%s", err, raw)
+	}
+	if len(doc) != 1 || doc["scenarios"] == nil {
+		t.Fatalf("JSON report: want only the key \"scenarios\", got %s", raw)
+	}
+	fields := []string{"scenario", "mode", "requests", "failed_requests", "long_conns", "long_conns_broken",
+		"provider_writes", "provider_conflicts", "duration_seconds"}
+	var modes []string
+	for _, s := range doc["scenarios"] {
+		var keys []string
+		for k := range s {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		want := slices.Clone(fields)
+		slices.Sort(want)
+		if !slices.Equal(keys, want) {
+			t.Errorf("scenario entry keys %v, want %v", keys, want)
+		}
+		for _, f := range fields[2:] {
+			if _, ok := s[f].(float64); !ok {
+				t.Errorf("%s is %T, want a number", f, s[f])
+			}
+		}
+		if s["scenario"] != "rollout" {
+			t.Errorf("scenario %v, want rollout", s["scenario"])
+		}
+		mode, _ := s["mode"].(string)
+		modes = append(modes, mode)
+		if s["requests"].(float64) < 100 || s["long_conns"].(float64) < longConns {
+			t.Errorf("%s: too little traffic: %s", mode, raw)
+		}
+		if mode == string(ModeZerodrop) && (s["failed_requests"].(float64) != 0 || s["long_conns_broken"].(float64) != 0) {
+			t.Errorf("zerodrop mode lost traffic: %v failed requests, %v broken long connections (see the log above)",
+				s["failed_requests"], s["long_conns_broken"])
+		}
+	}
+	if !slices.Equal(modes, []string{"baseline", "zerodrop"}) {
+		t.Errorf("modes %v, want [baseline zerodrop]", modes)
+	}
+	if !strings.Contains(stdout.String(), "rollout") || !strings.Contains(stdout.String(), "baseline | zerodrop") {
+		t.Errorf("no side-by-side table:\n%s", stdout.String())
+	}
+	page, err := os.ReadFile(htmlPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(page), "<svg"); n != 2 {
+		t.Errorf("HTML report has %d timelines, want 2", n)
+	}
+}
