@@ -279,7 +279,7 @@ func (r *run) restartController(ctx context.Context) error {
 // no others, no pod of the namespace is terminating, HAProxy has exactly
 // those backends, active, and requests through the load balancer succeed.
 func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration) error {
-	return waitFor(ctx, timeout, r.name()+": steady state", func() (bool, string) {
+	return waitFor(ctx, timeout, "steady state", func() (bool, string) {
 		if err := r.lab.cp.kcmAlive(); err != nil {
 			return false, err.Error()
 		}
