@@ -254,8 +254,9 @@ func (r *run) counters() counters {
 
 // restartController stops the controller that writes (zerodrop: the leader;
 // baseline: the leader-elected controller, while the second writer goes on)
-// with SIGTERM and starts it again at once.
-func (r *run) restartController(ctx context.Context) error {
+// with SIGTERM, as a rolling update of the controller or a deleted pod does,
+// and starts it again after down (a replacement pod starting).
+func (r *run) restartController(ctx context.Context, down time.Duration) error {
 	target := r.ctrls[0]
 	if r.mode == ModeZerodrop {
 		for _, p := range r.ctrls {
@@ -268,6 +269,10 @@ func (r *run) restartController(ctx context.Context) error {
 	// A stopping replica's pod turns unready: no new drain calls reach it.
 	r.updateDrainService(target)
 	target.stop(syscall.SIGTERM)
+	if !sleepCtx(ctx, down) {
+		return ctx.Err()
+	}
+	r.mark("%s started", target.name)
 	if err := target.start(ctx); err != nil {
 		return err
 	}

@@ -137,16 +137,17 @@ func actRollout(ctx context.Context, r *run) error {
 	return r.waitSteady(ctx, replicas, steadyTimout)
 }
 
-// actRestart restarts the controller 3 times, 4 s apart, during a rollout.
+// actRestart restarts the controller 3 times during a rollout: stopped, up
+// again 3 s later, the next restart 2 s after that.
 func actRestart(ctx context.Context, r *run) error {
 	if err := r.rolloutRestart(ctx); err != nil {
 		return err
 	}
 	for range 3 {
-		if !sleepCtx(ctx, 4*time.Second) {
+		if !sleepCtx(ctx, 2*time.Second) {
 			return ctx.Err()
 		}
-		if err := r.restartController(ctx); err != nil {
+		if err := r.restartController(ctx, 3*time.Second); err != nil {
 			return err
 		}
 	}
