@@ -70,6 +70,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	jsonPath := fs.String("json", "", "write the JSON report to `FILE`")
 	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE`")
 	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
+	dir := fs.String("dir", "", "work directory (default: a new temporary one); kept")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout|restart|scale-down|drain-node|churn|all] [--mode zerodrop|baseline|both] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
@@ -84,7 +85,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
 		return 2
 	}
-	opts := Options{KeepDir: *keep, Progress: stderr}
+	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr}
 	switch *scenario {
 	case "all":
 		for _, s := range scenarios {

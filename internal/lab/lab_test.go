@@ -38,8 +38,17 @@ func TestLabRollout(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
-	code := Run(ctx, []string{"--scenario", "rollout", "--mode", "both", "--json", jsonPath, "--html", htmlPath}, &stdout, &stderr)
+	workDir := filepath.Join(dir, "work")
+	if err := os.Mkdir(workDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code := Run(ctx, []string{"--scenario", "rollout", "--mode", "both", "--json", jsonPath, "--html", htmlPath, "--dir", workDir}, &stdout, &stderr)
 	t.Logf("lab took %s\n%s\n%s", time.Since(start).Round(time.Second), stderr.String(), stdout.String())
+	defer func() {
+		if t.Failed() {
+			logEvidence(t, filepath.Join(workDir, "lab.log"))
+		}
+	}()
 	if code != 0 {
 		t.Fatalf("zerodrop lab exited %d", code)
 	}
@@ -100,4 +109,21 @@ func TestLabRollout(t *testing.T) {
 	if n := strings.Count(string(page), "<svg"); n != 2 {
 		t.Errorf("HTML report has %d timelines, want 2", n)
 	}
+}
+
+// logEvidence shows what the lab log says about hooks and failures.
+func logEvidence(t *testing.T, path string) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	var lines []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.Contains(line, "preStop") || strings.Contains(line, " failed") || strings.Contains(line, "  request ") ||
+			strings.Contains(line, "  long ") || strings.Contains(line, ": rollout at") {
+			lines = append(lines, line)
+		}
+	}
+	t.Logf("from %s:\n%s", path, strings.Join(lines, "\n"))
 }
