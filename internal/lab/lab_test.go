@@ -120,8 +120,8 @@ func logEvidence(t *testing.T, path string) {
 	}
 	var lines []string
 	for _, line := range strings.Split(string(raw), "\n") {
-		if strings.Contains(line, "preStop") || strings.Contains(line, " failed") || strings.Contains(line, "  request ") ||
-			strings.Contains(line, "  long ") || strings.Contains(line, ": rollout at") {
+		if strings.Contains(line, "preStop") || strings.Contains(line, " failed") || strings.Contains(line, "s request ") ||
+			strings.Contains(line, "s long ") || strings.Contains(line, ": rollout at") {
 			lines = append(lines, line)
 		}
 	}
