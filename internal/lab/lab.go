@@ -193,9 +193,9 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 			if err != nil {
 				l.progressf("%-10s %-8s error: %v", sc.name, mode, err)
 			} else {
-				l.progressf("%-10s %-8s done: %d requests, %d failed; %d long conns, %d broken; %d writes, %d conflicts; %.1fs",
+				l.progressf("%-10s %-8s done: %d requests, %d failed; %d long conns, %d broken; %d writes, %d conflicts; %.1fs%s",
 					sc.name, mode, res.Requests, res.FailedRequests, res.LongConns, res.LongConnsBroken,
-					res.ProviderWrites, res.ProviderConflicts, res.DurationSeconds)
+					res.ProviderWrites, res.ProviderConflicts, res.DurationSeconds, kinds(res.timeline))
 			}
 			if ctx.Err() != nil {
 				return results, ctx.Err()

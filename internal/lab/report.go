@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -116,6 +117,29 @@ func writeErrors(w io.Writer, results []Result) {
 			fmt.Fprintf(w, "%s/%s: %v\n", r.Scenario, r.Mode, r.err)
 		}
 	}
+}
+
+// kinds summarises the failures of a run by source and kind:
+// " (request/eof 3, long/timeout 1)".
+func kinds(t *timeline) string {
+	if t == nil || len(t.Failures) == 0 {
+		return ""
+	}
+	count := map[string]int{}
+	var order []string
+	for _, f := range t.Failures {
+		k := f.Source + "/" + f.Kind
+		if count[k] == 0 {
+			order = append(order, k)
+		}
+		count[k]++
+	}
+	sort.Strings(order)
+	parts := make([]string, len(order))
+	for i, k := range order {
+		parts[i] = fmt.Sprintf("%s %d", k, count[k])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 func formatDuration(d time.Duration) string {
