@@ -134,13 +134,30 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		p.configured[name] = true
 	}
 	for _, name := range opts.LoadBalancers {
-		raw, err := p.get(ctx, name)
+		raw, err := p.initialRead(ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("azure: initial read: %w", err)
 		}
 		p.remember(name, raw)
 	}
 	return p, nil
+}
+
+// initialRead reads a load balancer at start, waiting out throttling: a
+// controller that exits on a 429 would only restart into the next one.
+func (p *Provider) initialRead(ctx context.Context, name string) (*armnetwork.LoadBalancer, error) {
+	for attempt := 1; ; attempt++ {
+		raw, err := p.get(ctx, name)
+		var retry *provider.RetryAfterError
+		if !errors.As(err, &retry) || attempt == 5 {
+			return raw, err
+		}
+		select {
+		case <-time.After(retry.After):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // Name implements provider.Provider.
@@ -261,11 +278,18 @@ func (p *Provider) Delete(ctx context.Context, key string) error {
 
 // Backends implements provider.Provider. ARM reports neither per-backend
 // health nor connection counts, so HealthKnown is false and Connections -1:
-// a draining backend is removed when its drain timeout passes.
+// a draining backend is removed when its drain timeout passes. What ARM does
+// report (the admin states) is in the document Observe read, unless a write
+// came since: then it is read again.
 func (p *Provider) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
-	raw, err := p.get(ctx, key)
-	if err != nil || raw == nil {
-		return nil, err
+	p.mu.Lock()
+	raw := p.observed[key]
+	p.mu.Unlock()
+	if raw == nil {
+		var err error
+		if raw, err = p.get(ctx, key); err != nil || raw == nil {
+			return nil, err
+		}
 	}
 	var out []provider.BackendStatus
 	for _, l := range toModel(key, raw).Listeners {

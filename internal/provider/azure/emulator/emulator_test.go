@@ -139,8 +139,10 @@ func TestValidation(t *testing.T) {
 	c := newClients(t, emu)
 	ctx := context.Background()
 	for name, mutate := range map[string]func(*armnetwork.LoadBalancer){
-		"slash in a tag name":  func(lb *armnetwork.LoadBalancer) { lb.Tags = map[string]*string{"zerodrop.dev/owner": to.Ptr("x")} },
-		"probe interval 2s":    func(lb *armnetwork.LoadBalancer) { lb.Properties.Probes[0].Properties.IntervalInSeconds = to.Ptr[int32](2) },
+		"slash in a tag name": func(lb *armnetwork.LoadBalancer) { lb.Tags = map[string]*string{"zerodrop.dev/owner": to.Ptr("x")} },
+		"probe interval 2s": func(lb *armnetwork.LoadBalancer) {
+			lb.Properties.Probes[0].Properties.IntervalInSeconds = to.Ptr[int32](2)
+		},
 		"missing pool":         func(lb *armnetwork.LoadBalancer) { lb.Properties.BackendAddressPools = nil },
 		"name with a slash":    func(lb *armnetwork.LoadBalancer) { lb.Properties.Probes[0].Name = to.Ptr("a/b") },
 		"frontend without net": func(lb *armnetwork.LoadBalancer) { lb.Properties.FrontendIPConfigurations[0].Properties.Subnet = nil },

@@ -97,7 +97,11 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 			return nil, req.Context().Err()
 		}
 	}
-	ctx := context.WithValue(req.Context(), infoKey{}, info)
+	// The fake transports get a context that is never cancelled: they close
+	// their result channel when the caller's context ends while their
+	// server goroutine may still send on it (a panic). Our fakes never
+	// block, so nothing waits on a cancelled caller.
+	ctx := context.WithValue(context.WithoutCancel(req.Context()), infoKey{}, info)
 	if !write {
 		return t.shared.Do(req.WithContext(ctx))
 	}
@@ -144,7 +148,7 @@ func (t *transport) poll(req *http.Request) (*http.Response, error) {
 	if ot == nil {
 		return errorResponse(req, http.StatusNotFound, "OperationNotFound", "no operation "+id, nil), nil
 	}
-	resp, err := ot.t.Do(req)
+	resp, err := ot.t.Do(req.WithContext(context.WithoutCancel(req.Context())))
 	if err != nil || terminal(resp) {
 		e.mu.Lock()
 		delete(e.ops, id)

@@ -1,0 +1,290 @@
+package azure_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/metrics"
+	"zerodrop.dev/zerodrop/internal/provider/azure"
+	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/testenv"
+)
+
+// The integration tests share one real kube-apiserver + etcd, each test in
+// its own namespace; it starts with the first test that needs it.
+var (
+	envOnce sync.Once
+	env     *testenv.Env
+	envErr  error
+)
+
+func TestMain(m *testing.M) {
+	crlog.SetLogger(logr.Discard())
+	code := m.Run()
+	if env != nil {
+		_ = env.Stop()
+	}
+	os.Exit(code)
+}
+
+func apiserver(t *testing.T) *rest.Config {
+	t.Helper()
+	envOnce.Do(func() { env, envErr = testenv.Run() })
+	if envErr != nil {
+		t.Fatal(envErr)
+	}
+	return env.Config
+}
+
+// classOf gives each test's namespace its own loadBalancerClass: the
+// apiserver is shared, and a test's controller must not manage the Services
+// earlier tests left behind.
+func classOf(ns string) string { return "zerodrop.dev/azure-" + ns }
+
+// running is one controller process with the Azure provider.
+type running struct {
+	prov    *azure.Provider
+	metrics *metrics.Metrics
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("manager did not stop")
+	}
+}
+
+// startController runs the real service controller on the Azure provider:
+// KeyFunc maps Services to load balancers, no address pool (Azure assigns).
+func startController(t *testing.T, cfg *rest.Config, emu *emulator.Emulator, ns string, sync service.SyncMode, lbs ...string) *running {
+	t.Helper()
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := newProvider(t, emu, m.ProviderHooks("azure"), lbs...)
+	mgr, err := manager.New(cfg, manager.Options{
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Logger:                 logr.Discard(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := service.New(ctx, mgr, service.Options{
+		Provider:          prov,
+		LoadBalancerClass: classOf(ns),
+		Sync:              sync,
+		KeyFunc:           prov.KeyFunc,
+		ValidateService:   prov.ValidateService,
+		Metrics:           m,
+		Logger:            testLogger(t),
+		ResyncPeriod:      time.Hour,
+		DrainPollInterval: 200 * time.Millisecond,
+		CoalesceWindow:    100 * time.Millisecond,
+	}); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	r := &running{prov: prov, metrics: m, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- mgr.Start(ctx) }()
+	t.Cleanup(cancel)
+	return r
+}
+
+// testLogger logs through t until the test ends, and then not at all: the
+// controller's goroutines may outlive a failed test by a moment.
+func testLogger(t *testing.T) logr.Logger {
+	var mu sync.Mutex
+	done := false
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		done = true
+	})
+	return funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			t.Log(prefix, args)
+		}
+	}, funcr.Options{})
+}
+
+func newClient(t *testing.T, cfg *rest.Config) client.Client {
+	t.Helper()
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func namespace(t *testing.T, c client.Client, name string) string {
+	t.Helper()
+	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// lbService is a zerodrop Service on lbName (annotation; "" lets KeyFunc
+// hash it) with ports 80→8080 and, with https, 443→8443. Old endpoints
+// drain for no time, so that tests converge quickly.
+func lbService(ns, name, lbName string, https bool) *corev1.Service {
+	ann := map[string]string{"zerodrop.dev/drain-timeout": "0s"}
+	if lbName != "" {
+		ann[azure.AnnotationLoadBalancer] = lbName
+	}
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: ann},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To(classOf(ns)),
+			Selector: map[string]string{"app": name},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	if https {
+		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "https", Port: 443, TargetPort: intstr.FromInt32(8443), Protocol: corev1.ProtocolTCP})
+	}
+	return s
+}
+
+// endpointSlice publishes ready endpoints on both target ports.
+func endpointSlice(ns, svc string, addrs ...string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: svc + "-slice", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{
+			{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)},
+			{Name: ptr.To("https"), Port: ptr.To[int32](8443), Protocol: ptr.To(corev1.ProtocolTCP)},
+		},
+	}
+	for _, a := range addrs {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	return s
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
+}
+
+func warnings(t *testing.T, c client.Client, ns string) []eventsv1.Event {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := c.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Type == corev1.EventTypeWarning {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// emulatorState reads what Azure holds, straight from the emulator: per
+// zerodrop rule, its pool's addresses with their admin state.
+func emulatorState(emu *emulator.Emulator, lbs ...string) map[string][]string {
+	out := map[string][]string{}
+	for _, name := range lbs {
+		lb, ok := emu.LoadBalancer(group, name)
+		if !ok {
+			continue
+		}
+		pools := map[string][]string{}
+		for _, p := range lb.Properties.BackendAddressPools {
+			for _, a := range p.Properties.LoadBalancerBackendAddresses {
+				pools[strings.ToLower(*p.ID)] = append(pools[strings.ToLower(*p.ID)],
+					fmt.Sprintf("%s=%s", *a.Properties.IPAddress, *a.Properties.AdminState))
+			}
+		}
+		for _, r := range lb.Properties.LoadBalancingRules {
+			if strings.HasPrefix(*r.Name, "zd-") {
+				ips := pools[strings.ToLower(*r.Properties.BackendAddressPool.ID)]
+				sort.Strings(ips)
+				out[name+"/"+*r.Name] = append([]string{}, ips...)
+			}
+		}
+	}
+	return out
+}
+
+// desiredState is what the objects ask for, in emulatorState's terms: per
+// Service port, its ready endpoints, active ("None"), on the load balancer
+// placed.
+func desiredState(t *testing.T, c client.Client, ns string, placed map[string]string) map[string][]string {
+	t.Helper()
+	ctx := context.Background()
+	var svcs corev1.ServiceList
+	if err := c.List(ctx, &svcs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, s := range svcs.Items {
+		var slices discoveryv1.EndpointSliceList
+		if err := c.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: s.Name}); err != nil {
+			t.Fatal(err)
+		}
+		var ips []string
+		for _, sl := range slices.Items {
+			for _, ep := range sl.Endpoints {
+				if ptr.Deref(ep.Conditions.Ready, true) && !ptr.Deref(ep.Conditions.Terminating, false) {
+					ips = append(ips, ep.Addresses[0]+"=None")
+				}
+			}
+		}
+		sort.Strings(ips)
+		for _, p := range s.Spec.Ports {
+			out[fmt.Sprintf("%s/zd-%s.%s.tcp-%d", placed[s.Name], ns, s.Name, p.Port)] = append([]string{}, ips...)
+		}
+	}
+	return out
+}
+
+func isConflict(err error) bool { return apierrors.IsConflict(err) }
