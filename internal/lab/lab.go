@@ -167,6 +167,8 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 		if l.dir, err = os.MkdirTemp("", "zerodrop-lab-"); err != nil {
 			return nil, err
 		}
+	} else if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if l.logFile != nil {
