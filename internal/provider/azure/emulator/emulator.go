@@ -61,6 +61,8 @@ type Faults struct {
 // those that failed) and what came of them.
 type Counters struct {
 	Gets, LBPuts, PoolPuts, Deletes, Polls int
+	// PutBytes is the size of every PUT body received.
+	PutBytes int64
 	// Writes is the number of writes that changed state.
 	Writes int
 	// PreconditionFailed counts 412 answers, Throttled 429s, ServerErrors
@@ -76,7 +78,7 @@ func (c Counters) Puts() int { return c.LBPuts + c.PoolPuts }
 func (c Counters) Sub(o Counters) Counters {
 	return Counters{
 		Gets: c.Gets - o.Gets, LBPuts: c.LBPuts - o.LBPuts, PoolPuts: c.PoolPuts - o.PoolPuts,
-		Deletes: c.Deletes - o.Deletes, Polls: c.Polls - o.Polls, Writes: c.Writes - o.Writes,
+		Deletes: c.Deletes - o.Deletes, Polls: c.Polls - o.Polls, PutBytes: c.PutBytes - o.PutBytes, Writes: c.Writes - o.Writes,
 		PreconditionFailed: c.PreconditionFailed - o.PreconditionFailed, Throttled: c.Throttled - o.Throttled,
 		ServerErrors: c.ServerErrors - o.ServerErrors, Slow: c.Slow - o.Slow,
 		InjectedConflicts: c.InjectedConflicts - o.InjectedConflicts,

@@ -73,7 +73,7 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 		return t.poll(req)
 	}
 	write := req.Method == http.MethodPut || req.Method == http.MethodDelete
-	e.count(req.Method, pool != "")
+	e.count(req.Method, pool != "", req.ContentLength)
 
 	info := reqInfo{subscription: sub, ifMatch: req.Header.Get("If-Match"), ifNoneMatch: req.Header.Get("If-None-Match")}
 	switch e.decideFault(key, write) {
@@ -163,9 +163,12 @@ func terminal(resp *http.Response) bool {
 	return resp.Header.Get("Fake-Poller-Status") != "InProgress"
 }
 
-func (e *Emulator) count(method string, pool bool) {
+func (e *Emulator) count(method string, pool bool, size int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if method == http.MethodPut && size > 0 {
+		e.counters.PutBytes += size
+	}
 	switch {
 	case method == http.MethodGet:
 		e.counters.Gets++
