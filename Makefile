@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build deps control-plane haproxy test unit lint fmt-check bench demo clean
+.PHONY: all build deps control-plane haproxy test unit lint fmt-check bench lab demo clean
 
 all: build
 
@@ -45,7 +45,13 @@ bench: deps
 	$(GO) test -count=1 -timeout 60m -run '^$$' -bench . -benchtime 1x ./internal/bench/ -args -n $(BENCH_N)
 	$(GO) test -count=1 -run '^$$' -bench . ./internal/check/...
 
-# The main job: a local demo on a real control plane and a real HAProxy.
+# The main job: the disruption lab, upstream-like baseline vs zerodrop side by
+# side under real traffic (LAB_FLAGS, e.g. "--scenario all --json lab.json").
+LAB_FLAGS     ?=
+lab: deps
+	$(GO) run ./cmd/zerodrop lab $(LAB_FLAGS)
+
+# A shorter walk-through: zerodrop's writes on first start and on restart.
 demo: deps
 	$(GO) run ./hack/demo
 
