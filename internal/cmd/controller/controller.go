@@ -25,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
 	"zerodrop.dev/zerodrop/internal/controller/service"
@@ -32,6 +33,8 @@ import (
 	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/provider/azure"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/webhook"
 )
@@ -62,6 +65,7 @@ type Config struct {
 	RetryPeriod     time.Duration
 
 	HAProxy haproxy.Options
+	Azure   AzureConfig
 	Webhook webhook.Options
 	// Registerer receives the metrics (default: controller-runtime's registry).
 	Registerer prometheus.Registerer
@@ -73,7 +77,7 @@ func DefaultHAProxyDir() string { return filepath.Join(os.TempDir(), "zerodrop-h
 // Flags registers the command's flags on fs.
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, $KUBECONFIG or ~/.kube/config)")
-	fs.StringVar(&c.Provider, "provider", "haproxy", "load balancer provider: haproxy")
+	fs.StringVar(&c.Provider, "provider", "haproxy", "load balancer provider: haproxy or azure")
 	fs.StringVar(&c.Class, "load-balancer-class", "", "spec.loadBalancerClass to manage (default zerodrop.dev/<provider>)")
 	fs.BoolVar(&c.AdoptClassless, "adopt-classless", false, "also manage LoadBalancer Services without a loadBalancerClass")
 	fs.StringVar(&c.Sync, "sync", string(service.SyncIncremental), "incremental (write only differences) or full (upstream-like: rewrite everything on every sync)")
@@ -99,6 +103,33 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HAProxy.MasterSocket, "haproxy-master-socket", "", "attach: the master CLI socket (for hitless reloads)")
 	fs.StringVar(&c.HAProxy.ConfigFile, "haproxy-config", "", "attach: the config file zerodrop owns (loaded by that HAProxy)")
 	fs.BoolVar(&c.HAProxy.StopOnClose, "haproxy-stop-on-exit", false, "stop the owned HAProxy when the controller exits (default: keep serving)")
+	c.Azure.flags(fs)
+}
+
+// Validate checks the configuration without connecting to anything: a bad
+// flag is a usage error, reported before the cluster or the cloud is asked.
+func (c *Config) Validate() error {
+	if s := service.SyncMode(c.Sync); s != service.SyncIncremental && s != service.SyncFull {
+		return fmt.Errorf("--sync must be %q or %q, not %q", service.SyncIncremental, service.SyncFull, c.Sync)
+	}
+	if c.AddressPool != "" {
+		if _, err := netip.ParsePrefix(c.AddressPool); err != nil {
+			return fmt.Errorf("--address-pool: %w", err)
+		}
+	}
+	if _, err := model.ParseAddressMap(c.AddressMap); err != nil {
+		return fmt.Errorf("--backend-address-map: %w", err)
+	}
+	switch c.Provider {
+	case "haproxy":
+	case "azure":
+		if err := c.Azure.validate(); err != nil {
+			return fmt.Errorf("--provider azure: %w", err)
+		}
+	default:
+		return fmt.Errorf("--provider %q is not supported (haproxy, azure)", c.Provider)
+	}
+	return nil
 }
 
 // Run parses args and runs the controller until ctx is done.
@@ -118,6 +149,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop controller: unexpected arguments %v\n", fs.Args())
 		return 2
 	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "zerodrop controller: %v\n", err)
+		return 2
+	}
 	if err := RunConfig(ctx, cfg); err != nil {
 		fmt.Fprintf(stderr, "zerodrop controller: %v\n", err)
 		return 1
@@ -129,24 +164,25 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func RunConfig(ctx context.Context, cfg Config) error {
 	log := klog.NewKlogr().WithName("zerodrop")
 	ctrl.SetLogger(log)
-	var err error
-	sync := service.SyncMode(cfg.Sync)
-	if sync != service.SyncIncremental && sync != service.SyncFull {
-		return fmt.Errorf("--sync must be %q or %q, not %q", service.SyncIncremental, service.SyncFull, cfg.Sync)
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
+	sync := service.SyncMode(cfg.Sync)
+	// Validate has parsed these already.
+	addrMap, _ := model.ParseAddressMap(cfg.AddressMap)
 	var pool netip.Prefix
-	if cfg.AddressPool != "" {
-		if pool, err = netip.ParsePrefix(cfg.AddressPool); err != nil {
-			return fmt.Errorf("--address-pool: %w", err)
+	if cfg.AddressPool != "" && cfg.Provider == "haproxy" {
+		// Azure assigns frontend addresses from the subnet itself.
+		pool = netip.MustParsePrefix(cfg.AddressPool)
+	}
+	var azOpts azure.Options
+	if cfg.Provider == "azure" {
+		var err error
+		if azOpts, err = cfg.Azure.options(); err != nil {
+			return err
 		}
 	}
-	addrMap, err := model.ParseAddressMap(cfg.AddressMap)
-	if err != nil {
-		return fmt.Errorf("--backend-address-map: %w", err)
-	}
-	if cfg.Provider != "haproxy" {
-		return fmt.Errorf("--provider %q is not supported (haproxy)", cfg.Provider)
-	}
+	var err error
 	restCfg := cfg.RESTConfig
 	if restCfg == nil {
 		if cfg.Kubeconfig != "" {
@@ -201,14 +237,33 @@ func RunConfig(ctx context.Context, cfg Config) error {
 	_ = mgr.AddHealthzCheck("ping", healthz.Ping)
 	_ = mgr.AddReadyzCheck("ping", healthz.Ping)
 
-	hcfg := cfg.HAProxy
-	hcfg.Hooks = m.ProviderHooks("haproxy")
-	hcfg.Log = log.WithName("haproxy")
-	prov, err := haproxy.New(ctx, hcfg)
-	if err != nil {
-		return fmt.Errorf("start haproxy provider: %w", err)
+	var (
+		prov        provider.Provider
+		keyFunc     func(*corev1.Service) string
+		validateSvc func(*corev1.Service) error
+	)
+	switch cfg.Provider {
+	case "azure":
+		azOpts.Hooks = m.ProviderHooks("azure")
+		azOpts.Log = log.WithName("azure")
+		az, err := newAzure(ctx, cfg.Azure, azOpts)
+		if err != nil {
+			return err
+		}
+		// Many Services share one Azure load balancer: the work item is the
+		// load balancer (invariant 2).
+		prov, keyFunc, validateSvc = az, az.KeyFunc, az.ValidateService
+	default:
+		hcfg := cfg.HAProxy
+		hcfg.Hooks = m.ProviderHooks("haproxy")
+		hcfg.Log = log.WithName("haproxy")
+		hp, err := haproxy.New(ctx, hcfg)
+		if err != nil {
+			return fmt.Errorf("start haproxy provider: %w", err)
+		}
+		defer hp.Close()
+		prov = hp
 	}
-	defer prov.Close()
 
 	svcCtrl, err := service.New(ctx, mgr, service.Options{
 		Provider:          prov,
@@ -218,6 +273,8 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		Workers:           cfg.Workers,
 		AddressPool:       pool,
 		BackendAddressMap: addrMap,
+		KeyFunc:           keyFunc,
+		ValidateService:   validateSvc,
 		ResyncPeriod:      cfg.ResyncPeriod,
 		ImmediateRemoval:  cfg.Immediate,
 		Metrics:           m,
@@ -238,6 +295,6 @@ func RunConfig(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	log.Info("starting", "sync", sync, "leaderElection", cfg.LeaderElect)
+	log.Info("starting", "provider", cfg.Provider, "sync", sync, "leaderElection", cfg.LeaderElect)
 	return mgr.Start(ctx)
 }

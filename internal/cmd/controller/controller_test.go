@@ -1,0 +1,130 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const (
+	testSub    = "00000000-0000-0000-0000-0000000000aa"
+	testSubnet = "/subscriptions/" + testSub + "/resourceGroups/rg-net/providers/Microsoft.Network/virtualNetworks/vnet/subnets/lb"
+)
+
+// azureArgs is a complete, valid --provider azure command line with one
+// flag replaced or dropped (value "-").
+func azureArgs(override map[string]string) []string {
+	flags := map[string]string{
+		"provider":              "azure",
+		"azure-subscription-id": testSub,
+		"azure-resource-group":  "rg-cluster",
+		"azure-load-balancers":  "kubernetes,kubernetes-2",
+		"azure-subnet-id":       testSubnet,
+		"azure-location":        "westeurope",
+	}
+	for k, v := range override {
+		flags[k] = v
+	}
+	var args []string
+	for k, v := range flags {
+		if v != "-" {
+			args = append(args, "--"+k+"="+v)
+		}
+	}
+	return args
+}
+
+func parse(t *testing.T, args []string) Config {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var cfg Config
+	cfg.Flags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	return cfg
+}
+
+func TestValidate(t *testing.T) {
+	// The subscription flag defaults to the environment's.
+	t.Setenv("AZURE_SUBSCRIPTION_ID", "")
+	cases := []struct {
+		desc string
+		args []string
+		want string // "" means valid; otherwise a substring of the error
+	}{
+		{"haproxy defaults", nil, ""},
+		{"azure complete", azureArgs(nil), ""},
+		{"azure one load balancer, china", azureArgs(map[string]string{"azure-load-balancers": "lb", "azure-cloud": "china"}), ""},
+		{"unknown provider", []string{"--provider=aws"}, `--provider "aws" is not supported`},
+		{"azure without anything", []string{"--provider=azure"}, "--azure-subscription-id (or $AZURE_SUBSCRIPTION_ID) is required"},
+		{"no subscription", azureArgs(map[string]string{"azure-subscription-id": "-"}), "--azure-subscription-id"},
+		{"subscription not a GUID", azureArgs(map[string]string{"azure-subscription-id": "my-sub"}), `"my-sub" is not a subscription ID`},
+		{"no resource group", azureArgs(map[string]string{"azure-resource-group": "-"}), "--azure-resource-group is required"},
+		{"resource group ends in a dot", azureArgs(map[string]string{"azure-resource-group": "rg."}), "not a resource group name"},
+		{"no load balancers", azureArgs(map[string]string{"azure-load-balancers": " , "}), "at least one load balancer"},
+		{"load balancer named twice", azureArgs(map[string]string{"azure-load-balancers": "lb-a,LB-A"}), `names "LB-A" twice`},
+		{"bad load balancer name", azureArgs(map[string]string{"azure-load-balancers": "lb/a"}), `"lb/a" is not a load balancer name`},
+		{"no subnet", azureArgs(map[string]string{"azure-subnet-id": "-"}), "--azure-subnet-id is required"},
+		{"subnet is a vnet", azureArgs(map[string]string{"azure-subnet-id": strings.TrimSuffix(testSubnet, "/subnets/lb")}), "is not /subscriptions/"},
+		{"no location", azureArgs(map[string]string{"azure-location": "-"}), "--azure-location is required"},
+		{"empty owner", azureArgs(map[string]string{"azure-owner": ""}), "--azure-owner"},
+		{"unknown cloud", azureArgs(map[string]string{"azure-cloud": "mars"}), `--azure-cloud "mars"`},
+		{"bad sync", []string{"--sync=sometimes"}, "--sync"},
+		{"bad address pool", []string{"--address-pool=10.0.0.0"}, "--address-pool"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.desc, func(t *testing.T) {
+			cfg := parse(t, tc.args)
+			err := cfg.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("valid flags refused: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("accepted, want an error with %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("error %q does not say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestValidateListsEveryProblem: one run names every bad Azure flag, not
+// only the first.
+func TestValidateListsEveryProblem(t *testing.T) {
+	t.Setenv("AZURE_SUBSCRIPTION_ID", "")
+	cfg := parse(t, []string{"--provider=azure"})
+	err := cfg.Validate()
+	for _, flag := range []string{"--azure-subscription-id", "--azure-resource-group", "--azure-load-balancers", "--azure-subnet-id", "--azure-location"} {
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("error %v does not name %s", err, flag)
+		}
+	}
+}
+
+// TestRunRefusesBadFlagsBeforeConnecting: a usage error is exit 2 and comes
+// before the kubeconfig is read (which here would fail with exit 1).
+func TestRunRefusesBadFlagsBeforeConnecting(t *testing.T) {
+	t.Setenv("AZURE_SUBSCRIPTION_ID", "")
+	missing := filepath.Join(t.TempDir(), "no-kubeconfig")
+	var stderr bytes.Buffer
+	args := append(azureArgs(map[string]string{"azure-location": "-"}), "--kubeconfig="+missing)
+	if code := Run(context.Background(), args, io.Discard, &stderr); code != 2 {
+		t.Fatalf("exit %d, want 2; stderr: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "--azure-location is required") || strings.Contains(stderr.String(), "kubeconfig") {
+		t.Fatalf("stderr does not name the flag only: %s", stderr.String())
+	}
+	// The same command line with the flag is valid and gets as far as the
+	// kubeconfig: the exit-2 path above is the validation, nothing else.
+	stderr.Reset()
+	args = append(azureArgs(nil), "--kubeconfig="+missing, "--metrics-bind-address=0", "--health-probe-bind-address=0", "--drain-bind-address=0")
+	if code := Run(context.Background(), args, io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), "kubeconfig") {
+		t.Fatalf("exit %d, want 1 with a kubeconfig error; stderr: %s", code, stderr.String())
+	}
+}
