@@ -71,8 +71,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE`")
 	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
 	dir := fs.String("dir", "", "work directory (default: a new temporary one); kept")
+	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: restart and churn only, see docs/lab.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout|restart|scale-down|drain-node|churn|all] [--mode zerodrop|baseline|both] [--json FILE] [--html FILE]")
+		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout|restart|scale-down|drain-node|churn|all] [--mode zerodrop|baseline|both] [--provider haproxy|azure-emulator] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -83,6 +84,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
+		return 2
+	}
+	switch *prov {
+	case "haproxy":
+	case ProviderAzureEmulator:
+		return runAzureCommand(ctx, *scenario, *mode, *jsonPath, *htmlPath, stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", *prov, ProviderAzureEmulator)
 		return 2
 	}
 	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr}

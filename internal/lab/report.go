@@ -22,6 +22,8 @@ type Result struct {
 	ProviderWrites    int64   `json:"provider_writes"`
 	ProviderConflicts int64   `json:"provider_conflicts"`
 	DurationSeconds   float64 `json:"duration_seconds"`
+	// Azure holds the --provider azure-emulator figures (azure.go).
+	Azure *AzureFigures `json:"azure,omitempty"`
 
 	timeline *timeline
 	err      error

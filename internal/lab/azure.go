@@ -1,0 +1,522 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/metrics"
+	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/provider/azure"
+	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/testenv"
+)
+
+// `zerodrop lab --provider azure-emulator`: the restart and churn scenarios
+// on the ARM emulator instead of HAProxy. Traffic through an emulated load
+// balancer means nothing, so the lab counts what reaches Azure instead: PUTs,
+// 412s, conflicts the controllers re-planned silently and those they
+// surfaced as Warning Events, and the time until the load balancers hold what
+// the Services ask for. The controllers run in the lab process (a restart
+// stops one manager and starts another) on a real kube-apiserver + etcd.
+
+// ProviderAzureEmulator is the --provider value.
+const ProviderAzureEmulator = "azure-emulator"
+
+// AzureScenarios are the scenarios the emulator lab runs.
+var AzureScenarios = []string{"restart", "churn"}
+
+const (
+	azureSub    = "00000000-0000-0000-0000-00000000aa01"
+	azureGroup  = "rg-zerodrop-lab"
+	azureSubnet = "/subscriptions/" + azureSub + "/resourceGroups/" + azureGroup +
+		"/providers/Microsoft.Network/virtualNetworks/vnet-lab/subnets/frontends"
+	azureRestarts = 3
+	// azureIdle is how long no reconcile may run for a run to count as settled.
+	azureIdle = 500 * time.Millisecond
+	// azureTimeout bounds every wait for convergence.
+	azureTimeout = 60 * time.Second
+)
+
+var azureLBNames = []string{"lb-a", "lb-b"}
+
+// AzureFigures are the emulator lab's own figures, in the JSON report under
+// "azure" next to the contract's fields (provider_writes: PUTs,
+// provider_conflicts: 412s).
+type AzureFigures struct {
+	LBPuts             int `json:"lb_puts"`
+	PoolPuts           int `json:"pool_puts"`
+	Gets               int `json:"gets"`
+	PreconditionFailed int `json:"precondition_failed"`
+	// ConflictsRetried are conflicts the controllers re-read, re-planned and
+	// retried; ConflictsSurfaced the Warning Events (one per Service on the
+	// load balancer) that named a conflict.
+	ConflictsRetried  int64 `json:"conflicts_retried"`
+	ConflictsSurfaced int64 `json:"conflicts_surfaced"`
+	// Changes made to Services and EndpointSlices (churn), or restarts.
+	Changes  int `json:"changes"`
+	Restarts int `json:"restarts"`
+	// ConvergeSeconds: churn, from the last change until the load balancers
+	// hold what the Services ask for; restart, the longest time from stopping
+	// the writer until a new one has verified every load balancer.
+	ConvergeSeconds float64 `json:"converge_seconds"`
+}
+
+// AzureOptions configure ExecuteAzure.
+type AzureOptions struct {
+	Scenarios []string
+	Modes     []Mode
+	// Services share the two load balancers (default 10).
+	Services int
+	// ChurnDuration is how long the churn changes things (default 4s).
+	ChurnDuration time.Duration
+	Progress      io.Writer
+}
+
+// runAzureCommand is `zerodrop lab --provider azure-emulator …` after flag
+// parsing; scenario and mode are the flags' values.
+func runAzureCommand(ctx context.Context, scenario, mode, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
+	opts := AzureOptions{Progress: stderr}
+	switch {
+	case scenario == "all":
+		opts.Scenarios = AzureScenarios
+	case slices.Contains(AzureScenarios, scenario):
+		opts.Scenarios = []string{scenario}
+	default:
+		fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the restart and churn scenarios, not %q\n", ProviderAzureEmulator, scenario)
+		return 2
+	}
+	switch mode {
+	case "both":
+		opts.Modes = []Mode{ModeBaseline, ModeZerodrop}
+	case string(ModeBaseline), string(ModeZerodrop):
+		opts.Modes = []Mode{Mode(mode)}
+	default:
+		fmt.Fprintf(stderr, "zerodrop lab: unknown mode %q\n", mode)
+		return 2
+	}
+	if htmlPath != "" {
+		fmt.Fprintf(stderr, "zerodrop lab: --html draws traffic timelines; --provider %s has no traffic\n", ProviderAzureEmulator)
+		return 2
+	}
+	results, err := ExecuteAzure(ctx, opts)
+	writeAzureTable(stdout, results)
+	code := 0
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
+		code = 1
+	}
+	for _, r := range results {
+		if r.err != nil {
+			code = 1
+		}
+	}
+	if jsonPath != "" {
+		if err := writeJSON(jsonPath, Report{Scenarios: results}); err != nil {
+			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// ExecuteAzure runs the scenarios in each mode, each run on a fresh emulator
+// and namespace, and returns a result per run (the runs so far on error).
+func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []Result, err error) {
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if opts.Services <= 0 {
+		opts.Services = 10
+	}
+	if opts.ChurnDuration <= 0 {
+		opts.ChurnDuration = 4 * time.Second
+	}
+	for _, s := range opts.Scenarios {
+		if !slices.Contains(AzureScenarios, s) {
+			return nil, fmt.Errorf("scenario %q does not run on the Azure emulator (%v)", s, AzureScenarios)
+		}
+	}
+	ctrllog.SetLogger(logr.Discard())
+	start := time.Now()
+	progress := func(format string, args ...any) {
+		fmt.Fprintf(opts.Progress, "[%5s] %s\n", time.Since(start).Round(time.Second), fmt.Sprintf(format, args...))
+	}
+	progress("starting kube-apiserver and etcd")
+	env, err := testenv.Run()
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	defer func() { _ = env.Stop() }()
+	c, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	n := 0
+	for _, sc := range opts.Scenarios {
+		for _, mode := range opts.Modes {
+			n++
+			r := &azureRun{cfg: env.Config, c: c, mode: mode, opts: opts, progress: progress,
+				ns: fmt.Sprintf("azure-%d-%s-%s", n, sc, mode), emu: emulator.New(emulator.Options{Seed: uint64(n)})}
+			res, err := r.run(ctx, sc)
+			res.err = err
+			results = append(results, res)
+			if err != nil {
+				progress("%-8s %-8s error: %v", sc, mode, err)
+			} else {
+				a := res.Azure
+				progress("%-8s %-8s done: %d PUTs (%d load balancer, %d pool), %d 412s, %d conflicts retried, %d surfaced; converged in %.1fs",
+					sc, mode, res.ProviderWrites, a.LBPuts, a.PoolPuts, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced, a.ConvergeSeconds)
+			}
+			if ctx.Err() != nil {
+				return results, ctx.Err()
+			}
+		}
+	}
+	return results, nil
+}
+
+// azureRun is one scenario in one mode.
+type azureRun struct {
+	cfg       *rest.Config
+	c         client.Client
+	emu       *emulator.Emulator
+	ns        string
+	mode      Mode
+	opts      AzureOptions
+	progress  func(string, ...any)
+	svcs      []*azureSvc
+	instances []*azureInstance
+}
+
+func (r *azureRun) class() string { return "zerodrop.dev/azure-" + r.ns }
+
+// run sets up, runs the scenario and measures it; setup writes are not
+// counted.
+func (r *azureRun) run(ctx context.Context, scenario string) (res Result, err error) {
+	res = Result{Scenario: scenario, Mode: string(r.mode), Azure: &AzureFigures{}}
+	defer r.stopAll()
+	if err := r.setup(ctx); err != nil {
+		return res, err
+	}
+	before, beforeRetried, beforeSurfaced := r.emu.Counters(), r.retried(), r.surfaced()
+	start := time.Now()
+	switch scenario {
+	case "restart":
+		err = r.restart(ctx, res.Azure)
+	case "churn":
+		err = r.churn(ctx, res.Azure)
+	}
+	res.DurationSeconds = time.Since(start).Seconds()
+	d := r.emu.Counters().Sub(before)
+	res.ProviderWrites, res.ProviderConflicts = int64(d.Puts()), int64(d.PreconditionFailed)
+	a := res.Azure
+	a.LBPuts, a.PoolPuts, a.Gets, a.PreconditionFailed = d.LBPuts, d.PoolPuts, d.Gets, d.PreconditionFailed
+	a.ConflictsRetried, a.ConflictsSurfaced = r.retried()-beforeRetried, r.surfaced()-beforeSurfaced
+	return res, err
+}
+
+// setup creates the namespace, Services and EndpointSlices, starts the
+// mode's controllers and waits until the load balancers hold everything.
+func (r *azureRun) setup(ctx context.Context) error {
+	if err := r.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}); err != nil {
+		return fmt.Errorf("create namespace %s: %w", r.ns, err)
+	}
+	for i := 0; i < r.opts.Services; i++ {
+		s := newAzureSvc(i, azureLBNames)
+		if err := s.create(ctx, r.c, r.ns, r.class()); err != nil {
+			return err
+		}
+		r.svcs = append(r.svcs, s)
+	}
+	// zerodrop: two replicas with leader election, as deployed. Baseline:
+	// the leader-elected controller and an independent writer without
+	// leader election on the same load balancers.
+	for i := 0; i < 2; i++ {
+		if _, err := r.start(r.mode == ModeZerodrop || i == 0); err != nil {
+			return err
+		}
+	}
+	if _, err := r.waitConverged(ctx); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	r.progress("%s: set up %d Services on %v", r.ns, len(r.svcs), azureLBNames)
+	return nil
+}
+
+// restart stops the writer (the leader) azureRestarts times and starts a
+// replacement, with nothing changing in the cluster: every PUT it causes is
+// a write a restart should not make.
+func (r *azureRun) restart(ctx context.Context, a *AzureFigures) error {
+	for i := 0; i < azureRestarts; i++ {
+		leader := r.leader()
+		if leader == nil {
+			return errors.New("no leader to restart")
+		}
+		t0 := time.Now()
+		leader.stop()
+		if _, err := r.start(true); err != nil {
+			return err
+		}
+		// The new writer: the standby that takes over (zerodrop) or the
+		// replacement (baseline, whose lease nobody else contends for).
+		err := r.wait(ctx, "a new leader verifies every load balancer", func() string {
+			l := r.leader()
+			if l == nil {
+				return "no leader yet"
+			}
+			if n := metrics.Sum(l.metrics.Reconciles); n < float64(len(azureLBNames)) {
+				return fmt.Sprintf("the new leader reconciled %v load balancers", n)
+			}
+			return azureConverged(r.emu, azureGroup, r.ns, r.svcs)
+		})
+		if err != nil {
+			return fmt.Errorf("restart %d: %w", i+1, err)
+		}
+		a.ConvergeSeconds = max(a.ConvergeSeconds, time.Since(t0).Seconds())
+		a.Restarts++
+		r.settle(ctx)
+	}
+	return nil
+}
+
+// churn replaces endpoints of half the Services (one a tick) while
+// Services change (probe interval, a second port) on both load balancers,
+// the changed ones among the churned: endpoint-driven and service-driven
+// writes to the same load balancers at once, the issue report's race.
+func (r *azureRun) churn(ctx context.Context, a *AzureFigures) error {
+	churned := r.svcs[:max(1, len(r.svcs)/2)]
+	changed := []*azureSvc{r.svcs[0], r.svcs[len(r.svcs)-1]}
+	if len(r.svcs) > 1 {
+		changed = append(changed, r.svcs[1])
+	}
+	endpointTick, serviceTick := time.NewTicker(50*time.Millisecond), time.NewTicker(500*time.Millisecond)
+	defer endpointTick.Stop()
+	defer serviceTick.Stop()
+	end := time.After(r.opts.ChurnDuration)
+	for e, s := 0, 0; ; {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-end:
+			t1 := time.Now()
+			if _, err := r.waitConverged(ctx); err != nil {
+				return fmt.Errorf("after churn: %w", err)
+			}
+			a.ConvergeSeconds = time.Since(t1).Seconds()
+			r.settle(ctx)
+			return nil
+		case <-endpointTick.C:
+			svc := churned[e%len(churned)]
+			svc.replaceOne()
+			if err := svc.pushEndpoints(ctx, r.c, r.ns); err != nil {
+				return err
+			}
+			e++
+		case <-serviceTick.C:
+			svc := changed[s%len(changed)]
+			if (s/len(changed))%2 == 0 {
+				svc.interval = map[string]string{"": azureChangedInterval, azureChangedInterval: ""}[svc.interval]
+			} else {
+				svc.https = !svc.https
+			}
+			if err := svc.pushSpec(ctx, r.c, r.ns, r.class()); err != nil {
+				return err
+			}
+			s++
+		}
+		a.Changes++
+	}
+}
+
+// waitConverged waits until the load balancers hold what the Services ask
+// for and returns how long that took; it then waits for the controllers to
+// be idle, so that writes still on their way are counted.
+func (r *azureRun) waitConverged(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
+	err := r.wait(ctx, "the load balancers to converge", func() string {
+		return azureConverged(r.emu, azureGroup, r.ns, r.svcs)
+	})
+	took := time.Since(t0)
+	if err == nil {
+		r.settle(ctx)
+	}
+	return took, err
+}
+
+// wait polls cond until it returns "" or azureTimeout passes.
+func (r *azureRun) wait(ctx context.Context, what string, cond func() string) error {
+	deadline := time.Now().Add(azureTimeout)
+	for {
+		msg := cond()
+		if msg == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s: %s: %s", azureTimeout, what, msg)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// settle waits until no running controller has reconciled for azureIdle.
+func (r *azureRun) settle(ctx context.Context) {
+	last, since := -1.0, time.Now()
+	for time.Since(since) < azureIdle && ctx.Err() == nil {
+		n := 0.0
+		for _, in := range r.instances {
+			n += metrics.Sum(in.metrics.Reconciles)
+		}
+		if n != last {
+			last, since = n, time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (r *azureRun) retried() (n int64) {
+	for _, in := range r.instances {
+		n += int64(metrics.Sum(in.metrics.ProviderConflicts))
+	}
+	return n
+}
+
+func (r *azureRun) surfaced() (n int64) {
+	for _, in := range r.instances {
+		n += in.surfaced.Load()
+	}
+	return n
+}
+
+// leader is the running leader-elected controller that leads, if any.
+func (r *azureRun) leader() *azureInstance {
+	for _, in := range r.instances {
+		if in.stopped.Load() || !in.leaderElect {
+			continue
+		}
+		select {
+		case <-in.elected:
+			return in
+		default:
+		}
+	}
+	return nil
+}
+
+func (r *azureRun) stopAll() {
+	for _, in := range r.instances {
+		in.stop()
+	}
+}
+
+// azureInstance is one controller "process": its own provider (and cache of
+// ARM documents), manager, metrics and Event counter.
+type azureInstance struct {
+	leaderElect bool
+	metrics     *metrics.Metrics
+	surfaced    atomic.Int64
+	elected     <-chan struct{}
+	cancel      context.CancelFunc
+	done        chan error
+	stopped     atomic.Bool
+}
+
+func (in *azureInstance) stop() {
+	if in.stopped.Swap(true) {
+		return
+	}
+	in.cancel()
+	select {
+	case <-in.done:
+	case <-time.After(30 * time.Second):
+	}
+}
+
+// start runs a controller in the run's mode. Baseline is upstream-like by
+// configuration only: a full write on every sync (--sync=full), immediate
+// removal, and an Event on every failed sync, as the upstream service
+// controller records SyncLoadBalancerFailed each time.
+func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &azureInstance{leaderElect: leaderElect, metrics: m, cancel: cancel, done: make(chan error, 1)}
+	fail := func(err error) (*azureInstance, error) {
+		cancel()
+		return nil, err
+	}
+	prov, err := azure.New(ctx, azure.Options{
+		SubscriptionID: azureSub, ResourceGroup: azureGroup, LoadBalancers: azureLBNames, SubnetID: azureSubnet,
+		Location: "westeurope", Credential: r.emu.Credential(), ClientOptions: r.emu.ClientOptions(),
+		Hooks: m.ProviderHooks("azure"), PollFrequency: 10 * time.Millisecond,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	// Short leases: a released lease is taken within a retry period.
+	lease, renew, retryPeriod := 4*time.Second, 3*time.Second, 250*time.Millisecond
+	mgr, err := manager.New(r.cfg, manager.Options{
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard(),
+		LeaderElection: leaderElect, LeaderElectionID: "zerodrop-lab-azure", LeaderElectionNamespace: r.ns,
+		LeaderElectionReleaseOnCancel: true, LeaseDuration: &lease, RenewDeadline: &renew, RetryPeriod: &retryPeriod,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("create manager: %w", err))
+	}
+	opts := service.Options{
+		Provider: prov, LoadBalancerClass: r.class(), KeyFunc: prov.KeyFunc, ValidateService: prov.ValidateService,
+		Metrics: m, Logger: logr.Discard(), ResyncPeriod: time.Hour, DrainPollInterval: 250 * time.Millisecond,
+		Recorder: &conflictEvents{EventRecorder: mgr.GetEventRecorder("zerodrop-service-controller"), n: &in.surfaced},
+	}
+	if r.mode == ModeBaseline {
+		opts.Sync, opts.ImmediateRemoval, opts.FailureEventThreshold = service.SyncFull, true, 1
+	}
+	if _, err := service.New(ctx, mgr, opts); err != nil {
+		return fail(fmt.Errorf("service controller: %w", err))
+	}
+	in.elected = mgr.Elected()
+	go func() { in.done <- mgr.Start(ctx) }()
+	r.instances = append(r.instances, in)
+	return in, nil
+}
+
+// conflictEvents counts the Warning Events that surface a conflict.
+type conflictEvents struct {
+	events.EventRecorder
+	n *atomic.Int64
+}
+
+func (c *conflictEvents) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	if eventtype == corev1.EventTypeWarning && reason == service.ReasonSyncFailed {
+		for _, a := range args {
+			if err, ok := a.(error); ok && errors.Is(err, provider.ErrConflict) {
+				c.n.Add(1)
+				break
+			}
+		}
+	}
+	c.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
+}

@@ -1,0 +1,34 @@
+package lab
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// writeAzureTable prints one row per scenario and mode of the emulator lab.
+func writeAzureTable(w io.Writer, results []Result) {
+	if len(results) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tmode\tchanges\tPUTs\tLB PUTs\tpool PUTs\t412s\tconflicts retried\tsurfaced as Events\tconverge s\t")
+	for _, r := range results {
+		a := r.Azure
+		if a == nil {
+			continue
+		}
+		changes := fmt.Sprint(a.Changes)
+		if r.Scenario == "restart" {
+			changes = fmt.Sprintf("%d restarts", a.Restarts)
+		}
+		status := ""
+		if r.err != nil {
+			status = "  (failed)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\n", r.Scenario, r.Mode, changes,
+			r.ProviderWrites, a.LBPuts, a.PoolPuts, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced, a.ConvergeSeconds, status)
+	}
+	tw.Flush()
+}

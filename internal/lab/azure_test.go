@@ -1,0 +1,87 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAzureEmulatorLab runs `zerodrop lab --provider azure-emulator` for
+// restart and churn in both modes on the real apiserver and the ARM
+// emulator: zerodrop writes nothing on restart and surfaces no conflict,
+// and it makes no 412 at all (one writer per load balancer); the baseline's
+// --sync=full restart writes, which shows the count can see writes.
+func TestAzureEmulatorLab(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "lab.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := Run(ctx, []string{"--provider", "azure-emulator", "--scenario", "all", "--mode", "both", "--json", jsonPath}, &stdout, &stderr)
+	took := time.Since(start)
+	t.Logf("lab took %s\n%s\n%s", took.Round(time.Second), stderr.String(), stdout.String())
+	if code != 0 {
+		t.Fatalf("zerodrop lab exited %d", code)
+	}
+	if took > 60*time.Second {
+		t.Errorf("the emulator lab took %s, want < 60s", took.Round(time.Second))
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Result{}
+	for _, r := range rep.Scenarios {
+		if r.Azure == nil {
+			t.Fatalf("%s/%s has no azure figures: %s", r.Scenario, r.Mode, raw)
+		}
+		got[r.Scenario+"/"+r.Mode] = r
+	}
+	for _, k := range []string{"restart/baseline", "restart/zerodrop", "churn/baseline", "churn/zerodrop"} {
+		if _, ok := got[k]; !ok {
+			t.Fatalf("no result for %s: %s", k, raw)
+		}
+	}
+	if r := got["restart/zerodrop"]; r.ProviderWrites != 0 || r.Azure.Restarts != azureRestarts {
+		t.Errorf("zerodrop restart: %d PUTs over %d restarts, want 0 over %d", r.ProviderWrites, r.Azure.Restarts, azureRestarts)
+	}
+	if r := got["restart/baseline"]; r.ProviderWrites < int64(azureRestarts) {
+		t.Errorf("baseline restart (--sync=full): %d PUTs, want at least one per restart", r.ProviderWrites)
+	}
+	for _, k := range []string{"restart/zerodrop", "churn/zerodrop"} {
+		r := got[k]
+		if r.Azure.ConflictsSurfaced != 0 || r.ProviderConflicts != 0 {
+			t.Errorf("%s: %d 412s, %d conflicts surfaced; want none with one writer per load balancer", k, r.ProviderConflicts, r.Azure.ConflictsSurfaced)
+		}
+	}
+	if r := got["churn/zerodrop"]; r.Azure.Changes == 0 || r.ProviderWrites == 0 {
+		t.Errorf("zerodrop churn made %d changes and %d PUTs: nothing was churned", r.Azure.Changes, r.ProviderWrites)
+	}
+}
+
+// TestAzureEmulatorLabUsage: scenarios that need traffic are usage errors.
+func TestAzureEmulatorLabUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"--provider", "azure-emulator", "--scenario", "rollout"},
+		{"--provider", "azure-emulator", "--scenario", "drain-node"},
+		{"--provider", "azure-emulator", "--scenario", "churn", "--html", "x.html"},
+		{"--provider", "gce"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := Run(context.Background(), args, &stdout, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2; stderr: %s", args, code, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "provider") {
+			t.Errorf("%v: the message does not name the provider: %s", args, stderr.String())
+		}
+	}
+}
