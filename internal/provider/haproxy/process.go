@@ -163,7 +163,18 @@ func (p *Provider) startOrAttach(ctx context.Context) error {
 	}
 	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
 
-	if info, err := p.procs(ctx); err == nil {
+	info, err := p.procs(ctx)
+	if err != nil {
+		// A master that is reloading (it re-executes itself and reopens its
+		// socket) does not answer for a moment; starting a second one then
+		// would leave two masters serving the same addresses.
+		if pid, ok := ownedMaster(p.paths.dir, p.paths.pid); ok {
+			if info, err = p.awaitMaster(ctx, pid); err != nil && p.alive(pid) {
+				return err
+			}
+		}
+	}
+	if err == nil {
 		if len(info.Workers) == 0 {
 			return fmt.Errorf("haproxy: master %d of %s has no worker: %s", info.Master, p.paths.dir, p.logTail())
 		}
@@ -456,18 +467,8 @@ func StopDir(ctx context.Context, dir string) error {
 			return nil
 		}
 	}
-	data, rerr := os.ReadFile(filepath.Join(dir, "haproxy.pid"))
-	if rerr != nil {
-		return err
-	}
-	pid, perr := strconv.Atoi(strings.TrimSpace(string(data)))
-	if perr != nil || pid <= 1 {
-		return err
-	}
-	// Only a live HAProxy started for this dir: a pid file can outlive its
-	// process and the pid be reused.
-	cmdline, cerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if cerr != nil || !bytes.Contains(cmdline, []byte("haproxy")) || !bytes.Contains(cmdline, []byte(dir)) {
+	pid, ok := ownedMaster(dir, filepath.Join(dir, "haproxy.pid"))
+	if !ok {
 		return err
 	}
 	// The master and its workers share the master's session and process group.
@@ -475,4 +476,44 @@ func StopDir(ctx context.Context, dir string) error {
 		return fmt.Errorf("haproxy: stop %s: %w (after %v)", dir, kerr, err)
 	}
 	return nil
+}
+
+// ownedMaster returns the master pid recorded in pidFile when that process is
+// alive and is an HAProxy started for dir: a pid file can outlive its process
+// and the pid be reused.
+func ownedMaster(dir, pidFile string) (int, bool) {
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 1 {
+		return 0, false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !bytes.Contains(cmdline, []byte("haproxy")) || !bytes.Contains(cmdline, []byte(dir)) {
+		return 0, false
+	}
+	return pid, true
+}
+
+// awaitMaster waits for the live master pid to answer on its socket again
+// (or to exit), for at most the reload timeout.
+func (p *Provider) awaitMaster(ctx context.Context, pid int) (procInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.opts.ReloadTimeout)
+	defer cancel()
+	for {
+		info, err := p.procs(ctx)
+		if err == nil {
+			return info, nil
+		}
+		if !p.alive(pid) {
+			return procInfo{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return procInfo{}, fmt.Errorf("haproxy: master %d of %s does not answer: %w (last: %v)", pid, p.paths.dir, ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
