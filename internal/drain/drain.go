@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/lbtarget"
+	"zerodrop.dev/zerodrop/internal/provider"
 )
 
 // Path is where the endpoint is served.
@@ -120,11 +121,14 @@ func (h *Handler) deadline(pod *corev1.Pod) time.Time {
 	return pod.DeletionTimestamp.Add(-budget)
 }
 
-// wait returns nil once no load balancer has the pod's backend any more.
+// wait returns nil once no load balancer has the pod's backend any more and,
+// where the provider says its data plane follows removals with a delay
+// (provider.Settler), that delay has passed since the removal was seen.
 func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (string, error) {
 	ticker := time.NewTicker(h.opts.PollInterval)
 	defer ticker.Stop()
 	desc := ""
+	var removedSince time.Time
 	for {
 		targets, err := h.opts.Finder.Targets(ctx, pod)
 		if err != nil && ctx.Err() == nil {
@@ -132,8 +136,17 @@ func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (string, error) {
 		}
 		if err == nil {
 			desc = lbtarget.Describe(targets)
-			if removed(targets) {
-				return desc, nil
+			if !removed(targets) {
+				removedSince = time.Time{}
+			} else {
+				if removedSince.IsZero() {
+					removedSince = time.Now()
+				}
+				settle := h.settle(targets)
+				if time.Since(removedSince) >= settle {
+					return desc, nil
+				}
+				desc = fmt.Sprintf("removed; the load balancer settles for %s", settle)
 			}
 		}
 		select {
@@ -142,6 +155,21 @@ func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (string, error) {
 		case <-ticker.C:
 		}
 	}
+}
+
+// settle is the longest removal delay of the pod's IP-mode load balancers.
+func (h *Handler) settle(targets []lbtarget.Target) time.Duration {
+	s, ok := h.opts.Finder.Provider.(provider.Settler)
+	if !ok {
+		return 0
+	}
+	var d time.Duration
+	for _, t := range targets {
+		if !t.Node {
+			d = max(d, s.RemovalSettle(t.LB, t.Listener))
+		}
+	}
+	return d
 }
 
 // removed: no IP-mode load balancer has the pod's backend. A node-mode

@@ -50,6 +50,15 @@ type BackendStatus struct {
 	Connections int64
 }
 
+// Settler is implemented by providers whose data plane takes a removal on
+// some time after the provider has reported it applied (a cloud load
+// balancer programs its hosts asynchronously). The termination gate waits
+// RemovalSettle more once a pod's backend is gone from listener of the load
+// balancer key, before it lets the pod stop (invariant 6).
+type Settler interface {
+	RemovalSettle(key, listener string) time.Duration
+}
+
 // ErrConflict means the load balancer changed between Observe and Apply:
 // re-read, re-plan and retry.
 var ErrConflict = errors.New("load balancer changed since it was observed")

@@ -61,6 +61,10 @@ type Options struct {
 	PollFrequency time.Duration
 	// DefaultRetryAfter is the wait for a 429 without Retry-After (default 10s).
 	DefaultRetryAfter time.Duration
+	// BackendsMaxAge is how old a document Backends may answer from (default
+	// 1s). The gates poll Backends on every replica; a standby never
+	// observes, so without a bound it would answer from its start-up read.
+	BackendsMaxAge time.Duration
 }
 
 // Provider drives Azure load balancers. It is safe for concurrent use on
@@ -76,6 +80,7 @@ type Provider struct {
 	// observed holds the document of each load balancer's last Observe, so
 	// that Apply can write the plan against exactly what it was computed from.
 	observed map[string]*armnetwork.LoadBalancer
+	readAt   map[string]time.Time
 	// placed records, per Service, the load balancers that have its frontend.
 	placed map[string]map[string]bool
 }
@@ -99,6 +104,9 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	if opts.DefaultRetryAfter <= 0 {
 		opts.DefaultRetryAfter = 10 * time.Second
+	}
+	if opts.BackendsMaxAge <= 0 {
+		opts.BackendsMaxAge = time.Second
 	}
 	if opts.Credential == nil {
 		cred, err := azidentity.NewDefaultAzureCredential(nil)
@@ -127,6 +135,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		vnetID:     vnet,
 		configured: map[string]bool{},
 		observed:   map[string]*armnetwork.LoadBalancer{},
+		readAt:     map[string]time.Time{},
 		placed:     map[string]map[string]bool{},
 	}
 	for _, name := range opts.LoadBalancers {
@@ -278,16 +287,20 @@ func (p *Provider) Delete(ctx context.Context, key string) error {
 // Backends implements provider.Provider. ARM reports neither per-backend
 // health nor connection counts, so HealthKnown is false and Connections -1:
 // a draining backend is removed when its drain timeout passes. What ARM does
-// report (the admin states) is in the document Observe read, unless a write
-// came since: then it is read again.
+// report (the admin states) comes from the last document read, Observe's or
+// Backends' own, when it is younger than Options.BackendsMaxAge; otherwise
+// (after a write, or on a standby that never observes) it is read again, so
+// the gates poll ARM at most once per max age and load balancer.
 func (p *Provider) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
-	p.mu.Lock()
-	raw := p.observed[key]
-	p.mu.Unlock()
+	raw := p.fresh(key)
 	if raw == nil {
 		var err error
-		if raw, err = p.get(ctx, key); err != nil || raw == nil {
+		if raw, err = p.get(ctx, key); err != nil {
 			return nil, err
+		}
+		p.remember(key, raw)
+		if raw == nil {
+			return nil, nil
 		}
 	}
 	var out []provider.BackendStatus
@@ -298,6 +311,17 @@ func (p *Provider) Backends(ctx context.Context, key string) ([]provider.Backend
 		}
 	}
 	return out, nil
+}
+
+// fresh is the last document read of key if it is younger than
+// BackendsMaxAge.
+func (p *Provider) fresh(key string) *armnetwork.LoadBalancer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if raw := p.observed[key]; raw != nil && time.Since(p.readAt[key]) < p.opts.BackendsMaxAge {
+		return raw
+	}
+	return nil
 }
 
 func (p *Provider) checkOwner(key string, raw *armnetwork.LoadBalancer) error {
@@ -314,7 +338,7 @@ func (p *Provider) remember(key string, raw *armnetwork.LoadBalancer) {
 	if raw == nil {
 		delete(p.observed, key)
 	} else {
-		p.observed[key] = raw
+		p.observed[key], p.readAt[key] = raw, time.Now()
 	}
 	for svc, lbs := range p.placed {
 		delete(lbs, key)

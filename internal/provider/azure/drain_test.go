@@ -1,0 +1,168 @@
+package azure_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/drain"
+	"zerodrop.dev/zerodrop/internal/lbtarget"
+	"zerodrop.dev/zerodrop/internal/metrics"
+	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+)
+
+// TestTerminationGateOnAzure is invariant 6 on Azure, on the real apiserver
+// and the emulator: a terminating pod's endpoint first drains (admin state
+// Down: no new connections, established TCP ones go on), is removed after its
+// drain timeout, and the drain endpoint answers only after the removal is
+// applied and then one probe interval (Azure's, 5s) has passed.
+func TestTerminationGateOnAzure(t *testing.T) {
+	cfg := apiserver(t)
+	c := newClient(t, cfg)
+	ctx := context.Background()
+	ns := namespace(t, c, "drain")
+	emu := emulator.New(emulator.Options{})
+	svc := lbService(ns, "web", "lb-a", false)
+	svc.Annotations["zerodrop.dev/drain-timeout"] = "1s"
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, endpointSlice(ns, "web", "10.1.0.5", "10.1.0.6")); err != nil {
+		t.Fatal(err)
+	}
+
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := newProvider(t, emu, m.ProviderHooks("azure"), "lb-a")
+	mgr, err := manager.New(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	svcCtrl, err := service.New(mctx, mgr, service.Options{
+		Provider: prov, LoadBalancerClass: classOf(ns), KeyFunc: prov.KeyFunc, ValidateService: prov.ValidateService,
+		Metrics: m, Logger: testLogger(t), ResyncPeriod: time.Hour, DrainPollInterval: 100 * time.Millisecond, CoalesceWindow: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	defer func() { cancel(); <-done }()
+	finder := &lbtarget.Finder{Reader: mgr.GetCache(), Services: svcCtrl, Provider: prov}
+	gate := httptest.NewServer(drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Logger: testLogger(t), PollInterval: 50 * time.Millisecond}))
+	defer gate.Close()
+
+	state := func() string { return strings.Join(emulatorState(emu, "lb-a")["lb-a/zd-"+ns+".web.tcp-80"], " ") }
+	eventually(t, 30*time.Second, "both endpoints in the pool", func() (bool, string) {
+		s := state()
+		return s == "10.1.0.5=None 10.1.0.6=None", s
+	})
+
+	// The pod: on a node, terminating with 30s of grace (a finalizer keeps
+	// it while nobody runs it).
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-5", Labels: map[string]string{"app": "web"}, Finalizers: []string{"zerodrop.dev/test"}},
+		Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.PodIP, pod.Status.PodIPs = "10.1.0.5", []corev1.PodIP{{IP: "10.1.0.5"}}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = c.Patch(ctx, pod, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`)))
+	}()
+	if err := c.Delete(ctx, pod, client.GracePeriodSeconds(30)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the cache to see the pod terminating", func() (bool, string) {
+		var p corev1.Pod
+		err := mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(pod), &p)
+		return err == nil && p.DeletionTimestamp != nil && p.Status.PodIP != "", fmt.Sprint(err)
+	})
+
+	type answer struct {
+		at     time.Time
+		result string
+		body   string
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, err := http.Get(gate.URL + drain.Path + "?pod=" + ns + "/web-5")
+		if err != nil {
+			answered <- answer{at: time.Now(), body: err.Error()}
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answered <- answer{at: time.Now(), result: resp.Header.Get(drain.ResultHeader), body: string(body)}
+	}()
+
+	// The endpoint goes terminating, as the EndpointSlice controller
+	// reports a deleted pod.
+	var sl discoveryv1.EndpointSlice
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-slice"}, &sl); err != nil {
+		t.Fatal(err)
+	}
+	sl.Endpoints[0].Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}
+	if err := c.Update(ctx, &sl); err != nil {
+		t.Fatal(err)
+	}
+
+	var drainedAt, removedAt time.Time
+	deadline := time.Now().Add(30 * time.Second)
+	for removedAt.IsZero() {
+		select {
+		case a := <-answered:
+			t.Fatalf("the gate answered %q (%s) before the removal was applied", a.result, strings.TrimSpace(a.body))
+		default:
+		}
+		s := state()
+		switch {
+		case s == "10.1.0.5=Down 10.1.0.6=None" && drainedAt.IsZero():
+			drainedAt = time.Now()
+		case s == "10.1.0.6=None":
+			removedAt = time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not removed within 30s: %s", s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if drainedAt.IsZero() {
+		t.Errorf("the backend was removed without draining first (admin state Down)")
+	}
+	a := <-answered
+	if a.result != "drained" {
+		t.Fatalf("gate answered %q: %s", a.result, a.body)
+	}
+	// 10ms of polling slack: removedAt is at most that late.
+	const settle = 5 * time.Second
+	if waited := a.at.Sub(removedAt); waited < settle-50*time.Millisecond {
+		t.Errorf("the gate answered %s after the removal, want at least the probe interval %s", waited.Round(time.Millisecond), settle)
+	}
+	t.Logf("drained (Down) after the endpoint turned terminating; removed %s later; the gate answered %s after the removal",
+		removedAt.Sub(drainedAt).Round(time.Millisecond), a.at.Sub(removedAt).Round(time.Millisecond))
+}
