@@ -39,7 +39,12 @@ type Options struct {
 	// ShutdownBudget is kept from the pod's grace period for the container's
 	// own shutdown after SIGTERM (default 5s, at most a third of the period).
 	ShutdownBudget time.Duration
-	Logger         logr.Logger
+	// CacheLag is how long a pod that the cache does not show terminating
+	// (or at all) is looked for again before the call is refused: the
+	// kubelet runs the hook as soon as it sees the deletion, and this
+	// replica's cache may see it a moment later (default 5s).
+	CacheLag time.Duration
+	Logger   logr.Logger
 }
 
 // Handler serves GET /drain?pod=<namespace>/<name>[&uid=<uid>].
@@ -52,6 +57,9 @@ func NewHandler(opts Options) *Handler {
 	}
 	if opts.ShutdownBudget <= 0 {
 		opts.ShutdownBudget = 5 * time.Second
+	}
+	if opts.CacheLag <= 0 {
+		opts.CacheLag = 5 * time.Second
 	}
 	return &Handler{opts: opts}
 }
@@ -66,29 +74,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "want ?pod=<namespace>/<name>", http.StatusBadRequest)
 		return
 	}
-	var pod corev1.Pod
-	if err := h.opts.Reader.Get(r.Context(), types.NamespacedName{Namespace: ns, Name: name}, &pod); err != nil {
-		if apierrors.IsNotFound(err) {
-			http.Error(w, fmt.Sprintf("pod %s/%s not found", ns, name), http.StatusNotFound)
-			return
-		}
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	pod, code, err := h.terminating(r.Context(), ns, name, types.UID(r.URL.Query().Get("uid")))
+	if err != nil {
+		http.Error(w, err.Error(), code)
 		return
 	}
-	if uid := r.URL.Query().Get("uid"); uid != "" && types.UID(uid) != pod.UID {
-		http.Error(w, fmt.Sprintf("pod %s/%s has another uid", ns, name), http.StatusConflict)
-		return
-	}
-	if pod.DeletionTimestamp == nil {
-		http.Error(w, fmt.Sprintf("pod %s/%s is not terminating", ns, name), http.StatusConflict)
-		return
-	}
-	deadline := h.deadline(&pod)
+	deadline := h.deadline(pod)
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()
 	log := h.opts.Logger.WithValues("pod", ns+"/"+name)
 	start := time.Now()
-	desc, err := h.wait(ctx, &pod)
+	desc, err := h.wait(ctx, pod)
 	switch {
 	case err == nil:
 		log.Info("drained", "after", time.Since(start).Round(time.Millisecond))
@@ -103,6 +99,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The caller went away (kubelet's own timeout); nothing to answer.
 	default:
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	}
+}
+
+// terminating reads the pod until the cache shows it terminating, for at most
+// CacheLag; otherwise it returns the HTTP status and the reason to refuse.
+func (h *Handler) terminating(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, int, error) {
+	giveUp := time.Now().Add(h.opts.CacheLag)
+	for {
+		var pod corev1.Pod
+		err := h.opts.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod)
+		var code int
+		switch {
+		case apierrors.IsNotFound(err):
+			code, err = http.StatusNotFound, fmt.Errorf("pod %s/%s not found", ns, name)
+		case err != nil:
+			return nil, http.StatusServiceUnavailable, err
+		case uid != "" && uid != pod.UID:
+			// The pod of that name is a newer one: the caller is gone.
+			return nil, http.StatusConflict, fmt.Errorf("pod %s/%s has another uid", ns, name)
+		case pod.DeletionTimestamp == nil:
+			code, err = http.StatusConflict, fmt.Errorf("pod %s/%s is not terminating", ns, name)
+		default:
+			return &pod, 0, nil
+		}
+		if time.Now().After(giveUp) {
+			return nil, code, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, code, err
+		case <-time.After(h.opts.PollInterval):
+		}
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 const haproxyClass = "zerodrop.dev/haproxy"
@@ -32,11 +33,7 @@ func haproxyFor(t *testing.T, dir string, m *metrics.Metrics) *haproxy.Provider 
 		t.Fatal(err)
 	}
 	if _, done := stopping.LoadOrStore(dir, true); !done {
-		t.Cleanup(func() {
-			if err := haproxy.StopDir(context.Background(), dir); err != nil {
-				t.Errorf("stop HAProxy: %v", err)
-			}
-		})
+		t.Cleanup(func() { testutil.StopHAProxy(t, dir) })
 	}
 	return p
 }

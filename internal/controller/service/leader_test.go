@@ -4,9 +4,10 @@ import (
 	"context"
 
 	"fmt"
-	"github.com/go-logr/logr/testr"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/testr"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/metrics"
@@ -15,6 +16,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
 	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 // testLeaderFailover: two replicas, only the leader touches the provider; the
@@ -102,11 +104,7 @@ func (c *counting) Delete(ctx context.Context, key string) error {
 // TestLeaderFailoverHAProxy: two replicas attached to one real HAProxy.
 func TestLeaderFailoverHAProxy(t *testing.T) {
 	dir := t.TempDir()
-	t.Cleanup(func() {
-		if err := haproxy.StopDir(context.Background(), dir); err != nil {
-			t.Errorf("stop HAProxy: %v", err)
-		}
-	})
+	t.Cleanup(func() { testutil.StopHAProxy(t, dir) })
 	testLeaderFailover(t, func(h provider.Hooks) provider.Provider {
 		p, err := haproxy.New(context.Background(), haproxy.Options{Dir: dir, Hooks: h, Log: testr.New(t)})
 		if err != nil {
