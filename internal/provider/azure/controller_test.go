@@ -278,9 +278,19 @@ func TestTransientFaultsConverge(t *testing.T) {
 	churn(t, c, ns, 6*time.Second)
 	waitConverged(t, c, emu, r, ns, 90*time.Second)
 
+	// How many requests the run makes depends on how changes coalesce, so
+	// the check is relative: with Rate 0.2 and a cooldown of 3 about a tenth
+	// of the requests fail, of at least two kinds.
 	cnt := emu.Counters()
-	if cnt.InjectedConflicts+cnt.Throttled+cnt.ServerErrors+cnt.Slow < 10 || cnt.Throttled == 0 || cnt.ServerErrors == 0 {
-		t.Errorf("too few faults injected to mean anything: %+v", cnt)
+	faults := cnt.InjectedConflicts + cnt.Throttled + cnt.ServerErrors + cnt.Slow
+	kinds := 0
+	for _, n := range []int{cnt.InjectedConflicts, cnt.Throttled, cnt.ServerErrors, cnt.Slow} {
+		if n > 0 {
+			kinds++
+		}
+	}
+	if requests := cnt.Gets + cnt.Puts() + cnt.Deletes; faults*20 < requests || kinds < 2 {
+		t.Errorf("too few faults injected to mean anything (%d of %d requests, %d kinds): %+v", faults, requests, kinds, cnt)
 	}
 	for _, e := range warnings(t, c, ns) {
 		if e.Reason == service.ReasonSyncFailed {
