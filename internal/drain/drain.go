@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -217,12 +218,23 @@ type Server struct {
 	Addr    string
 	Handler http.Handler
 	Logger  logr.Logger
+	// ShutdownTimeout bounds how long calls in flight when the replica stops
+	// are still answered (default 30s, the default grace period of a pod).
+	ShutdownTimeout time.Duration
+
+	mu       sync.Mutex
+	finished chan struct{} // closed once the server has shut down
 }
 
 // NeedLeaderElection: every replica serves.
 func (s *Server) NeedLeaderElection() bool { return false }
 
-// Start serves until ctx is done.
+// Start serves until ctx is done. It returns as soon as the listener is
+// closed, so that the manager goes on stopping (and releases the leader
+// lease) at once; calls in flight are still answered in the background
+// until Wait returns. Cutting them would make the kubelet run the pod's
+// preStop hook to an error and stop the pod while it may still be in a load
+// balancer.
 func (s *Server) Start(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle(Path, s.Handler)
@@ -231,15 +243,38 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("drain endpoint: %w", err)
 	}
+	timeout := s.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	finished := make(chan struct{})
+	s.mu.Lock()
+	s.finished = finished
+	s.mu.Unlock()
 	s.Logger.Info("serving the drain endpoint", "addr", ln.Addr().String())
 	go func() {
+		defer close(finished)
 		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			s.Logger.Info("drain calls still in flight cut at shutdown", "after", timeout, "err", err)
+			_ = srv.Close()
+		}
 	}()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// Wait blocks until the calls in flight when Start's context ended have been
+// answered (or cut after ShutdownTimeout); at once if Start never ran.
+func (s *Server) Wait() {
+	s.mu.Lock()
+	finished := s.finished
+	s.mu.Unlock()
+	if finished != nil {
+		<-finished
+	}
 }

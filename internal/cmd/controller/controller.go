@@ -289,12 +289,19 @@ func RunConfig(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("readiness gate: %w", err)
 		}
 	}
+	drainSrv := &drain.Server{}
 	if cfg.DrainAddr != "" && cfg.DrainAddr != "0" {
 		h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Logger: log.WithName("drain")})
-		if err := mgr.Add(&drain.Server{Addr: cfg.DrainAddr, Handler: h, Logger: log.WithName("drain")}); err != nil {
+		drainSrv = &drain.Server{Addr: cfg.DrainAddr, Handler: h, Logger: log.WithName("drain")}
+		if err := mgr.Add(drainSrv); err != nil {
 			return err
 		}
 	}
 	log.Info("starting", "provider", cfg.Provider, "sync", sync, "leaderElection", cfg.LeaderElect)
-	return mgr.Start(ctx)
+	err = mgr.Start(ctx)
+	// The manager has stopped (and released the lease); pods whose preStop
+	// hook is waiting on this replica still get their answer, from the
+	// provider's live state.
+	drainSrv.Wait()
+	return err
 }
