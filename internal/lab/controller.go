@@ -51,6 +51,8 @@ type ctrlProc struct {
 	cur    counters           // of the running process
 	total  counters           // of the processes that ended
 	leader bool
+
+	lingering sync.WaitGroup // replaced processes still finishing
 }
 
 // start runs the process and waits for its metrics endpoint.
@@ -114,8 +116,22 @@ func (p *ctrlProc) scrapeLoop(ctx context.Context, cmd *exec.Cmd) {
 	}
 }
 
-// stop scrapes a last time, then sends sig and waits (SIGKILL after 20 s).
+// stop scrapes a last time, then sends sig and waits for the process and any
+// earlier one still finishing (SIGKILL after 20 s).
 func (p *ctrlProc) stop(sig syscall.Signal) {
+	p.halt(sig, false)
+	p.lingering.Wait()
+}
+
+// replace stops the process as a replaced pod stops: once its manager is down
+// (the lease released, its ports closed) a new one may start, while the old
+// one still answers the preStop calls it holds, as a terminating pod does
+// within its grace period (SIGKILL after 40 s).
+func (p *ctrlProc) replace(sig syscall.Signal) {
+	p.halt(sig, true)
+}
+
+func (p *ctrlProc) halt(sig syscall.Signal, linger bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd == nil {
@@ -125,12 +141,34 @@ func (p *ctrlProc) stop(sig syscall.Signal) {
 	if c, _, err := p.fetch(); err == nil {
 		p.cur = c
 	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
+	cmd, done := p.cmd, p.done
+	_ = cmd.Process.Signal(sig)
+	deadline := time.After(20 * time.Second)
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case <-deadline:
+			_ = cmd.Process.Kill()
+			<-done
+			break wait
+		case <-time.After(100 * time.Millisecond):
+			// The metrics endpoint is the manager's: closed once it stopped.
+			if _, _, err := p.fetch(); linger && err != nil {
+				p.lingering.Add(1)
+				go func() {
+					defer p.lingering.Done()
+					select {
+					case <-done:
+					case <-time.After(40 * time.Second):
+						_ = cmd.Process.Kill()
+						<-done
+					}
+				}()
+				break wait
+			}
+		}
 	}
 	p.total = p.total.add(p.cur)
 	p.cur, p.leader, p.cmd = counters{}, false, nil

@@ -268,7 +268,7 @@ func (r *run) restartController(ctx context.Context, down time.Duration) error {
 	r.mark("restart %s", target.name)
 	// A stopping replica's pod turns unready: no new drain calls reach it.
 	r.updateDrainService(target)
-	target.stop(syscall.SIGTERM)
+	target.replace(syscall.SIGTERM)
 	if !sleepCtx(ctx, down) {
 		return ctx.Err()
 	}
