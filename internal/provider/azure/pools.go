@@ -17,8 +17,12 @@ import (
 //     Service's pool zd-<ns>.<name> (a listener that differs from the
 //     Service's others gets its own pool, named like its rule);
 //   - groups of different Services with the same non-empty backends share a
-//     pool zd-shared.<n> — node-mode Services (all ready nodes), whatever
-//     their traffic policy, so a node change is one pool write.
+//     pool zd-shared.<n> — node-mode Cluster Services (all ready nodes), so
+//     a node change is one write to that pool for all of them;
+//   - a node-mode Local Service (its probe is the HTTP check on
+//     healthCheckNodePort, see localListener) is never merged: it keeps its
+//     own pool zd-<ns>.<name>. Its contents are still all ready nodes; the
+//     probe keeps the nodes without a local endpoint out of rotation.
 //
 // Groups are rebuilt only when the whole load balancer is written anyway; a
 // shared pool keeps its name while its members stay together.
@@ -35,6 +39,15 @@ type poolGroup struct {
 	sig       string
 	backends  []model.Backend
 	name      string
+	local     bool // a node-mode Local Service's: never shared
+}
+
+// localListener reports whether l is a port of a node-mode Service with
+// externalTrafficPolicy: Local: the model probes those on healthCheckNodePort
+// over HTTP (model.Desired); every other listener is probed over TCP on its
+// backend port.
+func localListener(l model.Listener) bool {
+	return l.Probe.Kind == model.ProbeHTTP && l.Probe.Port != 0
 }
 
 // signature identifies a backend set by address and state; ports are the
@@ -65,6 +78,7 @@ func assignPools(listeners []model.Listener, observed map[string]string) poolAss
 			groupsOf[svc]++
 		}
 		g.listeners = append(g.listeners, l.Name)
+		g.local = g.local || localListener(l)
 	}
 	for _, g := range order {
 		for svc := range g.svcs {
@@ -76,10 +90,11 @@ func assignPools(listeners []model.Listener, observed map[string]string) poolAss
 		}
 	}
 
-	// Merge the groups of different Services with the same backends.
+	// Merge the groups of different Services with the same backends, but
+	// not a Local Service's.
 	bySig := map[string][]*poolGroup{}
 	for _, g := range order {
-		if g.sig != "" {
+		if g.sig != "" && !g.local {
 			bySig[g.sig] = append(bySig[g.sig], g)
 		}
 	}
@@ -90,7 +105,7 @@ func assignPools(listeners []model.Listener, observed map[string]string) poolAss
 			continue
 		}
 		peers := bySig[g.sig]
-		if g.sig == "" || len(peers) < 2 {
+		if g.sig == "" || g.local || len(peers) < 2 {
 			final = append(final, g)
 			continue
 		}

@@ -90,33 +90,108 @@ func TestBackendChangeIsOnePoolPut(t *testing.T) {
 	}
 }
 
-// TestNodeBackendsShareAPool: Services with the same backends (node mode:
-// every ready node) share one pool, so a new node is one pool write.
-func TestNodeBackendsShareAPool(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
-	var writes []string
-	p := newProvider(t, emu, provider.Hooks{Write: func(op string) { writes = append(writes, op) }})
-	nodes := addrs("10.240.0", 3)
-	local := listener("default", "local", 80, backends(30001, nodes...)...)
-	local.Probe = model.Probe{Kind: model.ProbeHTTP, Port: 32000, Path: "/healthz", IntervalMillis: 2000, Rise: 2, Fall: 3}
-	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{
-		local, listener("default", "cluster", 80, backends(30002, nodes...)...),
-	}}
-	converge(t, p, want)
-	lb, _ := emu.LoadBalancer(group, "lb-a")
-	if n := len(lb.Properties.BackendAddressPools); n != 1 || !strings.HasPrefix(*lb.Properties.BackendAddressPools[0].Name, "zd-shared.") {
-		t.Fatalf("%d pools (%s), want one shared pool", n, *lb.Properties.BackendAddressPools[0].Name)
+// TestNodeModePools: node-mode Cluster Services with the same backends (every
+// ready node) share one pool zd-shared.<n>, so a new node is one pool write
+// for all of them; a node-mode Local Service (HTTP probe on
+// healthCheckNodePort) keeps its own pool zd-<ns>.<name>, never shared, and
+// a new node then changes several pools: one load balancer PUT. A restart
+// reads the layout back and writes nothing.
+func TestNodeModePools(t *testing.T) {
+	localProbe := model.Probe{Kind: model.ProbeHTTP, Port: 32000, Path: "/healthz", IntervalMillis: 2000, Rise: 2, Fall: 3}
+	type svc struct {
+		name  string
+		local bool
 	}
-	writes = nil
-	nodes = addrs("10.240.0", 4)
-	want.Listeners[0].Backends, want.Listeners[1].Backends = backends(30001, nodes...), backends(30002, nodes...)
-	converge(t, p, want)
-	if strings.Join(writes, ",") != "put-pool" {
-		t.Fatalf("a new node: writes = %v, want one put-pool", writes)
-	}
-	obs, _ := p.Observe(context.Background(), "lb-a")
-	if l := obs.Listener(want.Listeners[0].Name); l.Probe != local.Probe {
-		t.Errorf("probe = %+v, want %+v", l.Probe, local.Probe)
+	for _, tc := range []struct {
+		name      string
+		svcs      []svc
+		pools     map[string]string // Service name → pool of its rule
+		nodeWrite string            // the writes for a new node
+	}{{
+		name:      "two Cluster Services share",
+		svcs:      []svc{{"a", false}, {"b", false}},
+		pools:     map[string]string{"a": "zd-shared.0", "b": "zd-shared.0"},
+		nodeWrite: "put-pool",
+	}, {
+		name:      "a Local Service alone keeps its pool",
+		svcs:      []svc{{"local", true}},
+		pools:     map[string]string{"local": "zd-default.local"},
+		nodeWrite: "put-pool",
+	}, {
+		name:      "a Local Service is not shared with Cluster Services",
+		svcs:      []svc{{"local", true}, {"cluster", false}, {"cluster2", false}},
+		pools:     map[string]string{"local": "zd-default.local", "cluster": "zd-shared.0", "cluster2": "zd-shared.0"},
+		nodeWrite: "put-lb",
+	}, {
+		name:      "two Local Services keep a pool each",
+		svcs:      []svc{{"l1", true}, {"l2", true}, {"cluster", false}},
+		pools:     map[string]string{"l1": "zd-default.l1", "l2": "zd-default.l2", "cluster": "zd-default.cluster"},
+		nodeWrite: "put-lb",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			emu := emulator.New(emulator.Options{})
+			var writes []string
+			p := newProvider(t, emu, provider.Hooks{Write: func(op string) { writes = append(writes, op) }})
+			want := &model.LoadBalancer{Key: "lb-a"}
+			setNodes := func(n int) {
+				want.Listeners = nil
+				for i, s := range tc.svcs {
+					l := listener("default", s.name, 80, backends(int32(30001+i), addrs("10.240.0", n)...)...)
+					if s.local {
+						l.Probe = localProbe
+						l.Probe.Port += int32(i)
+					}
+					want.Listeners = append(want.Listeners, l)
+				}
+			}
+			checkPools := func(when string) {
+				t.Helper()
+				lb, _ := emu.LoadBalancer(group, "lb-a")
+				got := map[string]string{}
+				for _, r := range lb.Properties.LoadBalancingRules {
+					id := *r.Properties.BackendAddressPool.ID
+					got[strings.TrimSuffix(strings.TrimPrefix(*r.Name, "zd-default."), ".tcp-80")] = id[strings.LastIndexByte(id, '/')+1:]
+				}
+				distinct := map[string]bool{}
+				for _, name := range tc.pools {
+					distinct[name] = true
+				}
+				if len(got) != len(tc.pools) || len(lb.Properties.BackendAddressPools) != len(distinct) {
+					t.Fatalf("%s: rules' pools %v and %d pools, want %v", when, got, len(lb.Properties.BackendAddressPools), tc.pools)
+				}
+				for s, pool := range tc.pools {
+					if !strings.EqualFold(got[s], pool) {
+						t.Errorf("%s: %s uses pool %q, want %q", when, s, got[s], pool)
+					}
+				}
+			}
+			setNodes(3)
+			converge(t, p, want)
+			checkPools("created")
+
+			writes = nil
+			setNodes(4)
+			converge(t, p, want)
+			if strings.Join(writes, ",") != tc.nodeWrite {
+				t.Fatalf("a new node: writes = %v, want %s", writes, tc.nodeWrite)
+			}
+			checkPools("after a new node")
+			obs, _ := p.Observe(context.Background(), "lb-a")
+			for _, l := range want.Listeners {
+				if o := obs.Listener(l.Name); o == nil || o.Probe != l.Probe || len(o.Backends) != 4 {
+					t.Errorf("%s read back as %+v, want probe %+v and 4 nodes", l.Name, o, l.Probe)
+				}
+			}
+
+			before := emu.Counters()
+			restarted := newProvider(t, emu, provider.Hooks{})
+			if plans := converge(t, restarted, want); len(plans) != 0 {
+				t.Errorf("restart planned %v", plans)
+			}
+			if d := emu.Counters().Sub(before); d.Puts()+d.Deletes != 0 {
+				t.Errorf("restart: %+v, want no write", d)
+			}
+		})
 	}
 }
 
