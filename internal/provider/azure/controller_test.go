@@ -22,6 +22,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 var lbNames = []string{"lb-a", "lb-b"}
@@ -44,7 +45,7 @@ func placement(t *testing.T, c client.Client, p *azure.Provider, ns string) map[
 // for and every Service has its Azure-assigned address in status.
 func waitConverged(t *testing.T, c client.Client, emu *emulator.Emulator, r *running, ns string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, "the load balancers to match the objects", func() (bool, string) {
+	testutil.Eventually(t, timeout, "the load balancers to match the objects", func() (bool, string) {
 		want := desiredState(t, c, ns, placement(t, c, r.prov, ns))
 		got := emulatorState(emu, lbNames...)
 		for k := range got {
@@ -100,7 +101,7 @@ func TestRestartWritesNothing(t *testing.T) {
 
 	before := emu.Counters()
 	second := startController(t, cfg, emu, ns, service.SyncIncremental, lbNames...)
-	eventually(t, 20*time.Second, "both load balancers reconciled", func() (bool, string) {
+	testutil.Eventually(t, 20*time.Second, "both load balancers reconciled", func() (bool, string) {
 		n := metrics.Sum(second.metrics.Reconciles)
 		return n >= 2, fmt.Sprintf("reconciles=%v", n)
 	})
@@ -114,7 +115,7 @@ func TestRestartWritesNothing(t *testing.T) {
 
 	before = emu.Counters()
 	full := startController(t, cfg, emu, ns, service.SyncFull, lbNames...)
-	eventually(t, 20*time.Second, "the full sync to write", func() (bool, string) {
+	testutil.Eventually(t, 20*time.Second, "the full sync to write", func() (bool, string) {
 		d := emu.Counters().Sub(before)
 		return d.LBPuts >= 2, fmt.Sprintf("%+v", d)
 	})
@@ -338,7 +339,7 @@ func TestBadAnnotationsChangeNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 20*time.Second, "ConfigValid=False and a Warning Event on both", func() (bool, string) {
+	testutil.Eventually(t, 20*time.Second, "ConfigValid=False and a Warning Event on both", func() (bool, string) {
 		for name := range bad {
 			var s corev1.Service
 			_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s)

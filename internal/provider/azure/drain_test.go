@@ -25,6 +25,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 // TestTerminationGateOnAzure is invariant 6 on Azure, on the real apiserver
@@ -73,7 +74,7 @@ func TestTerminationGateOnAzure(t *testing.T) {
 	defer gate.Close()
 
 	state := func() string { return strings.Join(emulatorState(emu, "lb-a")["lb-a/zd-"+ns+".web.tcp-80"], " ") }
-	eventually(t, 30*time.Second, "both endpoints in the pool", func() (bool, string) {
+	testutil.Eventually(t, 30*time.Second, "both endpoints in the pool", func() (bool, string) {
 		s := state()
 		return s == "10.1.0.5=None 10.1.0.6=None", s
 	})
@@ -97,7 +98,7 @@ func TestTerminationGateOnAzure(t *testing.T) {
 	if err := c.Delete(ctx, pod, client.GracePeriodSeconds(30)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the cache to see the pod terminating", func() (bool, string) {
+	testutil.Eventually(t, 10*time.Second, "the cache to see the pod terminating", func() (bool, string) {
 		var p corev1.Pod
 		err := mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(pod), &p)
 		return err == nil && p.DeletionTimestamp != nil && p.Status.PodIP != "", fmt.Sprint(err)

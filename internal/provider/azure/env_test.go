@@ -198,21 +198,6 @@ func endpointSlice(ns, svc string, addrs ...string) *discoveryv1.EndpointSlice {
 	return s
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
-}
-
 func warnings(t *testing.T, c client.Client, ns string) []eventsv1.Event {
 	t.Helper()
 	var list eventsv1.EventList
