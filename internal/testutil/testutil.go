@@ -4,6 +4,7 @@
 package testutil
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -88,4 +89,19 @@ func Backends(lb *model.LoadBalancer) []string {
 		}
 	}
 	return out
+}
+
+// StopManager cancels a manager started in a goroutine that reports its end
+// on done, and fails the test if it errs or does not stop within 30 s.
+func StopManager(t testing.TB, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("manager did not stop")
+	}
 }

@@ -63,15 +63,7 @@ func (r *running) isLeader() bool {
 
 func (r *running) stop(t *testing.T) {
 	t.Helper()
-	r.cancel()
-	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("manager did not stop")
-	}
+	testutil.StopManager(t, r.cancel, r.done)
 }
 
 func (r *running) writes() float64 { return metrics.Sum(r.metrics.ProviderWrites) }

@@ -31,6 +31,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/provider/azure"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 // The integration tests share one real kube-apiserver + etcd, each test in
@@ -74,15 +75,7 @@ type running struct {
 
 func (r *running) stop(t *testing.T) {
 	t.Helper()
-	r.cancel()
-	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("manager did not stop")
-	}
+	testutil.StopManager(t, r.cancel, r.done)
 }
 
 // startController runs the real service controller on the Azure provider:
