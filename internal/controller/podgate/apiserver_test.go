@@ -196,4 +196,26 @@ func TestGateOnAPIServer(t *testing.T) {
 			t.Errorf("gate condition = %q, want True", got)
 		}
 	})
+
+	// Issue item 7: a dual-stack pod whose backend is registered under its
+	// IPv6 address (a Service of the IPv6 family) is served.
+	t.Run("DualStackSecondAddress", func(t *testing.T) {
+		ns := namespace(t, c, "dual")
+		prov := memory.New(provider.Hooks{})
+		if err := c.Create(ctx, testutil.LBService(ns, "web", class, 80, 8080)); err != nil {
+			t.Fatal(err)
+		}
+		gatedPod(t, c, ns, "web-a", "web", "10.7.1.1", "fd00:7:1::1")
+		r := newTestReconciler(t, c, prov)
+		serve(prov, ns, "web", backend("10.7.1.2", 8080))
+		settle(t, r, ns, "web-a")
+		if got := condition(t, c, ns, "web-a", ConditionType); got == corev1.ConditionTrue {
+			t.Fatal("gate opened while no load balancer has any address of the pod")
+		}
+		serve(prov, ns, "web", backend("10.7.1.2", 8080), backend("fd00:7:1::1", 8080))
+		settle(t, r, ns, "web-a")
+		if got := condition(t, c, ns, "web-a", ConditionType); got != corev1.ConditionTrue {
+			t.Errorf("gate condition = %q with the backend registered under the pod's IPv6 address, want True", got)
+		}
+	})
 }
