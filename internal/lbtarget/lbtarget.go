@@ -6,6 +6,7 @@ package lbtarget
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,14 +88,14 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			// pod by its default-mode backends.
 			cfg, _ = model.ParseServiceConfig(nil)
 		}
-		addr := model.MapAddress(f.AddressMap, pod.Status.PodIP)
+		addrs := f.podAddresses(pod)
 		nodeOnly := false
 		if cfg.Mode == model.NodeMode {
 			var node corev1.Node
 			if err := f.Reader.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, &node); err != nil {
 				return nil, fmt.Errorf("get node %s of pod %s/%s: %w", pod.Spec.NodeName, pod.Namespace, pod.Name, err)
 			}
-			addr = model.MapAddress(f.AddressMap, model.NodeAddress(&node))
+			addrs = map[string]bool{canonical(model.MapAddress(f.AddressMap, model.NodeAddress(&node))): true}
 			nodeOnly = svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 		}
 		key := f.Services.Key(svc)
@@ -117,16 +118,57 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			t := Target{Service: svc.Namespace + "/" + svc.Name, LB: key, Listener: listener,
 				Node: cfg.Mode == model.NodeMode, NodeOnly: nodeOnly, Connections: -1}
 			for _, s := range statuses {
-				if s.Listener != listener || s.Address != addr {
-					continue
+				if s.Listener == listener && addrs[canonical(s.Address)] {
+					t.add(s)
 				}
-				t.Registered, t.State, t.Connections = true, s.State, s.Connections
-				t.Healthy = !s.HealthKnown || s.Healthy
 			}
 			out = append(out, t)
 		}
 	}
 	return out, nil
+}
+
+// podAddresses is every address of the pod as the load balancers know it: a
+// dual-stack pod may be registered under any of status.podIPs (a Service of
+// the IPv6 family lists only the IPv6 one), not only status.podIP.
+func (f *Finder) podAddresses(pod *corev1.Pod) map[string]bool {
+	out := map[string]bool{}
+	if pod.Status.PodIP != "" {
+		out[canonical(model.MapAddress(f.AddressMap, pod.Status.PodIP))] = true
+	}
+	for _, ip := range pod.Status.PodIPs {
+		out[canonical(model.MapAddress(f.AddressMap, ip.IP))] = true
+	}
+	return out
+}
+
+// canonical spells an IP address one way (IPv6 has many spellings); other
+// strings are kept as they are.
+func canonical(addr string) string {
+	if a, err := netip.ParseAddr(addr); err == nil {
+		return a.Unmap().String()
+	}
+	return addr
+}
+
+// add counts one backend of the pod on the target's listener. A dual-stack
+// pod may have one per address: the pod is served only when all are healthy,
+// draining while any drains, and its connections are theirs summed.
+func (t *Target) add(s provider.BackendStatus) {
+	healthy := !s.HealthKnown || s.Healthy
+	if !t.Registered {
+		t.Registered, t.Healthy, t.State, t.Connections = true, healthy, s.State, s.Connections
+		return
+	}
+	t.Healthy = t.Healthy && healthy
+	if s.State == model.Draining {
+		t.State = model.Draining
+	}
+	if t.Connections < 0 || s.Connections < 0 {
+		t.Connections = -1
+	} else {
+		t.Connections += s.Connections
+	}
 }
 
 // Describe is a short account of targets for messages.

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,6 +32,9 @@ const ConditionType corev1.PodConditionType = "zerodrop.dev/load-balancer-ready"
 // Options configure the readiness-gate controller.
 type Options struct {
 	Finder *lbtarget.Finder
+	// APIReader reads a pod past the cache when the gate's write conflicts
+	// (default: the manager's API reader).
+	APIReader client.Reader
 	// PollInterval is how often a pod that is not served yet is checked again
 	// (default 500ms).
 	PollInterval time.Duration
@@ -53,6 +57,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if opts.ReadQPS <= 0 {
 		opts.ReadQPS = 20
+	}
+	if opts.APIReader == nil {
+		opts.APIReader = mgr.GetAPIReader()
 	}
 	r := &Reconciler{client: mgr.GetClient(), opts: opts, limiter: rate.NewLimiter(rate.Limit(opts.ReadQPS), int(opts.ReadQPS))}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -93,6 +100,10 @@ func pending(pod *corev1.Pod) bool {
 	return HasGate(pod) && !conditionTrue(pod) && pod.DeletionTimestamp == nil && pod.Status.PodIP != ""
 }
 
+// maxAttempts bounds the re-reads after conflicting writes in one reconcile;
+// past it the work queue retries with backoff.
+const maxAttempts = 3
+
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := r.opts.Logger.WithValues("pod", req.NamespacedName)
@@ -100,13 +111,38 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.client.Get(ctx, req.NamespacedName, &pod); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !pending(&pod) {
+	for attempt := 1; ; attempt++ {
+		res, err := r.open(ctx, log, &pod)
+		if !apierrors.IsConflict(err) || attempt == maxAttempts {
+			return res, err
+		}
+		// The pod changed since it was read — typically a kubelet's condition
+		// the cache has not seen yet. Decide again on the apiserver's pod.
+		log.V(1).Info("pod changed since it was read; reading it again", "err", err)
+		reader := r.opts.APIReader
+		if reader == nil {
+			reader = r.client
+		}
+		pod = corev1.Pod{}
+		if err := reader.Get(ctx, req.NamespacedName, &pod); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+}
+
+// open sets the gate True if every load balancer selecting the pod serves
+// it. The write is a merge patch that carries the pod's resourceVersion: a
+// merge patch replaces the whole conditions list, so without the lock a pod
+// read before the kubelet's last write would bring its old conditions back
+// (ContainersReady True again). A conflict is returned as such.
+func (r *Reconciler) open(ctx context.Context, log logr.Logger, pod *corev1.Pod) (reconcile.Result, error) {
+	if !pending(pod) {
 		return reconcile.Result{}, nil
 	}
 	if err := r.limiter.Wait(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
-	targets, err := r.opts.Finder.Targets(ctx, &pod)
+	targets, err := r.opts.Finder.Targets(ctx, pod)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -116,10 +152,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: r.opts.PollInterval}, nil
 	}
 	orig := pod.DeepCopy()
-	setCondition(&pod, corev1.PodCondition{Type: ConditionType, Status: corev1.ConditionTrue,
+	setCondition(pod, corev1.PodCondition{Type: ConditionType, Status: corev1.ConditionTrue,
 		Reason: reason, Message: msg, LastTransitionTime: metav1.Now()})
-	if err := r.client.Status().Patch(ctx, &pod, client.MergeFrom(orig)); err != nil {
-		return reconcile.Result{}, fmt.Errorf("set readiness gate of %s: %w", req.NamespacedName, err)
+	if err := r.client.Status().Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return reconcile.Result{}, fmt.Errorf("set readiness gate of %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	log.V(1).Info("load balancers serve the pod", "targets", lbtarget.Describe(targets))
 	return reconcile.Result{}, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -153,6 +154,10 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 		providerAddresses(st.active, observed)
 	}
 	if err := c.updateStatuses(ctx, st, plan, warnings); err != nil {
+		if apierrors.IsConflict(err) {
+			// A Service changed since the cache showed it: retried silently.
+			return resultConflict, false, err
+		}
 		return result, false, err
 	}
 	return result, pending, nil

@@ -158,9 +158,12 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, statu
 	if equality.Semantic.DeepEqual(&svc.Status, status) {
 		return nil
 	}
+	// The Service is the cache's: the patch carries its resourceVersion, since
+	// a merge patch replaces whole lists (conditions, ingress) and would drop
+	// what another writer added since. A conflict makes the reconcile retry.
 	orig := svc.DeepCopy()
 	svc.Status = *status
-	if err := c.client.Status().Patch(ctx, svc, client.MergeFrom(orig)); err != nil {
+	if err := c.client.Status().Patch(ctx, svc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("update status of %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
 	return nil
