@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -99,6 +100,11 @@ type Provider struct {
 	closeErr  error
 
 	batch readBatch
+
+	// dirty is set while runtime changes may be missing from the
+	// configuration file; the mirror-pending file says the same to other
+	// Providers on this HAProxy (another replica, a restarted controller).
+	dirty atomic.Bool
 }
 
 var _ provider.Provider = (*Provider)(nil)

@@ -28,6 +28,9 @@ type paths struct {
 	meta   string // listener metadata map
 	log    string // the owned master's stdout and stderr
 	lock   string
+	// pending exists while runtime changes may be missing from the
+	// configuration file (see markDirty).
+	pending string
 }
 
 func resolvePaths(o Options) (paths, error) {
@@ -43,15 +46,16 @@ func resolvePaths(o Options) (paths, error) {
 		return paths{}, fmt.Errorf("haproxy: state dir: %w", err)
 	}
 	p := paths{
-		dir:    dir,
-		config: filepath.Join(dir, "haproxy.cfg"),
-		admin:  filepath.Join(dir, "admin.sock"),
-		master: filepath.Join(dir, "master.sock"),
-		pid:    filepath.Join(dir, "haproxy.pid"),
-		state:  filepath.Join(dir, "server-state"),
-		meta:   filepath.Join(dir, "listeners.map"),
-		log:    filepath.Join(dir, "haproxy.log"),
-		lock:   filepath.Join(dir, "lock"),
+		dir:     dir,
+		config:  filepath.Join(dir, "haproxy.cfg"),
+		admin:   filepath.Join(dir, "admin.sock"),
+		master:  filepath.Join(dir, "master.sock"),
+		pid:     filepath.Join(dir, "haproxy.pid"),
+		state:   filepath.Join(dir, "server-state"),
+		meta:    filepath.Join(dir, "listeners.map"),
+		log:     filepath.Join(dir, "haproxy.log"),
+		lock:    filepath.Join(dir, "lock"),
+		pending: filepath.Join(dir, "mirror-pending"),
 	}
 	for dst, src := range map[*string]string{&p.config: o.ConfigFile, &p.admin: o.AdminSocket, &p.master: o.MasterSocket} {
 		if src != "" {
