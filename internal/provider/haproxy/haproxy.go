@@ -107,7 +107,10 @@ type Provider struct {
 	dirty atomic.Bool
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider = (*Provider)(nil)
+	_ provider.Lister   = (*Provider)(nil)
+)
 
 // New returns a Provider attached to a running HAProxy, starting one first
 // when Options ask for an owned instance and none is running.

@@ -424,6 +424,16 @@ func (p *Provider) Observe(ctx context.Context, key string) (*model.LoadBalancer
 	return snap.loadBalancer(key), nil
 }
 
+// List returns every load balancer HAProxy serves under a zerodrop name
+// (`zd:` proxies), by key, from the shared runtime snapshot.
+func (p *Provider) List(ctx context.Context) (map[string]*model.LoadBalancer, error) {
+	snap, err := p.shared(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("haproxy: list: %w", err)
+	}
+	return snap.all(), nil
+}
+
 // Backends reports every server of key's proxies: state, health as HAProxy's
 // checks see it, and current connections (`scur`) summed over the current
 // worker and the old workers that still serve connections after a reload.
