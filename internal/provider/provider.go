@@ -59,6 +59,16 @@ type Settler interface {
 	RemovalSettle(key, listener string) time.Duration
 }
 
+// Lister is implemented by providers that can list every load balancer they
+// hold for zerodrop (and only those: names zerodrop gave them). The
+// controller uses it, once its caches have synced and on every resync, to
+// sweep load balancers no Service wants any more (a Service deleted while its
+// finalizer was removed by force) and to keep their frontend addresses from
+// being allocated again.
+type Lister interface {
+	List(ctx context.Context) (map[string]*model.LoadBalancer, error)
+}
+
 // ErrConflict means the load balancer changed between Observe and Apply:
 // re-read, re-plan and retry.
 var ErrConflict = errors.New("load balancer changed since it was observed")

@@ -82,16 +82,37 @@ func (a *allocator) claim(svcKey, ip string) bool {
 	return true
 }
 
-func (a *allocator) release(svcKey string) {
+// hold keeps ip from going to anyone but owner without making it owner's
+// address: a frontend already listens on it at the provider (its Service has
+// no status yet, or no Service wants it and it is about to be swept).
+func (a *allocator) hold(owner, ip string) {
+	addr, err := netip.ParseAddr(ip)
+	if err != nil || !a.pool.Contains(addr) {
+		return
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if addr, ok := a.service[svcKey]; ok {
-		delete(a.owner, addr)
-		delete(a.service, svcKey)
+	if _, taken := a.owner[addr]; !taken {
+		a.owner[addr] = owner
 	}
 }
 
-// seedAllocator records the addresses Services already have.
+// release frees svcKey's address and whatever was held for it.
+func (a *allocator) release(svcKey string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.service, svcKey)
+	for addr, o := range a.owner {
+		if o == svcKey {
+			delete(a.owner, addr)
+		}
+	}
+}
+
+// seedAllocator records the addresses Services already have, and holds the
+// ones the provider's frontends listen on (after a restart a frontend may
+// have no Service status, or no Service at all, yet): a new Service must not
+// get an address HAProxy already serves.
 func (c *Controller) seedAllocator(ctx context.Context) error {
 	if !c.alloc.enabled() {
 		return nil
@@ -109,6 +130,11 @@ func (c *Controller) seedAllocator(ctx context.Context) error {
 			c.alloc.claim(svc.Namespace+"/"+svc.Name, ing.IP)
 		}
 	}
+	lbs, err := c.listLoadBalancers(ctx, true)
+	if err != nil {
+		return err
+	}
+	c.holdAddresses(lbs)
 	return nil
 }
 

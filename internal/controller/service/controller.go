@@ -288,6 +288,7 @@ func (c *Controller) enqueueAll(ctx context.Context) {
 			c.queue.Add(c.opts.KeyFunc(svc))
 		}
 	}
+	c.enqueueOrphans(ctx)
 }
 
 // watch maps every event to the load balancer key it concerns. Handlers only

@@ -138,6 +138,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 		result = resultApplied
 		if desired == nil {
 			result = resultDeleted
+			c.alloc.release(key) // what was held for a swept orphan
 		}
 		for kind, n := range plan.Counts() {
 			c.opts.Metrics.PlanOps.WithLabelValues(string(kind)).Add(float64(n))

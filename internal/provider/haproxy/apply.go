@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
+	"syscall"
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/model"
@@ -63,6 +65,7 @@ func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
 		}
 	}
 	log := p.log.WithValues("key", plan.Key)
+	p.markDirty()
 	if err := p.runBackendOps(ctx, snap, plan.Key, target, backendOps); err != nil {
 		// Whatever did happen must reach the configuration file.
 		if merr := p.mirror(ctx); merr != nil {
@@ -74,12 +77,14 @@ func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
 		if err := p.reloadTo(ctx, plan.Key, target); err != nil {
 			return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
 		}
+		p.markClean()
 		log.V(1).Info("applied with reload", "plan", plan.String())
 		return nil
 	}
 	if err := p.mirror(ctx); err != nil {
-		return fmt.Errorf("haproxy: apply %s: runtime changes made, configuration not mirrored: %w", plan.Key, err)
+		return fmt.Errorf("haproxy: apply %s: runtime changes made, configuration not mirrored (retried on the next Observe): %w", plan.Key, err)
 	}
+	p.markClean()
 	log.V(1).Info("applied at run time", "plan", plan.String())
 	return nil
 }
@@ -97,9 +102,11 @@ func (p *Provider) Delete(ctx context.Context, key string) error {
 	if len(snap.proxiesOf(key)) == 0 {
 		return nil
 	}
+	p.markDirty()
 	if err := p.reloadTo(ctx, key, nil); err != nil {
 		return fmt.Errorf("haproxy: delete %s: %w", key, err)
 	}
+	p.markClean()
 	return nil
 }
 
@@ -292,6 +299,59 @@ func (p *Provider) mirror(ctx context.Context) error {
 		return err
 	}
 	return p.writeConfig(cfg, meta)
+}
+
+// markDirty records, before a write, that the configuration file may lag
+// what HAProxy runs: a failed mirror is otherwise never retried, because the
+// next plan is empty (the runtime already matches) and a restart of HAProxy
+// from the file would lose the change.
+func (p *Provider) markDirty() {
+	p.dirty.Store(true)
+	f, err := os.OpenFile(p.paths.pending, os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		p.log.Error(err, "recording a pending mirror; retried by this process only")
+		return
+	}
+	_ = f.Close()
+}
+
+// markClean records that the configuration file holds what HAProxy runs.
+func (p *Provider) markClean() {
+	if err := os.Remove(p.paths.pending); err != nil && !errors.Is(err, os.ErrNotExist) {
+		p.log.Error(err, "clearing the pending-mirror mark")
+		return
+	}
+	p.dirty.Store(false)
+}
+
+// mirrorPending reports whether a write of this or another Provider left
+// the configuration file behind the runtime.
+func (p *Provider) mirrorPending() bool {
+	if p.dirty.Load() {
+		return true
+	}
+	_, err := os.Lstat(p.paths.pending)
+	return err == nil
+}
+
+// retryMirror mirrors the runtime into the configuration when a write left
+// it behind. A writer holding the lock mirrors anyway when it is done, so
+// this never waits for one. Failures are logged, not returned: reads and
+// backend changes must go on while the disk is broken.
+func (p *Provider) retryMirror(ctx context.Context) {
+	if !p.mirrorPending() || !p.mu.TryLock() {
+		return
+	}
+	defer p.mu.Unlock()
+	if !p.mirrorPending() {
+		return
+	}
+	if err := p.mirror(ctx); err != nil {
+		p.log.Error(err, "configuration file still behind the runtime; a restart of HAProxy would lose runtime changes")
+		return
+	}
+	p.markClean()
+	p.log.Info("configuration file caught up with the runtime changes")
 }
 
 // canonicalBackend fills a backend's defaults as model.Canonical does.

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -99,9 +100,17 @@ type Provider struct {
 	closeErr  error
 
 	batch readBatch
+
+	// dirty is set while runtime changes may be missing from the
+	// configuration file; the mirror-pending file says the same to other
+	// Providers on this HAProxy (another replica, a restarted controller).
+	dirty atomic.Bool
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider = (*Provider)(nil)
+	_ provider.Lister   = (*Provider)(nil)
+)
 
 // New returns a Provider attached to a running HAProxy, starting one first
 // when Options ask for an owned instance and none is running.

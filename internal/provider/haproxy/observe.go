@@ -412,12 +412,26 @@ func (p *Provider) snapshot(ctx context.Context) (*snapshot, error) {
 // memory): the listeners, probes and servers of key's proxies, with a
 // version that is a hash of them. It returns (nil, nil) when HAProxy serves
 // nothing for key.
+//
+// When a write left the configuration file behind the runtime (its mirror
+// failed), Observe first tries the mirror again.
 func (p *Provider) Observe(ctx context.Context, key string) (*model.LoadBalancer, error) {
+	p.retryMirror(ctx)
 	snap, err := p.shared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("haproxy: observe %s: %w", key, err)
 	}
 	return snap.loadBalancer(key), nil
+}
+
+// List returns every load balancer HAProxy serves under a zerodrop name
+// (`zd:` proxies), by key, from the shared runtime snapshot.
+func (p *Provider) List(ctx context.Context) (map[string]*model.LoadBalancer, error) {
+	snap, err := p.shared(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("haproxy: list: %w", err)
+	}
+	return snap.all(), nil
 }
 
 // Backends reports every server of key's proxies: state, health as HAProxy's

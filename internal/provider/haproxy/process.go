@@ -28,6 +28,9 @@ type paths struct {
 	meta   string // listener metadata map
 	log    string // the owned master's stdout and stderr
 	lock   string
+	// pending exists while runtime changes may be missing from the
+	// configuration file (see markDirty).
+	pending string
 }
 
 func resolvePaths(o Options) (paths, error) {
@@ -43,15 +46,16 @@ func resolvePaths(o Options) (paths, error) {
 		return paths{}, fmt.Errorf("haproxy: state dir: %w", err)
 	}
 	p := paths{
-		dir:    dir,
-		config: filepath.Join(dir, "haproxy.cfg"),
-		admin:  filepath.Join(dir, "admin.sock"),
-		master: filepath.Join(dir, "master.sock"),
-		pid:    filepath.Join(dir, "haproxy.pid"),
-		state:  filepath.Join(dir, "server-state"),
-		meta:   filepath.Join(dir, "listeners.map"),
-		log:    filepath.Join(dir, "haproxy.log"),
-		lock:   filepath.Join(dir, "lock"),
+		dir:     dir,
+		config:  filepath.Join(dir, "haproxy.cfg"),
+		admin:   filepath.Join(dir, "admin.sock"),
+		master:  filepath.Join(dir, "master.sock"),
+		pid:     filepath.Join(dir, "haproxy.pid"),
+		state:   filepath.Join(dir, "server-state"),
+		meta:    filepath.Join(dir, "listeners.map"),
+		log:     filepath.Join(dir, "haproxy.log"),
+		lock:    filepath.Join(dir, "lock"),
+		pending: filepath.Join(dir, "mirror-pending"),
 	}
 	for dst, src := range map[*string]string{&p.config: o.ConfigFile, &p.admin: o.AdminSocket, &p.master: o.MasterSocket} {
 		if src != "" {
@@ -149,11 +153,11 @@ func (p *Provider) procs(ctx context.Context) (procInfo, error) {
 // provider attaches to it; otherwise it starts one from the configuration
 // on disk (rendering an empty one the first time).
 func (p *Provider) startOrAttach(ctx context.Context) error {
-	if err := os.MkdirAll(p.paths.dir, 0o755); err != nil {
-		return fmt.Errorf("haproxy: state dir: %w", err)
+	if err := ensureStateDir(p.paths.dir); err != nil {
+		return err
 	}
 	// Two controllers starting at once must not start two masters.
-	lock, err := os.OpenFile(p.paths.lock, os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := os.OpenFile(p.paths.lock, os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("haproxy: lock: %w", err)
 	}
@@ -163,6 +167,11 @@ func (p *Provider) startOrAttach(ctx context.Context) error {
 	}
 	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
 
+	for _, sock := range []string{p.paths.master, p.paths.admin} {
+		if err := checkOwnSocket(sock); err != nil {
+			return err
+		}
+	}
 	info, err := p.procs(ctx)
 	if err != nil {
 		// A master that is reloading (it re-executes itself and reopens its
@@ -193,7 +202,7 @@ func (p *Provider) startOrAttach(ctx context.Context) error {
 	if err := p.validate(ctx, p.paths.config); err != nil {
 		return err
 	}
-	logFile, err := os.OpenFile(p.paths.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logFile, err := os.OpenFile(p.paths.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("haproxy: log file: %w", err)
 	}
@@ -364,17 +373,6 @@ func (p *Provider) writeConfig(cfg, meta []byte) error {
 		return err
 	}
 	return writeFileAtomic(p.paths.config, cfg)
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("haproxy: write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("haproxy: write %s: %w", path, err)
-	}
-	return nil
 }
 
 // logTail is the end of the owned master's log, for error messages.
