@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/lbtarget"
+	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider"
 )
 
@@ -45,7 +46,12 @@ type Options struct {
 	// kubelet runs the hook as soon as it sees the deletion, and this
 	// replica's cache may see it a moment later (default 5s).
 	CacheLag time.Duration
-	Logger   logr.Logger
+	// MaxCalls bounds the calls held at once (default 1000); a call over it
+	// is refused at once with 503.
+	MaxCalls int
+	// Metrics counts the answers (nil: not counted).
+	Metrics *metrics.Metrics
+	Logger  logr.Logger
 }
 
 // Handler serves GET /drain?pod=<namespace>/<name>[&uid=<uid>].
@@ -221,6 +227,8 @@ type Server struct {
 	// ShutdownTimeout bounds how long calls in flight when the replica stops
 	// are still answered (default 30s, the default grace period of a pod).
 	ShutdownTimeout time.Duration
+	// ReadHeaderTimeout, ReadTimeout and IdleTimeout of the HTTP server.
+	ReadHeaderTimeout, ReadTimeout, IdleTimeout time.Duration
 
 	mu       sync.Mutex
 	finished chan struct{} // closed once the server has shut down
