@@ -119,7 +119,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		log.Info("drain call refused: too many calls held", "max", h.opts.MaxCalls)
 		w.Header().Set("Retry-After", "1")
-		h.answer(w, "busy", http.StatusServiceUnavailable, "busy")
+		h.answer(w, "busy", http.StatusServiceUnavailable, "busy: too many drain calls held")
 		return
 	}
 	// Until it finds its pod, a call is held at most CacheLag.
@@ -141,7 +141,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	deadline := h.deadline(pod)
-	h.hold(deadline, id)
+	h.rehold(id, deadline)
 	// The answer is held until the deadline: the server's read and write
 	// timeouts, meant for calls that are answered at once, must not cut it.
 	h.extend(w, deadline)
@@ -185,17 +185,21 @@ func (h *Handler) extend(w http.ResponseWriter, deadline time.Time) {
 	_ = rc.SetWriteDeadline(deadline.Add(answerSlack))
 }
 
-// hold records until when a call may be held (a new call without id);
-// a stopping replica answers until the longest of them.
-func (h *Handler) hold(until time.Time, id ...uint64) uint64 {
+// hold records until when a new call may be held; a stopping replica
+// answers until the longest of them.
+func (h *Handler) hold(until time.Time) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(id) == 0 {
-		h.next++
-		id = []uint64{h.next}
-	}
-	h.held[id[0]] = until
-	return id[0]
+	h.next++
+	h.held[h.next] = until
+	return h.next
+}
+
+// rehold moves a call's bound (once it has found its pod).
+func (h *Handler) rehold(id uint64, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held[id] = until
 }
 
 func (h *Handler) release(id uint64) {

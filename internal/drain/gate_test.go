@@ -197,9 +197,10 @@ func TestOnePollerPerPod(t *testing.T) {
 		mu.Lock()
 		loops[ctx] = true
 		mu.Unlock()
-		// Registered until every caller has found its pod and ten more
-		// looks have been made: time enough for each to start a loop.
-		if reader.gets.Load() < k || readsAfterAll.Add(1) < 10 {
+		// Registered until every caller has found its pod and a hundred
+		// more looks have been made: time enough for each to join the
+		// loop (or, unshared, to start its own).
+		if reader.gets.Load() < k || readsAfterAll.Add(1) < 100 {
 			return registered, nil
 		}
 		return nil, nil
@@ -233,8 +234,8 @@ func TestCallsOverTheBoundAreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	prov := scripted{backends: func(context.Context) ([]provider.BackendStatus, error) { return registered, nil }}
-	// Grace 15s: a call is held about 10s, unless refused.
-	h, reader, _ := gateFixture(t, 15*time.Second, prov, Options{MaxCalls: 2, Metrics: m})
+	// Grace 30s: a call is held about 25s, unless refused.
+	h, reader, _ := gateFixture(t, 30*time.Second, prov, Options{MaxCalls: 2, Metrics: m})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
