@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/lbtarget"
+	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider"
 )
 
@@ -45,11 +45,41 @@ type Options struct {
 	// kubelet runs the hook as soon as it sees the deletion, and this
 	// replica's cache may see it a moment later (default 5s).
 	CacheLag time.Duration
-	Logger   logr.Logger
+	// MaxCalls bounds the calls held at once (default 1000); a call over it
+	// is refused at once with 503.
+	MaxCalls int
+	// Metrics counts the answers (nil: not counted).
+	Metrics *metrics.Metrics
+	Logger  logr.Logger
 }
 
 // Handler serves GET /drain?pod=<namespace>/<name>[&uid=<uid>].
-type Handler struct{ opts Options }
+type Handler struct {
+	opts  Options
+	slots chan struct{} // one per call held; full: refuse
+
+	mu    sync.Mutex
+	polls map[types.UID]*poll // the one wait loop of each pod being waited on
+	held  map[uint64]time.Time
+	next  uint64
+}
+
+// poll is the one wait loop of a pod, shared by all its callers (the
+// hook of each container, a retry): K callers cost the provider what one does.
+type poll struct {
+	done    chan struct{} // closed when the fields below are final
+	cancel  context.CancelFunc
+	callers int // under Handler.mu
+	drained bool
+	desc    string // what was seen last, for the log
+	err     error  // the last look's error, if it failed
+}
+
+// answerSlack is the time an answer takes to be written once decided.
+const answerSlack = 2 * time.Second
+
+// maxBackoff bounds the wait between two looks after provider errors.
+const maxBackoff = 2 * time.Second
 
 // NewHandler returns the endpoint's handler.
 func NewHandler(opts Options) *Handler {
@@ -62,74 +92,166 @@ func NewHandler(opts Options) *Handler {
 	if opts.CacheLag <= 0 {
 		opts.CacheLag = 5 * time.Second
 	}
-	return &Handler{opts: opts}
+	if opts.MaxCalls <= 0 {
+		opts.MaxCalls = 1000
+	}
+	return &Handler{opts: opts, slots: make(chan struct{}, opts.MaxCalls),
+		polls: map[types.UID]*poll{}, held: map[uint64]time.Time{}}
 }
 
+// ServeHTTP answers terse: any pod can call the endpoint, so the body says
+// neither which pods exist nor what the load balancers hold; the structured
+// log has the detail.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
-		http.Error(w, "use GET", http.StatusMethodNotAllowed)
+		h.answer(w, "bad", http.StatusMethodNotAllowed, "use GET")
 		return
 	}
 	ns, name, ok := strings.Cut(r.URL.Query().Get("pod"), "/")
 	if !ok || ns == "" || name == "" {
-		http.Error(w, "want ?pod=<namespace>/<name>", http.StatusBadRequest)
+		h.answer(w, "bad", http.StatusBadRequest, "want ?pod=<namespace>/<name>")
 		return
 	}
-	pod, code, err := h.terminating(r.Context(), ns, name, types.UID(r.URL.Query().Get("uid")))
-	if err != nil {
-		http.Error(w, err.Error(), code)
+	log := h.opts.Logger.WithValues("pod", ns+"/"+name)
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	default:
+		log.Info("drain call refused: too many calls held", "max", h.opts.MaxCalls)
+		w.Header().Set("Retry-After", "1")
+		h.answer(w, "busy", http.StatusServiceUnavailable, "busy: too many drain calls held")
+		return
+	}
+	// Until it finds its pod, a call is held at most CacheLag.
+	id := h.hold(time.Now().Add(h.opts.CacheLag + h.opts.PollInterval))
+	defer h.release(id)
+	h.extend(w, time.Now().Add(h.opts.CacheLag+h.opts.PollInterval))
+	pod, err := h.terminating(r.Context(), ns, name, types.UID(r.URL.Query().Get("uid")))
+	switch {
+	case r.Context().Err() != nil:
+		h.count("gone")
+		return
+	case errors.Is(err, errRefused):
+		log.Info("drain call refused", "reason", err)
+		h.answer(w, "refused", http.StatusNotFound, "no terminating pod of that name")
+		return
+	case err != nil:
+		log.Error(err, "drain call: cannot read the pod")
+		h.answer(w, "unavailable", http.StatusServiceUnavailable, "unavailable")
 		return
 	}
 	deadline := h.deadline(pod)
-	ctx, cancel := context.WithDeadline(r.Context(), deadline)
-	defer cancel()
-	log := h.opts.Logger.WithValues("pod", ns+"/"+name)
+	h.rehold(id, deadline)
+	// The answer is held until the deadline: the server's read and write
+	// timeouts, meant for calls that are answered at once, must not cut it.
+	h.extend(w, deadline)
 	start := time.Now()
-	desc, err := h.wait(ctx, pod)
+	drained, desc, lastErr := h.await(r.Context(), pod, deadline)
 	switch {
-	case err == nil:
+	case drained:
 		log.Info("drained", "after", time.Since(start).Round(time.Millisecond))
 		w.Header().Set(ResultHeader, "drained")
-		fmt.Fprintf(w, "drained after %s\n", time.Since(start).Round(time.Millisecond))
-	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
-		// The bound passed: let the pod stop rather than be killed mid-shutdown.
-		log.Info("drain bound reached", "after", time.Since(start).Round(time.Millisecond), "targets", desc)
-		w.Header().Set(ResultHeader, "timeout")
-		fmt.Fprintf(w, "not drained within the pod's grace period: %s\n", desc)
+		h.answer(w, "drained", http.StatusOK, "drained")
 	case r.Context().Err() != nil:
 		// The caller went away (kubelet's own timeout); nothing to answer.
+		log.Info("drain caller went away", "after", time.Since(start).Round(time.Millisecond), "targets", desc)
+		h.count("gone")
 	default:
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		// The bound passed: let the pod stop rather than be killed mid-shutdown.
+		log.Info("drain bound reached", "after", time.Since(start).Round(time.Millisecond), "targets", desc, "lastError", lastErr)
+		w.Header().Set(ResultHeader, "timeout")
+		h.answer(w, "timeout", http.StatusOK, "timeout")
 	}
 }
 
-// terminating reads the pod until the cache shows it terminating, for at most
-// CacheLag; otherwise it returns the HTTP status and the reason to refuse.
-func (h *Handler) terminating(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, int, error) {
+func (h *Handler) answer(w http.ResponseWriter, counted string, code int, body string) {
+	h.count(counted)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	fmt.Fprintln(w, body)
+}
+
+func (h *Handler) count(answer string) {
+	if h.opts.Metrics != nil {
+		h.opts.Metrics.DrainCalls.WithLabelValues(answer).Inc()
+	}
+}
+
+// extend lets the connection's reads and writes run until the call's
+// deadline (errors: a writer without deadlines, nothing to extend).
+func (h *Handler) extend(w http.ResponseWriter, deadline time.Time) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(deadline.Add(answerSlack))
+	_ = rc.SetWriteDeadline(deadline.Add(answerSlack))
+}
+
+// hold records until when a new call may be held; a stopping replica
+// answers until the longest of them.
+func (h *Handler) hold(until time.Time) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.next++
+	h.held[h.next] = until
+	return h.next
+}
+
+// rehold moves a call's bound (once it has found its pod).
+func (h *Handler) rehold(id uint64, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held[id] = until
+}
+
+func (h *Handler) release(id uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.held, id)
+}
+
+// LongestDeadline is when the last call held now is answered at the latest
+// (zero when none is held).
+func (h *Handler) LongestDeadline() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var last time.Time
+	for _, d := range h.held {
+		if d.After(last) {
+			last = d
+		}
+	}
+	return last
+}
+
+// errRefused: no terminating pod answers to the call.
+var errRefused = errors.New("refused")
+
+// terminating reads the pod until the cache shows it terminating, for at
+// most CacheLag. Every refusal takes that long and is alike to the caller,
+// so that the answer tells nothing of pods it has no business knowing.
+func (h *Handler) terminating(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, error) {
 	giveUp := time.Now().Add(h.opts.CacheLag)
 	for {
 		var pod corev1.Pod
 		err := h.opts.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod)
-		var code int
 		switch {
 		case apierrors.IsNotFound(err):
-			code, err = http.StatusNotFound, fmt.Errorf("pod %s/%s not found", ns, name)
+			err = fmt.Errorf("%w: pod %s/%s not found", errRefused, ns, name)
 		case err != nil:
-			return nil, http.StatusServiceUnavailable, err
+			err = fmt.Errorf("get pod %s/%s: %w", ns, name, err)
 		case uid != "" && uid != pod.UID:
 			// The pod of that name is a newer one: the caller is gone.
-			return nil, http.StatusConflict, fmt.Errorf("pod %s/%s has another uid", ns, name)
+			err = fmt.Errorf("%w: pod %s/%s has another uid", errRefused, ns, name)
 		case pod.DeletionTimestamp == nil:
-			code, err = http.StatusConflict, fmt.Errorf("pod %s/%s is not terminating", ns, name)
+			err = fmt.Errorf("%w: pod %s/%s is not terminating", errRefused, ns, name)
 		default:
-			return &pod, 0, nil
+			return &pod, nil
 		}
 		if time.Now().After(giveUp) {
-			return nil, code, err
+			return nil, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, code, err
+			return nil, err
 		case <-time.After(h.opts.PollInterval):
 		}
 	}
@@ -150,38 +272,108 @@ func (h *Handler) deadline(pod *corev1.Pod) time.Time {
 	return pod.DeletionTimestamp.Add(-budget)
 }
 
-// wait returns nil once no load balancer has the pod's backend any more and,
-// where the provider says its data plane follows removals with a delay
-// (provider.Settler), that delay has passed since the removal was seen.
-func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (string, error) {
-	ticker := time.NewTicker(h.opts.PollInterval)
-	defer ticker.Stop()
-	desc := ""
-	var removedSince time.Time
-	for {
-		targets, err := h.opts.Finder.Targets(ctx, pod)
-		if err != nil && ctx.Err() == nil {
-			return desc, err
+// await waits for the pod's shared wait loop, or the caller's deadline, or
+// the caller to go away; drained is the loop's verdict.
+func (h *Handler) await(ctx context.Context, pod *corev1.Pod, deadline time.Time) (drained bool, desc string, lastErr error) {
+	p := h.join(pod, deadline)
+	defer h.leave(pod.UID, p)
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return p.drained, p.desc, p.err
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false, "", nil
+}
+
+// join returns the pod's wait loop, started if none runs. The loop ends at
+// the first caller's deadline: a later one of the same pod has the same or,
+// if the pod's deletion was shortened, an earlier one (its own timer).
+func (h *Handler) join(pod *corev1.Pod, deadline time.Time) *poll {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.polls[pod.UID]
+	if p == nil {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		p = &poll{done: make(chan struct{}), cancel: cancel}
+		h.polls[pod.UID] = p
+		go func() {
+			defer cancel()
+			p.drained, p.desc, p.err = h.wait(ctx, pod)
+			h.mu.Lock()
+			if h.polls[pod.UID] == p {
+				delete(h.polls, pod.UID)
+			}
+			h.mu.Unlock()
+			close(p.done)
+		}()
+	}
+	p.callers++
+	return p
+}
+
+// leave ends the loop once no caller waits on it any more.
+func (h *Handler) leave(uid types.UID, p *poll) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if p.callers--; p.callers == 0 {
+		p.cancel()
+		if h.polls[uid] == p {
+			delete(h.polls, uid)
 		}
-		if err == nil {
+	}
+}
+
+// wait returns true once no load balancer has the pod's backend any more and,
+// where the provider says its data plane follows removals with a delay
+// (provider.Settler), that delay has passed since the removal was seen. A
+// failed look (HAProxy's socket busy in a reload, Azure throttling) is
+// looked at again, later each time: only ctx's deadline ends the wait.
+func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (bool, string, error) {
+	log := h.opts.Logger.WithValues("pod", pod.Namespace+"/"+pod.Name)
+	desc := ""
+	var lastErr error
+	var removedSince time.Time
+	backoff := h.opts.PollInterval
+	for {
+		next := h.opts.PollInterval
+		targets, err := h.opts.Finder.Targets(ctx, pod)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return false, desc, lastErr
+		case err != nil:
+			if lastErr == nil {
+				log.Info("drain: load balancer read failed, looking again until the deadline", "err", err)
+			}
+			lastErr = err
+			next, backoff = backoff, min(2*backoff, max(maxBackoff, h.opts.PollInterval))
+			if ra := (*provider.RetryAfterError)(nil); errors.As(err, &ra) && ra.After > next {
+				next = ra.After
+			}
+		default:
+			lastErr, backoff = nil, h.opts.PollInterval
 			desc = lbtarget.Describe(targets)
 			if !removed(targets) {
 				removedSince = time.Time{}
-			} else {
-				if removedSince.IsZero() {
-					removedSince = time.Now()
-				}
-				settle := h.settle(targets)
-				if time.Since(removedSince) >= settle {
-					return desc, nil
-				}
-				desc = fmt.Sprintf("removed; the load balancer settles for %s", settle)
+				break
 			}
+			if removedSince.IsZero() {
+				removedSince = time.Now()
+			}
+			settle := h.settle(targets)
+			if time.Since(removedSince) >= settle {
+				return true, desc, nil
+			}
+			desc = fmt.Sprintf("removed; the load balancer settles for %s", settle)
 		}
+		t := time.NewTimer(next)
 		select {
 		case <-ctx.Done():
-			return desc, ctx.Err()
-		case <-ticker.C:
+			t.Stop()
+			return false, desc, lastErr
+		case <-t.C:
 		}
 	}
 }
@@ -210,71 +402,4 @@ func removed(targets []lbtarget.Target) bool {
 		}
 	}
 	return true
-}
-
-// Server serves the endpoint in every replica: the standby answers from the
-// provider's state too.
-type Server struct {
-	Addr    string
-	Handler http.Handler
-	Logger  logr.Logger
-	// ShutdownTimeout bounds how long calls in flight when the replica stops
-	// are still answered (default 30s, the default grace period of a pod).
-	ShutdownTimeout time.Duration
-
-	mu       sync.Mutex
-	finished chan struct{} // closed once the server has shut down
-}
-
-// NeedLeaderElection: every replica serves.
-func (s *Server) NeedLeaderElection() bool { return false }
-
-// Start serves until ctx is done. It returns as soon as the listener is
-// closed, so that the manager goes on stopping (and releases the leader
-// lease) at once; calls in flight are still answered in the background
-// until Wait returns. Cutting them would make the kubelet run the pod's
-// preStop hook to an error and stop the pod while it may still be in a load
-// balancer.
-func (s *Server) Start(ctx context.Context) error {
-	mux := http.NewServeMux()
-	mux.Handle(Path, s.Handler)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	ln, err := net.Listen("tcp", s.Addr)
-	if err != nil {
-		return fmt.Errorf("drain endpoint: %w", err)
-	}
-	timeout := s.ShutdownTimeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
-	}
-	finished := make(chan struct{})
-	s.mu.Lock()
-	s.finished = finished
-	s.mu.Unlock()
-	s.Logger.Info("serving the drain endpoint", "addr", ln.Addr().String())
-	go func() {
-		defer close(finished)
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		if err := srv.Shutdown(shutdownCtx); err != nil {
-			s.Logger.Info("drain calls still in flight cut at shutdown", "after", timeout, "err", err)
-			_ = srv.Close()
-		}
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-// Wait blocks until the calls in flight when Start's context ended have been
-// answered (or cut after ShutdownTimeout); at once if Start never ran.
-func (s *Server) Wait() {
-	s.mu.Lock()
-	finished := s.finished
-	s.mu.Unlock()
-	if finished != nil {
-		<-finished
-	}
 }

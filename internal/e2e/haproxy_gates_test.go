@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/drain"
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/webhook"
 )
@@ -107,7 +111,8 @@ func TestHAProxyGates(t *testing.T) {
 	}
 	m := newMetrics(t)
 	prov := haproxyFor(t, dir, m)
-	ctrl := startController(t, cfg, prov, m, controllerOptions{sync: service.SyncIncremental})
+	flaky := &flakyBackends{Provider: prov}
+	ctrl := startController(t, cfg, prov, m, controllerOptions{sync: service.SyncIncremental, drainProvider: flaky})
 	defer ctrl.stop(t)
 	drainHost, drainPort, _ := net.SplitHostPort(strings.TrimPrefix(strings.TrimSuffix(ctrl.drainURL, drain.Path), "http://"))
 	dport, _ := strconv.Atoi(drainPort)
@@ -199,10 +204,14 @@ func TestHAProxyGates(t *testing.T) {
 		at     time.Time
 	}
 	answered := make(chan answer, 1)
+	// The drain endpoint's reads fail a few times, as HAProxy's socket does
+	// while it reloads: the gate must look again, not give up.
+	flaky.failNext(5)
 	go func() {
 		code, result, at := kubeletPreStop(t, podB)
 		answered <- answer{code, result, at}
 	}()
+	stopWatch := watchPresent(t, func() bool { _, ok := readHAProxy(t, dir)[serverB]; return ok })
 	setSlice(t, c, ns, app, int32(port), readyEndpoint("198.18.5.1"),
 		endpoint{ip: "198.18.5.2", pod: "shop-b", serving: true, terminating: true})
 
@@ -237,6 +246,12 @@ func TestHAProxyGates(t *testing.T) {
 	if a.code != http.StatusOK || a.result != "drained" {
 		t.Fatalf("drain answered %d %q, want 200 drained", a.code, a.result)
 	}
+	if seen := stopWatch(); seen.After(a.at) {
+		t.Fatalf("drain answered at %s, but HAProxy still had pod B's server at %s", a.at.Format(time.StampMicro), seen.Format(time.StampMicro))
+	}
+	if n := flaky.failed.Load(); n != 5 {
+		t.Fatalf("the gate met %d of the 5 read errors: it answered before looking through them", n)
+	}
 	// The drain timeout closed the long connection at the load balancer: a
 	// clean close (FIN), not a reset.
 	if err := long.closedCleanly(); err != nil {
@@ -250,5 +265,161 @@ func TestHAProxyGates(t *testing.T) {
 		if name, err := get("http://" + lbAddr + "/"); err != nil || name != "shop-a" {
 			t.Fatalf("after pod B stopped: %q %v", name, err)
 		}
+	}
+}
+
+// flakyBackends fails the next n Backends calls, as HAProxy's master socket
+// does during a reload or Azure when it throttles.
+type flakyBackends struct {
+	provider.Provider
+	left   atomic.Int64
+	failed atomic.Int64
+}
+
+func (f *flakyBackends) failNext(n int64) { f.left.Store(n) }
+
+func (f *flakyBackends) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
+	if f.left.Add(-1) >= 0 {
+		f.failed.Add(1)
+		return nil, errors.New("injected: socket busy")
+	}
+	return f.Provider.Backends(ctx, key)
+}
+
+// watchPresent looks at present() until stop and returns when the last look
+// that found the backend present began: an answer returned before that
+// instant came while the backend was still there.
+func watchPresent(t *testing.T, present func() bool) (stop func() time.Time) {
+	var last time.Time
+	done, finished := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	stop = func() time.Time {
+		once.Do(func() { close(done) })
+		<-finished
+		return last
+	}
+	t.Cleanup(func() { stop() }) // a test that fails first must not leave it looking
+	go func() {
+		defer close(finished)
+		for {
+			at := time.Now()
+			if present() {
+				last = at
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return stop
+}
+
+// TestHAProxyGateBound is invariant 6's bound: a pod whose connection
+// outlasts its grace period is let stop at its deletion time minus the
+// shutdown budget, with the timeout answer, while HAProxy still drains it —
+// not before that deadline, and not cut short.
+func TestHAProxyGateBound(t *testing.T) {
+	cfg := testenv.Start(t)
+	c := newClient(t, cfg)
+	ctx := context.Background()
+	dir := t.TempDir()
+	const ns, app = "default", "slow"
+	port, lbPort := freePort(t), freePort(t)
+	svc := lbService(ns, app, haproxyClass, int32(lbPort), int32(port))
+	// The drain timeout outlasts the grace period: only the bound ends the wait.
+	svc.Annotations = map[string]string{model.AnnotationHealthCheckInterval: "300ms", model.AnnotationDrainTimeout: "5m"}
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	m := newMetrics(t)
+	ctrl := startController(t, cfg, haproxyFor(t, dir, m), m, controllerOptions{sync: service.SyncIncremental})
+	defer ctrl.stop(t)
+	drainHost, drainPort, _ := net.SplitHostPort(strings.TrimPrefix(strings.TrimSuffix(ctrl.drainURL, drain.Path), "http://"))
+	dport, _ := strconv.Atoi(drainPort)
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "slow-a", Labels: map[string]string{"app": app}},
+		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "app", Image: "app",
+			Ports: []corev1.ContainerPort{{ContainerPort: int32(port)}}}}},
+	}
+	if res := webhook.Mutate(pod, ns, []*corev1.Service{svc}, webhook.Drain{Host: drainHost, Port: int32(dport)}, webhook.GenerateName); len(res.Hooked) != 1 {
+		t.Fatalf("webhook mutation: %+v", res)
+	}
+	server := fmt.Sprintf("127.18.6.1:%d", port)
+	startBackend(t, "slow-a", server)
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.18.6.1", PodIPs: []corev1.PodIP{{IP: "198.18.6.1"}},
+		Conditions: []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionTrue}}}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	setSlice(t, c, ns, app, int32(port), endpoint{ip: "198.18.6.1", pod: "slow-a"})
+	eventually(t, 20*time.Second, "the pod's gate", func() (bool, string) {
+		return gateTrue(t, c, ns, "slow-a"), fmt.Sprint(readHAProxy(t, dir)[server])
+	})
+	setSlice(t, c, ns, app, int32(port), readyEndpoint("198.18.6.1"))
+	lbAddr := net.JoinHostPort(ingressOf(t, c, ns, app), strconv.Itoa(lbPort))
+	var long *longConn
+	eventually(t, 20*time.Second, "a connection through the load balancer", func() (bool, string) {
+		lc, err := dialLong(lbAddr)
+		if err != nil {
+			return false, err.Error()
+		}
+		if _, err := lc.roundTrip(); err != nil {
+			lc.conn.Close()
+			return false, err.Error()
+		}
+		long = lc
+		return true, ""
+	})
+	defer long.conn.Close()
+
+	// Grace 6s: the budget is a third of it, 2s; the bound is the deletion
+	// time minus 2s.
+	if err := c.Delete(ctx, pod, client.GracePeriodSeconds(6)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+		t.Fatal(err)
+	}
+	if pod.DeletionTimestamp == nil {
+		t.Fatal("the pod is not terminating")
+	}
+	bound := pod.DeletionTimestamp.Add(-2 * time.Second)
+	answered := make(chan time.Time, 1)
+	var code int
+	var result string
+	go func() {
+		var at time.Time
+		code, result, at = kubeletPreStop(t, pod)
+		answered <- at
+	}()
+	setSlice(t, c, ns, app, int32(port), endpoint{ip: "198.18.6.1", pod: "slow-a", serving: true, terminating: true})
+	eventually(t, 20*time.Second, "HAProxy draining the pod", func() (bool, string) {
+		st := readHAProxy(t, dir)[server]
+		return st.status == "DRAIN", st.status
+	})
+	var at time.Time
+	select {
+	case at = <-answered:
+	case <-time.After(60 * time.Second):
+		t.Fatal("drain did not answer")
+	}
+	if code != http.StatusOK || result != "timeout" {
+		t.Fatalf("drain answered %d %q while the connection outlasts the grace period, want 200 timeout", code, result)
+	}
+	if at.Before(bound) {
+		t.Fatalf("drain answered timeout at %s, before the bound %s", at.Format(time.StampMilli), bound.Format(time.StampMilli))
+	}
+	// The timeout is true: HAProxy still drains the pod's connection.
+	if st := readHAProxy(t, dir)[server]; st.status != "DRAIN" || st.scur < 1 {
+		t.Fatalf("drain answered timeout, but HAProxy reports %+v", st)
+	}
+	if _, err := long.roundTrip(); err != nil {
+		t.Fatalf("the draining connection after the timeout answer: %v", err)
 	}
 }

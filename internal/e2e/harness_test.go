@@ -65,6 +65,9 @@ type controllerOptions struct {
 	sync      service.SyncMode
 	immediate bool
 	pool      string
+	// drainProvider, when set, is what the drain endpoint asks instead of
+	// prov (a wrapper that fails some reads).
+	drainProvider provider.Provider
 }
 
 // startController runs the Service controller, the readiness gate and the
@@ -115,7 +118,13 @@ func startController(t *testing.T, cfg *rest.Config, prov provider.Provider, m *
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Logger: testr.New(t), PollInterval: 50 * time.Millisecond})
+	drainFinder := finder
+	if o.drainProvider != nil {
+		f := *finder
+		f.Provider = o.drainProvider
+		drainFinder = &f
+	}
+	h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: drainFinder, Logger: testr.New(t), PollInterval: 50 * time.Millisecond})
 	if err := mgr.Add(&drain.Server{Addr: addr, Handler: h, Logger: testr.New(t)}); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ type Metrics struct {
 	Reconciles        *prometheus.CounterVec
 	ReconcileLatency  *prometheus.HistogramVec
 	PlanOps           *prometheus.CounterVec
+	DrainCalls        *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them on reg (nil: not registered).
@@ -54,10 +55,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "zerodrop_plan_ops_total",
 			Help: "Operations of applied plans, by kind.",
 		}, []string{"op"}),
+		DrainCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "zerodrop_drain_calls_total",
+			Help: "Termination-gate calls, by answer (drained, timeout, refused, busy, bad, unavailable, gone).",
+		}, []string{"answer"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ProviderWrites, m.ProviderReads, m.ProviderConflicts,
-			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps} {
+			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps, m.DrainCalls} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

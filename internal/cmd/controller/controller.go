@@ -291,7 +291,7 @@ func RunConfig(ctx context.Context, cfg Config) error {
 	}
 	drainSrv := &drain.Server{}
 	if cfg.DrainAddr != "" && cfg.DrainAddr != "0" {
-		h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Logger: log.WithName("drain")})
+		h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Metrics: m, Logger: log.WithName("drain")})
 		drainSrv = &drain.Server{Addr: cfg.DrainAddr, Handler: h, Logger: log.WithName("drain")}
 		if err := mgr.Add(drainSrv); err != nil {
 			return err
