@@ -191,22 +191,27 @@ func TestOnePollerPerPod(t *testing.T) {
 	const k = 5
 	var mu sync.Mutex
 	loops := map[context.Context]bool{}
-	var reader *countingReader
-	var readsAfterAll atomic.Int64
+	var h *Handler
 	prov := scripted{backends: func(ctx context.Context) ([]provider.BackendStatus, error) {
 		mu.Lock()
 		loops[ctx] = true
+		n := len(loops)
 		mu.Unlock()
-		// Registered until every caller has found its pod and a hundred
-		// more looks have been made: time enough for each to join the
-		// loop (or, unshared, to start its own).
-		if reader.gets.Load() < k || readsAfterAll.Add(1) < 100 {
+		h.mu.Lock()
+		joined := 0
+		for _, p := range h.polls {
+			joined = max(joined, p.callers)
+		}
+		h.mu.Unlock()
+		// Registered until every caller waits, on one shared loop or (were
+		// the loop not shared) on k loops of its own: no caller can be
+		// answered before all have joined, however slow the machine.
+		if joined < k && n < k {
 			return registered, nil
 		}
 		return nil, nil
 	}}
-	h, r, _ := gateFixture(t, time.Minute, prov, Options{})
-	reader = r
+	h, _, _ = gateFixture(t, time.Minute, prov, Options{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	answers := make(chan gateAnswer, k)
