@@ -156,6 +156,43 @@ func TestWebhookOnRealAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("numeric target port no container declares: every container gets the hook", func(t *testing.T) {
+		svc := zerodropService("shop")
+		svc.Name, svc.Spec.Selector = "multi", map[string]string{"app": "multi"}
+		svc.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(7777)}}
+		if err := c.Create(ctx, svc); err != nil {
+			t.Fatal(err)
+		}
+		p := webPodIn("shop", func(p *corev1.Pod) {
+			p.GenerateName, p.Labels = "multi-", svc.Spec.Selector
+			p.Spec.Containers = []corev1.Container{{Name: "app", Image: "example.com/app:1"}, {Name: "helper", Image: "example.com/helper:1"}}
+		})
+		// The cache may not show the new Service yet.
+		eventually(t, 30*time.Second, "the webhook to see Service shop/multi", func() (bool, error) {
+			dry := p.DeepCopy()
+			if err := c.Create(ctx, dry, client.DryRunAll); err != nil {
+				return false, err
+			}
+			return podgate.HasGate(dry), nil
+		})
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		stored := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), stored); err != nil {
+			t.Fatal(err)
+		}
+		if !podgate.HasGate(stored) {
+			t.Errorf("no readiness gate: %+v", stored.Spec.ReadinessGates)
+		}
+		for _, ctr := range stored.Spec.Containers {
+			if l := ctr.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.HTTPGet == nil ||
+				l.PreStop.HTTPGet.Path != "/drain?pod=shop/"+stored.Name {
+				t.Errorf("container %s: preStop %+v, want the drain hook: a gate without a hook lets it stop while served", ctr.Name, l)
+			}
+		}
+	})
+
 	t.Run("opted-out pod is unchanged", func(t *testing.T) {
 		p := webPodIn("shop", func(p *corev1.Pod) { p.Annotations = map[string]string{AnnotationInject: "false"} })
 		if err := c.Create(ctx, p); err != nil {
