@@ -133,7 +133,11 @@ func TestDeployManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := mwc.Webhooks[0]
-	if *w.FailurePolicy != admissionregistrationv1.Ignore || *w.SideEffects != admissionregistrationv1.SideEffectClassNone ||
+	// The handler writes Events, except on dry runs.
+	if *w.SideEffects != admissionregistrationv1.SideEffectClassNoneOnDryRun {
+		t.Errorf("webhook sideEffects %s, want %s: the handler records Events on real requests", *w.SideEffects, admissionregistrationv1.SideEffectClassNoneOnDryRun)
+	}
+	if *w.FailurePolicy != admissionregistrationv1.Ignore ||
 		*w.TimeoutSeconds != 5 || *w.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy ||
 		w.NamespaceSelector.MatchLabels[LabelInject] != InjectEnabled || *w.ClientConfig.Service.Path != DefaultPath {
 		t.Errorf("webhook configuration as stored: %+v", w)
