@@ -142,11 +142,15 @@ func (h *Handler) drainHost(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("drain Service %s has no ClusterIP", h.DrainService)
 }
 
+// dryRun reports whether the request must have no side effects: the
+// webhook configuration declares sideEffects NoneOnDryRun, so every write
+// (an Event) is skipped on a dry run.
+func dryRun(req admission.Request) bool { return req.DryRun != nil && *req.DryRun }
+
 // recordKept puts a Warning Event on the Service: the pod does not exist
-// yet, so it cannot carry one. A dry run records nothing (it must have no
-// side effects).
+// yet, so it cannot carry one. A dry run records nothing.
 func (h *Handler) recordKept(req admission.Request, selecting []*corev1.Service, k Kept, pod string) {
-	if h.Recorder == nil || req.DryRun != nil && *req.DryRun {
+	if h.Recorder == nil || dryRun(req) {
 		return
 	}
 	for _, svc := range selecting {
