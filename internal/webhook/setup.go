@@ -11,13 +11,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -111,7 +115,8 @@ func (o *Options) Flags(fs *flag.FlagSet) {
 // server's certificate directory before returning, so the server finds it
 // when the manager starts it; the certificate manager then runs in every
 // replica (no leader election). Call it before mgr.Start. It also adds the
-// readiness check "webhook" (the server answers TLS).
+// readiness checks "webhook" (the server answers TLS) and, when Reader is
+// the manager's, "webhook-cache" (its informers have synced).
 func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	log := opts.Logger
 	if opts.Path == "" {
@@ -131,6 +136,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	}
 	if opts.Reader == nil {
 		opts.Reader = mgr.GetClient()
+		if err := readyAfterCacheSync(ctx, mgr); err != nil {
+			return err
+		}
 	}
 	if opts.Recorder == nil {
 		opts.Recorder = mgr.GetEventRecorder("zerodrop-webhook")
@@ -153,6 +161,52 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	}
 	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
 		return fmt.Errorf("webhook readiness check: %w", err)
+	}
+	return nil
+}
+
+// readyAfterCacheSync starts the Namespace and Service informers with the
+// manager's cache (instead of at the first admission) and adds the
+// readiness check "webhook-cache", which fails until the cache has synced:
+// a replica answering from an empty cache would find no Service selecting
+// the pod and admit it without gates.
+func readyAfterCacheSync(ctx context.Context, mgr manager.Manager) error {
+	for _, obj := range []client.Object{&corev1.Namespace{}, &corev1.Service{}} {
+		// The cache has not started: this registers the informer, it
+		// does not wait for it.
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("webhook: informer for %T: %w", obj, err)
+		}
+	}
+	s := &cacheSynced{cache: mgr.GetCache()}
+	if err := mgr.Add(s); err != nil {
+		return fmt.Errorf("webhook: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook-cache", s.check); err != nil {
+		return fmt.Errorf("webhook readiness check: %w", err)
+	}
+	return nil
+}
+
+// cacheSynced records when the manager's cache has synced; every replica
+// runs it (no leader election), as every replica serves the webhook.
+type cacheSynced struct {
+	cache  cache.Cache
+	synced atomic.Bool
+}
+
+func (s *cacheSynced) NeedLeaderElection() bool { return false }
+
+func (s *cacheSynced) Start(ctx context.Context) error {
+	if s.cache.WaitForCacheSync(ctx) {
+		s.synced.Store(true)
+	}
+	return nil
+}
+
+func (s *cacheSynced) check(*http.Request) error {
+	if !s.synced.Load() {
+		return errors.New("informer caches not synced")
 	}
 	return nil
 }
