@@ -71,7 +71,7 @@ func startWebhookEnv(t *testing.T) *webhookEnv {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	// envtest made the certificate; the certificate manager has its own tests.
-	if err := Setup(ctx, mgr, Options{Logger: stderrLogger().WithName("webhook")}); err != nil {
+	if err := Setup(ctx, mgr, Options{DrainHost: testDrainHost, Logger: stderrLogger().WithName("webhook")}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -99,25 +99,29 @@ func startWebhookEnv(t *testing.T) *webhookEnv {
 	return &webhookEnv{admin: admin, warnings: w, stop: stop}
 }
 
+// testDrainHost is the configured drain address; the drain Service the
+// test creates gets another ClusterIP, which the hook must not use.
+const testDrainHost = "10.0.0.90"
+
 func TestWebhookOnRealAPIServer(t *testing.T) {
 	e := startWebhookEnv(t)
 	ctx := t.Context()
 	c := e.admin
+	// A drain Service at another address (a reinstall without the fixed
+	// clusterIP): existing and new hooks keep the configured one.
+	movedDrain := drainService()
+	movedDrain.Spec.ClusterIP = "10.0.0.77"
 	for _, obj := range []client.Object{
 		namespace("shop", map[string]string{LabelInject: InjectEnabled}),
 		namespace("plain", nil),
 		namespace(DefaultNamespace, nil),
-		drainService(),
+		movedDrain,
 		zerodropService("shop"),
 		zerodropService("plain"),
 	} {
 		if err := c.Create(ctx, obj); err != nil {
 			t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
 		}
-	}
-	drain := &corev1.Service{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(drainService()), drain); err != nil {
-		t.Fatal(err)
 	}
 
 	// The manager's cache and the webhook server start asynchronously; a
@@ -148,7 +152,7 @@ func TestWebhookOnRealAPIServer(t *testing.T) {
 		}
 		want := &corev1.HTTPGetAction{
 			Path: "/drain?pod=shop/" + stored.Name, Port: intstr.FromInt32(DefaultDrainPort),
-			Host: drain.Spec.ClusterIP, Scheme: corev1.URISchemeHTTP,
+			Host: testDrainHost, Scheme: corev1.URISchemeHTTP,
 		}
 		l := stored.Spec.Containers[0].Lifecycle
 		if l == nil || l.PreStop == nil || l.PreStop.HTTPGet == nil || !equality.Semantic.DeepEqual(l.PreStop.HTTPGet, want) {
