@@ -32,8 +32,8 @@ func podRequest(t *testing.T, ns string, pod *corev1.Pod, dryRun bool) admission
 
 func newHandler(rec events.EventRecorder, objs ...runtime.Object) *Handler {
 	return &Handler{
-		Reader:       fake.NewClientBuilder().WithRuntimeObjects(objs...).Build(),
-		Decoder:      admission.NewDecoder(scheme.Scheme),
+		Reader:    fake.NewClientBuilder().WithRuntimeObjects(objs...).Build(),
+		Decoder:   admission.NewDecoder(scheme.Scheme),
 		Recorder:  rec,
 		DrainHost: "10.0.0.9",
 		DrainPort: DefaultDrainPort,

@@ -79,7 +79,8 @@ func OptedOut(pod *corev1.Pod) bool {
 
 // Drain is where the preStop hook calls the controller's drain endpoint.
 type Drain struct {
-	// Host is the drain Service's ClusterIP; empty means no hook is added.
+	// Host is the drain Service's fixed ClusterIP; empty means no hook is
+	// added.
 	Host string
 	Port int32
 }
