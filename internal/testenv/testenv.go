@@ -80,8 +80,28 @@ type Env struct {
 }
 
 // Run starts kube-apiserver + etcd outside of a test (the demo and the lab);
-// the caller stops the returned environment.
-func Run() (*Env, error) {
+// the caller stops the returned environment. Its service range is a /16:
+// envtest's default /24 is too small for benchmarks with a thousand Services.
+func Run() (*Env, error) { return RunServiceRange("10.0.0.0/16") }
+
+// StartEnvServiceRange is StartEnv with the given service CIDR, for
+// manifests that set a Service's clusterIP from a cluster's usual range.
+func StartEnvServiceRange(t testing.TB, cidr string) *Env {
+	t.Helper()
+	env, err := RunServiceRange(cidr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stop control plane: %v", err)
+		}
+	})
+	return env
+}
+
+// RunServiceRange is Run with the given service CIDR.
+func RunServiceRange(cidr string) (*Env, error) {
 	dir, err := Assets("apiserver")
 	if err != nil {
 		return nil, fmt.Errorf("control plane assets: %w", err)
@@ -91,9 +111,7 @@ func Run() (*Env, error) {
 		ControlPlaneStartTimeout: 90 * time.Second,
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
-	// envtest's default service range is a /24: too small for benchmarks
-	// with a thousand Services.
-	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.0.0.0/16")
+	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", cidr)
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start kube-apiserver and etcd: %w", err)

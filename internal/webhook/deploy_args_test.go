@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
@@ -65,5 +66,35 @@ func TestDeploymentArgs(t *testing.T) {
 	}
 	if cfg.LeaderNamespace != "zerodrop-system" || cfg.LeaderID != "zerodrop-controller" {
 		t.Errorf("leader election in %s/%s; the Role grants zerodrop-system/zerodrop-controller", cfg.LeaderNamespace, cfg.LeaderID)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("the Deployment's flags are refused: %v", err)
+	}
+	// The injected hooks call --webhook-drain-host: the drain Service must
+	// sit at that fixed address, which a reinstall keeps.
+	data, err = os.ReadFile(filepath.Join(root, "deploy", "services.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var svc corev1.Service
+		if err := yaml.UnmarshalStrict([]byte(doc), &svc); err != nil {
+			t.Fatalf("services.yaml: %v", err)
+		}
+		if svc.Name != webhook.DefaultDrainServiceName {
+			continue
+		}
+		found = true
+		if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP != cfg.Webhook.DrainHost {
+			t.Errorf("Service %s has clusterIP %q, the controller --webhook-drain-host %q: want the same fixed address",
+				svc.Name, svc.Spec.ClusterIP, cfg.Webhook.DrainHost)
+		}
+		if port := svc.Spec.Ports[0].Port; port != cfg.Webhook.DrainPort {
+			t.Errorf("Service %s port %d, the controller --webhook-drain-port %d", svc.Name, port, cfg.Webhook.DrainPort)
+		}
+	}
+	if !found {
+		t.Errorf("services.yaml has no Service %s", webhook.DefaultDrainServiceName)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,7 +94,9 @@ func manifests(t *testing.T) []*unstructured.Unstructured {
 // the Deployment is stored, not run), then runs the webhook and its
 // certificate manager as the deployed ServiceAccount.
 func TestDeployManifests(t *testing.T) {
-	env := testenv.StartEnv(t)
+	// kubeadm's default service range: deploy/ gives the drain Service a
+	// fixed clusterIP from it (docs/webhook.md).
+	env := testenv.StartEnvServiceRange(t, "10.96.0.0/12")
 	ctx := t.Context()
 	admin, err := client.New(env.Config, client.Options{})
 	if err != nil {
@@ -133,17 +136,32 @@ func TestDeployManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := mwc.Webhooks[0]
-	if *w.FailurePolicy != admissionregistrationv1.Ignore || *w.SideEffects != admissionregistrationv1.SideEffectClassNone ||
+	// The handler writes Events, except on dry runs.
+	if *w.SideEffects != admissionregistrationv1.SideEffectClassNoneOnDryRun {
+		t.Errorf("webhook sideEffects %s, want %s: the handler records Events on real requests", *w.SideEffects, admissionregistrationv1.SideEffectClassNoneOnDryRun)
+	}
+	if *w.FailurePolicy != admissionregistrationv1.Ignore ||
 		*w.TimeoutSeconds != 5 || *w.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy ||
 		w.NamespaceSelector.MatchLabels[LabelInject] != InjectEnabled || *w.ClientConfig.Service.Path != DefaultPath {
 		t.Errorf("webhook configuration as stored: %+v", w)
 	}
 
+	d := &appsv1.Deployment{}
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: DefaultNamespace, Name: "zerodrop"}, d); err != nil {
+		t.Fatal(err)
+	}
+	// Injected hooks call --webhook-drain-host; it must be the drain
+	// Service's fixed clusterIP, which a reinstall keeps.
+	drainHost := containerArg(d.Spec.Template.Spec.Containers[0], "--webhook-drain-host")
+	drain := &corev1.Service{}
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: DefaultNamespace, Name: DefaultDrainServiceName}, drain); err != nil {
+		t.Fatal(err)
+	}
+	if drainHost == "" || drain.Spec.ClusterIP != drainHost {
+		t.Errorf("drain Service clusterIP %q, controller --webhook-drain-host %q: want the same fixed address", drain.Spec.ClusterIP, drainHost)
+	}
+
 	t.Run("the controller's pod passes the namespace's restricted pod security", func(t *testing.T) {
-		d := &appsv1.Deployment{}
-		if err := admin.Get(ctx, client.ObjectKey{Namespace: DefaultNamespace, Name: "zerodrop"}, d); err != nil {
-			t.Fatal(err)
-		}
 		pod := &corev1.Pod{ObjectMeta: d.Spec.Template.ObjectMeta, Spec: d.Spec.Template.Spec}
 		pod.Namespace, pod.GenerateName = DefaultNamespace, "zerodrop-"
 		if err := admin.Create(ctx, pod, client.DryRunAll); err != nil {
@@ -151,7 +169,17 @@ func TestDeployManifests(t *testing.T) {
 		}
 	})
 	t.Run("RBAC grants what the controller needs and no more", func(t *testing.T) { testRBAC(t, admin) })
-	t.Run("webhook and certificates run as the ServiceAccount", func(t *testing.T) { testAsServiceAccount(t, env.Config, admin) })
+	t.Run("webhook and certificates run as the ServiceAccount", func(t *testing.T) { testAsServiceAccount(t, env.Config, admin, drainHost) })
+}
+
+// containerArg is the value of the container's argument flag=value.
+func containerArg(c corev1.Container, flag string) string {
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 func mapsEqual(a, b map[string]string) bool {
@@ -235,7 +263,7 @@ func testRBAC(t *testing.T, admin client.Client) {
 // ServiceAccount, with leader election in zerodrop-system and Setup with
 // certificate management, then calls the webhook server over TLS trusting
 // only the caBundle the certificate manager published.
-func testAsServiceAccount(t *testing.T, cfg *rest.Config, admin client.Client) {
+func testAsServiceAccount(t *testing.T, cfg *rest.Config, admin client.Client, drainHost string) {
 	ctx := t.Context()
 	for _, obj := range []client.Object{
 		namespace("shop", map[string]string{LabelInject: InjectEnabled}), zerodropService("shop"),
@@ -262,7 +290,7 @@ func testAsServiceAccount(t *testing.T, cfg *rest.Config, admin client.Client) {
 		t.Fatal(err)
 	}
 	mctx, cancel := context.WithCancel(ctx)
-	if err := Setup(mctx, mgr, Options{ManageCerts: true, Logger: stderrLogger().WithName("webhook")}); err != nil {
+	if err := Setup(mctx, mgr, Options{ManageCerts: true, DrainHost: drainHost, Logger: stderrLogger().WithName("webhook")}); err != nil {
 		cancel()
 		t.Fatalf("Setup as the ServiceAccount: %v", err)
 	}
@@ -313,7 +341,7 @@ func testAsServiceAccount(t *testing.T, cfg *rest.Config, admin client.Client) {
 	if !slices.ContainsFunc(patch, func(p struct{ Path string }) bool { return p.Path == "/spec/readinessGates" }) {
 		t.Errorf("patch %s does not add the readiness gate %s", review.Response.Patch, podgate.ConditionType)
 	}
-	// The drain hook names the deployed drain Service's ClusterIP.
+	// The drain hook calls the deployed drain Service's fixed ClusterIP.
 	drain := &corev1.Service{}
 	if err := admin.Get(ctx, client.ObjectKey{Namespace: DefaultNamespace, Name: DefaultDrainServiceName}, drain); err != nil {
 		t.Fatal(err)

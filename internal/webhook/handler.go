@@ -26,10 +26,11 @@ type Handler struct {
 	Recorder events.EventRecorder
 	// Filter picks zerodrop's Services.
 	Filter Filter
-	// DrainHost, when set, is used instead of the drain Service's ClusterIP.
-	DrainHost    string
-	DrainPort    int32
-	DrainService types.NamespacedName
+	// DrainHost and DrainPort are where the hook calls the drain endpoint:
+	// the drain Service's fixed clusterIP and port. Without a host only the
+	// readiness gate is added, with a warning.
+	DrainHost string
+	DrainPort int32
 	// NewName names generateName pods (default GenerateName).
 	NewName NameFunc
 	Logger  logr.Logger
@@ -72,19 +73,17 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 
 	var warnings []string
-	host, err := h.drainHost(ctx)
-	if err != nil {
-		log.Error(err, "drain endpoint unknown")
-		warnings = append(warnings, fmt.Sprintf("zerodrop: drain endpoint unknown (%v); readiness gate only, no drain hook", err))
+	if h.DrainHost == "" {
+		warnings = append(warnings, "zerodrop: no drain host configured (--webhook-drain-host); readiness gate only, no drain hook")
 	}
 	mutated := pod.DeepCopy()
 	newName := h.NewName
 	if newName == nil {
 		newName = GenerateName
 	}
-	res := Mutate(mutated, req.Namespace, selecting, Drain{Host: host, Port: h.DrainPort}, newName)
+	res := Mutate(mutated, req.Namespace, selecting, Drain{Host: h.DrainHost, Port: h.DrainPort}, newName)
 	name := podName(req.Namespace, mutated)
-	if len(res.Unhooked) > 0 && err == nil {
+	if len(res.Unhooked) > 0 && h.DrainHost != "" {
 		warnings = append(warnings, fmt.Sprintf("zerodrop: pod has no name; containers %v get no drain hook", res.Unhooked))
 	}
 	for _, k := range res.Kept {
@@ -127,26 +126,15 @@ func allowedWithWarning(w string) admission.Response {
 	return admission.Allowed("").WithWarnings(w)
 }
 
-// drainHost is the drain Service's ClusterIP, unless one was configured.
-func (h *Handler) drainHost(ctx context.Context) (string, error) {
-	if h.DrainHost != "" {
-		return h.DrainHost, nil
-	}
-	svc := &corev1.Service{}
-	if err := h.Reader.Get(ctx, h.DrainService, svc); err != nil {
-		return "", fmt.Errorf("get drain Service %s: %w", h.DrainService, err)
-	}
-	if ip := svc.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
-		return ip, nil
-	}
-	return "", fmt.Errorf("drain Service %s has no ClusterIP", h.DrainService)
-}
+// dryRun reports whether the request must have no side effects: the
+// webhook configuration declares sideEffects NoneOnDryRun, so every write
+// (an Event) is skipped on a dry run.
+func dryRun(req admission.Request) bool { return req.DryRun != nil && *req.DryRun }
 
 // recordKept puts a Warning Event on the Service: the pod does not exist
-// yet, so it cannot carry one. A dry run records nothing (it must have no
-// side effects).
+// yet, so it cannot carry one. A dry run records nothing.
 func (h *Handler) recordKept(req admission.Request, selecting []*corev1.Service, k Kept, pod string) {
-	if h.Recorder == nil || req.DryRun != nil && *req.DryRun {
+	if h.Recorder == nil || dryRun(req) {
 		return
 	}
 	for _, svc := range selecting {

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -33,20 +32,14 @@ func podRequest(t *testing.T, ns string, pod *corev1.Pod, dryRun bool) admission
 
 func newHandler(rec events.EventRecorder, objs ...runtime.Object) *Handler {
 	return &Handler{
-		Reader:       fake.NewClientBuilder().WithRuntimeObjects(objs...).Build(),
-		Decoder:      admission.NewDecoder(scheme.Scheme),
-		Recorder:     rec,
-		DrainPort:    DefaultDrainPort,
-		DrainService: types.NamespacedName{Namespace: DefaultNamespace, Name: DefaultDrainServiceName},
-		NewName:      fixedName,
-		Logger:       stderrLogger(),
+		Reader:    fake.NewClientBuilder().WithRuntimeObjects(objs...).Build(),
+		Decoder:   admission.NewDecoder(scheme.Scheme),
+		Recorder:  rec,
+		DrainHost: "10.0.0.9",
+		DrainPort: DefaultDrainPort,
+		NewName:   fixedName,
+		Logger:    stderrLogger(),
 	}
-}
-
-func drainWithIP() *corev1.Service {
-	s := drainService()
-	s.Spec.ClusterIP = "10.0.0.9"
-	return s
 }
 
 // TestHandler covers what the real-apiserver test cannot reach: the
@@ -57,7 +50,7 @@ func TestHandler(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("namespace without the label: allowed, no patch", func(t *testing.T) {
-		h := newHandler(nil, namespace("shop", nil), zerodropService("shop"), drainWithIP())
+		h := newHandler(nil, namespace("shop", nil), zerodropService("shop"))
 		resp := h.Handle(ctx, podRequest(t, "shop", webPodIn("shop"), false))
 		if !resp.Allowed || len(resp.Patches) != 0 {
 			t.Errorf("want allowed without patches, got %+v", resp)
@@ -65,7 +58,7 @@ func TestHandler(t *testing.T) {
 	})
 
 	t.Run("labelled namespace: patched with gate, hook and name", func(t *testing.T) {
-		h := newHandler(nil, labelled, zerodropService("shop"), drainWithIP())
+		h := newHandler(nil, labelled, zerodropService("shop"))
 		resp := h.Handle(ctx, podRequest(t, "shop", webPodIn("shop"), false))
 		if !resp.Allowed || len(resp.Patches) == 0 {
 			t.Fatalf("want a patch, got %+v", resp)
@@ -81,13 +74,25 @@ func TestHandler(t *testing.T) {
 		}
 	})
 
-	t.Run("drain Service missing: gate only, with a warning", func(t *testing.T) {
-		h := newHandler(nil, labelled, zerodropService("shop"))
+	t.Run("the hook calls the configured address, not the drain Service's current one", func(t *testing.T) {
+		moved := drainService()
+		moved.Spec.ClusterIP = "10.0.0.77"
+		h := newHandler(nil, labelled, zerodropService("shop"), moved)
+		resp := h.Handle(ctx, podRequest(t, "shop", webPodIn("shop"), false))
+		raw, _ := json.Marshal(resp.Patches)
+		if !strings.Contains(string(raw), `"host":"10.0.0.9"`) {
+			t.Errorf("patches %s do not call the configured drain host 10.0.0.9", raw)
+		}
+	})
+
+	t.Run("no drain host configured: gate only, with a warning", func(t *testing.T) {
+		h := newHandler(nil, labelled, zerodropService("shop"), drainService())
+		h.DrainHost = ""
 		resp := h.Handle(ctx, podRequest(t, "shop", webPodIn("shop"), false))
 		if !resp.Allowed || len(resp.Patches) != 1 || resp.Patches[0].Path != "/spec/readinessGates" {
 			t.Errorf("want only the readiness gate patched, got %+v", resp.Patches)
 		}
-		if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "drain endpoint unknown") {
+		if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "no drain host configured") {
 			t.Errorf("warnings %q", resp.Warnings)
 		}
 	})
@@ -112,7 +117,7 @@ func TestHandler(t *testing.T) {
 
 	t.Run("kept preStop: Event on a real request, none on a dry run", func(t *testing.T) {
 		rec := events.NewFakeRecorder(10)
-		h := newHandler(rec, labelled, zerodropService("shop"), drainWithIP())
+		h := newHandler(rec, labelled, zerodropService("shop"))
 		own := webPodIn("shop", func(p *corev1.Pod) {
 			p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 5}}}
 		})

@@ -79,7 +79,8 @@ func OptedOut(pod *corev1.Pod) bool {
 
 // Drain is where the preStop hook calls the controller's drain endpoint.
 type Drain struct {
-	// Host is the drain Service's ClusterIP; empty means no hook is added.
+	// Host is the drain Service's fixed ClusterIP; empty means no hook is
+	// added.
 	Host string
 	Port int32
 }
@@ -200,9 +201,13 @@ type servingContainer struct {
 // servingContainers are the containers (and restartable init containers,
 // i.e. sidecars) that serve a target port of the selecting Services, in pod
 // order, each once. A numeric target port matches a declared containerPort;
-// when no container declares it and the pod has one container, that
-// container serves it (ports need not be declared). A named target port
-// matches a containerPort's name only, as in the endpoints controller.
+// when no container declares it, every container may be the one listening
+// (ports need not be declared, and containers share the pod's network), so
+// all of them count: a gate without a hook on the serving container would
+// let it get SIGTERM while still served, and the drain endpoint only waits,
+// so several hooks of one pod cost nothing. A named target port matches a
+// containerPort's name only, as in the endpoints controller (an undeclared
+// name gets no endpoint, so nothing serves it).
 func servingContainers(pod *corev1.Pod, selecting []*corev1.Service) []servingContainer {
 	var all []*corev1.Container
 	for i := range pod.Spec.InitContainers {
@@ -225,8 +230,10 @@ func servingContainers(pod *corev1.Pod, selecting []*corev1.Service) []servingCo
 					}
 				}
 			}
-			if !matched && sp.TargetPort.Type == intstr.Int && len(pod.Spec.Containers) == 1 {
-				c := &pod.Spec.Containers[0]
+			if matched || sp.TargetPort.Type != intstr.Int {
+				continue
+			}
+			for _, c := range all {
 				if _, ok := by[c]; !ok {
 					by[c] = svc.Namespace + "/" + svc.Name
 				}

@@ -140,16 +140,48 @@ func TestMutate(t *testing.T) {
 		}),
 		wantRes: Result{GateAdded: true, Hooked: []string{"app"}},
 	}, {
-		desc: "protocol must match: a UDP Service port serves no TCP container",
-		in:   webPod(func(p *corev1.Pod) { p.GenerateName, p.Name = "", "web-0" }),
+		desc: "protocol must match: a UDP Service port is served by the container declaring it for UDP",
+		in: webPod(func(p *corev1.Pod) {
+			p.GenerateName, p.Name = "", "web-0"
+			p.Spec.Containers[1].Ports = append(p.Spec.Containers[1].Ports, corev1.ContainerPort{ContainerPort: 8080, Protocol: corev1.ProtocolUDP})
+		}),
 		services: []corev1.Service{lbService("web", haproxyClass, web,
 			corev1.ServicePort{Port: 8080, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolUDP})},
 		drain: drainAt,
 		want: webPod(func(p *corev1.Pod) {
 			p.GenerateName, p.Name = "", "web-0"
+			p.Spec.Containers[1].Ports = append(p.Spec.Containers[1].Ports, corev1.ContainerPort{ContainerPort: 8080, Protocol: corev1.ProtocolUDP})
+			p.Spec.Containers[1].Lifecycle = hook("web-0")
 			p.Spec.ReadinessGates = gate
 		}),
-		wantRes: Result{GateAdded: true},
+		wantRes: Result{GateAdded: true, Hooked: []string{"metrics"}},
+	}, {
+		// Any container may listen on an undeclared port: hooking them all
+		// is the only way the one that serves it waits for the drain (a
+		// gate without a hook lets the pod get SIGTERM while still served).
+		desc: "a numeric target port no container declares: every container is hooked, own hooks kept",
+		in: webPod(func(p *corev1.Pod) {
+			p.GenerateName, p.Name = "", "web-0"
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "log", Lifecycle: sleepHook})
+			p.Spec.InitContainers = []corev1.Container{
+				{Name: "setup"},
+				{Name: "proxy", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)},
+			}
+		}),
+		services: []corev1.Service{lbService("web", haproxyClass, web, port(80, intstr.FromInt32(7777)))}, drain: drainAt,
+		want: webPod(func(p *corev1.Pod) {
+			p.GenerateName, p.Name = "", "web-0"
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "log", Lifecycle: sleepHook})
+			p.Spec.InitContainers = []corev1.Container{
+				{Name: "setup"},
+				{Name: "proxy", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways), Lifecycle: hook("web-0")},
+			}
+			p.Spec.Containers[0].Lifecycle = hook("web-0")
+			p.Spec.Containers[1].Lifecycle = hook("web-0")
+			p.Spec.ReadinessGates = gate
+		}),
+		wantRes: Result{GateAdded: true, Hooked: []string{"proxy", "app", "metrics"},
+			Kept: []Kept{{Container: "log", Service: "shop/web"}}},
 	}, {
 		desc: "a sidecar (restartable init container) that serves the port is hooked",
 		in: webPod(func(p *corev1.Pod) {

@@ -11,13 +11,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/netip"
 	"strconv"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/types"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -30,7 +33,7 @@ import (
 const (
 	DefaultPath             = "/mutate-pods"
 	DefaultNamespace        = "zerodrop-system"
-	DefaultDrainServiceName = "zerodrop-drain"
+	DefaultDrainServiceName = "zerodrop-drain" // deploy/'s drain Service, at a fixed clusterIP
 	DefaultDrainPort        = 9090
 )
 
@@ -48,13 +51,14 @@ type Options struct {
 	// IncludeClassless also injects for LoadBalancer Services without a
 	// loadBalancerClass (pass the controller's --adopt-classless).
 	IncludeClassless bool
-	// DrainHost is the preStop hook's host; empty means the ClusterIP of
-	// DrainService, looked up at admission.
+	// DrainHost is the preStop hook's host, required: the drain Service's
+	// fixed clusterIP (deploy/services.yaml). A hook keeps the address it
+	// was given at admission for the pod's life, so it must not change
+	// when the Service is recreated; and the kubelet resolves hook hosts
+	// with the node's resolver, so a Service DNS name does not work.
 	DrainHost string
 	// DrainPort is the drain Service's port (default 9090).
 	DrainPort int32
-	// DrainService (default <Certs.Namespace>/zerodrop-drain).
-	DrainService types.NamespacedName
 	// ManageCerts runs the certificate manager; without it the certificate
 	// files must come from elsewhere (cert-manager, a mounted Secret).
 	ManageCerts bool
@@ -76,25 +80,14 @@ type Options struct {
 // IncludeClassless.
 func (o *Options) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "webhook", false, "serve the mutating webhook that injects the readiness gate and the drain preStop hook")
-	fs.StringVar(&o.Certs.Namespace, "webhook-namespace", DefaultNamespace, "namespace of the webhook Service, its certificate Secret and (by default) the drain Service")
+	fs.StringVar(&o.Certs.Namespace, "webhook-namespace", DefaultNamespace, "namespace of the webhook Service and its certificate Secret")
 	fs.StringVar(&o.Certs.ServiceName, "webhook-service", certs.DefaultServiceName, "webhook Service the serving certificate names")
 	fs.StringVar(&o.Certs.SecretName, "webhook-secret", certs.DefaultSecretName, "Secret that holds the webhook CA and serving certificate")
 	fs.StringVar(&o.Certs.WebhookConfiguration, "webhook-configuration", certs.DefaultWebhookConfiguration, "MutatingWebhookConfiguration whose caBundle is kept current")
 	fs.BoolVar(&o.ManageCerts, "webhook-manage-certs", true, "issue and rotate the webhook certificate (false: the files come from elsewhere)")
 	fs.DurationVar(&o.Certs.CAValidity, "webhook-ca-validity", certs.DefaultCAValidity, "validity of a new webhook CA (renewed with a third left)")
 	fs.DurationVar(&o.Certs.ServingValidity, "webhook-cert-validity", certs.DefaultServingValidity, "validity of a new serving certificate (renewed with a third left)")
-	fs.StringVar(&o.DrainHost, "webhook-drain-host", "", "host of the injected preStop hook (default: the drain Service's ClusterIP)")
-	fs.Func("webhook-drain-service", "drain Service `[namespace/]name` whose ClusterIP the hook calls (default <webhook-namespace>/zerodrop-drain)", func(s string) error {
-		ns, name, ok := strings.Cut(s, "/")
-		if !ok {
-			ns, name = "", s
-		}
-		if name == "" {
-			return errors.New("empty Service name")
-		}
-		o.DrainService = types.NamespacedName{Namespace: ns, Name: name}
-		return nil
-	})
+	fs.StringVar(&o.DrainHost, "webhook-drain-host", "", "IP address the injected preStop hook calls, required with --webhook: the drain Service's fixed clusterIP")
 	o.DrainPort = DefaultDrainPort
 	fs.Func("webhook-drain-port", "port of the drain Service the hook calls (default 9090)", func(s string) error {
 		p, err := strconv.ParseUint(s, 10, 16)
@@ -106,12 +99,29 @@ func (o *Options) Flags(fs *flag.FlagSet) {
 	})
 }
 
+// Validate checks the options a user sets; Setup calls it, and the
+// controller before it connects to anything.
+func (o Options) Validate() error {
+	if o.DrainHost == "" {
+		return errors.New("--webhook-drain-host is required: the drain Service's fixed clusterIP (spec.clusterIP of zerodrop-drain)")
+	}
+	addr, err := netip.ParseAddr(o.DrainHost)
+	if err != nil || addr.Zone() != "" {
+		return fmt.Errorf("--webhook-drain-host %q is not an IP address: the kubelet resolves hook hosts with the node's resolver, which does not know Service names; give the drain Service's fixed clusterIP", o.DrainHost)
+	}
+	if addr.IsUnspecified() || addr.IsLoopback() || addr.IsMulticast() {
+		return fmt.Errorf("--webhook-drain-host %s cannot be a ClusterIP: the kubelet calls it from the node", o.DrainHost)
+	}
+	return nil
+}
+
 // Setup registers the handler at Path on the manager's webhook server and,
 // with ManageCerts, issues or loads the certificate and writes it to the
 // server's certificate directory before returning, so the server finds it
 // when the manager starts it; the certificate manager then runs in every
 // replica (no leader election). Call it before mgr.Start. It also adds the
-// readiness check "webhook" (the server answers TLS).
+// readiness checks "webhook" (the server answers TLS) and, when Reader is
+// the manager's, "webhook-cache" (its informers have synced).
 func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	log := opts.Logger
 	if opts.Path == "" {
@@ -123,28 +133,27 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if opts.DrainPort == 0 {
 		opts.DrainPort = DefaultDrainPort
 	}
-	if opts.DrainService.Name == "" {
-		opts.DrainService.Name = DefaultDrainServiceName
-	}
-	if opts.DrainService.Namespace == "" {
-		opts.DrainService.Namespace = opts.Certs.Namespace
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("webhook: %w", err)
 	}
 	if opts.Reader == nil {
 		opts.Reader = mgr.GetClient()
+		if err := readyAfterCacheSync(ctx, mgr); err != nil {
+			return err
+		}
 	}
 	if opts.Recorder == nil {
 		opts.Recorder = mgr.GetEventRecorder("zerodrop-webhook")
 	}
 	srv := mgr.GetWebhookServer()
 	srv.Register(opts.Path, &admission.Webhook{Handler: &Handler{
-		Reader:       opts.Reader,
-		Decoder:      admission.NewDecoder(mgr.GetScheme()),
-		Recorder:     opts.Recorder,
-		Filter:       Filter{Classes: opts.Classes, IncludeClassless: opts.IncludeClassless},
-		DrainHost:    opts.DrainHost,
-		DrainPort:    opts.DrainPort,
-		DrainService: opts.DrainService,
-		Logger:       log.WithName("admission"),
+		Reader:    opts.Reader,
+		Decoder:   admission.NewDecoder(mgr.GetScheme()),
+		Recorder:  opts.Recorder,
+		Filter:    Filter{Classes: opts.Classes, IncludeClassless: opts.IncludeClassless},
+		DrainHost: opts.DrainHost,
+		DrainPort: opts.DrainPort,
+		Logger:    log.WithName("admission"),
 	}})
 	if opts.ManageCerts {
 		if err := setupCerts(ctx, mgr, srv, opts.Certs, log.WithName("certs")); err != nil {
@@ -153,6 +162,52 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	}
 	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
 		return fmt.Errorf("webhook readiness check: %w", err)
+	}
+	return nil
+}
+
+// readyAfterCacheSync starts the Namespace and Service informers with the
+// manager's cache (instead of at the first admission) and adds the
+// readiness check "webhook-cache", which fails until the cache has synced:
+// a replica answering from an empty cache would find no Service selecting
+// the pod and admit it without gates.
+func readyAfterCacheSync(ctx context.Context, mgr manager.Manager) error {
+	for _, obj := range []client.Object{&corev1.Namespace{}, &corev1.Service{}} {
+		// The cache has not started: this registers the informer, it
+		// does not wait for it.
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("webhook: informer for %T: %w", obj, err)
+		}
+	}
+	s := &cacheSynced{cache: mgr.GetCache()}
+	if err := mgr.Add(s); err != nil {
+		return fmt.Errorf("webhook: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook-cache", s.check); err != nil {
+		return fmt.Errorf("webhook readiness check: %w", err)
+	}
+	return nil
+}
+
+// cacheSynced records when the manager's cache has synced; every replica
+// runs it (no leader election), as every replica serves the webhook.
+type cacheSynced struct {
+	cache  cache.Cache
+	synced atomic.Bool
+}
+
+func (s *cacheSynced) NeedLeaderElection() bool { return false }
+
+func (s *cacheSynced) Start(ctx context.Context) error {
+	if s.cache.WaitForCacheSync(ctx) {
+		s.synced.Store(true)
+	}
+	return nil
+}
+
+func (s *cacheSynced) check(*http.Request) error {
+	if !s.synced.Load() {
+		return errors.New("informer caches not synced")
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func startWebhookEnv(t *testing.T) *webhookEnv {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	// envtest made the certificate; the certificate manager has its own tests.
-	if err := Setup(ctx, mgr, Options{Logger: stderrLogger().WithName("webhook")}); err != nil {
+	if err := Setup(ctx, mgr, Options{DrainHost: testDrainHost, Logger: stderrLogger().WithName("webhook")}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -99,25 +99,29 @@ func startWebhookEnv(t *testing.T) *webhookEnv {
 	return &webhookEnv{admin: admin, warnings: w, stop: stop}
 }
 
+// testDrainHost is the configured drain address; the drain Service the
+// test creates gets another ClusterIP, which the hook must not use.
+const testDrainHost = "10.0.0.90"
+
 func TestWebhookOnRealAPIServer(t *testing.T) {
 	e := startWebhookEnv(t)
 	ctx := t.Context()
 	c := e.admin
+	// A drain Service at another address (a reinstall without the fixed
+	// clusterIP): existing and new hooks keep the configured one.
+	movedDrain := drainService()
+	movedDrain.Spec.ClusterIP = "10.0.0.77"
 	for _, obj := range []client.Object{
 		namespace("shop", map[string]string{LabelInject: InjectEnabled}),
 		namespace("plain", nil),
 		namespace(DefaultNamespace, nil),
-		drainService(),
+		movedDrain,
 		zerodropService("shop"),
 		zerodropService("plain"),
 	} {
 		if err := c.Create(ctx, obj); err != nil {
 			t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
 		}
-	}
-	drain := &corev1.Service{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(drainService()), drain); err != nil {
-		t.Fatal(err)
 	}
 
 	// The manager's cache and the webhook server start asynchronously; a
@@ -148,11 +152,48 @@ func TestWebhookOnRealAPIServer(t *testing.T) {
 		}
 		want := &corev1.HTTPGetAction{
 			Path: "/drain?pod=shop/" + stored.Name, Port: intstr.FromInt32(DefaultDrainPort),
-			Host: drain.Spec.ClusterIP, Scheme: corev1.URISchemeHTTP,
+			Host: testDrainHost, Scheme: corev1.URISchemeHTTP,
 		}
 		l := stored.Spec.Containers[0].Lifecycle
 		if l == nil || l.PreStop == nil || l.PreStop.HTTPGet == nil || !equality.Semantic.DeepEqual(l.PreStop.HTTPGet, want) {
 			t.Errorf("preStop %+v, want httpGet %+v", l, want)
+		}
+	})
+
+	t.Run("numeric target port no container declares: every container gets the hook", func(t *testing.T) {
+		svc := zerodropService("shop")
+		svc.Name, svc.Spec.Selector = "multi", map[string]string{"app": "multi"}
+		svc.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(7777)}}
+		if err := c.Create(ctx, svc); err != nil {
+			t.Fatal(err)
+		}
+		p := webPodIn("shop", func(p *corev1.Pod) {
+			p.GenerateName, p.Labels = "multi-", svc.Spec.Selector
+			p.Spec.Containers = []corev1.Container{{Name: "app", Image: "example.com/app:1"}, {Name: "helper", Image: "example.com/helper:1"}}
+		})
+		// The cache may not show the new Service yet.
+		eventually(t, 30*time.Second, "the webhook to see Service shop/multi", func() (bool, error) {
+			dry := p.DeepCopy()
+			if err := c.Create(ctx, dry, client.DryRunAll); err != nil {
+				return false, err
+			}
+			return podgate.HasGate(dry), nil
+		})
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		stored := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), stored); err != nil {
+			t.Fatal(err)
+		}
+		if !podgate.HasGate(stored) {
+			t.Errorf("no readiness gate: %+v", stored.Spec.ReadinessGates)
+		}
+		for _, ctr := range stored.Spec.Containers {
+			if l := ctr.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.HTTPGet == nil ||
+				l.PreStop.HTTPGet.Path != "/drain?pod=shop/"+stored.Name {
+				t.Errorf("container %s: preStop %+v, want the drain hook: a gate without a hook lets it stop while served", ctr.Name, l)
+			}
 		}
 	})
 
@@ -172,9 +213,19 @@ func TestWebhookOnRealAPIServer(t *testing.T) {
 		assertUntouched(t, c, p)
 	})
 
-	t.Run("own preStop is kept, with a warning and an Event on the Service", func(t *testing.T) {
+	t.Run("own preStop is kept, with a warning and an Event on the Service; a dry run records none", func(t *testing.T) {
 		e.warnings.take()
 		own := &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 15}}}
+		// First a dry run under its own generateName: its Event, if the
+		// handler wrongly recorded one, would be written before the real
+		// request's (which then only counts in the first one's series).
+		dry := webPodIn("shop", func(p *corev1.Pod) { p.GenerateName = "dry-"; p.Spec.Containers[0].Lifecycle = own })
+		if err := c.Create(ctx, dry, client.DryRunAll); err != nil {
+			t.Fatal(err)
+		}
+		if w := e.warnings.take(); !slices.ContainsFunc(w, func(s string) bool { return strings.Contains(s, "keeps its own preStop hook") }) {
+			t.Errorf("dry run: admission warnings %q, want one about the kept preStop hook", w)
+		}
 		p := webPodIn("shop", func(p *corev1.Pod) { p.Spec.Containers[0].Lifecycle = own })
 		if err := c.Create(ctx, p); err != nil {
 			t.Fatal(err)
@@ -192,7 +243,7 @@ func TestWebhookOnRealAPIServer(t *testing.T) {
 		if w := e.warnings.take(); !slices.ContainsFunc(w, func(s string) bool { return strings.Contains(s, "keeps its own preStop hook") }) {
 			t.Errorf("admission warnings %q, want one about the kept preStop hook", w)
 		}
-		eventually(t, 15*time.Second, "a PreStopHookExists Event on Service shop/web", func() (bool, error) {
+		eventually(t, 60*time.Second, "a PreStopHookExists Event on Service shop/web", func() (bool, error) {
 			var list eventsv1.EventList
 			if err := c.List(ctx, &list, client.InNamespace("shop")); err != nil {
 				return false, err
@@ -202,6 +253,15 @@ func TestWebhookOnRealAPIServer(t *testing.T) {
 					ev.Regarding.Name == "web" && ev.Type == corev1.EventTypeWarning
 			}), nil
 		})
+		var list eventsv1.EventList
+		if err := c.List(ctx, &list, client.InNamespace("shop")); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range list.Items {
+			if strings.Contains(ev.Note, "shop/dry-") {
+				t.Errorf("a dry-run admission wrote Event %s: %s", ev.Name, ev.Note)
+			}
+		}
 	})
 
 	t.Run("with the webhook down pods are still created, unmutated", func(t *testing.T) {

@@ -120,6 +120,11 @@ func (c *Config) Validate() error {
 	if _, err := model.ParseAddressMap(c.AddressMap); err != nil {
 		return fmt.Errorf("--backend-address-map: %w", err)
 	}
+	if c.Webhook.Enabled {
+		if err := c.Webhook.Validate(); err != nil {
+			return err
+		}
+	}
 	switch c.Provider {
 	case "haproxy":
 	case "azure":

@@ -77,6 +77,11 @@ func TestValidate(t *testing.T) {
 		{"unknown cloud", azureArgs(map[string]string{"azure-cloud": "mars"}), `--azure-cloud "mars"`},
 		{"bad sync", []string{"--sync=sometimes"}, "--sync"},
 		{"bad address pool", []string{"--address-pool=10.0.0.0"}, "--address-pool"},
+		{"webhook with its drain address", []string{"--webhook", "--webhook-drain-host=10.96.0.90"}, ""},
+		{"webhook without a drain address", []string{"--webhook"}, "--webhook-drain-host"},
+		{"webhook drain address is a name", []string{"--webhook", "--webhook-drain-host=zerodrop-drain.zerodrop-system.svc"}, "not an IP address"},
+		{"webhook drain address is loopback", []string{"--webhook", "--webhook-drain-host=127.0.0.1"}, "--webhook-drain-host"},
+		{"webhook drain address unspecified", []string{"--webhook", "--webhook-drain-host=::"}, "--webhook-drain-host"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.desc, func(t *testing.T) {
