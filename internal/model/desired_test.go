@@ -56,6 +56,11 @@ func node(name, ip string, ready bool, labels map[string]string) *corev1.Node {
 	}
 }
 
+func withNode(n *corev1.Node, mutate func(*corev1.Node)) *corev1.Node {
+	mutate(n)
+	return n
+}
+
 func defaultConfig() ServiceConfig {
 	cfg, _ := ParseServiceConfig(nil)
 	return cfg
@@ -115,12 +120,41 @@ func TestDesiredBackends(t *testing.T) {
 			want: []string{"127.18.0.9:8080=active"},
 		},
 		{
-			name: "node mode: ready, not excluded nodes on the nodePort",
+			name: "node mode: not excluded nodes on the nodePort, NotReady ones too",
 			in:   ServiceInput{Service: svc(), Config: nodeCfg},
 			opts: DesiredOptions{Nodes: []*corev1.Node{
 				node("a", "192.0.2.1", true, nil), node("b", "192.0.2.2", false, nil),
 				node("c", "192.0.2.3", true, map[string]string{LabelExcludeFromLB: ""})}},
-			want: []string{"192.0.2.1:30080=active"},
+			want: []string{"192.0.2.1:30080=active", "192.0.2.2:30080=active"},
+		},
+		{
+			// KEP-3458: a control-plane partition marks every node Unknown;
+			// readiness and cordons must not empty the pool, the probes decide.
+			name: "node mode: Unknown, without conditions and cordoned nodes stay",
+			in:   ServiceInput{Service: svc(), Config: nodeCfg},
+			opts: DesiredOptions{Nodes: []*corev1.Node{
+				withNode(node("a", "192.0.2.1", false, nil), func(n *corev1.Node) {
+					n.Status.Conditions[0].Status = corev1.ConditionUnknown
+				}),
+				withNode(node("b", "192.0.2.2", true, nil), func(n *corev1.Node) { n.Status.Conditions = nil }),
+				withNode(node("c", "192.0.2.3", false, nil), func(n *corev1.Node) { n.Spec.Unschedulable = true }),
+			}},
+			want: []string{"192.0.2.1:30080=active", "192.0.2.2:30080=active", "192.0.2.3:30080=active"},
+		},
+		{
+			name: "node mode: excluded, autoscaler-deleted and deleting nodes leave",
+			in:   ServiceInput{Service: svc(), Config: nodeCfg},
+			opts: DesiredOptions{Nodes: []*corev1.Node{
+				node("a", "192.0.2.1", true, map[string]string{LabelExcludeFromLB: "true"}),
+				withNode(node("b", "192.0.2.2", true, nil), func(n *corev1.Node) {
+					n.Spec.Taints = []corev1.Taint{{Key: "ToBeDeletedByClusterAutoscaler", Value: "1700000000", Effect: corev1.TaintEffectNoSchedule}}
+				}),
+				withNode(node("c", "192.0.2.3", true, nil), func(n *corev1.Node) { n.DeletionTimestamp = &metav1.Time{} }),
+				withNode(node("d", "192.0.2.4", true, nil), func(n *corev1.Node) {
+					n.Spec.Taints = []corev1.Taint{{Key: "example.com/other", Effect: corev1.TaintEffectNoSchedule}}
+				}),
+			}},
+			want: []string{"192.0.2.4:30080=active"},
 		},
 		{
 			name: "node mode with Local traffic policy probes healthCheckNodePort",
