@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,11 +226,19 @@ func TestParseServiceConfig(t *testing.T) {
 		{AnnotationDrainTimeout: "-1s"},
 		{AnnotationMaxUnavailable: "0"},
 		{AnnotationMaxUnavailable: "150%"},
+		{AnnotationMaxUnavailable: "2147483648"}, // overflows int32
+		{AnnotationMaxUnavailable: "99999999999999999999"},
+		{AnnotationMaxUnavailable: "-2147483649"},
 		{"zerodrop.dev/colour": "blue"},
 	} {
 		if _, err := ParseServiceConfig(bad); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
+	}
+	// An out-of-range count says what the range is, not "not a number".
+	_, err = ParseServiceConfig(map[string]string{AnnotationMaxUnavailable: "2147483648"})
+	if err == nil || !strings.Contains(err.Error(), "between 1 and 2147483647") {
+		t.Errorf("max-unavailable 2147483648: got %v, want an error naming the range", err)
 	}
 	_, err = ParseServiceConfig(map[string]string{AnnotationBackendMode: "pod", AnnotationDrainTimeout: "x"})
 	var inv *InvalidConfigError
