@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -147,8 +148,13 @@ func parseMaxUnavailable(s string) (intstr.IntOrString, error) {
 		}
 		return intstr.FromString(s), nil
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
+	// Parsed as int32, the type the count is kept in: a larger value must be
+	// refused, not wrap around to a negative count.
+	n, err := strconv.ParseInt(s, 10, 32)
+	if errors.Is(err, strconv.ErrRange) || err == nil && n < 1 {
+		return intstr.IntOrString{}, fmt.Errorf("a count must be between 1 and %d", math.MaxInt32)
+	}
+	if err != nil {
 		return intstr.IntOrString{}, errors.New("must be a positive integer or a percentage")
 	}
 	return intstr.FromInt32(int32(n)), nil
