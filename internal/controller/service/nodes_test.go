@@ -103,13 +103,7 @@ func TestNodeModeKeepsNotReadyNodes(t *testing.T) {
 	// the Service a moment later and wait for a reconcile after that.
 	time.Sleep(time.Second)
 	reconciles := metrics.Sum(r.metrics.Reconciles)
-	if err := c.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
-		t.Fatal(err)
-	}
-	svc.Annotations["example.com/touched"] = "1"
-	if err := c.Update(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
+	updateService(t, c, ns, "nodes", func(s *corev1.Service) { s.Annotations["example.com/touched"] = "1" })
 	eventually(t, 30*time.Second, "a reconcile after the partition", func() (bool, string) {
 		n := metrics.Sum(r.metrics.Reconciles)
 		return n > reconciles, fmt.Sprintf("reconciles %v, before %v", n, reconciles)
