@@ -164,6 +164,7 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 	if opts.Recorder == nil {
 		opts.Recorder = mgr.GetEventRecorder("zerodrop-service-controller")
 	}
+	opts.Recorder = truncatingRecorder{opts.Recorder}
 	c := &Controller{
 		opts:   opts,
 		client: mgr.GetClient(),
