@@ -243,7 +243,16 @@ func TestParseServiceConfig(t *testing.T) {
 	_, err = ParseServiceConfig(map[string]string{AnnotationBackendMode: "pod", AnnotationDrainTimeout: "x"})
 	var inv *InvalidConfigError
 	if !errors.As(err, &inv) || len(inv.Problems) != 2 {
-		t.Errorf("want both problems reported at once, got %v", err)
+		t.Fatalf("want both problems reported at once, got %v", err)
+	}
+	// The controller follows the endpoints of an invalid Service only when
+	// its backend mode is known.
+	if !inv.Invalid(AnnotationBackendMode) || !inv.Invalid(AnnotationDrainTimeout) || inv.Invalid(AnnotationMaxUnavailable) {
+		t.Errorf("invalid keys = %v", inv.Keys)
+	}
+	cfg, err = ParseServiceConfig(map[string]string{AnnotationBackendMode: "node", AnnotationDrainTimeout: "x"})
+	if err == nil || cfg.Mode != NodeMode || cfg.DrainTimeout != DefaultDrainTimeout {
+		t.Errorf("an invalid config keeps the valid values, defaults for the rest: %+v, %v", cfg, err)
 	}
 }
 

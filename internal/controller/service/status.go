@@ -118,8 +118,12 @@ func (c *Controller) updateStatuses(ctx context.Context, st *state, plan model.P
 	}
 	for svc, problem := range st.invalid {
 		status := svc.Status.DeepCopy()
+		kept := "; the load balancer keeps its last good configuration"
+		if st.isHeld(svc) {
+			kept = "; the listeners keep their last good configuration, the backends follow the endpoints"
+		}
 		valid := metav1.Condition{Type: ConditionConfigValid, Status: metav1.ConditionFalse, Reason: ReasonInvalidAnnotations,
-			Message: problem.Error() + "; the load balancer keeps its last good configuration", ObservedGeneration: svc.Generation}
+			Message: problem.Error() + kept, ObservedGeneration: svc.Generation}
 		if err := c.patchStatus(ctx, svc, status, valid); err != nil {
 			return err
 		}
