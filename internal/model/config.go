@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,6 +55,19 @@ type ServiceConfig struct {
 // user sees them all at once.
 type InvalidConfigError struct {
 	Problems []string
+	// Keys are the invalid annotations (ParseServiceConfig fills it; other
+	// validators may leave it empty).
+	Keys []string
+}
+
+// Invalid reports whether the annotation key is one of the problems.
+func (e *InvalidConfigError) Invalid(key string) bool {
+	for _, k := range e.Keys {
+		if k == key {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *InvalidConfigError) Error() string {
@@ -61,8 +75,9 @@ func (e *InvalidConfigError) Error() string {
 }
 
 // ParseServiceConfig validates the zerodrop annotations. On error the caller
-// must keep the load balancer as it is (invariant 7); the returned config then
-// holds the defaults.
+// must keep the Service's listeners as they are (invariant 7); the returned
+// config then holds the valid annotations' values and the defaults in place of
+// the invalid ones, for what still follows the cluster (the backends).
 func ParseServiceConfig(annotations map[string]string) (ServiceConfig, error) {
 	cfg := ServiceConfig{
 		Mode:                IPMode,
@@ -70,9 +85,10 @@ func ParseServiceConfig(annotations map[string]string) (ServiceConfig, error) {
 		DrainTimeout:        DefaultDrainTimeout,
 		MaxUnavailable:      DefaultMaxUnavailable,
 	}
-	var problems []string
+	var problems, invalid []string
 	bad := func(key, value, why string) {
 		problems = append(problems, fmt.Sprintf("%s=%q: %s", key, value, why))
+		invalid = append(invalid, key)
 	}
 	keys := make([]string, 0, len(annotations))
 	for k := range annotations {
@@ -123,7 +139,7 @@ func ParseServiceConfig(annotations map[string]string) (ServiceConfig, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return cfg, &InvalidConfigError{Problems: problems}
+		return cfg, &InvalidConfigError{Problems: problems, Keys: invalid}
 	}
 	return cfg, nil
 }
@@ -147,8 +163,13 @@ func parseMaxUnavailable(s string) (intstr.IntOrString, error) {
 		}
 		return intstr.FromString(s), nil
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
+	// Parsed as int32, the type the count is kept in: a larger value must be
+	// refused, not wrap around to a negative count.
+	n, err := strconv.ParseInt(s, 10, 32)
+	if errors.Is(err, strconv.ErrRange) || err == nil && n < 1 {
+		return intstr.IntOrString{}, fmt.Errorf("a count must be between 1 and %d", math.MaxInt32)
+	}
+	if err != nil {
 		return intstr.IntOrString{}, errors.New("must be a positive integer or a percentage")
 	}
 	return intstr.FromInt32(int32(n)), nil

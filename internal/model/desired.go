@@ -44,6 +44,10 @@ type Warning struct {
 // load balancer pools.
 const LabelExcludeFromLB = "node.kubernetes.io/exclude-from-external-load-balancers"
 
+// TaintToBeDeletedByClusterAutoscaler is the taint the cluster autoscaler
+// puts on a node it is about to delete.
+const TaintToBeDeletedByClusterAutoscaler = "ToBeDeletedByClusterAutoscaler"
+
 // ListenerName is the stable name of a Service port's listener.
 func ListenerName(namespace, name string, proto corev1.Protocol, port int32) string {
 	return fmt.Sprintf("%s/%s/%s-%d", namespace, name, strings.ToLower(string(proto)), port)
@@ -107,7 +111,7 @@ func Desired(key string, services []ServiceInput, opts DesiredOptions) (*LoadBal
 func nodeBackends(nodes []*corev1.Node, nodePort int32) []Backend {
 	var out []Backend
 	for _, n := range nodes {
-		if _, excluded := n.Labels[LabelExcludeFromLB]; excluded || !nodeReady(n) {
+		if NodeExcluded(n) {
 			continue
 		}
 		if ip := NodeAddress(n); ip != "" {
@@ -117,10 +121,20 @@ func nodeBackends(nodes []*corev1.Node, nodePort int32) []Backend {
 	return out
 }
 
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+// NodeExcluded reports whether a node leaves the node-mode backends. As the
+// upstream service controller since KEP-3458 (StableLoadBalancerNodeSet), only
+// the exclusion label, the cluster autoscaler's deletion taint and the node's
+// deletion count. Readiness and cordons do not: a control-plane partition marks
+// every node Unknown, and draining them all would take the service down while
+// the nodes still serve. The probes decide health (healthCheckNodePort for
+// externalTrafficPolicy Local, the nodePort for Cluster).
+func NodeExcluded(n *corev1.Node) bool {
+	if _, excluded := n.Labels[LabelExcludeFromLB]; excluded || n.DeletionTimestamp != nil {
+		return true
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintToBeDeletedByClusterAutoscaler {
+			return true
 		}
 	}
 	return false

@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,11 @@ func node(name, ip string, ready bool, labels map[string]string) *corev1.Node {
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}},
 		},
 	}
+}
+
+func withNode(n *corev1.Node, mutate func(*corev1.Node)) *corev1.Node {
+	mutate(n)
+	return n
 }
 
 func defaultConfig() ServiceConfig {
@@ -115,12 +121,41 @@ func TestDesiredBackends(t *testing.T) {
 			want: []string{"127.18.0.9:8080=active"},
 		},
 		{
-			name: "node mode: ready, not excluded nodes on the nodePort",
+			name: "node mode: not excluded nodes on the nodePort, NotReady ones too",
 			in:   ServiceInput{Service: svc(), Config: nodeCfg},
 			opts: DesiredOptions{Nodes: []*corev1.Node{
 				node("a", "192.0.2.1", true, nil), node("b", "192.0.2.2", false, nil),
 				node("c", "192.0.2.3", true, map[string]string{LabelExcludeFromLB: ""})}},
-			want: []string{"192.0.2.1:30080=active"},
+			want: []string{"192.0.2.1:30080=active", "192.0.2.2:30080=active"},
+		},
+		{
+			// KEP-3458: a control-plane partition marks every node Unknown;
+			// readiness and cordons must not empty the pool, the probes decide.
+			name: "node mode: Unknown, without conditions and cordoned nodes stay",
+			in:   ServiceInput{Service: svc(), Config: nodeCfg},
+			opts: DesiredOptions{Nodes: []*corev1.Node{
+				withNode(node("a", "192.0.2.1", false, nil), func(n *corev1.Node) {
+					n.Status.Conditions[0].Status = corev1.ConditionUnknown
+				}),
+				withNode(node("b", "192.0.2.2", true, nil), func(n *corev1.Node) { n.Status.Conditions = nil }),
+				withNode(node("c", "192.0.2.3", false, nil), func(n *corev1.Node) { n.Spec.Unschedulable = true }),
+			}},
+			want: []string{"192.0.2.1:30080=active", "192.0.2.2:30080=active", "192.0.2.3:30080=active"},
+		},
+		{
+			name: "node mode: excluded, autoscaler-deleted and deleting nodes leave",
+			in:   ServiceInput{Service: svc(), Config: nodeCfg},
+			opts: DesiredOptions{Nodes: []*corev1.Node{
+				node("a", "192.0.2.1", true, map[string]string{LabelExcludeFromLB: "true"}),
+				withNode(node("b", "192.0.2.2", true, nil), func(n *corev1.Node) {
+					n.Spec.Taints = []corev1.Taint{{Key: "ToBeDeletedByClusterAutoscaler", Value: "1700000000", Effect: corev1.TaintEffectNoSchedule}}
+				}),
+				withNode(node("c", "192.0.2.3", true, nil), func(n *corev1.Node) { n.DeletionTimestamp = &metav1.Time{} }),
+				withNode(node("d", "192.0.2.4", true, nil), func(n *corev1.Node) {
+					n.Spec.Taints = []corev1.Taint{{Key: "example.com/other", Effect: corev1.TaintEffectNoSchedule}}
+				}),
+			}},
+			want: []string{"192.0.2.4:30080=active"},
 		},
 		{
 			name: "node mode with Local traffic policy probes healthCheckNodePort",
@@ -191,16 +226,33 @@ func TestParseServiceConfig(t *testing.T) {
 		{AnnotationDrainTimeout: "-1s"},
 		{AnnotationMaxUnavailable: "0"},
 		{AnnotationMaxUnavailable: "150%"},
+		{AnnotationMaxUnavailable: "2147483648"}, // overflows int32
+		{AnnotationMaxUnavailable: "99999999999999999999"},
+		{AnnotationMaxUnavailable: "-2147483649"},
 		{"zerodrop.dev/colour": "blue"},
 	} {
 		if _, err := ParseServiceConfig(bad); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
 	}
+	// An out-of-range count says what the range is, not "not a number".
+	_, err = ParseServiceConfig(map[string]string{AnnotationMaxUnavailable: "2147483648"})
+	if err == nil || !strings.Contains(err.Error(), "between 1 and 2147483647") {
+		t.Errorf("max-unavailable 2147483648: got %v, want an error naming the range", err)
+	}
 	_, err = ParseServiceConfig(map[string]string{AnnotationBackendMode: "pod", AnnotationDrainTimeout: "x"})
 	var inv *InvalidConfigError
 	if !errors.As(err, &inv) || len(inv.Problems) != 2 {
-		t.Errorf("want both problems reported at once, got %v", err)
+		t.Fatalf("want both problems reported at once, got %v", err)
+	}
+	// The controller follows the endpoints of an invalid Service only when
+	// its backend mode is known.
+	if !inv.Invalid(AnnotationBackendMode) || !inv.Invalid(AnnotationDrainTimeout) || inv.Invalid(AnnotationMaxUnavailable) {
+		t.Errorf("invalid keys = %v", inv.Keys)
+	}
+	cfg, err = ParseServiceConfig(map[string]string{AnnotationBackendMode: "node", AnnotationDrainTimeout: "x"})
+	if err == nil || cfg.Mode != NodeMode || cfg.DrainTimeout != DefaultDrainTimeout {
+		t.Errorf("an invalid config keeps the valid values, defaults for the rest: %+v, %v", cfg, err)
 	}
 }
 

@@ -202,8 +202,7 @@ func testRBAC(t *testing.T, admin client.Client) {
 	const sys = "zerodrop-system"
 	allowed := []access{
 		{"get", "", "services", "", "shop", ""}, {"list", "", "services", "", "", ""}, {"watch", "", "services", "", "", ""},
-		{"patch", "", "services", "", "shop", "web"}, {"update", "", "services", "", "shop", "web"},
-		{"patch", "", "services", "status", "shop", "web"}, {"update", "", "services", "status", "shop", "web"},
+		{"patch", "", "services", "", "shop", "web"}, {"patch", "", "services", "status", "shop", "web"},
 		{"get", "discovery.k8s.io", "endpointslices", "", "shop", ""}, {"list", "discovery.k8s.io", "endpointslices", "", "", ""},
 		{"watch", "discovery.k8s.io", "endpointslices", "", "", ""},
 		{"get", "", "nodes", "", "", "n1"}, {"list", "", "nodes", "", "", ""}, {"watch", "", "nodes", "", "", ""},
@@ -222,6 +221,8 @@ func testRBAC(t *testing.T, admin client.Client) {
 	}
 	denied := []access{
 		{"create", "", "services", "", "shop", ""}, {"delete", "", "services", "", "shop", "web"},
+		// The service controller patches (finalizer, status), it never updates.
+		{"update", "", "services", "", "shop", "web"}, {"update", "", "services", "status", "shop", "web"},
 		{"update", "", "pods", "status", "shop", "p"}, {"create", "", "pods", "", "shop", ""}, {"delete", "", "pods", "", "shop", "p"},
 		{"patch", "", "nodes", "", "", "n1"}, {"update", "", "namespaces", "", "", "shop"},
 		{"get", "", "secrets", "", sys, "other"}, {"list", "", "secrets", "", sys, ""}, {"watch", "", "secrets", "", sys, ""},

@@ -164,6 +164,7 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 	if opts.Recorder == nil {
 		opts.Recorder = mgr.GetEventRecorder("zerodrop-service-controller")
 	}
+	opts.Recorder = truncatingRecorder{opts.Recorder}
 	c := &Controller{
 		opts:   opts,
 		client: mgr.GetClient(),
@@ -383,23 +384,10 @@ func (c *Controller) enqueueNodeMode(ctx context.Context) {
 	}
 }
 
-// nodeChanged ignores heartbeats: only what changes a backend counts.
+// nodeChanged ignores heartbeats and readiness: only what changes a backend
+// counts (model.NodeExcluded).
 func nodeChanged(old, cur *corev1.Node) bool {
-	if model.NodeAddress(old) != model.NodeAddress(cur) {
-		return true
-	}
-	_, exOld := old.Labels[model.LabelExcludeFromLB]
-	_, exCur := cur.Labels[model.LabelExcludeFromLB]
-	return exOld != exCur || readyStatus(old) != readyStatus(cur)
-}
-
-func readyStatus(n *corev1.Node) corev1.ConditionStatus {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status
-		}
-	}
-	return corev1.ConditionUnknown
+	return model.NodeAddress(old) != model.NodeAddress(cur) || model.NodeExcluded(old) != model.NodeExcluded(cur)
 }
 
 func unwrap(obj any) any {

@@ -240,55 +240,6 @@ func TestLifecycleRestartAndFullSync(t *testing.T) {
 	third.stop(t)
 }
 
-// TestInvalidAnnotationChangesNothing: a bad annotation yields a condition and
-// a Warning Event, and the load balancer keeps its last good configuration.
-func TestInvalidAnnotationChangesNothing(t *testing.T) {
-	cfg := testenv.Start(t)
-	c := newClient(t, cfg)
-	ctx := context.Background()
-	prov := memory.New(provider.Hooks{})
-	const ns = "default"
-	svc := lbService(ns, "api", "zerodrop.dev/memory", nil)
-	if err := c.Create(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, slice(ns, "api", 8080, "10.2.0.1", "10.2.0.2")); err != nil {
-		t.Fatal(err)
-	}
-	r := startController(t, cfg, prov, service.SyncIncremental)
-	eventually(t, 20*time.Second, "two backends", func() (bool, string) {
-		lb, _ := prov.Observe(ctx, ns+"/api")
-		return len(backendsOf(lb)) == 2, fmt.Sprint(backendsOf(lb))
-	})
-	good, _ := prov.Observe(ctx, ns+"/api")
-
-	if err := c.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
-		t.Fatal(err)
-	}
-	svc.Annotations = map[string]string{model.AnnotationHealthCheckInterval: "fast", "zerodrop.dev/colour": "blue"}
-	if err := c.Update(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
-	// Endpoints vanish at the same time: still nothing may change.
-	if err := c.Delete(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api-slice"}}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "ConfigValid=False and a Warning Event", func() (bool, string) {
-		var got corev1.Service
-		_ = c.Get(ctx, client.ObjectKeyFromObject(svc), &got)
-		cond := meta.FindStatusCondition(got.Status.Conditions, service.ConditionConfigValid)
-		evs := warningEvents(t, c, ns, "api")
-		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == service.ReasonInvalidAnnotations && len(evs) > 0,
-			fmt.Sprintf("cond=%+v events=%d", cond, len(evs))
-	})
-	time.Sleep(500 * time.Millisecond)
-	now, _ := prov.Observe(ctx, ns+"/api")
-	if !model.Equal(now, good) {
-		t.Fatalf("invalid annotations changed the load balancer: %v -> %v", backendsOf(good), backendsOf(now))
-	}
-	r.stop(t)
-}
-
 // TestConflictsRetrySilently: a second writer changes the load balancer
 // between observe and apply; the controller re-plans and converges without a
 // Warning Event.

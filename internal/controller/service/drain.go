@@ -67,7 +67,7 @@ func (c *Controller) step(ctx context.Context, key string, st *state, observed, 
 		return desired, false, nil
 	}
 	configs := map[string]model.ServiceConfig{}
-	for _, in := range st.active {
+	for _, in := range append(st.active[:len(st.active):len(st.active)], st.held...) {
 		configs[in.Service.Namespace+"/"+in.Service.Name+"/"] = in.Config
 	}
 	configOf := func(listener string) model.ServiceConfig {

@@ -30,8 +30,14 @@ type state struct {
 	key string
 	// active Services get a load balancer.
 	active []model.ServiceInput
-	// invalid Services keep what they have (invariant 7).
+	// invalid Services keep their listeners' settings as observed (invariant 7).
 	invalid map[*corev1.Service]error
+	// held are the invalid Services whose backends still follow their
+	// endpoints (or nodes), with the valid part of their configuration: a bad
+	// annotation must not stall a rollout or keep deleted pods. An invalid
+	// backend mode leaves nothing to follow: such a Service is not held and its
+	// backends stay as they are too.
+	held []model.ServiceInput
 	// leaving Services are deleted or no longer zerodrop's; their listeners go.
 	leaving []*corev1.Service
 }
@@ -83,6 +89,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 		addr, err := c.address(in.Service, in.Config, observed)
 		if err != nil {
 			st.invalid[in.Service] = err
+			st.held = append(st.held, *in)
 			continue
 		}
 		in.Address = addr
@@ -94,17 +101,21 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 		}
 	}
 
-	nodes, err := c.nodes(ctx, st.active)
+	nodes, err := c.nodes(ctx, append(st.active[:len(st.active):len(st.active)], st.held...))
 	if err != nil {
 		return resultError, false, err
 	}
-	desired, warnings := model.Desired(key, st.active, model.DesiredOptions{
+	dopts := model.DesiredOptions{
 		Nodes:       nodes,
 		Unsupported: c.opts.Provider.Unsupported(),
 		AddressMap:  c.opts.BackendAddressMap,
 		GatePending: c.gatePending(ctx),
-	})
-	desired = keepInvalid(desired, observed, st.invalid)
+	}
+	desired, warnings := model.Desired(key, st.active, dopts)
+	// Only the backends of held Services' listeners are taken from here
+	// (keepInvalid); their warnings are not reported, ConfigValid is False.
+	held, _ := model.Desired(key, st.held, dopts)
+	desired = keepInvalid(desired, observed, st.invalid, held)
 	if len(st.active) == 0 && len(st.invalid) == 0 {
 		desired = nil
 	}
@@ -226,21 +237,37 @@ func (c *Controller) collect(ctx context.Context, key string) (*state, error) {
 		}
 		if err != nil {
 			st.invalid[svc] = err
+			var inv *model.InvalidConfigError
+			if !errors.As(err, &inv) || !inv.Invalid(model.AnnotationBackendMode) {
+				st.held = append(st.held, model.ServiceInput{Service: svc, Config: cfg})
+			}
 			continue
 		}
 		st.active = append(st.active, model.ServiceInput{Service: svc, Config: cfg})
 	}
-	for i := range st.active {
-		svc := st.active[i].Service
-		if st.active[i].Config.Mode == model.IPMode {
-			slices, err := c.slices(ctx, svc)
+	for _, ins := range [][]model.ServiceInput{st.active, st.held} {
+		for i := range ins {
+			if ins[i].Config.Mode != model.IPMode {
+				continue
+			}
+			slices, err := c.slices(ctx, ins[i].Service)
 			if err != nil {
 				return nil, err
 			}
-			st.active[i].Slices = slices
+			ins[i].Slices = slices
 		}
 	}
 	return st, nil
+}
+
+// isHeld reports whether an invalid Service's backends follow its endpoints.
+func (st *state) isHeld(svc *corev1.Service) bool {
+	for _, in := range st.held {
+		if in.Service == svc {
+			return true
+		}
+	}
+	return false
 }
 
 func dropInvalid(in []model.ServiceInput, invalid map[*corev1.Service]error) []model.ServiceInput {
@@ -254,9 +281,10 @@ func dropInvalid(in []model.ServiceInput, invalid map[*corev1.Service]error) []m
 }
 
 // keepInvalid carries the observed listeners of invalid Services into the
-// desired state, so that a typo in an annotation changes nothing at the load
-// balancer (invariant 7).
-func keepInvalid(desired, observed *model.LoadBalancer, invalid map[*corev1.Service]error) *model.LoadBalancer {
+// desired state, so that a typo in an annotation changes none of their
+// settings (invariant 7). Their backends are those of held (the Services'
+// endpoints or nodes) where held has the listener, else as observed.
+func keepInvalid(desired, observed *model.LoadBalancer, invalid map[*corev1.Service]error, held *model.LoadBalancer) *model.LoadBalancer {
 	if len(invalid) == 0 || observed == nil {
 		return desired
 	}
@@ -268,9 +296,13 @@ func keepInvalid(desired, observed *model.LoadBalancer, invalid map[*corev1.Serv
 	out.Listeners = append([]model.Listener(nil), desired.Listeners...)
 	for _, l := range observed.Listeners {
 		for p := range prefixes {
-			if strings.HasPrefix(l.Name, p) {
-				out.Listeners = append(out.Listeners, l)
+			if !strings.HasPrefix(l.Name, p) {
+				continue
 			}
+			if h := held.Listener(l.Name); h != nil {
+				l.Backends = h.Backends
+			}
+			out.Listeners = append(out.Listeners, l)
 		}
 	}
 	return model.Canonical(&out)

@@ -118,8 +118,12 @@ func (c *Controller) updateStatuses(ctx context.Context, st *state, plan model.P
 	}
 	for svc, problem := range st.invalid {
 		status := svc.Status.DeepCopy()
+		kept := "; the load balancer keeps its last good configuration"
+		if st.isHeld(svc) {
+			kept = "; the listeners keep their last good configuration, the backends follow the endpoints"
+		}
 		valid := metav1.Condition{Type: ConditionConfigValid, Status: metav1.ConditionFalse, Reason: ReasonInvalidAnnotations,
-			Message: problem.Error() + "; the load balancer keeps its last good configuration", ObservedGeneration: svc.Generation}
+			Message: problem.Error() + kept, ObservedGeneration: svc.Generation}
 		if err := c.patchStatus(ctx, svc, status, valid); err != nil {
 			return err
 		}
@@ -146,6 +150,7 @@ func (c *Controller) updateStatuses(ctx context.Context, st *state, plan model.P
 // patchStatus sets the ConfigValid condition, emitting a Warning Event only
 // when it turns False or its message changes.
 func (c *Controller) patchStatus(ctx context.Context, svc *corev1.Service, status *corev1.ServiceStatus, valid metav1.Condition) error {
+	valid.Message = truncate(valid.Message, maxConditionMessage)
 	prev := meta.FindStatusCondition(svc.Status.Conditions, ConditionConfigValid)
 	if valid.Status == metav1.ConditionFalse && (prev == nil || prev.Status != valid.Status || prev.Message != valid.Message) {
 		c.opts.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, valid.Reason, "Validate", "%s", valid.Message)
@@ -226,11 +231,4 @@ func (c *Controller) clearFailures(ctx context.Context, key string) {
 	c.mu.Lock()
 	delete(c.failures, key)
 	c.mu.Unlock()
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
