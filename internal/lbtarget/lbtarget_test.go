@@ -189,6 +189,15 @@ func TestTargets(t *testing.T) {
 		lbs:  []lb{{"web", []model.Backend{be("10.9.0.2", 30080, model.Active)}}},
 		want: []string{l("web") + " reg=false healthy=false node=true nodeOnly=true state= conns=-1"},
 	}, {
+		name: "node mode, Local, another annotation invalid: still judged by its node",
+		svcs: []*corev1.Service{service("web", "web", nodeMode(true), func(s *corev1.Service) {
+			s.Annotations[model.AnnotationHealthCheckInterval] = "bogus"
+		})},
+		pod:       pod("10.1.0.1"),
+		lbs:       []lb{{"web", []model.Backend{be("10.9.0.1", 30080, model.Active)}}},
+		unhealthy: []string{l("web") + "|10.9.0.1:30080"},
+		want:      []string{l("web") + " reg=true healthy=false node=true nodeOnly=true state=active conns=0"},
+	}, {
 		name: "dual-stack: registered under the second address",
 		svcs: []*corev1.Service{service("web", "web")},
 		pod:  pod("10.1.0.1", "fd00:10:1::1"),
