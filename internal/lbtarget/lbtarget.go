@@ -82,12 +82,10 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 	statusByLB := map[string][]provider.BackendStatus{}
 	var out []Target
 	for _, svc := range svcs {
-		cfg, err := model.ParseServiceConfig(svc.Annotations)
-		if err != nil {
-			// An invalid Service keeps its load balancer as it was; judge the
-			// pod by its default-mode backends.
-			cfg, _ = model.ParseServiceConfig(nil)
-		}
+		// An invalid Service keeps its listeners but its backends follow its
+		// endpoints in the mode its valid annotations give (invariant 7):
+		// judge the pod by that config, the default in place of a bad value.
+		cfg, _ := model.ParseServiceConfig(svc.Annotations)
 		addrs := f.podAddresses(pod)
 		nodeOnly := false
 		if cfg.Mode == model.NodeMode {
