@@ -133,6 +133,13 @@ func BenchmarkAzureRestart(b *testing.B) {
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.2f\n", r.name, changes[i], r.poolPuts, r.puts-r.poolPuts, r.preconditionFailed, r.conflicts, float64(r.puts)/float64(changes[i]))
 	}
 	w.Flush()
+	// Invariant 1: the bench fails, not only prints, when a restart with
+	// nothing changed writes (restarts alternate incremental, full).
+	for i := 0; i < len(restarts); i += 2 {
+		if r := restarts[i]; r.puts != 0 || r.writes != 0 {
+			b.Fatalf("%s restart with nothing changed made %d PUTs (%v provider writes), want 0", r.name, r.puts, r.writes)
+		}
+	}
 	b.ReportMetric(float64(restarts[0].puts), "restart-PUTs")
 	b.ReportMetric(float64(restarts[1].puts), "full-sync-restart-PUTs")
 	b.ReportMetric(float64(churns[1].puts)/float64(changes[1]), "churn-PUTs/change")

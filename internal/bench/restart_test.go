@@ -86,6 +86,13 @@ func BenchmarkLeaderRestart(b *testing.B) {
 		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%s\n", r.name, r.writes, r.reads, r.duration.Round(time.Millisecond))
 	}
 	w.Flush()
+	// Invariant 1: the bench fails, not only prints, when a restart with
+	// nothing changed writes.
+	for i := 0; i < len(results); i += 2 {
+		if results[i].writes != 0 {
+			b.Fatalf("%s restart with nothing changed made %v provider writes, want 0", results[i].name, results[i].writes)
+		}
+	}
 	b.ReportMetric(results[0].writes, "writes/restart")
 	b.ReportMetric(results[0].duration.Seconds(), "verify-s")
 	b.ReportMetric(results[1].writes, "full-writes/restart")

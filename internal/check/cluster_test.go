@@ -141,6 +141,10 @@ func ruleSet(t *testing.T, out string) []string {
 
 // TestClusterMode runs --cluster against a real kube-apiserver.
 func TestClusterMode(t *testing.T) {
+	if testing.Short() {
+		// -short (make unit) runs pure tests only.
+		t.Skip("starts kube-apiserver and etcd; not under -short")
+	}
 	cfg := testenv.Start(t)
 	ctx := context.Background()
 	c := newClusterClients(t, cfg)

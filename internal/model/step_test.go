@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -35,6 +36,8 @@ func TestStep(t *testing.T) {
 		opts     StepOptions
 		want     []string
 		pending  bool
+		// weights, when set, are the weights the step must carry.
+		weights map[string]int32
 	}{
 		{
 			name:     "a removed backend drains first",
@@ -104,6 +107,7 @@ func TestStep(t *testing.T) {
 			observed: lbOf(listener("a", 80, be("10.0.0.1", 80))),
 			desired:  lbOf(listener("a", 80, Backend{Address: "10.0.0.1", Port: 80, Weight: 10})),
 			want:     []string{"10.0.0.1:80=active"},
+			weights:  map[string]int32{"10.0.0.1:80": 10},
 		},
 	}
 	for _, tt := range tests {
@@ -115,38 +119,78 @@ func TestStep(t *testing.T) {
 			if res.Pending != tt.pending {
 				t.Errorf("pending = %v, want %v", res.Pending, tt.pending)
 			}
+			if tt.weights != nil {
+				weights := map[string]int32{}
+				for _, l := range got.Listeners {
+					for _, b := range l.Backends {
+						weights[b.ID()] = b.Weight
+					}
+				}
+				if diff := cmp.Diff(tt.weights, weights); diff != "" {
+					t.Errorf("weights (-want +got):\n%s", diff)
+				}
+			}
 		})
 	}
 }
 
 // TestStepConverges: repeated steps with everything drained reach desired,
-// never emptying a pool that desired keeps serving.
+// and no step takes more than max-unavailable (at least one) of the serving
+// backends out of service, counted independently of Step's own budget.
 func TestStepConverges(t *testing.T) {
 	var old, next []Backend
 	for i := 1; i <= 10; i++ {
-		old = append(old, be("10.0.0."+string(rune('0'+i%10)), 80))
-		next = append(next, be("10.0.1."+string(rune('0'+i%10)), 80))
+		old = append(old, be(fmt.Sprintf("10.0.0.%d", i), 80))
+		next = append(next, be(fmt.Sprintf("10.0.1.%d", i), 80))
 	}
-	cur := lbOf(listener("a", 80, old...))
-	desired := lbOf(listener("a", 80, next...))
-	for step := 0; step < 20; step++ {
-		nextState, res := Step(cur, desired, StepOptions{Drained: func(string, Backend) bool { return true }})
-		active := 0
-		for _, b := range nextState.Listeners[0].Backends {
-			if b.State == Active {
-				active++
+	for _, tc := range []struct {
+		maxUnavailable string
+		percent        int
+	}{{"25%", 25}, {"10%", 10}, {"50%", 50}} {
+		t.Run(tc.maxUnavailable, func(t *testing.T) {
+			cur := lbOf(listener("a", 80, old...))
+			desired := lbOf(listener("a", 80, next...))
+			opts := StepOptions{
+				Drained:        func(string, Backend) bool { return true },
+				MaxUnavailable: func(string) intstr.IntOrString { return intstr.FromString(tc.maxUnavailable) },
 			}
-		}
-		if active == 0 {
-			t.Fatalf("step %d emptied the pool", step)
-		}
-		cur = nextState
-		if !res.Pending {
-			if !Equal(cur, desired) {
-				t.Fatalf("not pending but not desired: %v", states(cur))
+			for step := 0; step < 40; step++ {
+				nextState, res := Step(cur, desired, opts)
+				serving, after := map[string]bool{}, map[string]bool{}
+				// Canonical: an unset state is active.
+				for _, b := range Canonical(cur).Listeners[0].Backends {
+					if b.State == Active {
+						serving[b.ID()] = true
+					}
+				}
+				for _, b := range Canonical(nextState).Listeners[0].Backends {
+					if b.State == Active {
+						after[b.ID()] = true
+					}
+				}
+				taken := 0
+				for id := range serving {
+					if !after[id] {
+						taken++
+					}
+				}
+				limit := max(1, len(serving)*tc.percent/100)
+				if taken > limit {
+					t.Fatalf("step %d took %d of %d serving backends out of service, max-unavailable %s allows %d: %v -> %v",
+						step, taken, len(serving), tc.maxUnavailable, limit, states(cur), states(nextState))
+				}
+				if len(after) == 0 {
+					t.Fatalf("step %d emptied the pool", step)
+				}
+				cur = nextState
+				if !res.Pending {
+					if d := cmp.Diff(Canonical(desired), Canonical(cur)); d != "" {
+						t.Fatalf("not pending but not desired (-want +got):\n%s", d)
+					}
+					return
+				}
 			}
-			return
-		}
+			t.Fatalf("did not converge: %v", states(cur))
+		})
 	}
-	t.Fatalf("did not converge: %v", states(cur))
 }

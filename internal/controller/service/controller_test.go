@@ -78,6 +78,9 @@ type replica struct {
 	// (false simulates a crash: the standby must wait for the lease to expire).
 	leaderElect, release bool
 	lease                time.Duration
+	// resync is the controller's ResyncPeriod (default an hour: none
+	// during a test).
+	resync time.Duration
 }
 
 func startController(t *testing.T, cfg *rest.Config, prov provider.Provider, sync service.SyncMode) *running {
@@ -113,6 +116,9 @@ func startReplica(t *testing.T, cfg *rest.Config, rep replica) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if rep.resync == 0 {
+		rep.resync = time.Hour
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if _, err := service.New(ctx, mgr, service.Options{
 		Provider:     rep.prov,
@@ -120,7 +126,7 @@ func startReplica(t *testing.T, cfg *rest.Config, rep replica) *running {
 		AddressPool:  netip.MustParsePrefix("127.0.101.0/24"),
 		Metrics:      m,
 		Logger:       testr.New(t),
-		ResyncPeriod: time.Hour,
+		ResyncPeriod: rep.resync,
 	}); err != nil {
 		cancel()
 		t.Fatal(err)
@@ -206,17 +212,28 @@ func TestLifecycleRestartAndFullSync(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	first.stop(t)
 	before := len(prov.Writes())
+	version := prov.Version(ns + "/web")
 
 	// A new controller (a restart, a new leader) against unchanged objects
-	// writes nothing.
-	second := startController(t, cfg, prov, service.SyncIncremental)
-	eventually(t, 10*time.Second, "second controller to reconcile", func() (bool, string) {
-		n := metrics.Sum(second.metrics.Reconciles.WithLabelValues("noop"))
-		return n >= 1, fmt.Sprintf("noop reconciles=%v", n)
+	// writes nothing, on start and on every periodic resync (one a second
+	// here). The version catches an Apply with an empty plan, which writes
+	// no op but is a write all the same (an ETag-changing PUT on a cloud).
+	second := startReplica(t, cfg, replica{prov: prov, sync: service.SyncIncremental, resync: time.Second})
+	eventually(t, 60*time.Second, "the restart's reconcile and three resyncs", func() (bool, string) {
+		n := metrics.Sum(second.metrics.Reconciles)
+		return n >= 4, fmt.Sprintf("reconciles=%v", n)
 	})
-	time.Sleep(time.Second)
 	if w := second.writes(); w != 0 {
 		t.Errorf("restart with nothing changed: %v provider writes, want 0 (%v)", w, prov.Writes()[before:])
+	}
+	if w := prov.Writes()[before:]; len(w) != 0 {
+		t.Errorf("restart and resyncs with nothing changed wrote %v", w)
+	}
+	if v := prov.Version(ns + "/web"); v != version {
+		t.Errorf("restart and resyncs with nothing changed moved the version %s -> %s: an Apply was made", version, v)
+	}
+	if r := metrics.Sum(second.metrics.Reconciles); r != metrics.Sum(second.metrics.Reconciles.WithLabelValues("noop")) {
+		t.Errorf("%v reconciles, not all noop", r)
 	}
 	second.stop(t)
 

@@ -38,7 +38,9 @@ func testLeaderFailover(t *testing.T, newProvider func(provider.Hooks) provider.
 		lb, _ := a.prov.Observe(ctx, ns+"/ha")
 		return a.isLeader() && len(backendsOf(lb)) == 2, fmt.Sprintf("leader=%v backends=%v", a.isLeader(), backendsOf(lb))
 	})
-	b := startReplica(t, cfg, replica{newProv: newProvider, sync: service.SyncIncremental, leaderElect: true, lease: lease})
+	// B resyncs every second once it leads: those reconciles must write
+	// nothing either.
+	b := startReplica(t, cfg, replica{newProv: newProvider, sync: service.SyncIncremental, leaderElect: true, lease: lease, resync: time.Second})
 	time.Sleep(lease) // B has had time to try for the lease
 	// A's check read above counts on A; B's counters must still be zero.
 	if b.isLeader() {
@@ -50,6 +52,14 @@ func testLeaderFailover(t *testing.T, newProvider func(provider.Hooks) provider.
 		t.Fatalf("standby acted: %v writes, %v reconciles", w, r)
 	}
 
+	// The version is the provider's concurrency token: it moves with any
+	// Apply, even one with an empty plan (memory), or with any change of
+	// content (HAProxy).
+	before, err := a.prov.Observe(ctx, ns+"/ha")
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// A crashes: it does not release the lease.
 	killed := time.Now()
 	a.stop(t)
@@ -57,13 +67,22 @@ func testLeaderFailover(t *testing.T, newProvider func(provider.Hooks) provider.
 	// How fast the standby takes over is a figure for the bench, not an
 	// assertion: on a loaded machine the renew loop can lag the lease.
 	took := time.Since(killed)
-	eventually(t, 10*time.Second, "new leader to reconcile", func() (bool, string) {
+	eventually(t, 60*time.Second, "new leader to reconcile and resync three times", func() (bool, string) {
 		n := metrics.Sum(b.metrics.Reconciles)
-		return n >= 1, fmt.Sprintf("reconciles=%v", n)
+		return n >= 4, fmt.Sprintf("reconciles=%v", n)
 	})
-	time.Sleep(time.Second)
 	if w := metrics.Sum(b.metrics.ProviderWrites); w != 0 {
 		t.Errorf("new leader wrote %v times with nothing changed", w)
+	}
+	if r, noop := metrics.Sum(b.metrics.Reconciles), metrics.Sum(b.metrics.Reconciles.WithLabelValues("noop")); r != noop {
+		t.Errorf("new leader: %v reconciles, only %v noop", r, noop)
+	}
+	after, err := b.prov.Observe(ctx, ns+"/ha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Version != after.Version {
+		t.Errorf("new leader moved the version %q -> %q with nothing changed: an Apply was made", before.Version, after.Version)
 	}
 	t.Logf("takeover after %s (lease %s)", took.Round(10*time.Millisecond), lease)
 	b.stop(t)

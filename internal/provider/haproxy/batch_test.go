@@ -36,7 +36,7 @@ func TestReadsAreBatched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !model.Diff(obs, smaller).Empty() {
+	if lbDiff(smaller, obs) != "" {
 		t.Fatalf("a read after a write returned the state before it: %+v", obs)
 	}
 }

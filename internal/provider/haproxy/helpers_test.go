@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
 
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
@@ -283,3 +284,17 @@ func workerPID(t *testing.T, p *Provider) int {
 }
 
 func errorsIsConflict(err error) bool { return errors.Is(err, provider.ErrConflict) }
+
+// lbDiff is cmp.Diff (-want +got) of two load balancers' canonical forms,
+// versions left out: round trips are checked with it rather than with
+// model.Diff, so a field Diff overlooks cannot hide itself. (testutil.LBDiff
+// is the same; testutil imports this package, so it cannot be used here.)
+func lbDiff(want, got *model.LoadBalancer) string {
+	w, g := model.Canonical(want), model.Canonical(got)
+	for _, c := range []*model.LoadBalancer{w, g} {
+		if c != nil {
+			c.Version = ""
+		}
+	}
+	return cmp.Diff(w, g)
+}

@@ -99,7 +99,7 @@ func TestScaleAtRuntimeWithoutReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := model.Diff(obs, desired(2)); !d.Empty() {
+	if d := lbDiff(desired(2), obs); d != "" {
 		t.Fatalf("fresh provider sees a difference: %s\nobserved %+v", d, obs)
 	}
 	c2.take()
@@ -111,6 +111,15 @@ func TestScaleAtRuntimeWithoutReload(t *testing.T) {
 	}
 	if obs.Version == "" {
 		t.Fatal("observed load balancer has no version")
+	}
+
+	// A weight change round-trips (compared with cmp, not Diff, so a Diff
+	// blind to weights cannot pass).
+	weighted := desired(2)
+	weighted.Listeners[0].Backends[1].Weight = 50
+	applyDiff(t, fresh, weighted)
+	if obs, err := fresh.Observe(ctx, key); err != nil || lbDiff(weighted, obs) != "" {
+		t.Fatalf("after a weight change (-want +got):\n%s (%v)", lbDiff(weighted, obs), err)
 	}
 }
 
@@ -192,7 +201,7 @@ func TestDraining(t *testing.T) {
 	desired.Listeners = []model.Listener{l}
 	applyDiff(t, p, desired)
 	obs, err := p.Observe(ctx, key)
-	if err != nil || !model.Diff(obs, desired).Empty() {
+	if err != nil || lbDiff(desired, obs) != "" {
 		t.Fatalf("after removal: %+v, %v", obs, err)
 	}
 }
@@ -296,7 +305,7 @@ func TestDeleteIsIdempotent(t *testing.T) {
 		t.Fatal("deleted listener still answers")
 	}
 	obsB, err := p.Observe(ctx, lbB.Key)
-	if err != nil || !model.Diff(obsB, lbB).Empty() {
+	if err != nil || lbDiff(lbB, obsB) != "" {
 		t.Fatalf("other load balancer changed: %+v, %v", obsB, err)
 	}
 	if seen := reached(t, lbAddr, portB, 4); len(seen) != 2 {
@@ -357,7 +366,7 @@ func TestMaintenanceIsHealed(t *testing.T) {
 	if writes, _ := c.take(); len(writes) != 1 || writes[0] != "set-server" {
 		t.Fatalf("healing writes %v, want one set-server", writes)
 	}
-	if obs, err := p.Observe(ctx, key); err != nil || !model.Diff(obs, desired).Empty() {
+	if obs, err := p.Observe(ctx, key); err != nil || lbDiff(desired, obs) != "" {
 		t.Fatalf("after healing: %+v, %v", obs, err)
 	}
 }

@@ -76,7 +76,7 @@ func TestFrontendChangeReloadsHitlessly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := model.Diff(obs, desired); !d.Empty() {
+	if d := lbDiff(desired, obs); d != "" {
 		t.Fatalf("after reload: diff %s\nobserved %+v", d, obs)
 	}
 	// The old worker's connection is still counted for the backend.
@@ -110,7 +110,7 @@ func TestFrontendChangeReloadsHitlessly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := model.Diff(obs, desired); !d.Empty() {
+	if d := lbDiff(desired, obs); d != "" {
 		t.Fatalf("fresh provider after probe change: diff %s", d)
 	}
 	// The HTTP check passes (the backends answer any path with 200).
@@ -211,7 +211,7 @@ func TestColdStartKeepsState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := model.Diff(obs, desired); !d.Empty() {
+	if d := lbDiff(desired, obs); d != "" {
 		t.Fatalf("after cold start: diff %s", d)
 	}
 }

@@ -88,10 +88,24 @@ func (p *Provider) Apply(_ context.Context, plan model.Plan) error {
 	if len(plan.Ops) == 0 && plan.Create {
 		p.hooks.OnWrite("create")
 	}
+	// Every Apply call that passes the version check makes a new version,
+	// even an empty plan: a real provider's PUT changes the ETag whatever it
+	// carries, so tests can tell an empty write from none.
 	p.version++
 	next.Version = strconv.Itoa(p.version)
 	p.lbs[plan.Key] = next
 	return nil
+}
+
+// Version returns the load balancer's current version ("" when it does not
+// exist) without counting a read.
+func (p *Provider) Version(key string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if lb := p.lbs[key]; lb != nil {
+		return lb.Version
+	}
+	return ""
 }
 
 // Delete implements provider.Provider.
