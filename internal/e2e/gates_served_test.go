@@ -82,23 +82,28 @@ func TestGatesNodeLocal(t *testing.T) {
 	prov := memory.New(provider.Hooks{})
 	const ns, app = "default", "edge"
 
-	// The pod's node, not Ready yet: no load balancer registers it.
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	// The pod's node, excluded from load balancers for now (KEP-3458: the
+	// exclusion label, not readiness, takes a node out): none registers it.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1",
+		Labels: map[string]string{model.LabelExcludeFromLB: ""}}}
 	if err := c.Create(ctx, node); err != nil {
 		t.Fatal(err)
 	}
-	setNode := func(ready corev1.ConditionStatus) {
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.18.9.1"}}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	if err := c.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	includeNode := func() {
 		t.Helper()
 		if err := c.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
 			t.Fatal(err)
 		}
-		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.18.9.1"}}
-		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}
-		if err := c.Status().Update(ctx, node); err != nil {
+		delete(node.Labels, model.LabelExcludeFromLB)
+		if err := c.Update(ctx, node); err != nil {
 			t.Fatal(err)
 		}
 	}
-	setNode(corev1.ConditionFalse)
 
 	svc := lbService(ns, app, "zerodrop.dev/memory", 80, 8080)
 	svc.Annotations = map[string]string{model.AnnotationBackendMode: string(model.NodeMode)}
@@ -123,7 +128,7 @@ func TestGatesNodeLocal(t *testing.T) {
 	})
 	gateStaysClosed(t, c, ns, "edge-a", "the pod's node is not registered")
 
-	setNode(corev1.ConditionTrue)
+	includeNode()
 	eventually(t, 30*time.Second, "readiness gate True once the node is registered", func() (bool, string) {
 		lb, _ := prov.Observe(ctx, ns+"/"+app)
 		return gateTrue(t, c, ns, "edge-a"), fmt.Sprint(backendsOf(lb))
