@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,8 +44,10 @@ func listenAddr(published netip.Addr) netip.Addr {
 // pod's loopback address, on every TCP container port. "/" and any other
 // path answer the pod's name; the readiness probe's path answers the same.
 type podServer struct {
-	name string
-	srv  *http.Server
+	name    string
+	srv     *http.Server
+	lns     []net.Listener
+	closing atomic.Bool // SIGTERM received: every answer says Connection: close
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -55,6 +58,9 @@ func startPodServer(name string, host netip.Addr, ports []int32) (*podServer, er
 	s.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain")
+			if s.closing.Load() {
+				w.Header().Set("Connection", "close")
+			}
 			fmt.Fprintln(w, name)
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -80,16 +86,45 @@ func startPodServer(name string, host netip.Addr, ports []int32) (*podServer, er
 		}
 		lns = append(lns, ln)
 	}
+	s.lns = lns
 	for _, ln := range lns {
 		go func() { _ = s.srv.Serve(ln) }()
 	}
 	return s, nil
 }
 
-// shutdown is the process's SIGTERM handling: stop accepting, let in-flight
-// requests finish, close idle keep-alive connections cleanly (FIN). It
-// returns when every connection is closed or ctx is done.
-func (s *podServer) shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+// announceWait bounds how long a stopping pod waits for its keep-alive
+// clients to take their Connection: close answer (several exchange periods).
+const announceWait = 10 * longPeriod
+
+// shutdown is the process's SIGTERM handling, as a well-behaved server does
+// it: stop accepting, answer every request from now on with Connection:
+// close so each keep-alive client ends its connection after a complete
+// exchange, and after announceWait close what is still idle cleanly (FIN)
+// and let in-flight requests finish. Closing idle keep-alive connections at
+// once (what http.Server.Shutdown alone does) races a client that is just
+// sending its next request: it reads EOF, a loss no load balancer causes.
+// It returns when every connection is closed or ctx is done.
+func (s *podServer) shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	for _, ln := range s.lns {
+		_ = ln.Close()
+	}
+	wait, cancel := context.WithTimeout(ctx, announceWait)
+	defer cancel()
+	for s.openConns() > 0 {
+		if !sleepCtx(wait, 10*time.Millisecond) {
+			break
+		}
+	}
+	return s.srv.Shutdown(ctx)
+}
+
+func (s *podServer) openConns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
 
 // kill is SIGKILL: every connection is closed at once, with a reset.
 func (s *podServer) kill() {
