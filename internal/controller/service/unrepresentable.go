@@ -26,7 +26,7 @@ func (c *Controller) rejectUnrepresentable(key string, st *state, observed, desi
 	rejected := map[*corev1.Service]error{}
 	for _, in := range st.active {
 		if err := bad[in.Service.Namespace+"/"+in.Service.Name]; err != nil {
-			rejected[in.Service], st.invalid[in.Service] = err, err
+			rejected[in.Service], st.invalid[in.Service] = err, unrepresentable{err}
 		}
 	}
 	if len(rejected) == 0 {
@@ -51,3 +51,9 @@ func ofAny(listener string, svcs map[*corev1.Service]error) bool {
 	}
 	return false
 }
+
+// unrepresentable marks a provider's refusal among the invalid Services, for
+// its own Event reason.
+type unrepresentable struct{ error }
+
+func (u unrepresentable) Unwrap() error { return u.error }

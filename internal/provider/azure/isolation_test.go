@@ -79,11 +79,11 @@ func TestOneBadServiceDoesNotFreezeTheLoadBalancer(t *testing.T) {
 			return false, err.Error()
 		}
 		cond := meta.FindStatusCondition(s.Status.Conditions, service.ConditionConfigValid)
-		if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, "one backend port") {
+		if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != service.ReasonUnrepresentable || !strings.Contains(cond.Message, "one backend port") {
 			return false, fmt.Sprintf("bad: ConfigValid %+v", cond)
 		}
 		for _, e := range warnings(t, c, ns) {
-			if e.Regarding.Name == "bad" && strings.Contains(e.Note, "one backend port") {
+			if e.Regarding.Name == "bad" && e.Reason == service.ReasonUnrepresentable && strings.Contains(e.Note, "one backend port") {
 				return true, ""
 			}
 		}
