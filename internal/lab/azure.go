@@ -51,8 +51,15 @@ const (
 	azureRestarts = 3
 	// azureIdle is how long no reconcile may run for a run to count as settled.
 	azureIdle = 500 * time.Millisecond
-	// azureTimeout bounds every wait for convergence.
-	azureTimeout = 60 * time.Second
+	// azureTimeout is the least bound of a wait for convergence (see
+	// waitLimit). It only catches a controller that never converges: on a
+	// loaded machine the lab is to run slower, not to fail.
+	azureTimeout = 5 * time.Minute
+	// The leader election's lease, renew deadline and retry period: a renewal
+	// may take as long as it does on a loaded machine (a leader that misses
+	// its renew deadline stops), while a released lease, as on every
+	// restart, is taken within a retry period.
+	azureLease, azureRenew, azureRetryPeriod = 30 * time.Second, 20 * time.Second, 250 * time.Millisecond
 )
 
 var azureLBNames = []string{"lb-a", "lb-b"}
@@ -361,16 +368,24 @@ func (r *azureRun) waitConverged(ctx context.Context) (time.Duration, error) {
 	return took, err
 }
 
-// wait polls cond until it returns "" or azureTimeout passes.
+// waitLimit bounds one wait: azureTimeout, or longer with a longer churn
+// (more changes to converge from) or lease (a lost leader is replaced after
+// it expires).
+func (r *azureRun) waitLimit() time.Duration {
+	return max(azureTimeout, 20*r.opts.ChurnDuration, 4*azureLease)
+}
+
+// wait polls cond until it returns "" or waitLimit passes.
 func (r *azureRun) wait(ctx context.Context, what string, cond func() string) error {
-	deadline := time.Now().Add(azureTimeout)
+	limit := r.waitLimit()
+	deadline := time.Now().Add(limit)
 	for {
 		msg := cond()
 		if msg == "" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %s: %s: %s", azureTimeout, what, msg)
+			return fmt.Errorf("not within %s: %s: %s", limit, what, msg)
 		}
 		select {
 		case <-ctx.Done():
@@ -412,7 +427,7 @@ func (r *azureRun) surfaced() (n int64) {
 // leader is the running leader-elected controller that leads, if any.
 func (r *azureRun) leader() *azureInstance {
 	for _, in := range r.instances {
-		if in.stopped.Load() || !in.leaderElect {
+		if in.stopped.Load() || in.exited.Load() || !in.leaderElect {
 			continue
 		}
 		select {
@@ -440,8 +455,16 @@ type azureInstance struct {
 	cancel      context.CancelFunc
 	done        chan error
 	stopped     atomic.Bool
+	// exited is set when the manager has returned by itself (a leader that
+	// lost its lease): it leads no more.
+	exited atomic.Bool
+	// stopLimit bounds the wait for the manager to return on stop.
+	stopLimit time.Duration
 }
 
+// stop cancels the instance and waits for its manager to return, so that a
+// replacement never runs beside a writer still finishing; the bound only
+// keeps a hung manager from hanging the lab.
 func (in *azureInstance) stop() {
 	if in.stopped.Swap(true) {
 		return
@@ -449,7 +472,7 @@ func (in *azureInstance) stop() {
 	in.cancel()
 	select {
 	case <-in.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(in.stopLimit):
 	}
 }
 
@@ -463,7 +486,7 @@ func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &azureInstance{leaderElect: leaderElect, metrics: m, cancel: cancel, done: make(chan error, 1)}
+	in := &azureInstance{leaderElect: leaderElect, metrics: m, cancel: cancel, done: make(chan error, 1), stopLimit: r.waitLimit()}
 	fail := func(err error) (*azureInstance, error) {
 		cancel()
 		return nil, err
@@ -476,8 +499,7 @@ func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
 	if err != nil {
 		return fail(err)
 	}
-	// Short leases: a released lease is taken within a retry period.
-	lease, renew, retryPeriod := 4*time.Second, 3*time.Second, 250*time.Millisecond
+	lease, renew, retryPeriod := azureLease, azureRenew, azureRetryPeriod
 	mgr, err := manager.New(r.cfg, manager.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard(),
 		LeaderElection: leaderElect, LeaderElectionID: "zerodrop-lab-azure", LeaderElectionNamespace: r.ns,
@@ -498,7 +520,11 @@ func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
 		return fail(fmt.Errorf("service controller: %w", err))
 	}
 	in.elected = mgr.Elected()
-	go func() { in.done <- mgr.Start(ctx) }()
+	go func() {
+		err := mgr.Start(ctx)
+		in.exited.Store(true)
+		in.done <- err
+	}()
 	r.instances = append(r.instances, in)
 	return in, nil
 }

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,6 +35,12 @@ const (
 	azureDefaultIntervalMillis = 2000
 	azureEndpoints             = 3
 )
+
+// azureRetry retries a lab write that met a conflict (the controllers patch
+// the Services' status meanwhile). client-go's DefaultRetry gives up after
+// five tries within about 50ms, which a loaded machine can exhaust; this
+// retries for about half a minute.
+var azureRetry = wait.Backoff{Steps: 20, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1, Cap: 2 * time.Second}
 
 // azureSvc is what the lab wants of one Service.
 type azureSvc struct {
@@ -120,7 +128,7 @@ func (s *azureSvc) create(ctx context.Context, c client.Client, ns, class string
 // pushEndpoints writes the Service's endpoints to its EndpointSlice.
 func (s *azureSvc) pushEndpoints(ctx context.Context, c client.Client, ns string) error {
 	want := s.slice(ns)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(azureRetry, func() error {
 		var sl discoveryv1.EndpointSlice
 		if err := c.Get(ctx, client.ObjectKeyFromObject(want), &sl); err != nil {
 			return err
@@ -138,7 +146,7 @@ func (s *azureSvc) pushEndpoints(ctx context.Context, c client.Client, ns string
 // patch the status meanwhile, hence the retry.
 func (s *azureSvc) pushSpec(ctx context.Context, c client.Client, ns, class string) error {
 	want := s.object(ns, class)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(azureRetry, func() error {
 		var svc corev1.Service
 		if err := c.Get(ctx, client.ObjectKeyFromObject(want), &svc); err != nil {
 			return err

@@ -97,7 +97,7 @@ func Desired(key string, services []ServiceInput, opts DesiredOptions) (*LoadBal
 				}
 				l.Backends = nodeBackends(opts.Nodes, port.NodePort)
 			default:
-				l.Backends = endpointBackends(in.Slices, port, opts.GatePending)
+				l.Backends = endpointBackends(in.Slices, port, sliceAddressType(svc), opts.GatePending)
 			}
 			for i := range l.Backends {
 				l.Backends[i].Address = MapAddress(opts.AddressMap, l.Backends[i].Address)
@@ -155,9 +155,14 @@ func NodeAddress(n *corev1.Node) string {
 // endpointBackends lists the endpoints of one Service port. Ready endpoints
 // are active; terminating endpoints that still serve are draining, so that
 // their established connections continue (invariant 3).
-func endpointBackends(slices []*discoveryv1.EndpointSlice, port corev1.ServicePort, gatePending func(discoveryv1.Endpoint) bool) []Backend {
+func endpointBackends(slices []*discoveryv1.EndpointSlice, port corev1.ServicePort, family discoveryv1.AddressType, gatePending func(discoveryv1.Endpoint) bool) []Backend {
 	byID := map[string]Backend{}
 	for _, s := range slices {
+		// An FQDN is no address a load balancer can send to, and the other
+		// family's slices of a dual-stack Service list the same pods again.
+		if s.AddressType == discoveryv1.AddressTypeFQDN || family != "" && s.AddressType != "" && s.AddressType != family {
+			continue
+		}
 		var target int32
 		for _, p := range s.Ports {
 			name := ""
@@ -205,6 +210,18 @@ func endpointBackends(slices []*discoveryv1.EndpointSlice, port corev1.ServicePo
 		out = append(out, b)
 	}
 	return out
+}
+
+// sliceAddressType is the address type of the Service's primary IP family
+// ("" when the Service names none: every IP slice counts).
+func sliceAddressType(svc *corev1.Service) discoveryv1.AddressType {
+	if len(svc.Spec.IPFamilies) == 0 {
+		return ""
+	}
+	if svc.Spec.IPFamilies[0] == corev1.IPv6Protocol {
+		return discoveryv1.AddressTypeIPv6
+	}
+	return discoveryv1.AddressTypeIPv4
 }
 
 func endpointState(c discoveryv1.EndpointConditions) (BackendState, bool) {

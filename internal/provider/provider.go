@@ -69,6 +69,18 @@ type Lister interface {
 	List(ctx context.Context) (map[string]*model.LoadBalancer, error)
 }
 
+// Validator is implemented by providers that cannot represent every
+// desired state (Azure: one backend port per rule, 50 tags per load
+// balancer). The controller asks before it plans; a Service named in the
+// answer is handled like one with a bad annotation (a Warning Event,
+// ConfigValid=False, its listeners stay as observed: invariant 7), and the
+// other Services on the load balancer are planned and applied as usual.
+type Validator interface {
+	// Invalid maps each Service (namespace/name) with listeners in desired
+	// that the provider cannot represent to the reason; nil when all fit.
+	Invalid(key string, desired *model.LoadBalancer) map[string]error
+}
+
 // ErrConflict means the load balancer changed between Observe and Apply:
 // re-read, re-plan and retry.
 var ErrConflict = errors.New("load balancer changed since it was observed")

@@ -129,6 +129,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 			return resultError, false, err
 		}
 	}
+	desired = c.rejectUnrepresentable(key, st, observed, desired)
 	var plan model.Plan
 	if c.opts.Sync == SyncFull {
 		plan = model.FullPlan(observed, desired)

@@ -25,6 +25,9 @@ const (
 	ReasonInvalidAnnotations  = "InvalidAnnotations"
 	ReasonUnsupportedProtocol = "UnsupportedProtocol"
 	ReasonSyncFailed          = "SyncLoadBalancerFailed"
+	// ReasonUnrepresentable: the provider cannot express what the Service
+	// asks for (provider.Validator).
+	ReasonUnrepresentable = "Unrepresentable"
 )
 
 type loggerKey struct{}
@@ -117,12 +120,16 @@ func (c *Controller) updateStatuses(ctx context.Context, st *state, plan model.P
 		}
 	}
 	for svc, problem := range st.invalid {
+		reason := ReasonInvalidAnnotations
+		if _, ok := problem.(unrepresentable); ok {
+			reason = ReasonUnrepresentable
+		}
 		status := svc.Status.DeepCopy()
 		kept := "; the load balancer keeps its last good configuration"
 		if st.isHeld(svc) {
 			kept = "; the listeners keep their last good configuration, the backends follow the endpoints"
 		}
-		valid := metav1.Condition{Type: ConditionConfigValid, Status: metav1.ConditionFalse, Reason: ReasonInvalidAnnotations,
+		valid := metav1.Condition{Type: ConditionConfigValid, Status: metav1.ConditionFalse, Reason: reason,
 			Message: problem.Error() + kept, ObservedGeneration: svc.Generation}
 		if err := c.patchStatus(ctx, svc, status, valid); err != nil {
 			return err

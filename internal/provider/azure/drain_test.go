@@ -132,28 +132,42 @@ func TestTerminationGateOnAzure(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var drainedAt, removedAt time.Time
-	deadline := time.Now().Add(30 * time.Second)
+	// upAt is when the last read that did not see Down yet began: the Down
+	// write came later, so removedAt-upAt is at least as long as the
+	// backend really drained, however slowly the reads run.
+	var upAt, drainedAt, removedAt time.Time
+	deadline := time.Now().Add(60 * time.Second)
 	for removedAt.IsZero() {
 		select {
 		case a := <-answered:
 			t.Fatalf("the gate answered %q (%s) before the removal was applied", a.result, strings.TrimSpace(a.body))
 		default:
 		}
+		readAt := time.Now()
 		s := state()
 		switch {
-		case s == "10.1.0.5=Down 10.1.0.6=None" && drainedAt.IsZero():
-			drainedAt = time.Now()
+		case s == "10.1.0.5=Down 10.1.0.6=None":
+			if drainedAt.IsZero() {
+				drainedAt = readAt
+			}
 		case s == "10.1.0.6=None":
 			removedAt = time.Now()
+		case drainedAt.IsZero():
+			upAt = readAt
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not removed within 30s: %s", s)
+			t.Fatalf("not removed within 60s: %s", s)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if drainedAt.IsZero() {
-		t.Errorf("the backend was removed without draining first (admin state Down)")
+		t.Fatalf("the backend was removed without draining first (admin state Down)")
+	}
+	// The endpoint is still in the slice (terminating, serving): only its
+	// drain timeout may remove it, and not before that has passed.
+	const drainTimeout = time.Second
+	if drained := removedAt.Sub(upAt); drained < drainTimeout {
+		t.Errorf("removed %s after it went Down, before its drain timeout %s", drained.Round(time.Millisecond), drainTimeout)
 	}
 	a := <-answered
 	if a.result != "drained" {
