@@ -84,7 +84,10 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "zerodrop check: %v\n", err)
 	}
 
-	rep := rules.Analyze(objs, rules.Config{Provider: o.provider, Overrides: o.overrides})
+	rep, notes := analyzeWorlds(objs, rules.Config{Provider: o.provider, Overrides: o.overrides})
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "zerodrop check: note: %s\n", n)
+	}
 	if err := render.Write(stdout, o.output, rep, render.Options{Explain: o.explain, Provider: string(o.provider)}); err != nil {
 		fmt.Fprintf(stderr, "zerodrop check: write output: %v\n", err)
 		return ExitUsage

@@ -61,6 +61,11 @@ type Object struct {
 	Source Source
 	Kind   string
 	Obj    any
+	// World names the input the object was read from (a file, stdin, a
+	// rendered Helm chart): objects only select, protect or scale objects of
+	// their own world, so two unrelated manifests never mix. Empty for
+	// objects read from a cluster, which is one world.
+	World string
 }
 
 // ParseError is a document that could not be read. The other documents of the

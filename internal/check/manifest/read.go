@@ -23,6 +23,11 @@ func Read(paths []string, stdin io.Reader) ([]Object, []error) {
 	var objs []Object
 	var errs []error
 	add := func(o []Object, e []error) {
+		for i := range o {
+			if o[i].World == "" {
+				o[i].World = o[i].Source.File
+			}
+		}
 		objs = append(objs, o...)
 		errs = append(errs, e...)
 	}
