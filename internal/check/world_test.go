@@ -65,3 +65,23 @@ func TestDuplicateObjectReportedOnce(t *testing.T) {
 		t.Errorf("stderr %q does not name the duplicate", r.stderr)
 	}
 }
+
+// A LoadBalancer Service that selects nothing in its world is a warning
+// (an un-rendered kustomize base whose namespace comes from the
+// kustomization); a Service without a selector is left alone (its endpoints
+// are managed by hand).
+func TestLoadBalancerSelectingNothing(t *testing.T) {
+	r := run(t, lbService, "-o", "json", "-")
+	fs := decodeFindings(t, r.stdout)
+	if r.code != 0 || len(fs) != 1 || fs[0]["rule"] != "ZD403" || fs[0]["severity"] != "warning" ||
+		fs[0]["object"] != "Service/default/web" || !strings.Contains(fs[0]["message"].(string), "kustomization") {
+		t.Fatalf("exit %d, findings %v, want one ZD403 warning on Service/default/web naming the kustomization", r.code, fs)
+	}
+	noSelector := "apiVersion: v1\nkind: Service\nmetadata: {name: ext}\nspec: {type: LoadBalancer, ports: [{port: 80}]}\n"
+	if fs := decodeFindings(t, run(t, noSelector, "-o", "json", "-").stdout); len(fs) != 0 {
+		t.Errorf("a Service without selector: %v", fs)
+	}
+	if fs := decodeFindings(t, run(t, lbService+"---\n"+web, "-o", "json", "-").stdout); countRule(fs, "ZD403") != 0 {
+		t.Errorf("ZD403 on a Service that selects a Deployment: %v", fs)
+	}
+}
