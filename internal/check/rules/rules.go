@@ -1,4 +1,4 @@
-// Package rules holds zerodrop check's rollout-safety rules ZD101–ZD402. The
+// Package rules holds zerodrop check's rollout-safety rules ZD101–ZD403. The
 // rules only look at workloads selected by a Service of type LoadBalancer:
 // that is where a rollout can drop traffic the cluster cannot re-route.
 package rules
@@ -45,6 +45,7 @@ var All = []Rule{
 	{"ZD304", Warning, "No PodDisruptionBudget protects the pods"},
 	{"ZD401", Warning, "externalTrafficPolicy Local without spreading pods across nodes"},
 	{"ZD402", Error, "The Service's targetPort matches no container port"},
+	{"ZD403", Warning, "A LoadBalancer Service selects no workload"},
 }
 
 // ByID returns the rule with the given ID.
@@ -106,16 +107,21 @@ func Analyze(objs []manifest.Object, cfg Config) Report {
 	ix := buildIndex(objs)
 	var rep Report
 	rep.Services = len(ix.lbServices)
+	selected := map[*service]bool{}
 	for _, w := range ix.workloads {
 		svcs := ix.selecting(w)
 		if len(svcs) == 0 {
 			continue
+		}
+		for _, s := range svcs {
+			selected[s] = true
 		}
 		rep.Workloads++
 		c := newCheck(ix, w, svcs, cfg)
 		c.run()
 		rep.Findings = append(rep.Findings, c.findings...)
 	}
+	rep.Findings = append(rep.Findings, checkSelectsNothing(ix, selected, cfg)...)
 	slices.SortStableFunc(rep.Findings, func(a, b Finding) int {
 		return cmp.Or(
 			cmp.Compare(a.Source.File, b.Source.File),
