@@ -80,8 +80,10 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	} else {
 		objs, errs = manifest.Read(o.paths, stdin)
 	}
+	failed := false
 	for _, err := range errs {
 		fmt.Fprintf(stderr, "zerodrop check: %v\n", err)
+		failed = failed || !manifest.IsSkipped(err)
 	}
 
 	rep, notes := analyzeWorlds(objs, rules.Config{Provider: o.provider, Overrides: o.overrides})
@@ -93,7 +95,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return ExitUsage
 	}
 	switch {
-	case len(errs) > 0:
+	case failed:
 		return ExitUsage
 	case rep.Errors() > 0:
 		return ExitFindings

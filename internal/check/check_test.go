@@ -263,7 +263,7 @@ func TestHelmTemplateOnStdin(t *testing.T) {
 	}
 	r := run(t, string(data), "-o", "json", "-")
 	fs := decodeFindings(t, r.stdout)
-	if r.code != check.ExitFindings || len(fs) == 0 || fs[0]["file"] != "stdin" {
+	if r.code != check.ExitFindings || len(fs) == 0 || fs[0]["file"] != "web/templates/deployment.yaml" {
 		t.Fatalf("exit %d, findings %v, stderr %s", r.code, fs, r.stderr)
 	}
 }

@@ -62,7 +62,7 @@ func TestHelmChartRendered(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "helm"), []byte(fakeHelm), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("PATH", bin)
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	r := run(t, "", "-o", "json", dir)
 	fs := decodeFindings(t, r.stdout)
 	want := filepath.Join(dir, "chart", "templates", "deployment.yaml")

@@ -85,8 +85,18 @@ type header struct {
 	Items      []json.RawMessage `json:"items"`
 }
 
-// Parse decodes every document of one file. file is only used for Source.
+// Parse decodes every document of one file. file is used for Source and
+// World; an object after a helm template "# Source:" comment is placed on that
+// template instead, without a line (the rendered line is not the template's).
 func Parse(file string, data []byte) ([]Object, []error) {
+	objs, errs := parse(file, data)
+	for i := range objs {
+		objs[i].World = file
+	}
+	return objs, errs
+}
+
+func parse(file string, data []byte) ([]Object, []error) {
 	if !looksLikeJSON(data) {
 		return parseYAML(file, data)
 	}
@@ -114,6 +124,13 @@ func parseYAML(file string, data []byte) ([]Object, []error) {
 			return
 		}
 		results[i] = decodeJSON(src, j)
+		if t := docs[i].source; t != "" {
+			// Parse errors keep the rendered stream's file:line, where the
+			// text is; findings go to the template a user edits.
+			for k := range results[i].objs {
+				results[i].objs[k].Source = Source{File: t}
+			}
+		}
 	})
 	return collect(results)
 }

@@ -23,11 +23,6 @@ func Read(paths []string, stdin io.Reader) ([]Object, []error) {
 	var objs []Object
 	var errs []error
 	add := func(o []Object, e []error) {
-		for i := range o {
-			if o[i].World == "" {
-				o[i].World = o[i].Source.File
-			}
-		}
 		objs = append(objs, o...)
 		errs = append(errs, e...)
 	}
@@ -57,6 +52,10 @@ func Read(paths []string, stdin io.Reader) ([]Object, []error) {
 			}
 			if d.IsDir() {
 				if path != p && strings.HasPrefix(d.Name(), ".") {
+					return filepath.SkipDir
+				}
+				if isChart(path) {
+					add(readChart(path))
 					return filepath.SkipDir
 				}
 				return nil
