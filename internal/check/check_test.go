@@ -106,7 +106,7 @@ func TestDoubleDashEndsFlags(t *testing.T) {
 	}
 }
 
-// decodeFindings checks the JSON contract: exactly the seven keys, strings.
+// decodeFindings checks the JSON contract: exactly the eight keys, strings but line.
 func decodeFindings(t *testing.T, out string) []map[string]any {
 	t.Helper()
 	var doc map[string]json.RawMessage
@@ -123,11 +123,17 @@ func decodeFindings(t *testing.T, out string) []map[string]any {
 	if err := json.Unmarshal(doc["findings"], &fs); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{"container", "file", "fix", "message", "object", "rule", "severity"}
+	keys := []string{"container", "file", "fix", "line", "message", "object", "rule", "severity"}
 	for _, f := range fs {
 		var got []string
 		for k, v := range f {
 			got = append(got, k)
+			if k == "line" {
+				if n, ok := v.(float64); !ok || n < 0 || n != float64(int(n)) {
+					t.Errorf("line is %v, want a number ≥ 0", v)
+				}
+				continue
+			}
 			if _, ok := v.(string); !ok {
 				t.Errorf("%s is %T, want string", k, v)
 			}

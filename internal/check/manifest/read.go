@@ -137,7 +137,9 @@ func parseJSONStream(file string, data []byte) (objs []Object, errs []error, fir
 	}
 	results = make([]decoded, len(values))
 	forEach(len(values), func(i int) {
-		results[i] = decodeJSON(Source{File: file, Line: lines[i]}, values[i])
+		src := Source{File: file, Line: lines[i]}
+		src.loc = &locator{doc: &docText{data: values[i], line: lines[i]}}
+		results[i] = decodeJSON(src, values[i])
 	})
 	o, e := collect(results)
 	return o, append(e, errs...), nil

@@ -92,6 +92,7 @@ type jsonFinding struct {
 	Rule      string `json:"rule"`
 	Severity  string `json:"severity"`
 	File      string `json:"file"`
+	Line      int    `json:"line"`
 	Object    string `json:"object"`
 	Container string `json:"container"`
 	Message   string `json:"message"`
@@ -105,7 +106,7 @@ func JSON(w io.Writer, rep rules.Report) error {
 	}{Findings: make([]jsonFinding, 0, len(rep.Findings))}
 	for _, f := range rep.Findings {
 		out.Findings = append(out.Findings, jsonFinding{
-			Rule: f.Rule, Severity: string(f.Severity), File: f.Source.File, Object: f.Object,
+			Rule: f.Rule, Severity: string(f.Severity), File: f.Source.File, Line: f.Line, Object: f.Object,
 			Container: f.Container, Message: f.Message, Fix: f.Fix,
 		})
 	}

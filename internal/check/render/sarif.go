@@ -106,8 +106,8 @@ func SARIF(w io.Writer, rep rules.Report) error {
 			PhysicalLocation: sarifPhysical{ArtifactLocation: sarifArtifact{URI: fileURI(f.Source.File)}},
 			LogicalLocations: []sarifLogical{{Name: objectName(f.Object), FullyQualifiedName: f.Object, Kind: "resource"}},
 		}
-		if f.Source.Line > 0 {
-			loc.PhysicalLocation.Region = &sarifRegion{StartLine: f.Source.Line}
+		if f.Line > 0 {
+			loc.PhysicalLocation.Region = &sarifRegion{StartLine: f.Line}
 		}
 		run.Results = append(run.Results, sarifResult{
 			RuleID:    f.Rule,

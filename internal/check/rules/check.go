@@ -73,7 +73,7 @@ func (c *check) addOn(src manifest.Source, object string, extra map[string]bool,
 		panic(fmt.Sprintf("rules: unknown rule %s", id)) // a programming error, caught by the tests
 	}
 	c.findings = append(c.findings, Finding{
-		Rule: id, Severity: r.Severity, Source: src, Object: object,
+		Rule: id, Severity: r.Severity, Source: src.Plain(), Line: lineOf(src, object, id, container), Object: object,
 		Container: container, Message: msg, Fix: fix, Explain: explain,
 	})
 }

@@ -62,6 +62,10 @@ type Finding struct {
 	Rule     string
 	Severity Severity
 	Source   manifest.Source
+	// Line is the line of the offending field where the rule knows it (the
+	// container for ZD101, the strategy for ZD301), else Source.Line; 0 when
+	// unknown (a cluster, a helm template).
+	Line int
 	// Object is Kind/namespace/name, namespace "default" when unset.
 	Object string
 	// Container is empty for findings about the whole pod or workload.
