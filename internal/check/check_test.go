@@ -28,7 +28,7 @@ func TestExitCodes(t *testing.T) {
 		{"no error findings", []string{"--provider", "azure", clean}, "", check.ExitOK, ""},
 		{"error findings", []string{findings}, "", check.ExitFindings, ""},
 		{"warnings only", []string{"-"}, "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {type: LoadBalancer, selector: {app: a}, ports: [{port: 80}]}\n" +
-			"---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {app: a}, annotations: {zerodrop.dev/ignore: 'ZD101,ZD201'}}\nspec: {containers: [{name: c, ports: [{containerPort: 80}]}]}\n",
+			"---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {app: a}, annotations: {zerodrop.dev/ignore: 'ZD101, ZD201: a test pod'}}\nspec: {containers: [{name: c, ports: [{containerPort: 80}]}]}\n",
 			check.ExitOK, ""},
 		{"nothing to check", []string{"-"}, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n", check.ExitOK, ""},
 		{"parse error wins over findings", []string{findings, "-"}, "kind: Pod\nmetadata:\n  name: [\n", check.ExitUsage, "stdin:3: invalid YAML"},

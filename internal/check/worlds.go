@@ -30,6 +30,7 @@ func analyzeWorlds(objs []manifest.Object, cfg rules.Config) (rep rules.Report, 
 		rep.Findings = append(rep.Findings, r.Findings...)
 		rep.Workloads += r.Workloads
 		rep.Services += r.Services
+		rep.Notes = append(rep.Notes, r.Notes...)
 	}
 	return rep, notes
 }

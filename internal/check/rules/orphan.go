@@ -12,7 +12,7 @@ import (
 // is wrong and the load balancer has no backend. A Service without selector
 // never gets here: its endpoints are managed by hand.
 func checkSelectsNothing(ix *index, selected map[*service]bool, cfg Config) []Finding {
-	c := &check{ix: ix, cfg: cfg, ignore: map[string]bool{}}
+	c := &check{ix: ix, cfg: cfg, ignore: map[string]string{}}
 	for _, s := range ix.lbServices {
 		if selected[s] {
 			continue

@@ -74,6 +74,10 @@ type Finding struct {
 	Fix       string
 	// Explain holds the arithmetic behind the finding, for --explain.
 	Explain []string
+	// Suppressed is set by a zerodrop.dev/ignore annotation, whose Reason
+	// says why: the finding is counted but neither printed nor failing.
+	Suppressed bool
+	Reason     string
 }
 
 // Config selects the load-balancer timings.
@@ -89,13 +93,26 @@ type Report struct {
 	// Services the LoadBalancer Services: what the rules looked at.
 	Workloads int
 	Services  int
+	// Notes are remarks for stderr (suppressions without a reason).
+	Notes []string
 }
 
-// Errors counts the findings of severity error.
+// Errors counts the findings of severity error that are not suppressed.
 func (r Report) Errors() int {
 	n := 0
 	for _, f := range r.Findings {
-		if f.Severity == Error {
+		if f.Severity == Error && !f.Suppressed {
+			n++
+		}
+	}
+	return n
+}
+
+// Suppressed counts the suppressed findings.
+func (r Report) Suppressed() int {
+	n := 0
+	for _, f := range r.Findings {
+		if f.Suppressed {
 			n++
 		}
 	}
@@ -111,6 +128,7 @@ func Analyze(objs []manifest.Object, cfg Config) Report {
 	ix := buildIndex(objs)
 	var rep Report
 	rep.Services = len(ix.lbServices)
+	rep.Notes = ignoreNotes(ix)
 	selected := map[*service]bool{}
 	for _, w := range ix.workloads {
 		svcs := ix.selecting(w)
