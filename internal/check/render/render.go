@@ -114,6 +114,7 @@ func JSON(w io.Writer, rep rules.Report) error {
 	out := struct {
 		Findings []jsonFinding `json:"findings"`
 	}{Findings: make([]jsonFinding, 0, len(rep.Findings))}
+	rep.ResolveLines()
 	for _, f := range rep.Findings {
 		if f.Suppressed {
 			continue

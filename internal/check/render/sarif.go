@@ -119,6 +119,7 @@ func SARIF(w io.Writer, rep rules.Report) error {
 			DefaultConfiguration: sarifDefault{Level: level(r.Severity)},
 		})
 	}
+	rep.ResolveLines()
 	for _, f := range rep.Findings {
 		loc := sarifLocation{
 			PhysicalLocation: sarifPhysical{ArtifactLocation: sarifArtifact{URI: fileURI(f.Source.File)}},

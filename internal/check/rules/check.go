@@ -74,9 +74,10 @@ func (c *check) addOn(src manifest.Source, object string, extra map[string]strin
 		panic(fmt.Sprintf("rules: unknown rule %s", id)) // a programming error, caught by the tests
 	}
 	c.findings = append(c.findings, Finding{
-		Rule: id, Severity: r.Severity, Source: src.Plain(), Line: lineOf(src, object, id, container), Object: object,
+		Rule: id, Severity: r.Severity, Source: src.Plain(), Line: src.Line, Object: object,
 		Container: container, Message: msg, Fix: fix, Explain: explain,
 		Suppressed: suppressed, Reason: reason,
+		at: src, fields: fieldPaths(kindOf(object), id, container),
 	})
 }
 

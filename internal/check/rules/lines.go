@@ -64,8 +64,18 @@ func fieldPaths(kind, rule, container string) [][]string {
 	return nil
 }
 
-// lineOf is the line of the finding's field in src, else the object's.
-func lineOf(src manifest.Source, object, rule, container string) int {
+func kindOf(object string) string {
 	kind, _, _ := strings.Cut(object, "/")
-	return src.Field(fieldPaths(kind, rule, container)...)
+	return kind
+}
+
+// ResolveLines sets each finding's Line to its field's line. It reads the
+// documents' positions, which costs about a second parse of each document
+// with a finding, so only the outputs that print field lines (JSON, SARIF)
+// call it.
+func (r Report) ResolveLines() {
+	for i := range r.Findings {
+		f := &r.Findings[i]
+		f.Line = f.at.Field(f.fields...)
+	}
 }

@@ -62,9 +62,9 @@ type Finding struct {
 	Rule     string
 	Severity Severity
 	Source   manifest.Source
-	// Line is the line of the offending field where the rule knows it (the
-	// container for ZD101, the strategy for ZD301), else Source.Line; 0 when
-	// unknown (a cluster, a helm template).
+	// Line is the object's line, or after Report.ResolveLines the line of
+	// the offending field where the rule knows it (the container for ZD101,
+	// the strategy for ZD301); 0 when unknown (a cluster, a helm template).
 	Line int
 	// Object is Kind/namespace/name, namespace "default" when unset.
 	Object string
@@ -78,6 +78,9 @@ type Finding struct {
 	// says why: the finding is counted but neither printed nor failing.
 	Suppressed bool
 	Reason     string
+
+	at     manifest.Source // with its locator, for ResolveLines
+	fields [][]string
 }
 
 // Config selects the load-balancer timings.
