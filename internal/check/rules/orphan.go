@@ -25,7 +25,7 @@ func checkSelectsNothing(ix *index, selected map[*service]bool, cfg Config) []Fi
 		msg := fmt.Sprintf("the LoadBalancer Service selects no workload of this input in namespace %s (selector %v): nothing behind it was checked, "+
 			"and if the selector is wrong the load balancer has no backend; the namespace may come from a kustomization, or the workloads from another file",
 			namespace(s.svc.Namespace), keys)
-		fix := "check the Service with its workloads in one stream (kustomize build DIR | zerodrop check -, or cat the files into zerodrop check -), " +
+		fix := "check the Service with its workloads in one stream (kustomize build DIR | zerodrop check -, or the files joined with --- separators on stdin), " +
 			"or correct the selector to match the pod template's labels"
 		c.addOn(s.src, s.id(), ignored(&s.svc.ObjectMeta), "ZD403", "", msg, fix)
 	}
