@@ -29,7 +29,8 @@ const (
 	ExitUsage = 2
 )
 
-const usageLine = "zerodrop check [-o text|json|sarif] [--provider generic|azure|aws|gke|haproxy] [--explain] PATH|- …\n" +
+const usageLine = "zerodrop check [-o text|json|sarif] [--provider generic|azure|aws|gke|haproxy] [--explain]\n" +
+	"       [--config FILE] [--disable ZD301,…] [--enable ZD301,…] [--fail-on error|warning|none] PATH|- …\n" +
 	"       zerodrop check --cluster [--kubeconfig FILE] [--context NAME] [-n NAMESPACE …|--all-namespaces] [flags]"
 
 // options are the parsed command line.
@@ -44,6 +45,11 @@ type options struct {
 	context    string
 	namespaces []string
 	allNS      bool
+	// CI settings; the config file fills what the flags leave unset.
+	config          string
+	disable, enable []string
+	failOn          string
+	disabled        map[string]bool // resolved from the file and the flags
 }
 
 // Run runs `zerodrop check` with the arguments that follow "check" and
@@ -57,6 +63,14 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return ExitOK
 		}
 		fmt.Fprintf(stderr, "zerodrop check: %v\nusage: %s\nRun 'zerodrop check -h' for the flags.\n", err, usageLine)
+		return ExitUsage
+	}
+	cfg, err := loadConfig(o.config)
+	if err == nil {
+		err = applyConfig(o, cfg)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop check: %v\n", err)
 		return ExitUsage
 	}
 
@@ -80,19 +94,25 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	} else {
 		objs, errs = manifest.Read(o.paths, stdin)
 	}
+	failed := false
 	for _, err := range errs {
 		fmt.Fprintf(stderr, "zerodrop check: %v\n", err)
+		failed = failed || !manifest.IsSkipped(err)
 	}
 
-	rep := rules.Analyze(objs, rules.Config{Provider: o.provider, Overrides: o.overrides})
+	rep, notes := analyzeWorlds(objs, rules.Config{Provider: o.provider, Overrides: o.overrides})
+	rep = filter(rep, o.disabled)
+	for _, n := range append(notes, rep.Notes...) {
+		fmt.Fprintf(stderr, "zerodrop check: note: %s\n", n)
+	}
 	if err := render.Write(stdout, o.output, rep, render.Options{Explain: o.explain, Provider: string(o.provider)}); err != nil {
 		fmt.Fprintf(stderr, "zerodrop check: write output: %v\n", err)
 		return ExitUsage
 	}
 	switch {
-	case len(errs) > 0:
+	case failed:
 		return ExitUsage
-	case rep.Errors() > 0:
+	case fails(rep, o.failOn):
 		return ExitFindings
 	}
 	return ExitOK
@@ -134,6 +154,10 @@ func newFlagSet() (*flag.FlagSet, *options) {
 	fs.Var(ns, "n", "same as --namespace")
 	fs.BoolVar(&o.allNS, "all-namespaces", false, "read every namespace with --cluster")
 	fs.BoolVar(&o.allNS, "A", false, "same as --all-namespaces")
+	fs.StringVar(&o.config, "config", "", "config `file` (default: "+ConfigFile+" in the working directory, if present)")
+	fs.Var((*stringList)(&o.disable), "disable", "rule `IDs` not to check, comma-separated or repeated (all for every rule)")
+	fs.Var((*stringList)(&o.enable), "enable", "rule `IDs` to check even if disabled (by the config file or all)")
+	fs.StringVar(&o.failOn, "fail-on", "", "lowest `severity` that makes the exit status 1: error (default), warning or none")
 	return fs, o
 }
 

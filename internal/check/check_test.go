@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"zerodrop.dev/zerodrop/internal/check"
+	"zerodrop.dev/zerodrop/internal/check/rules"
 )
 
 const (
@@ -27,7 +28,7 @@ func TestExitCodes(t *testing.T) {
 		{"no error findings", []string{"--provider", "azure", clean}, "", check.ExitOK, ""},
 		{"error findings", []string{findings}, "", check.ExitFindings, ""},
 		{"warnings only", []string{"-"}, "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {type: LoadBalancer, selector: {app: a}, ports: [{port: 80}]}\n" +
-			"---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {app: a}, annotations: {zerodrop.dev/ignore: 'ZD101,ZD201'}}\nspec: {containers: [{name: c, ports: [{containerPort: 80}]}]}\n",
+			"---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {app: a}, annotations: {zerodrop.dev/ignore: 'ZD101, ZD201: a test pod'}}\nspec: {containers: [{name: c, ports: [{containerPort: 80}]}]}\n",
 			check.ExitOK, ""},
 		{"nothing to check", []string{"-"}, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n", check.ExitOK, ""},
 		{"parse error wins over findings", []string{findings, "-"}, "kind: Pod\nmetadata:\n  name: [\n", check.ExitUsage, "stdin:3: invalid YAML"},
@@ -105,7 +106,7 @@ func TestDoubleDashEndsFlags(t *testing.T) {
 	}
 }
 
-// decodeFindings checks the JSON contract: exactly the seven keys, strings.
+// decodeFindings checks the JSON contract: exactly the eight keys, strings but line.
 func decodeFindings(t *testing.T, out string) []map[string]any {
 	t.Helper()
 	var doc map[string]json.RawMessage
@@ -122,11 +123,17 @@ func decodeFindings(t *testing.T, out string) []map[string]any {
 	if err := json.Unmarshal(doc["findings"], &fs); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{"container", "file", "fix", "message", "object", "rule", "severity"}
+	keys := []string{"container", "file", "fix", "line", "message", "object", "rule", "severity"}
 	for _, f := range fs {
 		var got []string
 		for k, v := range f {
 			got = append(got, k)
+			if k == "line" {
+				if n, ok := v.(float64); !ok || n < 0 || n != float64(int(n)) {
+					t.Errorf("line is %v, want a number ≥ 0", v)
+				}
+				continue
+			}
 			if _, ok := v.(string); !ok {
 				t.Errorf("%s is %T, want string", k, v)
 			}
@@ -205,7 +212,7 @@ func TestSARIFIsValid(t *testing.T) {
 		t.Fatalf("header: version %q schema %q runs %d", log.Version, log.Schema, len(log.Runs))
 	}
 	r := log.Runs[0]
-	if r.Tool.Driver.Name != "zerodrop" || len(r.Tool.Driver.Rules) != 14 {
+	if r.Tool.Driver.Name != "zerodrop" || len(r.Tool.Driver.Rules) != len(rules.All) {
 		t.Fatalf("driver %q with %d rules", r.Tool.Driver.Name, len(r.Tool.Driver.Rules))
 	}
 	if len(r.Results) == 0 {
@@ -262,7 +269,7 @@ func TestHelmTemplateOnStdin(t *testing.T) {
 	}
 	r := run(t, string(data), "-o", "json", "-")
 	fs := decodeFindings(t, r.stdout)
-	if r.code != check.ExitFindings || len(fs) == 0 || fs[0]["file"] != "stdin" {
+	if r.code != check.ExitFindings || len(fs) == 0 || fs[0]["file"] != "web/templates/deployment.yaml" {
 		t.Fatalf("exit %d, findings %v, stderr %s", r.code, fs, r.stderr)
 	}
 }

@@ -46,6 +46,8 @@ const maxListDepth = 4
 type Source struct {
 	File string
 	Line int
+	// loc finds lines inside the object (Field); nil when there is no text.
+	loc *locator
 }
 
 func (s Source) String() string {
@@ -61,6 +63,11 @@ type Object struct {
 	Source Source
 	Kind   string
 	Obj    any
+	// World names the input the object was read from (a file, stdin, a
+	// rendered Helm chart): objects only select, protect or scale objects of
+	// their own world, so two unrelated manifests never mix. Empty for
+	// objects read from a cluster, which is one world.
+	World string
 }
 
 // ParseError is a document that could not be read. The other documents of the
@@ -80,8 +87,18 @@ type header struct {
 	Items      []json.RawMessage `json:"items"`
 }
 
-// Parse decodes every document of one file. file is only used for Source.
+// Parse decodes every document of one file. file is used for Source and
+// World; an object after a helm template "# Source:" comment is placed on that
+// template instead, without a line (the rendered line is not the template's).
 func Parse(file string, data []byte) ([]Object, []error) {
+	objs, errs := parse(file, data)
+	for i := range objs {
+		objs[i].World = file
+	}
+	return objs, errs
+}
+
+func parse(file string, data []byte) ([]Object, []error) {
 	if !looksLikeJSON(data) {
 		return parseYAML(file, data)
 	}
@@ -103,12 +120,20 @@ func parseYAML(file string, data []byte) ([]Object, []error) {
 	results := make([]decoded, len(docs))
 	forEach(len(docs), func(i int) {
 		src := Source{File: file, Line: docs[i].line}
+		src.loc = &locator{doc: &docText{data: docs[i].data, line: docs[i].line}}
 		j, err := yaml.YAMLToJSON(docs[i].data)
 		if err != nil {
-			results[i].errs = []error{yamlError(src, bytes.Count(docs[i].data, []byte("\n"))+1, err)}
+			results[i].errs = []error{yamlError(src.Plain(), bytes.Count(docs[i].data, []byte("\n"))+1, err)}
 			return
 		}
 		results[i] = decodeJSON(src, j)
+		if t := docs[i].source; t != "" {
+			// Parse errors keep the rendered stream's file:line, where the
+			// text is; findings go to the template a user edits.
+			for k := range results[i].objs {
+				results[i].objs[k].Source = Source{File: t}
+			}
+		}
 	})
 	return collect(results)
 }
@@ -173,10 +198,10 @@ func decodeValue(src Source, j []byte, def header, depth int, out *decoded) {
 	if j[0] == '[' { // a bare JSON or YAML sequence of objects
 		var items []json.RawMessage
 		if err := kjson.UnmarshalCaseSensitivePreserveInts(j, &items); err != nil {
-			out.errs = append(out.errs, &ParseError{Source: src, Err: err})
+			out.errs = append(out.errs, &ParseError{Source: src.Plain(), Err: err})
 			return
 		}
-		decodeItems(src, items, def, depth, out)
+		decodeItems(src, "", items, def, depth, out)
 		return
 	}
 	if j[0] != '{' {
@@ -184,7 +209,7 @@ func decodeValue(src Source, j []byte, def header, depth int, out *decoded) {
 	}
 	var h header
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(j, &h); err != nil {
-		out.errs = append(out.errs, &ParseError{Source: src, Err: fmt.Errorf("read apiVersion and kind: %w", err)})
+		out.errs = append(out.errs, &ParseError{Source: src.Plain(), Err: fmt.Errorf("read apiVersion and kind: %w", err)})
 		return
 	}
 	if h.Kind == "" {
@@ -198,7 +223,7 @@ func decodeValue(src Source, j []byte, def header, depth int, out *decoded) {
 		if h.Kind == "List" {
 			item = header{}
 		}
-		decodeItems(src, h.Items, item, depth, out)
+		decodeItems(src, "items", h.Items, item, depth, out)
 		return
 	}
 	obj := newTyped(h.APIVersion, h.Kind)
@@ -206,19 +231,25 @@ func decodeValue(src Source, j []byte, def header, depth int, out *decoded) {
 		return
 	}
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(j, obj); err != nil {
-		out.errs = append(out.errs, &ParseError{Source: src, Err: fmt.Errorf("decode %s: %w", h.Kind, err)})
+		out.errs = append(out.errs, &ParseError{Source: src.Plain(), Err: fmt.Errorf("decode %s: %w", h.Kind, err)})
 		return
 	}
 	out.objs = append(out.objs, Object{Source: src, Kind: h.Kind, Obj: obj})
 }
 
-func decodeItems(src Source, items []json.RawMessage, def header, depth int, out *decoded) {
+// decodeItems decodes a List's items (field "items") or a bare sequence's
+// elements (field ""), each with its own line.
+func decodeItems(src Source, field string, items []json.RawMessage, def header, depth int, out *decoded) {
 	if depth >= maxListDepth {
-		out.errs = append(out.errs, &ParseError{Source: src, Err: errors.New("lists nested too deeply")})
+		out.errs = append(out.errs, &ParseError{Source: src.Plain(), Err: errors.New("lists nested too deeply")})
 		return
 	}
-	for _, it := range items {
-		decodeValue(src, it, def, depth+1, out)
+	for i, it := range items {
+		steps := []string{strconv.Itoa(i)}
+		if field != "" {
+			steps = []string{field, strconv.Itoa(i)}
+		}
+		decodeValue(src.item(steps...), it, def, depth+1, out)
 	}
 }
 

@@ -54,6 +54,10 @@ func Read(paths []string, stdin io.Reader) ([]Object, []error) {
 				if path != p && strings.HasPrefix(d.Name(), ".") {
 					return filepath.SkipDir
 				}
+				if isChart(path) {
+					add(readChart(path))
+					return filepath.SkipDir
+				}
 				return nil
 			}
 			switch strings.ToLower(filepath.Ext(path)) {
@@ -133,7 +137,9 @@ func parseJSONStream(file string, data []byte) (objs []Object, errs []error, fir
 	}
 	results = make([]decoded, len(values))
 	forEach(len(values), func(i int) {
-		results[i] = decodeJSON(Source{File: file, Line: lines[i]}, values[i])
+		src := Source{File: file, Line: lines[i]}
+		src.loc = &locator{doc: &docText{data: values[i], line: lines[i]}}
+		results[i] = decodeJSON(src, values[i])
 	})
 	o, e := collect(results)
 	return o, append(e, errs...), nil

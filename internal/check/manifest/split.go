@@ -10,7 +10,13 @@ import (
 type document struct {
 	line int
 	data []byte
+	// source is the template named by a helm template "# Source: chart/templates/x.yaml"
+	// comment before the content, if any.
+	source string
 }
+
+// sourcePrefix starts the comment helm template writes before each document.
+var sourcePrefix = []byte("# Source: ")
 
 // splitYAML cuts a YAML stream at its document markers. It does this itself,
 // before any YAML parsing, for two reasons: a syntax error in one document
@@ -26,12 +32,13 @@ func splitYAML(data []byte) []document {
 		cur    []byte
 		start  int // line of the first content line of cur, 0 while none
 		lineNo int
+		source string
 	)
 	flush := func() {
 		if start > 0 {
-			docs = append(docs, document{line: start, data: cur})
+			docs = append(docs, document{line: start, data: cur, source: source})
 		}
-		cur, start = nil, 0
+		cur, start, source = nil, 0, ""
 	}
 	for len(data) > 0 {
 		lineNo++
@@ -58,6 +65,9 @@ func splitYAML(data []byte) []document {
 			// Directives ("%YAML 1.2") belong before a document's marker;
 			// keep them out of the content so the parser sees a plain body.
 			if isBlankOrComment(line) || line[0] == '%' {
+				if bytes.HasPrefix(line, sourcePrefix) {
+					source = string(bytes.TrimSpace(line[len(sourcePrefix):]))
+				}
 				continue
 			}
 			start = lineNo

@@ -44,7 +44,12 @@ func Write(w io.Writer, format string, rep rules.Report, opt Options) error {
 func Text(w io.Writer, rep rules.Report, opt Options) error {
 	var b strings.Builder
 	prev := ""
+	shown := 0
 	for _, f := range rep.Findings {
+		if f.Suppressed {
+			continue
+		}
+		shown++
 		head := f.Object + "  " + f.Source.String()
 		if head != prev {
 			if prev != "" {
@@ -61,7 +66,7 @@ func Text(w io.Writer, rep rules.Report, opt Options) error {
 			}
 		}
 	}
-	if len(rep.Findings) > 0 {
+	if shown > 0 {
 		b.WriteByte('\n')
 	}
 	b.WriteString(summary(rep, opt.Provider) + "\n")
@@ -72,12 +77,16 @@ func Text(w io.Writer, rep rules.Report, opt Options) error {
 func summary(rep rules.Report, provider string) string {
 	scope := fmt.Sprintf("%s selected by %s, provider %s",
 		plural(rep.Workloads, "workload"), plural(rep.Services, "LoadBalancer Service"), provider)
-	if len(rep.Findings) == 0 {
+	if n := rep.Suppressed(); n > 0 {
+		scope = fmt.Sprintf("%d suppressed, %s", n, scope)
+	}
+	shown := len(rep.Findings) - rep.Suppressed()
+	if shown == 0 {
 		return "zerodrop check: no findings (" + scope + ")"
 	}
 	errs := rep.Errors()
 	return fmt.Sprintf("zerodrop check: %s, %s (%s)",
-		plural(errs, "error"), plural(len(rep.Findings)-errs, "warning"), scope)
+		plural(errs, "error"), plural(shown-errs, "warning"), scope)
 }
 
 func plural(n int, word string) string {
@@ -92,20 +101,26 @@ type jsonFinding struct {
 	Rule      string `json:"rule"`
 	Severity  string `json:"severity"`
 	File      string `json:"file"`
+	Line      int    `json:"line"`
 	Object    string `json:"object"`
 	Container string `json:"container"`
 	Message   string `json:"message"`
 	Fix       string `json:"fix"`
 }
 
-// JSON prints {"findings":[…]}; an empty report prints an empty array, not null.
+// JSON prints {"findings":[…]}; an empty report prints an empty array, not
+// null. Suppressed findings are left out: the shape is a fixed contract.
 func JSON(w io.Writer, rep rules.Report) error {
 	out := struct {
 		Findings []jsonFinding `json:"findings"`
 	}{Findings: make([]jsonFinding, 0, len(rep.Findings))}
+	rep.ResolveLines()
 	for _, f := range rep.Findings {
+		if f.Suppressed {
+			continue
+		}
 		out.Findings = append(out.Findings, jsonFinding{
-			Rule: f.Rule, Severity: string(f.Severity), File: f.Source.File, Object: f.Object,
+			Rule: f.Rule, Severity: string(f.Severity), File: f.Source.File, Line: f.Line, Object: f.Object,
 			Container: f.Container, Message: f.Message, Fix: f.Fix,
 		})
 	}

@@ -7,7 +7,12 @@ import (
 	"strings"
 
 	"zerodrop.dev/zerodrop/internal/check/rules"
+	"zerodrop.dev/zerodrop/internal/version"
 )
+
+// RepositoryURL is where the module path zerodrop.dev/zerodrop points: SARIF's
+// informationUri, and the base of each rule's helpUri (its docs/rules page).
+const RepositoryURL = "https://zerodrop.dev/zerodrop"
 
 // SARIF 2.1.0 (OASIS), the subset code-scanning services read.
 const (
@@ -31,14 +36,17 @@ type sarifTool struct {
 }
 
 type sarifDriver struct {
-	Name  string      `json:"name"`
-	Rules []sarifRule `json:"rules"`
+	Name           string      `json:"name"`
+	Version        string      `json:"version"`
+	InformationURI string      `json:"informationUri"`
+	Rules          []sarifRule `json:"rules"`
 }
 
 type sarifRule struct {
 	ID                   string       `json:"id"`
 	Name                 string       `json:"name"`
 	ShortDescription     sarifText    `json:"shortDescription"`
+	HelpURI              string       `json:"helpUri"`
 	Help                 sarifText    `json:"help"`
 	DefaultConfiguration sarifDefault `json:"defaultConfiguration"`
 }
@@ -57,6 +65,13 @@ type sarifResult struct {
 	Level     string          `json:"level"`
 	Message   sarifText       `json:"message"`
 	Locations []sarifLocation `json:"locations"`
+	// Suppressions marks a finding suppressed by zerodrop.dev/ignore.
+	Suppressions []sarifSuppression `json:"suppressions,omitempty"`
+}
+
+type sarifSuppression struct {
+	Kind          string `json:"kind"`
+	Justification string `json:"justification"`
 }
 
 type sarifLocation struct {
@@ -87,7 +102,9 @@ type sarifLogical struct {
 // can refer to them by index, and one result per finding.
 func SARIF(w io.Writer, rep rules.Report) error {
 	run := sarifRun{
-		Tool:    sarifTool{Driver: sarifDriver{Name: "zerodrop"}},
+		Tool: sarifTool{Driver: sarifDriver{
+			Name: "zerodrop", Version: version.String(), InformationURI: RepositoryURL,
+		}},
 		Results: make([]sarifResult, 0, len(rep.Findings)),
 	}
 	index := map[string]int{}
@@ -97,25 +114,31 @@ func SARIF(w io.Writer, rep rules.Report) error {
 			ID:                   r.ID,
 			Name:                 r.ID,
 			ShortDescription:     sarifText{Text: r.Title},
+			HelpURI:              RepositoryURL + "/docs/rules/" + r.ID + ".md",
 			Help:                 sarifText{Text: r.Title + ". See docs/rules/" + r.ID + ".md in the zerodrop repository."},
 			DefaultConfiguration: sarifDefault{Level: level(r.Severity)},
 		})
 	}
+	rep.ResolveLines()
 	for _, f := range rep.Findings {
 		loc := sarifLocation{
 			PhysicalLocation: sarifPhysical{ArtifactLocation: sarifArtifact{URI: fileURI(f.Source.File)}},
 			LogicalLocations: []sarifLogical{{Name: objectName(f.Object), FullyQualifiedName: f.Object, Kind: "resource"}},
 		}
-		if f.Source.Line > 0 {
-			loc.PhysicalLocation.Region = &sarifRegion{StartLine: f.Source.Line}
+		if f.Line > 0 {
+			loc.PhysicalLocation.Region = &sarifRegion{StartLine: f.Line}
 		}
-		run.Results = append(run.Results, sarifResult{
+		res := sarifResult{
 			RuleID:    f.Rule,
 			RuleIndex: index[f.Rule],
 			Level:     level(f.Severity),
 			Message:   sarifText{Text: f.Message + ". Fix: " + f.Fix + "."},
 			Locations: []sarifLocation{loc},
-		})
+		}
+		if f.Suppressed {
+			res.Suppressions = []sarifSuppression{{Kind: "inSource", Justification: f.Reason}}
+		}
+		run.Results = append(run.Results, res)
 	}
 	return encode(w, sarifLog{Version: sarifVersion, Schema: sarifSchema, Runs: []sarifRun{run}})
 }

@@ -19,21 +19,20 @@ type check struct {
 	svcs     []*service
 	cfg      Config
 	timing   timing.Timing
-	ignore   map[string]bool // from the workload and every selecting Service
+	ignore   map[string]string // rule → reason, from the workload and every selecting Service
 	nsLabels map[string]string
 	findings []Finding
 }
 
 func newCheck(ix *index, w *workload, svcs []*service, cfg Config) *check {
 	c := &check{ix: ix, w: w, svcs: svcs, cfg: cfg, ignore: ignored(w.meta)}
-	if c.ignore == nil {
-		c.ignore = map[string]bool{}
-	}
 	ts := make([]timing.Timing, len(svcs))
 	for i, s := range svcs {
 		ts[i] = timing.For(cfg.Provider, s.svc, cfg.Overrides)
-		for id := range ignored(&s.svc.ObjectMeta) {
-			c.ignore[id] = true
+		for id, reason := range ignored(&s.svc.ObjectMeta) {
+			if _, ok := c.ignore[id]; !ok {
+				c.ignore[id] = reason
+			}
 		}
 	}
 	c.timing = timing.Max(ts)
@@ -63,18 +62,22 @@ func (c *check) add(id, container, msg, fix string, explain ...string) {
 }
 
 // addOn records a finding on any object; extra are that object's own
-// suppressions (a Service's, for ZD402).
-func (c *check) addOn(src manifest.Source, object string, extra map[string]bool, id, container, msg, fix string, explain ...string) {
-	if c.ignore[id] || extra[id] {
-		return
+// suppressions (a Service's, for ZD402). A suppressed finding is kept, marked
+// with its reason: it is counted, and SARIF carries it as suppressed.
+func (c *check) addOn(src manifest.Source, object string, extra map[string]string, id, container, msg, fix string, explain ...string) {
+	reason, suppressed := c.ignore[id]
+	if r, ok := extra[id]; ok && !suppressed {
+		reason, suppressed = r, true
 	}
 	r, ok := ByID(id)
 	if !ok {
 		panic(fmt.Sprintf("rules: unknown rule %s", id)) // a programming error, caught by the tests
 	}
 	c.findings = append(c.findings, Finding{
-		Rule: id, Severity: r.Severity, Source: src, Object: object,
+		Rule: id, Severity: r.Severity, Source: src.Plain(), Line: src.Line, Object: object,
 		Container: container, Message: msg, Fix: fix, Explain: explain,
+		Suppressed: suppressed, Reason: reason,
+		at: src, fields: fieldPaths(kindOf(object), id, container),
 	})
 }
 

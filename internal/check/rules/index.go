@@ -1,8 +1,6 @@
 package rules
 
 import (
-	"strings"
-
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -13,8 +11,9 @@ import (
 	"zerodrop.dev/zerodrop/internal/check/manifest"
 )
 
-// IgnoreAnnotation lists rule IDs to suppress for an object, comma-separated,
-// on a workload's or a Service's metadata.
+// IgnoreAnnotation lists rule IDs to suppress for an object, each with a
+// reason ("ZD301: single replica by design"), on a workload's or a Service's
+// metadata.
 const IgnoreAnnotation = "zerodrop.dev/ignore"
 
 // workload is any object that runs pods, reduced to what the rules read.
@@ -173,19 +172,6 @@ func (ix *index) selecting(w *workload) []*service {
 		if s.sel.Matches(set) {
 			out = append(out, s)
 		}
-	}
-	return out
-}
-
-// ignored parses the zerodrop.dev/ignore annotation.
-func ignored(meta *metav1.ObjectMeta) map[string]bool {
-	raw, ok := meta.Annotations[IgnoreAnnotation]
-	if !ok {
-		return nil
-	}
-	out := map[string]bool{}
-	for _, f := range strings.FieldsFunc(raw, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
-		out[strings.ToUpper(f)] = true
 	}
 	return out
 }

@@ -150,15 +150,19 @@ func TestZD201(t *testing.T) {
 		}},
 		{name: "suppressed on the workload", fires: false, mutate: func(f *fixture) {
 			f.container().Lifecycle = nil
-			f.dep.Annotations = map[string]string{rules.IgnoreAnnotation: "ZD301, zd201"}
+			f.dep.Annotations = map[string]string{rules.IgnoreAnnotation: "ZD301, zd201: drained by a sidecar"}
 		}},
 		{name: "suppressed on the Service", fires: false, mutate: func(f *fixture) {
 			f.container().Lifecycle = nil
-			f.svc.Annotations = map[string]string{rules.IgnoreAnnotation: "ZD201"}
+			f.svc.Annotations = map[string]string{rules.IgnoreAnnotation: "ZD201: drained by a sidecar"}
+		}},
+		{name: "suppression without a reason", fires: true, mutate: func(f *fixture) {
+			f.container().Lifecycle = nil
+			f.dep.Annotations = map[string]string{rules.IgnoreAnnotation: "ZD201"}
 		}},
 		{name: "another rule suppressed", fires: true, mutate: func(f *fixture) {
 			f.container().Lifecycle = nil
-			f.dep.Annotations = map[string]string{rules.IgnoreAnnotation: "ZD202"}
+			f.dep.Annotations = map[string]string{rules.IgnoreAnnotation: "ZD202: not this one"}
 		}},
 	})
 }

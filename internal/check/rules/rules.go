@@ -1,4 +1,4 @@
-// Package rules holds zerodrop check's rollout-safety rules ZD101–ZD402. The
+// Package rules holds zerodrop check's rollout-safety rules ZD101–ZD403. The
 // rules only look at workloads selected by a Service of type LoadBalancer:
 // that is where a rollout can drop traffic the cluster cannot re-route.
 package rules
@@ -45,6 +45,7 @@ var All = []Rule{
 	{"ZD304", Warning, "No PodDisruptionBudget protects the pods"},
 	{"ZD401", Warning, "externalTrafficPolicy Local without spreading pods across nodes"},
 	{"ZD402", Error, "The Service's targetPort matches no container port"},
+	{"ZD403", Warning, "A LoadBalancer Service selects no workload"},
 }
 
 // ByID returns the rule with the given ID.
@@ -61,6 +62,10 @@ type Finding struct {
 	Rule     string
 	Severity Severity
 	Source   manifest.Source
+	// Line is the object's line, or after Report.ResolveLines the line of
+	// the offending field where the rule knows it (the container for ZD101,
+	// the strategy for ZD301); 0 when unknown (a cluster, a helm template).
+	Line int
 	// Object is Kind/namespace/name, namespace "default" when unset.
 	Object string
 	// Container is empty for findings about the whole pod or workload.
@@ -69,6 +74,13 @@ type Finding struct {
 	Fix       string
 	// Explain holds the arithmetic behind the finding, for --explain.
 	Explain []string
+	// Suppressed is set by a zerodrop.dev/ignore annotation, whose Reason
+	// says why: the finding is counted but neither printed nor failing.
+	Suppressed bool
+	Reason     string
+
+	at     manifest.Source // with its locator, for ResolveLines
+	fields [][]string
 }
 
 // Config selects the load-balancer timings.
@@ -84,13 +96,26 @@ type Report struct {
 	// Services the LoadBalancer Services: what the rules looked at.
 	Workloads int
 	Services  int
+	// Notes are remarks for stderr (suppressions without a reason).
+	Notes []string
 }
 
-// Errors counts the findings of severity error.
+// Errors counts the findings of severity error that are not suppressed.
 func (r Report) Errors() int {
 	n := 0
 	for _, f := range r.Findings {
-		if f.Severity == Error {
+		if f.Severity == Error && !f.Suppressed {
+			n++
+		}
+	}
+	return n
+}
+
+// Suppressed counts the suppressed findings.
+func (r Report) Suppressed() int {
+	n := 0
+	for _, f := range r.Findings {
+		if f.Suppressed {
 			n++
 		}
 	}
@@ -106,16 +131,22 @@ func Analyze(objs []manifest.Object, cfg Config) Report {
 	ix := buildIndex(objs)
 	var rep Report
 	rep.Services = len(ix.lbServices)
+	rep.Notes = ignoreNotes(ix)
+	selected := map[*service]bool{}
 	for _, w := range ix.workloads {
 		svcs := ix.selecting(w)
 		if len(svcs) == 0 {
 			continue
+		}
+		for _, s := range svcs {
+			selected[s] = true
 		}
 		rep.Workloads++
 		c := newCheck(ix, w, svcs, cfg)
 		c.run()
 		rep.Findings = append(rep.Findings, c.findings...)
 	}
+	rep.Findings = append(rep.Findings, checkSelectsNothing(ix, selected, cfg)...)
 	slices.SortStableFunc(rep.Findings, func(a, b Finding) int {
 		return cmp.Or(
 			cmp.Compare(a.Source.File, b.Source.File),

@@ -200,7 +200,7 @@ func TestZD402(t *testing.T) {
 			f.spec().InitContainers = []corev1.Container{{Name: "proxy", Ports: []corev1.ContainerPort{{Name: "proxy", ContainerPort: 15001}}}}
 		})},
 		{name: "suppressed on the Service", fires: false, mutate: all(port(corev1.ServicePort{Port: 80, TargetPort: intstr.FromString("web")}), func(f *fixture) {
-			f.svc.Annotations = map[string]string{"zerodrop.dev/ignore": "ZD402"}
+			f.svc.Annotations = map[string]string{"zerodrop.dev/ignore": "ZD402: the port is served by an injected proxy"}
 		})},
 	})
 }
