@@ -366,3 +366,28 @@ func namespacesWith(t *testing.T, prefix string) []string {
 	}
 	return out
 }
+
+// TestRemoveStale: namespaces of a run whose process is gone are removed;
+// those of a live run are kept.
+func TestRemoveStale(t *testing.T) {
+	requireRoot(t)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := fmt.Sprintf("%s-%d-test-node1", NamePrefix, dead.Process.Pid)
+	live := newLab(t, 1)
+	if _, err := runIP("netns", "add", stale); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = deleteNetns(stale) })
+	if err := RemoveStale(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/run/netns/" + stale); !os.IsNotExist(err) {
+		t.Errorf("stale namespace %s of the exited pid %d is still there (%v)", stale, dead.Process.Pid, err)
+	}
+	if _, err := os.Stat("/run/netns/" + live.Fabric.Name); err != nil {
+		t.Errorf("RemoveStale removed a live run's namespace: %v", err)
+	}
+}
