@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build deps control-plane haproxy test unit lint fmt-check bench lab demo clean
+.PHONY: all build deps control-plane haproxy network test unit lint fmt-check bench lab demo clean
 
 all: build
 
@@ -12,7 +12,7 @@ build:
 	$(GO) build -o bin/zerodrop ./cmd/zerodrop
 
 # The real parts the tests and the demo run against: kube-apiserver, etcd and
-# kube-controller-manager built from the Go module proxy (cached), and HAProxy
+# kube-controller-manager (and kube-proxy) built from the Go module proxy (cached), and HAProxy
 # from the distribution's packages.
 control-plane:
 	@bash hack/control-plane.sh all >/dev/null
@@ -20,7 +20,11 @@ control-plane:
 haproxy:
 	@bash hack/setup-haproxy.sh
 
-deps: control-plane haproxy
+# iproute2 and nftables for the lab's network namespaces (internal/lab/netlab).
+network:
+	@bash hack/setup-network.sh
+
+deps: control-plane haproxy network
 
 # Unit and integration tests (real apiserver + etcd, real HAProxy).
 test: deps fmt-check

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real control plane used by integration tests and the lab:
-# kube-apiserver and kube-controller-manager from the k8s.io/kubernetes Go module
+# kube-apiserver, kube-controller-manager and kube-proxy from the k8s.io/kubernetes Go module
 # (through a generated tools module that maps every staging module to its
 # published v0.X.Y) and etcd from the etcd Go modules.
 #
@@ -8,20 +8,21 @@
 # nothing here is ever committed. Prints the asset directory on stdout.
 #
 # Cold build on a 2-core machine: about 4 min (kube-apiserver, ~2.8 GB peak),
-# +80 s (kube-controller-manager), <1 min (etcd). Warm: instant.
+# +80 s (kube-controller-manager), ~30 s (kube-proxy), <1 min (etcd). Warm: instant.
 set -euo pipefail
 
 K8S_VERSION="${ZERODROP_K8S_VERSION:-v1.37.2}"
 ETCD_VERSION="${ZERODROP_ETCD_VERSION:-v3.6.16}"
 CACHE="${ZERODROP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/zerodrop}"
 ASSETS="$CACHE/control-plane/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}"
-WANT="${1:-all}" # all | apiserver (kube-apiserver + etcd only)
+WANT="${1:-all}" # all | apiserver (kube-apiserver + etcd only) | kube-proxy (kube-proxy only)
 
 log() { echo "control-plane: $*" >&2; }
 
 need() {
 	case "$WANT" in
-	all) [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/etcd" ] && [ -x "$ASSETS/kube-controller-manager" ] ;;
+	all) [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/etcd" ] && [ -x "$ASSETS/kube-controller-manager" ] && [ -x "$ASSETS/kube-proxy" ] ;;
+	kube-proxy) [ -x "$ASSETS/kube-proxy" ] ;;
 	*) [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/etcd" ] ;;
 	esac
 }
@@ -90,9 +91,9 @@ build_etcd() {
 	log "built etcd in $((SECONDS - start)) s"
 }
 
-build_etcd
 case "$WANT" in
-all) build_k8s kube-apiserver kube-controller-manager ;;
-*) build_k8s kube-apiserver ;;
+all) build_etcd; build_k8s kube-apiserver kube-controller-manager kube-proxy ;;
+kube-proxy) build_k8s kube-proxy ;;
+*) build_etcd; build_k8s kube-apiserver ;;
 esac
 echo "$ASSETS"
