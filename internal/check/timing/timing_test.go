@@ -87,3 +87,42 @@ func TestMax(t *testing.T) {
 		t.Errorf("Max = %+v", got)
 	}
 }
+
+// TestAWSDeregistrationDelayOnlyForIPTargets: a terminating pod deregisters
+// a target only when the target group holds pod IPs. With instance targets
+// (the in-tree controller, or target type instance) the target is the node,
+// which stays registered, so the target group's deregistration delay does
+// not apply.
+func TestAWSDeregistrationDelayOnlyForIPTargets(t *testing.T) {
+	const (
+		lbType     = "service.beta.kubernetes.io/aws-load-balancer-type"
+		targetType = "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"
+	)
+	tests := []struct {
+		name string
+		ann  map[string]string
+		dreg int
+		why  string
+	}{
+		{"in-tree classic ELB", nil, 35, "instance targets"},
+		{"in-tree NLB", map[string]string{lbType: "nlb"}, 35, "instance targets"},
+		{"instance target type", map[string]string{lbType: "external", targetType: "instance"}, 35, "instance targets"},
+		{"instance targets ignore the delay attribute", map[string]string{lbType: "external", targetType: "instance",
+			timing.AWSTargetGroupAttrs: "deregistration_delay.timeout_seconds=120"}, 35, "instance targets"},
+		{"IP targets", map[string]string{lbType: "external", targetType: "ip"}, 305, "deregistration delay 300 s"},
+		{"legacy nlb-ip", map[string]string{lbType: "nlb-ip"}, 305, "deregistration delay 300 s"},
+		{"IP targets with the delay attribute", map[string]string{targetType: "ip",
+			timing.AWSTargetGroupAttrs: "deregistration_delay.timeout_seconds=120"}, 125, "deregistration delay 120 s"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := timing.For(timing.AWS, svc("", tc.ann, 80), timing.NoOverrides)
+			if got.Deregistration != tc.dreg {
+				t.Errorf("deregistration %d, want %d: %s", got.Deregistration, tc.dreg, got.DeregistrationWhy)
+			}
+			if !strings.Contains(got.DeregistrationWhy, tc.why) {
+				t.Errorf("deregistration explanation %q lacks %q", got.DeregistrationWhy, tc.why)
+			}
+		})
+	}
+}
