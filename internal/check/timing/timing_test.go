@@ -37,17 +37,19 @@ func TestFor(t *testing.T) {
 			timing.AzureProbeInterval: "5", "service.beta.kubernetes.io/port_443_health-probe_interval": "20",
 		}, 80, 443), timing.NoOverrides, 45, 45, "port_443_health-probe_interval"},
 		{"azure invalid annotation ignored", timing.Azure, svc("", map[string]string{timing.AzureNumOfProbe: "many"}, 80), timing.NoOverrides, 15, 15, "ignored invalid"},
-		{"aws defaults", timing.AWS, svc("", nil, 80), timing.NoOverrides, 35, 305, "deregistration delay 300 s"},
-		{"aws annotations", timing.AWS, svc("", map[string]string{
-			timing.AWSHealthCheckInterval: "5", timing.AWSHealthyThreshold: "2", timing.AWSUnhealthyThreshold: "2",
+		{"aws IP targets, defaults", timing.AWS, svc("", map[string]string{timing.AWSNLBTargetType: "ip"}, 80), timing.NoOverrides, 35, 305, "deregistration delay 300 s"},
+		{"aws IP targets, annotations", timing.AWS, svc("", map[string]string{
+			timing.AWSNLBTargetType: "ip", timing.AWSHealthCheckInterval: "5", timing.AWSHealthyThreshold: "2", timing.AWSUnhealthyThreshold: "2",
 			timing.AWSTargetGroupAttrs: "deregistration_delay.timeout_seconds=20, stickiness.enabled=false",
 		}, 80), timing.NoOverrides, 15, 25, "annotation " + timing.AWSTargetGroupAttrs},
 		{"aws deregistration delay 0 leaves the health check", timing.AWS, svc("", map[string]string{
-			timing.AWSTargetGroupAttrs: "deregistration_delay.timeout_seconds=0",
+			timing.AWSNLBTargetType: "ip", timing.AWSTargetGroupAttrs: "deregistration_delay.timeout_seconds=0",
 		}, 80), timing.NoOverrides, 35, 35, "10 s × 3"},
-		{"aws classic ELB connection draining", timing.AWS, svc("", map[string]string{
+		// Connection draining applies when an instance leaves the classic
+		// ELB, not when a pod behind it terminates.
+		{"aws classic ELB connection draining: instance targets", timing.AWS, svc("", map[string]string{
 			timing.AWSConnDrainingEnabled: "true", timing.AWSConnDrainingTimeout: "60",
-		}, 80), timing.NoOverrides, 35, 65, timing.AWSConnDrainingTimeout},
+		}, 80), timing.NoOverrides, 35, 35, "does not apply"},
 		{"gke Cluster", timing.GKE, svc(corev1.ServiceExternalTrafficPolicyCluster, nil, 80), timing.NoOverrides, 13, 29, "8 s × 3"},
 		{"gke Local", timing.GKE, svc(corev1.ServiceExternalTrafficPolicyLocal, nil, 80), timing.NoOverrides, 8, 11, "3 s × 2"},
 		{"haproxy", timing.HAProxy, svc("", nil, 80), timing.NoOverrides, 9, 11, "2 s × 3"},
