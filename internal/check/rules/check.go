@@ -61,6 +61,16 @@ func (c *check) add(id, container, msg, fix string, explain ...string) {
 	c.addOn(c.w.src, c.w.id(), nil, id, container, msg, fix, explain...)
 }
 
+// addSeverity records a finding on the workload with a severity other than
+// the rule's default, for rules whose severity follows the resolved value.
+func (c *check) addSeverity(sev Severity, id, container, msg, fix string, explain ...string) {
+	n := len(c.findings)
+	c.add(id, container, msg, fix, explain...)
+	if len(c.findings) > n {
+		c.findings[n].Severity = sev
+	}
+}
+
 // addOn records a finding on any object; extra are that object's own
 // suppressions (a Service's, for ZD402). A suppressed finding is kept, marked
 // with its reason: it is counted, and SARIF carries it as suppressed.

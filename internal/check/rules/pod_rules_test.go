@@ -84,8 +84,21 @@ func TestZD102(t *testing.T) {
 	})
 }
 
+// noGate removes the readiness gate behind a Service with
+// externalTrafficPolicy Local, where the load balancer registers nodes by
+// their local endpoints (with Cluster there is no registration to gate).
+func noGate(f *fixture) {
+	f.spec().ReadinessGates = nil
+	f.svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+}
+
+// awsIPTargets makes the Service an AWS NLB whose target group holds pod IPs.
+func awsIPTargets(f *fixture) {
+	f.cfg.Provider = timing.AWS
+	f.svc.Annotations = map[string]string{timing.AWSNLBTargetType: "ip"}
+}
+
 func TestZD103(t *testing.T) {
-	noGate := func(f *fixture) { f.spec().ReadinessGates = nil }
 	gate := func(g string) func(f *fixture) {
 		return func(f *fixture) {
 			f.spec().ReadinessGates = []corev1.PodReadinessGate{{ConditionType: corev1.PodConditionType(g)}}
@@ -96,7 +109,7 @@ func TestZD103(t *testing.T) {
 		{name: "zerodrop gate", mutate: gate(rules.ZerodropGate), fires: false},
 		{name: "AWS target health gate", mutate: gate("target-health.elbv2.k8s.aws/k8s-shop-web-0123456789"), fires: false},
 		{name: "GKE NEG gate", mutate: gate(rules.GKENEGGate), fires: false},
-		{name: "unrelated gate", mutate: gate("example.com/feature-ready"), fires: true},
+		{name: "unrelated gate", mutate: all(noGate, gate("example.com/feature-ready")), fires: true},
 		{name: "zerodrop injection label on the namespace", fires: false, mutate: all(noGate, func(f *fixture) {
 			f.extra = append(f.extra, namespaceObj("shop", map[string]string{rules.InjectLabel: "enabled"}))
 		})},
@@ -113,7 +126,6 @@ func TestZD103(t *testing.T) {
 }
 
 func TestZD104(t *testing.T) {
-	noGate := func(f *fixture) { f.spec().ReadinessGates = nil }
 	minReady := func(s int32) func(f *fixture) { return func(f *fixture) { f.dep.Spec.MinReadySeconds = s } }
 	runRule(t, "ZD104", []ruleCase{
 		{name: "no gate, minReadySeconds unset", mutate: noGate, fires: true, contains: "minReadySeconds 0"},
@@ -181,10 +193,11 @@ func TestZD202(t *testing.T) {
 		{name: "no hook is ZD201, not ZD202", mutate: func(f *fixture) { f.container().Lifecycle = nil }, fires: false},
 		{name: "azure deregistration 15 s", mutate: all(sleepAction(15), func(f *fixture) { f.cfg.Provider = timing.Azure }), fires: false},
 		{name: "haproxy deregistration 11 s", mutate: all(sleepAction(10), func(f *fixture) { f.cfg.Provider = timing.HAProxy }), fires: true},
-		{name: "aws default deregistration delay 300 s", mutate: all(sleepAction(40), func(f *fixture) { f.cfg.Provider = timing.AWS }), fires: true, contains: "305 s"},
+		{name: "aws IP targets: default deregistration delay 300 s", mutate: all(sleepAction(40), awsIPTargets), fires: true, contains: "305 s"},
+		{name: "aws instance targets: no deregistration delay", mutate: all(sleepAction(40), func(f *fixture) { f.cfg.Provider = timing.AWS }), fires: false},
 		{name: "aws deregistration delay annotation", fires: false, mutate: all(sleepAction(35), func(f *fixture) {
 			f.cfg.Provider = timing.AWS
-			f.svc.Annotations = map[string]string{timing.AWSTargetGroupAttrs: "preserve_client_ip.enabled=true,deregistration_delay.timeout_seconds=30"}
+			f.svc.Annotations = map[string]string{timing.AWSNLBTargetType: "ip", timing.AWSTargetGroupAttrs: "preserve_client_ip.enabled=true,deregistration_delay.timeout_seconds=30"}
 		})},
 		{name: "aws annotations ignored for another provider", fires: true, mutate: all(sleepAction(20), func(f *fixture) {
 			f.svc.Annotations = map[string]string{timing.AWSTargetGroupAttrs: "deregistration_delay.timeout_seconds=5"}
@@ -203,7 +216,7 @@ func TestZD203(t *testing.T) {
 		{name: "grace equal to sleep", mutate: grace(40), fires: true},
 		{name: "exec sleep above grace", mutate: all(grace(45), sleepExec("sleep", "50")), fires: true},
 		{name: "sleep infinity", mutate: sleepExec("sleep", "infinity"), fires: true, contains: "infinity"},
-		{name: "drain hook waits AWS's 305 s", mutate: all(httpHook("/drain"), func(f *fixture) { f.cfg.Provider = timing.AWS }), fires: true},
+		{name: "drain hook waits AWS's 305 s", mutate: all(httpHook("/drain"), awsIPTargets), fires: true},
 		{name: "drain hook with azure", mutate: all(httpHook("/drain"), func(f *fixture) { f.cfg.Provider = timing.Azure }), fires: false},
 		{name: "unknown hook", mutate: all(grace(1), sleepExec("/wait-shutdown")), fires: false},
 	})

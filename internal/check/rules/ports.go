@@ -103,7 +103,14 @@ func servesAny(ctr *corev1.Container, ports []corev1.ServicePort) bool {
 }
 
 // checkPorts is ZD402, reported on the Service, once per port and workload.
+// A numeric targetPort reaches the pod whether a container declares it or
+// not; when no container declares any port there is nothing to check it
+// against, so only named targetPorts (which then resolve to nothing) count.
 func (c *check) checkPorts() {
+	declared := false
+	for _, ref := range c.containers() {
+		declared = declared || len(ref.c.Ports) > 0
+	}
 	for _, s := range c.svcs {
 		extra := ignored(&s.svc.ObjectMeta)
 		for _, sp := range s.svc.Spec.Ports {
@@ -114,10 +121,10 @@ func (c *check) checkPorts() {
 					break
 				}
 			}
-			if found {
+			tp, proto := targetPort(sp)
+			if found || (!declared && tp.Type == intstr.Int) {
 				continue
 			}
-			tp, proto := targetPort(sp)
 			portDesc := fmt.Sprintf("port %d/%s", sp.Port, proto)
 			if sp.Name != "" {
 				portDesc = fmt.Sprintf("port %q (%d/%s)", sp.Name, sp.Port, proto)

@@ -39,7 +39,7 @@ var All = []Rule{
 	{"ZD202", Error, "The preStop delay is shorter than the load balancer's deregistration time"},
 	{"ZD203", Error, "terminationGracePeriodSeconds is not longer than the preStop delay"},
 	{"ZD204", Warning, "externalTrafficPolicy Local and the pod stops serving before its grace period ends"},
-	{"ZD301", Warning, "RollingUpdate maxUnavailable is greater than 0"},
+	{"ZD301", Warning, "RollingUpdate maxUnavailable resolves to at least one pod (error when it can stop every serving pod)"},
 	{"ZD302", Error, "Deployment strategy Recreate"},
 	{"ZD303", Warning, "Fewer than 2 replicas"},
 	{"ZD304", Warning, "No PodDisruptionBudget protects the pods"},

@@ -50,6 +50,13 @@ func (c *check) checkReadinessGate() {
 	if c.readinessGate() != "" {
 		return
 	}
+	// On a node-backed load balancer with Cluster the nodes stay
+	// registered: a new pod gets traffic once kube-proxy programs it, and
+	// there is no registration to wait for.
+	path := c.timing.Path
+	if !path.Registers() {
+		return
+	}
 	reg := c.timing.Registration
 	regWhy := "registration: " + c.timing.RegistrationWhy
 	consequence := ""
@@ -57,7 +64,7 @@ func (c *check) checkReadinessGate() {
 		consequence = ", and the rollout removes an old pod meanwhile"
 	}
 	c.add("ZD103", "",
-		fmt.Sprintf("no load-balancer readiness gate: a new pod turns Ready when its readinessProbe passes, up to %d s before the load balancer sends it traffic%s", reg, consequence),
+		fmt.Sprintf("no load-balancer readiness gate (%s): a new pod turns Ready when its readinessProbe passes, up to %d s before the load balancer sends it traffic%s", path.Desc, reg, consequence),
 		fmt.Sprintf("enable the zerodrop readiness gate (label the namespace %s=enabled, or add readinessGates: [{conditionType: %s}]); the AWS Load Balancer Controller's and GKE's NEG gates count too", InjectLabel, ZerodropGate),
 		regWhy)
 	if mrs, ok := c.minReadySeconds(); ok && int(mrs) < reg {
@@ -97,30 +104,53 @@ func (c *check) checkRollout() {
 	}
 }
 
+// maxUnavailable is ZD301, with the severity of the resolved value: a
+// maxUnavailable that resolves to 0 pods (the default 25% of up to 3
+// replicas) makes the rollout surge first and is no finding; one that can
+// stop every serving pod (1 of 1) is an error; anything else a warning.
+// With a HorizontalPodAutoscaler the value is also resolved at maxReplicas,
+// where the next rollout may run.
 func (c *check) maxUnavailable(mu intstr.IntOrString, what, fix string) {
-	positive := mu.Type == intstr.Int && mu.IntVal > 0
-	if mu.Type == intstr.String {
-		// Percentages resolve against the replica count: 25% of 3 is 0,
-		// but the configured share applies as soon as the workload scales.
-		v, err := intstr.GetScaledValueFromIntOrPercent(&mu, 100, false)
-		positive = err == nil && v > 0
-	}
-	if !positive {
+	n, why, ok := c.replicas()
+	if !ok {
+		// A DaemonSet's size is its node count, unknown here; the
+		// controller rounds a percentage up, so any positive value takes
+		// at least one node's pod out.
+		v, err := intstr.GetScaledValueFromIntOrPercent(&mu, 100, true)
+		if err != nil || v <= 0 {
+			return
+		}
+		c.add("ZD301", "", fmt.Sprintf("RollingUpdate %s: the rollout stops a node's pod before its replacement is ready and registered with the load balancer", what), fix)
 		return
 	}
-	msg := fmt.Sprintf("RollingUpdate %s: the rollout may take pods out of service before their replacements are ready and registered with the load balancer", what)
-	if n, why, ok := c.replicas(); ok && mu.Type == intstr.String {
-		// The Deployment controller rounds maxUnavailable down, so a
-		// percentage is 0 pods for small counts; say from which it is not.
-		v, err := intstr.GetScaledValueFromIntOrPercent(&mu, int(n), false)
-		pct, _ := intstr.GetScaledValueFromIntOrPercent(&mu, 100, false)
-		if err == nil && v == 0 && pct > 0 {
-			msg += fmt.Sprintf("; %s resolves to 0 of %d pods now (%s), but to 1 or more from %d replicas on", mu.StrVal, n, why, (100+pct-1)/pct)
-		} else if err == nil {
-			msg += fmt.Sprintf("; %s resolves to %d of %d pods (%s)", mu.StrVal, v, n, why)
+	// The Deployment controller rounds maxUnavailable down.
+	resolve := func(replicas int32) int {
+		v, err := intstr.GetScaledValueFromIntOrPercent(&mu, int(replicas), false)
+		if err != nil || v < 0 {
+			return 0
 		}
+		return v
 	}
-	c.add("ZD301", "", msg, fix)
+	v, atMax, maxWhy := resolve(n), 0, ""
+	if h := c.hpa(); h != nil && h.Spec.MaxReplicas > n {
+		atMax = resolve(h.Spec.MaxReplicas)
+		maxWhy = fmt.Sprintf("HorizontalPodAutoscaler %s maxReplicas %d", h.Name, h.Spec.MaxReplicas)
+	}
+	if v == 0 && atMax == 0 {
+		return
+	}
+	sev := Warning
+	var msg string
+	switch {
+	case v > 0 && v >= int(n):
+		sev = Error
+		msg = fmt.Sprintf("RollingUpdate %s resolves to %d of %d pods (%s): the rollout can stop %s before a replacement is ready and registered, leaving the load balancer without a backend", what, v, n, why, allPods(n))
+	case v > 0:
+		msg = fmt.Sprintf("RollingUpdate %s resolves to %d of %d pods (%s): the rollout takes pods out of service before their replacements are ready and registered with the load balancer", what, v, n, why)
+	default:
+		msg = fmt.Sprintf("RollingUpdate %s resolves to 0 of %d pods now (%s) but to %d at %s: once scaled up, the rollout takes pods out of service before their replacements are ready and registered with the load balancer", what, n, why, atMax, maxWhy)
+	}
+	c.addSeverity(sev, "ZD301", "", msg, fix)
 }
 
 // checkReplicas is ZD303.

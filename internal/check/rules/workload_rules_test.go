@@ -62,10 +62,14 @@ func maxUnavailable(v intstr.IntOrString) func(f *fixture) {
 
 func TestZD301(t *testing.T) {
 	runRule(t, "ZD301", []ruleCase{
-		{name: "default 25%", fires: true, contains: "default 25%", mutate: func(f *fixture) { f.dep.Spec.Strategy = appsv1.DeploymentStrategy{} }},
-		{name: "default 25% at replicas 3 is 0 pods now", fires: true, contains: "from 4 replicas on", mutate: func(f *fixture) { f.dep.Spec.Strategy = appsv1.DeploymentStrategy{} }},
+		{name: "default 25% of 4 replicas", fires: true, contains: "default 25%", mutate: func(f *fixture) {
+			f.dep.Spec.Strategy = appsv1.DeploymentStrategy{}
+			f.dep.Spec.Replicas = ptr.To[int32](4)
+		}},
+		{name: "default 25% at replicas 3 is 0 pods", fires: false, mutate: func(f *fixture) { f.dep.Spec.Strategy = appsv1.DeploymentStrategy{} }},
 		{name: "RollingUpdate without rollingUpdate block", fires: true, mutate: func(f *fixture) {
 			f.dep.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType}
+			f.dep.Spec.Replicas = ptr.To[int32](8)
 		}},
 		{name: "maxUnavailable 0", fires: false},
 		{name: "maxUnavailable 0%", mutate: maxUnavailable(intstr.FromString("0%")), fires: false},

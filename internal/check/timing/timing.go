@@ -69,6 +69,8 @@ type Timing struct {
 	// RegistrationWhy and DeregistrationWhy spell out the arithmetic.
 	RegistrationWhy   string
 	DeregistrationWhy string
+	// Path is the Service's traffic model the timings follow.
+	Path Path
 }
 
 // value is one health-check parameter and where it came from.
@@ -92,9 +94,15 @@ type healthCheck struct {
 // For returns the timing of svc's load balancer under provider p. A Service
 // with several ports can have a health check per port; the slowest counts.
 func For(p Provider, svc *corev1.Service, ov Overrides) Timing {
-	var t Timing
+	t := Timing{Path: PathOf(p, svc)}
 	first := true
 	for _, hc := range healthChecks(p, svc) {
+		if hc.drain.n > 0 && !t.Path.PodTargets {
+			// The target is the node, which stays registered while a pod
+			// terminates: the deregistration delay never starts for it.
+			hc.notes = append(hc.notes, fmt.Sprintf("instance targets: a terminating pod deregisters nothing, so the %d s deregistration delay [%s] does not apply", hc.drain.n, hc.drain.src))
+			hc.drain = value{}
+		}
 		reg := hc.interval.n*hc.healthy.n + Propagation
 		unreg := hc.interval.n*hc.unhealthy.n + Propagation
 		regWhy := fmt.Sprintf("%s interval %d s × %d healthy checks + %d s endpoint propagation = %d s [interval: %s; healthy threshold: %s]",
@@ -120,6 +128,8 @@ func For(p Provider, svc *corev1.Service, ov Overrides) Timing {
 		}
 		first = false
 	}
+	t.RegistrationWhy = t.Path.Desc + "; " + t.RegistrationWhy
+	t.DeregistrationWhy = t.Path.Desc + "; " + t.DeregistrationWhy
 	if ov.Registration >= 0 {
 		t.Registration = ov.Registration
 		t.RegistrationWhy = fmt.Sprintf("%d s from --registration-seconds", ov.Registration)
@@ -132,10 +142,15 @@ func For(p Provider, svc *corev1.Service, ov Overrides) Timing {
 }
 
 // Max combines the timings of several Services selecting the same pods: the
-// pods must satisfy the slowest load balancer.
+// pods must satisfy the slowest load balancer. The path is the first one
+// that registers pods or nodes (see Path.Registers), as that is where the
+// registration rules apply.
 func Max(ts []Timing) Timing {
 	var out Timing
 	for i, t := range ts {
+		if i == 0 || (!out.Path.Registers() && t.Path.Registers()) {
+			out.Path = t.Path
+		}
 		if i == 0 || t.Registration > out.Registration {
 			out.Registration, out.RegistrationWhy = t.Registration, t.RegistrationWhy
 		}

@@ -37,17 +37,19 @@ func TestFor(t *testing.T) {
 			timing.AzureProbeInterval: "5", "service.beta.kubernetes.io/port_443_health-probe_interval": "20",
 		}, 80, 443), timing.NoOverrides, 45, 45, "port_443_health-probe_interval"},
 		{"azure invalid annotation ignored", timing.Azure, svc("", map[string]string{timing.AzureNumOfProbe: "many"}, 80), timing.NoOverrides, 15, 15, "ignored invalid"},
-		{"aws defaults", timing.AWS, svc("", nil, 80), timing.NoOverrides, 35, 305, "deregistration delay 300 s"},
-		{"aws annotations", timing.AWS, svc("", map[string]string{
-			timing.AWSHealthCheckInterval: "5", timing.AWSHealthyThreshold: "2", timing.AWSUnhealthyThreshold: "2",
+		{"aws IP targets, defaults", timing.AWS, svc("", map[string]string{timing.AWSNLBTargetType: "ip"}, 80), timing.NoOverrides, 35, 305, "deregistration delay 300 s"},
+		{"aws IP targets, annotations", timing.AWS, svc("", map[string]string{
+			timing.AWSNLBTargetType: "ip", timing.AWSHealthCheckInterval: "5", timing.AWSHealthyThreshold: "2", timing.AWSUnhealthyThreshold: "2",
 			timing.AWSTargetGroupAttrs: "deregistration_delay.timeout_seconds=20, stickiness.enabled=false",
 		}, 80), timing.NoOverrides, 15, 25, "annotation " + timing.AWSTargetGroupAttrs},
 		{"aws deregistration delay 0 leaves the health check", timing.AWS, svc("", map[string]string{
-			timing.AWSTargetGroupAttrs: "deregistration_delay.timeout_seconds=0",
+			timing.AWSNLBTargetType: "ip", timing.AWSTargetGroupAttrs: "deregistration_delay.timeout_seconds=0",
 		}, 80), timing.NoOverrides, 35, 35, "10 s × 3"},
-		{"aws classic ELB connection draining", timing.AWS, svc("", map[string]string{
+		// Connection draining applies when an instance leaves the classic
+		// ELB, not when a pod behind it terminates.
+		{"aws classic ELB connection draining: instance targets", timing.AWS, svc("", map[string]string{
 			timing.AWSConnDrainingEnabled: "true", timing.AWSConnDrainingTimeout: "60",
-		}, 80), timing.NoOverrides, 35, 65, timing.AWSConnDrainingTimeout},
+		}, 80), timing.NoOverrides, 35, 35, "does not apply"},
 		{"gke Cluster", timing.GKE, svc(corev1.ServiceExternalTrafficPolicyCluster, nil, 80), timing.NoOverrides, 13, 29, "8 s × 3"},
 		{"gke Local", timing.GKE, svc(corev1.ServiceExternalTrafficPolicyLocal, nil, 80), timing.NoOverrides, 8, 11, "3 s × 2"},
 		{"haproxy", timing.HAProxy, svc("", nil, 80), timing.NoOverrides, 9, 11, "2 s × 3"},
@@ -85,5 +87,44 @@ func TestMax(t *testing.T) {
 	got := timing.Max([]timing.Timing{{Registration: 10, Deregistration: 40, DeregistrationWhy: "b"}, {Registration: 20, RegistrationWhy: "a", Deregistration: 5}})
 	if got.Registration != 20 || got.Deregistration != 40 || got.RegistrationWhy != "a" || got.DeregistrationWhy != "b" {
 		t.Errorf("Max = %+v", got)
+	}
+}
+
+// TestAWSDeregistrationDelayOnlyForIPTargets: a terminating pod deregisters
+// a target only when the target group holds pod IPs. With instance targets
+// (the in-tree controller, or target type instance) the target is the node,
+// which stays registered, so the target group's deregistration delay does
+// not apply.
+func TestAWSDeregistrationDelayOnlyForIPTargets(t *testing.T) {
+	const (
+		lbType     = "service.beta.kubernetes.io/aws-load-balancer-type"
+		targetType = "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"
+	)
+	tests := []struct {
+		name string
+		ann  map[string]string
+		dreg int
+		why  string
+	}{
+		{"in-tree classic ELB", nil, 35, "instance targets"},
+		{"in-tree NLB", map[string]string{lbType: "nlb"}, 35, "instance targets"},
+		{"instance target type", map[string]string{lbType: "external", targetType: "instance"}, 35, "instance targets"},
+		{"instance targets ignore the delay attribute", map[string]string{lbType: "external", targetType: "instance",
+			timing.AWSTargetGroupAttrs: "deregistration_delay.timeout_seconds=120"}, 35, "instance targets"},
+		{"IP targets", map[string]string{lbType: "external", targetType: "ip"}, 305, "deregistration delay 300 s"},
+		{"legacy nlb-ip", map[string]string{lbType: "nlb-ip"}, 305, "deregistration delay 300 s"},
+		{"IP targets with the delay attribute", map[string]string{targetType: "ip",
+			timing.AWSTargetGroupAttrs: "deregistration_delay.timeout_seconds=120"}, 125, "deregistration delay 120 s"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := timing.For(timing.AWS, svc("", tc.ann, 80), timing.NoOverrides)
+			if got.Deregistration != tc.dreg {
+				t.Errorf("deregistration %d, want %d: %s", got.Deregistration, tc.dreg, got.DeregistrationWhy)
+			}
+			if !strings.Contains(got.DeregistrationWhy, tc.why) {
+				t.Errorf("deregistration explanation %q lacks %q", got.DeregistrationWhy, tc.why)
+			}
+		})
 	}
 }
