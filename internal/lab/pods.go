@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -142,7 +143,10 @@ func (s *podServer) shutdown(ctx context.Context) error {
 			break
 		}
 	}
-	if err := s.srv.Shutdown(ctx); err != nil {
+	// The listeners are closed already: Shutdown closing them again (when
+	// Serve has not returned yet) is no failure; it still waited for the
+	// connections.
+	if err := s.srv.Shutdown(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		return err
 	}
 	done := make(chan struct{})
