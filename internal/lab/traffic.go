@@ -221,7 +221,7 @@ func (e *statusError) Error() string { return fmt.Sprintf("status %d", e.code) }
 func runTraffic(ctx context.Context, addr string, rate int, rec *recorder) {
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); openLoop(ctx, addr, rate, rec) }()
+	go func() { defer wg.Done(); openLoop(ctx, addr, rate, poolSize(rate), rec) }()
 	for i := range longConns {
 		wg.Add(1)
 		go func() {
@@ -234,22 +234,27 @@ func runTraffic(ctx context.Context, addr string, rate int, rec *recorder) {
 	wg.Wait()
 }
 
-// poolSize is how many requests may be in flight at once: enough for the
-// rate when each takes up to 250 ms, so a load balancer that answers
-// slowly or not at all makes requests late (an open-loop client's
-// backlog), while ordinary latency does not.
-func poolSize(rate int) int { return max(8, rate/4) }
+// poolSize is how many requests may be in flight at once: enough to keep
+// the schedule when every request takes its whole timeout (2 s at the rate,
+// and a quarter more), so a load balancer that holds requests without an
+// answer causes timeouts, each one failure, as for a crowd of independent
+// clients, and not a backlog that would delay (and fail) the requests
+// after them too. A request is then late only when the client itself fell
+// behind.
+func poolSize(rate int) int {
+	return max(8, int(int64(rate)*int64(ioTimeout)/int64(time.Second))*5/4)
+}
 
 // openLoop sends requests on a fixed schedule: request i has the slot
 // start + i/rate, whatever happened to the ones before (open loop: an
 // outage does not slow the schedule down). A pool of workers takes the
-// slots in order; each request gets a fresh connection (no keep-alive), so
+// slots in order (workers of them); each request gets a fresh connection (no keep-alive), so
 // Go's transport has no reused connection to retry on, and every
 // connection a request opens is counted (more than one is a failure,
 // kindRetry). Even slots are GET /, odd ones POST / with a small body. A
 // request whose connection attempt starts more than lateAfter after its
 // slot is late and failed.
-func openLoop(ctx context.Context, addr string, rate int, rec *recorder) {
+func openLoop(ctx context.Context, addr string, rate, workers int, rec *recorder) {
 	if rate <= 0 {
 		rate = defaultRate
 	}
@@ -266,7 +271,7 @@ func openLoop(ctx context.Context, addr string, rate int, rec *recorder) {
 	slots := int64(rate) * int64(maxTrafficTime/time.Second)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range poolSize(rate) {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -44,7 +45,7 @@ func TestOpenLoopFreshConnections(t *testing.T) {
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { openLoop(ctx, ln.Addr().String(), 50, rec); close(done) }()
+	go func() { openLoop(ctx, ln.Addr().String(), 50, poolSize(50), rec); close(done) }()
 	testutil.Eventually(t, 30*time.Second, "20 requests", func() (bool, string) {
 		s := rec.snapshot()
 		return s.Requests >= 20, ""
@@ -90,7 +91,7 @@ func TestOpenLoopNoSilentRetry(t *testing.T) {
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { openLoop(ctx, ln.Addr().String(), 20, rec); close(done) }()
+	go func() { openLoop(ctx, ln.Addr().String(), 20, poolSize(20), rec); close(done) }()
 	testutil.Eventually(t, 30*time.Second, "10 requests", func() (bool, string) {
 		return rec.snapshot().Requests >= 10, ""
 	})
@@ -107,9 +108,47 @@ func TestOpenLoopNoSilentRetry(t *testing.T) {
 	}
 }
 
-// TestOpenLoopCountsBacklogAsLate: a server that never answers keeps every
-// worker waiting, so the schedule's next slots start late and count as
-// failed (a closed-loop client would just send fewer requests).
+// TestOpenLoopKeepsScheduleThroughOutage: a server that never answers
+// does not slow the schedule down (a closed-loop client would send fewer
+// requests): the pool holds every request until its timeout while new
+// ones keep coming, far more at once than a handful of clients would.
+func TestOpenLoopKeepsScheduleThroughOutage(t *testing.T) {
+	ln := listen(t)
+	hold := make(chan struct{})
+	var waiting, most atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		n := waiting.Add(1)
+		defer waiting.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-hold
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	defer close(hold)
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { openLoop(ctx, ln.Addr().String(), 20, poolSize(20), rec); close(done) }()
+	// 20/s with a 2 s timeout: about 40 requests wait at once.
+	testutil.Eventually(t, 60*time.Second, "30 requests held at once", func() (bool, string) {
+		return most.Load() >= 30, fmt.Sprintf("at most %d", most.Load())
+	})
+	testutil.Eventually(t, 60*time.Second, "a timed-out request", func() (bool, string) {
+		return rec.snapshot().Failed > 0, ""
+	})
+	cancel()
+	<-done
+	s := rec.snapshot()
+	if s.Failed != s.Requests {
+		t.Errorf("%d requests, %d failed: want every request failed", s.Requests, s.Failed)
+	}
+}
+
+// TestOpenLoopCountsBacklogAsLate: when every worker still waits for an
+// answer, the schedule's next slots start late and count as failed.
+// (With the lab's pool that takes a client that fell behind; two workers
+// make it happen here.)
 func TestOpenLoopCountsBacklogAsLate(t *testing.T) {
 	ln := listen(t)
 	hold := make(chan struct{})
@@ -120,7 +159,7 @@ func TestOpenLoopCountsBacklogAsLate(t *testing.T) {
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { openLoop(ctx, ln.Addr().String(), 20, rec); close(done) }()
+	go func() { openLoop(ctx, ln.Addr().String(), 20, 2, rec); close(done) }()
 	testutil.Eventually(t, 60*time.Second, "a late request", func() (bool, string) {
 		s := rec.snapshot()
 		return s.Late > 0, ""
