@@ -36,7 +36,7 @@ See docs/lab.md.</p>
 	b.WriteString(html.EscapeString(table.String()))
 	b.WriteString("</pre>\n")
 	b.WriteString(`<p class="legend"><span><i class="sw" style="background:#9bb7d4"></i>requests/s</span>` +
-		`<span><i class="sw" style="background:#d62728"></i>failures/s (requests and broken long connections)</span>` +
+		`<span><i class="sw" style="background:#d62728"></i>failures/s (failed requests, late ones included, and broken long connections)</span>` +
 		`<span><i class="sw" style="border-left:2px dashed #555;width:0"></i>events</span></p>` + "\n")
 	var order []string
 	seen := map[string]bool{}
@@ -62,8 +62,8 @@ See docs/lab.md.</p>
 }
 
 func writeCard(b *bytes.Buffer, r Result) {
-	fmt.Fprintf(b, "<div class=\"card\"><h3>%s — %d requests, %d failed; %d long connections, %d broken; %d writes, %d conflicts; %.1f s</h3>\n",
-		html.EscapeString(r.Mode), r.Requests, r.FailedRequests, r.LongConns, r.LongConnsBroken,
+	fmt.Fprintf(b, "<div class=\"card\"><h3>%s — %d requests, %d failed (%d late); %d long connections, %d closed (1001), %d broken; %d writes, %d conflicts; %.1f s</h3>\n",
+		html.EscapeString(r.Mode), r.Requests, r.FailedRequests, r.RequestsLate, r.LongConns, r.LongConnsClosed, r.LongConnsBroken,
 		r.ProviderWrites, r.ProviderConflicts, r.DurationSeconds)
 	if r.err != nil {
 		fmt.Fprintf(b, "<p>error: %s</p>", html.EscapeString(r.err.Error()))

@@ -40,6 +40,8 @@ type Options struct {
 	KeepDir bool
 	// Progress receives progress lines (default io.Discard).
 	Progress io.Writer
+	// Rate is the open-loop request rate per second (default 200).
+	Rate int
 }
 
 // lab is the running lab: control plane, node agent, drain Service and
@@ -71,9 +73,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE`")
 	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
 	dir := fs.String("dir", "", "work directory (default: a new temporary one); kept")
+	rate := fs.Int("rate", defaultRate, "open-loop requests per `second` (each on a fresh connection)")
 	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: restart and churn only, see docs/lab.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout|restart|scale-down|drain-node|churn|all] [--mode zerodrop|baseline|both] [--provider haproxy|azure-emulator] [--json FILE] [--html FILE]")
+		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout|restart|scale-down|drain-node|churn|all] [--mode zerodrop|baseline|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -94,7 +97,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", *prov, ProviderAzureEmulator)
 		return 2
 	}
-	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr}
+	if *rate <= 0 || *rate > 2000 {
+		fmt.Fprintf(stderr, "zerodrop lab: --rate %d: want 1 to 2000 requests per second\n", *rate)
+		return 2
+	}
+	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr, Rate: *rate}
 	switch *scenario {
 	case "all":
 		for _, s := range scenarios {
@@ -156,6 +163,9 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
+	if opts.Rate <= 0 {
+		opts.Rate = defaultRate
+	}
 	if opts.Executable == "" {
 		if opts.Executable, err = os.Executable(); err != nil {
 			return nil, err
@@ -204,8 +214,8 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 			if err != nil {
 				l.progressf("%-10s %-8s error: %v", sc.name, mode, err)
 			} else {
-				l.progressf("%-10s %-8s done: %d requests, %d failed; %d long conns, %d broken; %d writes, %d conflicts; %.1fs%s",
-					sc.name, mode, res.Requests, res.FailedRequests, res.LongConns, res.LongConnsBroken,
+				l.progressf("%-10s %-8s done: %d requests, %d failed (%d late, %d by a client stall); %d long conns, %d closed, %d broken; %d writes, %d conflicts; %.1fs%s",
+					sc.name, mode, res.Requests, res.FailedRequests, res.RequestsLate, res.RequestsLateStall, res.LongConns, res.LongConnsClosed, res.LongConnsBroken,
 					res.ProviderWrites, res.ProviderConflicts, res.DurationSeconds, kinds(res.timeline))
 			}
 			if ctx.Err() != nil {

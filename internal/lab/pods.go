@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -41,8 +42,10 @@ func listenAddr(published netip.Addr) netip.Addr {
 }
 
 // podServer is a pod's process: one HTTP/1.1 server with keep-alive on the
-// pod's loopback address, on every TCP container port. "/" and any other
-// path answer the pod's name; the readiness probe's path answers the same.
+// pod's loopback address, on every TCP container port. "/ws" is a WebSocket
+// echo (wsEcho); "/" and any other path answer the pod's name to any method
+// (a request body is read and dropped); the readiness probe's path answers
+// the same.
 type podServer struct {
 	name    string
 	srv     *http.Server
@@ -51,18 +54,31 @@ type podServer struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
+	ws    map[*wsConn]struct{}
 }
 
+// netConnKey is the request context key of the request's connection, so a
+// WebSocket (hijacked by the library) can still be reset by the kill.
+type netConnKey struct{}
+
 func startPodServer(name string, host netip.Addr, ports []int32) (*podServer, error) {
-	s := &podServer{name: name, conns: map[net.Conn]struct{}{}}
+	s := &podServer{name: name, conns: map[net.Conn]struct{}{}, ws: map[*wsConn]struct{}{}}
 	s.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/ws" {
+				s.wsEcho(w, r)
+				return
+			}
+			_, _ = io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "text/plain")
 			if s.closing.Load() {
 				w.Header().Set("Connection", "close")
 			}
 			fmt.Fprintln(w, name)
 		}),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, netConnKey{}, c)
+		},
 		ReadHeaderTimeout: 10 * time.Second,
 		ConnState: func(c net.Conn, st http.ConnState) {
 			s.mu.Lock()
@@ -105,11 +121,21 @@ const announceWait = 10 * longPeriod
 // once (what http.Server.Shutdown alone does) races a client that is just
 // sending its next request: it reads EOF, a loss no load balancer causes.
 // It returns when every connection is closed or ctx is done.
+//
+// Every WebSocket gets a close frame with status 1001 (going away) at once
+// (goAway), the announcement a WebSocket client reconnects on.
 func (s *podServer) shutdown(ctx context.Context) error {
 	s.closing.Store(true)
 	for _, ln := range s.lns {
 		_ = ln.Close()
 	}
+	var wsDone sync.WaitGroup
+	s.mu.Lock()
+	for c := range s.ws {
+		wsDone.Add(1)
+		go func() { defer wsDone.Done(); c.goAway() }()
+	}
+	s.mu.Unlock()
 	wait, cancel := context.WithTimeout(ctx, announceWait)
 	defer cancel()
 	for s.openConns() > 0 {
@@ -117,7 +143,20 @@ func (s *podServer) shutdown(ctx context.Context) error {
 			break
 		}
 	}
-	return s.srv.Shutdown(ctx)
+	// The listeners are closed already: Shutdown closing them again (when
+	// Serve has not returned yet) is no failure; it still waited for the
+	// connections.
+	if err := s.srv.Shutdown(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { wsDone.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (s *podServer) openConns() int {
@@ -130,13 +169,20 @@ func (s *podServer) openConns() int {
 func (s *podServer) kill() {
 	s.mu.Lock()
 	for c := range s.conns {
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0)
-		}
-		_ = c.Close()
+		resetConn(c)
+	}
+	for c := range s.ws {
+		resetConn(c.nc)
 	}
 	s.mu.Unlock()
 	_ = s.srv.Close()
+}
+
+func resetConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 // podRuntime runs one pod as a kubelet would: the process, its readiness

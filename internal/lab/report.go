@@ -13,15 +13,29 @@ import (
 
 // Result is one scenario in one mode, as the JSON report holds it.
 type Result struct {
-	Scenario          string  `json:"scenario"`
-	Mode              string  `json:"mode"`
-	Requests          int64   `json:"requests"`
-	FailedRequests    int64   `json:"failed_requests"`
+	Scenario       string `json:"scenario"`
+	Mode           string `json:"mode"`
+	Requests       int64  `json:"requests"`
+	FailedRequests int64  `json:"failed_requests"` // late ones included
+	RequestsLate   int64  `json:"requests_late"`
+	// RequestsLateStall is the part of RequestsLate whose worker was
+	// waiting for the slot in time and woke too late: a stall of the
+	// client's own process or machine, not a backlog.
+	RequestsLateStall int64   `json:"requests_late_client_stall"`
 	LongConns         int64   `json:"long_conns"`
+	LongConnsClosed   int64   `json:"long_conns_closed"`
 	LongConnsBroken   int64   `json:"long_conns_broken"`
+	ReconnectP50Ms    float64 `json:"long_reconnect_p50_ms"`
+	ReconnectMaxMs    float64 `json:"long_reconnect_max_ms"`
 	ProviderWrites    int64   `json:"provider_writes"`
 	ProviderConflicts int64   `json:"provider_conflicts"`
 	DurationSeconds   float64 `json:"duration_seconds"`
+	// Frontend is the address the clients sent to; TrafficStart and
+	// TrafficEnd (RFC 3339, milliseconds) bound the traffic, so a client
+	// outside the lab can count the same window.
+	Frontend     string `json:"frontend,omitempty"`
+	TrafficStart string `json:"traffic_start,omitempty"`
+	TrafficEnd   string `json:"traffic_end,omitempty"`
 	// Azure holds the --provider azure-emulator figures (azure.go).
 	Azure *AzureFigures `json:"azure,omitempty"`
 
@@ -73,8 +87,11 @@ func writeTable(w io.Writer, results []Result, modes []Mode) {
 	}{
 		{"requests", func(r Result) string { return fmt.Sprint(r.Requests) }},
 		{"failed", func(r Result) string { return fmt.Sprint(r.FailedRequests) }},
+		{"late", func(r Result) string { return fmt.Sprint(r.RequestsLate) }},
 		{"long conns", func(r Result) string { return fmt.Sprint(r.LongConns) }},
+		{"closed", func(r Result) string { return fmt.Sprint(r.LongConnsClosed) }},
 		{"broken", func(r Result) string { return fmt.Sprint(r.LongConnsBroken) }},
+		{"reconnect max ms", func(r Result) string { return fmt.Sprintf("%.0f", r.ReconnectMaxMs) }},
 		{"writes", func(r Result) string { return fmt.Sprint(r.ProviderWrites) }},
 		{"conflicts", func(r Result) string { return fmt.Sprint(r.ProviderConflicts) }},
 		{"seconds", func(r Result) string { return fmt.Sprintf("%.1f", r.DurationSeconds) }},
@@ -143,6 +160,11 @@ func kinds(t *timeline) string {
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
 }
+
+// timestamp is t in RFC 3339 with milliseconds, UTC.
+func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+func milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func formatDuration(d time.Duration) string {
 	return d.Round(100 * time.Millisecond).String()

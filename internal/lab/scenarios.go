@@ -75,7 +75,11 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, mode Mode) (Result, 
 	tctx, stopTraffic := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); runTraffic(tctx, r.addr, r.rec) }()
+	res.Frontend, res.TrafficStart = r.addr, timestamp(r.rec.start)
+	// An outside client can count too: the frontend is where the lab's
+	// clients send to. (The namespace lab adds netns=NAME.)
+	l.progressf("%-10s %-8s traffic start frontend=%s rate=%d/s", sc.name, mode, r.addr, l.opts.Rate)
+	go func() { defer wg.Done(); runTraffic(tctx, r.addr, l.opts.Rate, r.rec) }()
 	go func() { defer wg.Done(); l.progress(tctx, r, base) }()
 
 	var err error
@@ -90,13 +94,17 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, mode Mode) (Result, 
 	}
 	stopTraffic()
 	wg.Wait()
+	res.TrafficEnd = timestamp(time.Now())
 	if err == nil {
 		err = ctx.Err()
 	}
 	snap := r.rec.snapshot()
 	c := r.counters().sub(base)
-	res.Requests, res.FailedRequests = snap.Requests, snap.Failed
-	res.LongConns, res.LongConnsBroken = snap.LongConns, snap.LongBroken
+	res.Requests, res.FailedRequests, res.RequestsLate = snap.Requests, snap.Failed, snap.Late
+	res.RequestsLateStall = snap.LateStall
+	res.LongConns, res.LongConnsClosed, res.LongConnsBroken = snap.LongConns, snap.LongClosed, snap.LongBroken
+	p50, longest := snap.reconnectStats()
+	res.ReconnectP50Ms, res.ReconnectMaxMs = milliseconds(p50), milliseconds(longest)
 	res.ProviderWrites, res.ProviderConflicts = int64(c.writes), int64(c.conflicts)
 	res.DurationSeconds = float64(time.Since(r.rec.start).Milliseconds()) / 1000
 	res.timeline = &timeline{Seconds: snap.Seconds, Failures: snap.Failures, Markers: r.markers,
@@ -111,8 +119,10 @@ func (l *lab) logFailures(r *run, snap snapshot) {
 		kinds[f.Source+"/"+f.Kind]++
 	}
 	b, _ := json.Marshal(kinds)
-	l.logf("%s: %d requests, %d failed, %d long conns (%d broken, %d closed cleanly, %d exchanges), failures by kind %s",
-		r.name(), snap.Requests, snap.Failed, snap.LongConns, snap.LongBroken, snap.LongClosed, snap.Exchanges, b)
+	p50, longest := snap.reconnectStats()
+	l.logf("%s: %d requests, %d failed (%d late, %d of them the client's stall), %d long conns (%d broken, %d closed with 1001, %d echoed messages, %d reconnects: p50 %s, max %s), failures by kind %s",
+		r.name(), snap.Requests, snap.Failed, snap.Late, snap.LateStall, snap.LongConns, snap.LongBroken, snap.LongClosed, snap.Exchanges,
+		len(snap.Reconnects), p50.Round(time.Millisecond), longest.Round(time.Millisecond), b)
 	for _, f := range snap.Failures {
 		l.logf("  %6.2fs %-7s %-7s %s", f.At.Seconds(), f.Source, f.Kind, f.Detail)
 	}
@@ -123,8 +133,9 @@ func (l *lab) progress(ctx context.Context, r *run, base counters) {
 	for sleepCtx(ctx, 5*time.Second) {
 		s := r.rec.snapshot()
 		c := r.counters().sub(base)
-		l.progressf("%-10s %-8s %4.0fs  requests %5d  failed %4d  long %3d (broken %d)  writes %d",
-			r.scenario, r.mode, time.Since(r.rec.start).Seconds(), s.Requests, s.Failed, s.LongConns, s.LongBroken, int64(c.writes))
+		l.progressf("%-10s %-8s %4.0fs  requests %5d  failed %4d (late %d)  long %3d (closed %d, broken %d)  writes %d",
+			r.scenario, r.mode, time.Since(r.rec.start).Seconds(), s.Requests, s.Failed, s.Late, s.LongConns,
+			s.LongClosed, s.LongBroken, int64(c.writes))
 	}
 }
 

@@ -1,28 +1,33 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
+	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
 
 // Traffic shape: bounded, on loopback only.
 const (
-	steadyWorkers  = 4                      // keep-alive HTTP clients
-	steadyInterval = 80 * time.Millisecond  // per worker: 12.5 req/s, 50 req/s in all
-	sessionLength  = 10                     // requests per client connection
-	longConns      = 4                      // long-lived connections
-	longPeriod     = 200 * time.Millisecond // one exchange per period on each
-	ioTimeout      = 2 * time.Second
-	maxEvents      = 2000 // failures kept for the report
+	defaultRate = 200                    // requests per second, open loop
+	lateAfter   = 100 * time.Millisecond // a request starting later than this after its slot is late
+	longConns   = 4                      // long-lived WebSocket connections
+	longPeriod  = 200 * time.Millisecond // one message per period on each
+	ioTimeout   = 2 * time.Second
+	maxEvents   = 2000 // failures kept for the report
+	// maxTrafficTime bounds the request schedule whatever the context does:
+	// no scenario runs its traffic this long (actTimeout plus settling).
+	maxTrafficTime = 5 * time.Minute
 )
 
 // Failure kinds.
@@ -33,6 +38,11 @@ const (
 	kind5xx     = "5xx"     // a server error status
 	kindEOF     = "eof"     // the connection ended before the response
 	kindError   = "error"   // anything else
+	kindLate    = "late"    // a request started more than lateAfter after its slot
+	kindRetry   = "retry"   // the client opened more than one connection for a request
+	kindLost    = "lost"    // a WebSocket message not echoed in time, or not the one sent
+	kindNoClose = "noclose" // a WebSocket connection ended without a close frame
+	kindClose   = "close"   // a WebSocket close frame with another status than 1001
 )
 
 // failure is one failed request or broken long connection.
@@ -54,11 +64,14 @@ type recorder struct {
 
 	mu         sync.Mutex
 	requests   int64
-	failed     int64
+	failed     int64 // late requests included
+	late       int64
+	lateStall  int64 // late because the client's own timer fired late (lateStalled)
 	longConns  int64
 	longBroken int64
-	longClosed int64 // closed cleanly by the server while idle
+	longClosed int64 // ended by the server's close frame with status 1001
 	exchanges  int64
+	reconnects []time.Duration
 	seconds    []bucket
 	failures   []failure
 }
@@ -81,12 +94,33 @@ func (r *recorder) fail(source, kind, detail string) {
 	}
 }
 
-func (r *recorder) request(err error) {
+// Why a request was late.
+const (
+	lateBacklog = "every worker was busy with earlier requests"
+	lateStalled = "the client's timer fired late"
+)
+
+// request records one request: err is what it ended with, lateBy how much
+// later than lateAfter after its slot it started (0: on time), why the
+// reason. A late request is a failed request whatever its answer.
+func (r *recorder) request(err error, lateBy time.Duration, why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.requests++
 	r.bucket(time.Now()).Requests++
-	if err != nil {
+	switch {
+	case lateBy > 0:
+		r.late++
+		r.failed++
+		if why == lateStalled {
+			r.lateStall++
+		}
+		detail := fmt.Sprintf("started %s after its slot (%s)", (lateBy + lateAfter).Round(time.Millisecond), why)
+		if err != nil {
+			detail += "; then " + err.Error()
+		}
+		r.fail("request", kindLate, detail)
+	case err != nil:
 		r.failed++
 		r.fail("request", classify(err), err.Error())
 	}
@@ -117,28 +151,51 @@ func (r *recorder) longClose() {
 	r.mu.Unlock()
 }
 
+func (r *recorder) reconnected(d time.Duration) {
+	r.mu.Lock()
+	r.reconnects = append(r.reconnects, d)
+	r.mu.Unlock()
+}
+
 // snapshot is the recorder's figures so far.
 type snapshot struct {
-	Requests, Failed, LongConns, LongBroken, LongClosed, Exchanges int64
-	Seconds                                                        []bucket
-	Failures                                                       []failure
+	Requests, Failed, Late, LateStall, LongConns, LongBroken, LongClosed, Exchanges int64
+	// Reconnects is how long each long client took from the end of a
+	// connection to its next completed handshake, sorted.
+	Reconnects []time.Duration
+	Seconds    []bucket
+	Failures   []failure
 }
 
 func (r *recorder) snapshot() snapshot {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return snapshot{
-		Requests: r.requests, Failed: r.failed, LongConns: r.longConns, LongBroken: r.longBroken,
+	s := snapshot{
+		Requests: r.requests, Failed: r.failed, Late: r.late, LateStall: r.lateStall, LongConns: r.longConns, LongBroken: r.longBroken,
 		LongClosed: r.longClosed, Exchanges: r.exchanges,
-		Seconds: append([]bucket(nil), r.seconds...), Failures: append([]failure(nil), r.failures...),
+		Reconnects: append([]time.Duration(nil), r.reconnects...),
+		Seconds:    append([]bucket(nil), r.seconds...), Failures: append([]failure(nil), r.failures...),
 	}
+	sort.Slice(s.Reconnects, func(i, j int) bool { return s.Reconnects[i] < s.Reconnects[j] })
+	return s
+}
+
+// reconnectStats is the median and the longest reconnect, 0 without any.
+func (s snapshot) reconnectStats() (p50, longest time.Duration) {
+	if n := len(s.Reconnects); n > 0 {
+		return s.Reconnects[(n-1)/2], s.Reconnects[n-1]
+	}
+	return 0, 0
 }
 
 // classify names the failure an error stands for.
 func classify(err error) string {
 	var statusErr *statusError
 	var netErr net.Error
+	var retryErr *retryError
 	switch {
+	case errors.As(err, &retryErr):
+		return kindRetry
 	case errors.As(err, &statusErr):
 		return kind5xx
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -159,19 +216,12 @@ type statusError struct{ code int }
 func (e *statusError) Error() string { return fmt.Sprintf("status %d", e.code) }
 
 // runTraffic sends traffic to addr until ctx is done and returns when every
-// client has stopped.
-func runTraffic(ctx context.Context, addr string, rec *recorder) {
+// client has stopped: open-loop requests at rate per second and the long
+// WebSocket clients.
+func runTraffic(ctx context.Context, addr string, rate int, rec *recorder) {
 	var wg sync.WaitGroup
-	for i := range steadyWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Spread the workers over the interval.
-			if sleepCtx(ctx, time.Duration(i)*steadyInterval/steadyWorkers) {
-				steadyClient(ctx, addr, rec)
-			}
-		}()
-	}
+	wg.Add(1)
+	go func() { defer wg.Done(); openLoop(ctx, addr, rate, poolSize(rate), rec) }()
 	for i := range longConns {
 		wg.Add(1)
 		go func() {
@@ -184,39 +234,106 @@ func runTraffic(ctx context.Context, addr string, rec *recorder) {
 	wg.Wait()
 }
 
-// steadyClient is a Go net/http client making keep-alive requests: a client
-// session of sessionLength requests on one connection, then the next
-// session on a new connection. Like any net/http client it retries a request
-// on a new connection when the server closed an idle keep-alive connection
-// just as the request was sent (RFC 9112 §9.3.1); everything else that goes
-// wrong is a failed request.
-func steadyClient(ctx context.Context, addr string, rec *recorder) {
+// poolSize is how many requests may be in flight at once: enough to keep
+// the schedule when every request takes its whole timeout (2 s at the rate,
+// and a quarter more), so a load balancer that holds requests without an
+// answer causes timeouts, each one failure, as for a crowd of independent
+// clients, and not a backlog that would delay (and fail) the requests
+// after them too. A request is then late only when the client itself fell
+// behind.
+func poolSize(rate int) int {
+	return max(8, int(int64(rate)*int64(ioTimeout)/int64(time.Second))*5/4)
+}
+
+// openLoop sends requests on a fixed schedule: request i has the slot
+// start + i/rate, whatever happened to the ones before (open loop: an
+// outage does not slow the schedule down). A pool of workers takes the
+// slots in order (workers of them); each request gets a fresh connection (no keep-alive), so
+// Go's transport has no reused connection to retry on, and every
+// connection a request opens is counted (more than one is a failure,
+// kindRetry). Even slots are GET /, odd ones POST / with a small body. A
+// request whose connection attempt starts more than lateAfter after its
+// slot is late and failed.
+func openLoop(ctx context.Context, addr string, rate, workers int, rec *recorder) {
+	if rate <= 0 {
+		rate = defaultRate
+	}
 	tr := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: ioTimeout}).DialContext,
-		MaxIdleConnsPerHost:   1,
+		DisableKeepAlives:     true,
 		ResponseHeaderTimeout: ioTimeout,
 		DisableCompression:    true,
 	}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: ioTimeout}
 	url := "http://" + addr + "/"
-	t := time.NewTicker(steadyInterval)
-	defer t.Stop()
-	for n := 1; ; n++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rec.request(get(client, url))
-		if n%sessionLength == 0 {
-			tr.CloseIdleConnections()
-		}
+	start := time.Now()
+	slots := int64(rate) * int64(maxTrafficTime/time.Second)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= slots {
+					return
+				}
+				slot := start.Add(time.Duration(i) * time.Second / time.Duration(rate))
+				// Whether the worker took the slot before it was due tells
+				// a late start by the generator's own scheduling (a timer
+				// that fired late on a busy machine) from a backlog (every
+				// worker was still waiting for earlier answers).
+				why := lateBacklog
+				if time.Now().Before(slot) {
+					why = lateStalled
+				}
+				if !sleepCtx(ctx, time.Until(slot)) {
+					return
+				}
+				began, err := send(ctx, client, url, i%2 == 1)
+				if ctx.Err() != nil {
+					return // stopped mid-request: not counted
+				}
+				rec.request(err, max(began.Sub(slot)-lateAfter, 0), why)
+			}
+		}()
 	}
+	wg.Wait()
 }
 
-func get(client *http.Client, url string) error {
-	resp, err := client.Get(url)
+// send makes one request and returns when its first connection attempt
+// began (or the request did, when it never dialled) and what it ended with.
+func send(ctx context.Context, client *http.Client, url string, post bool) (time.Time, error) {
+	began := time.Now()
+	var dials atomic.Int32
+	var first atomic.Int64
+	trace := &httptrace.ClientTrace{ConnectStart: func(string, string) {
+		if dials.Add(1) == 1 {
+			first.Store(time.Now().UnixNano())
+		}
+	}}
+	method, body := http.MethodGet, io.Reader(nil)
+	if post {
+		method, body = http.MethodPost, strings.NewReader("zerodrop lab\n")
+	}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, url, body)
+	if err != nil {
+		return began, err
+	}
+	err = do(client, req)
+	if ns := first.Load(); ns != 0 {
+		began = time.Unix(0, ns)
+	}
+	if n := dials.Load(); n > 1 && err == nil {
+		err = &retryError{n}
+	}
+	return began, err
+}
+
+func do(client *http.Client, req *http.Request) error {
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -230,89 +347,18 @@ func get(client *http.Client, url string) error {
 	return nil
 }
 
-// longClient keeps one long-lived connection and exchanges a request on it
-// every longPeriod. Between exchanges it watches the connection: when the
-// server closes it cleanly (FIN) while idle, or announces the close with
-// `Connection: close`, the connection ended normally and the client opens a
-// new one. The connection is broken when an exchange fails (reset, timeout,
-// EOF before the whole response, a 5xx) or it is reset while idle; the
-// client then opens a new one too. A connection that cannot be opened counts
-// as a broken connection.
-func longClient(ctx context.Context, addr string, rec *recorder) {
-	for ctx.Err() == nil {
-		var d net.Dialer
-		dctx, cancel := context.WithTimeout(ctx, ioTimeout)
-		conn, err := d.DialContext(dctx, "tcp", addr)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		rec.longOpened()
-		if err != nil {
-			rec.longBreak(classify(err), "dial: "+err.Error())
-			sleepCtx(ctx, longPeriod)
-			continue
-		}
-		longSession(ctx, conn, rec)
-		conn.Close()
+// get makes one GET request (the lab's own checks).
+func get(client *http.Client, url string) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
 	}
+	return do(client, req)
 }
 
-func longSession(ctx context.Context, conn net.Conn, rec *recorder) {
-	br := bufio.NewReader(conn)
-	next := time.Now()
-	for {
-		// Idle until the next exchange, watching for the server's close.
-		_ = conn.SetReadDeadline(next)
-		_, err := br.Peek(1)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err == nil:
-			rec.longBreak(kindError, "data from the server while idle")
-			return
-		case errors.Is(err, io.EOF):
-			rec.longClose()
-			return
-		case !errors.Is(err, os.ErrDeadlineExceeded):
-			rec.longBreak(classify(err), "idle: "+err.Error())
-			return
-		}
-		next = time.Now().Add(longPeriod)
-		closing, err := exchange(conn, br)
-		if err != nil {
-			if ctx.Err() == nil {
-				rec.longBreak(classify(err), err.Error())
-				sleepCtx(ctx, longPeriod)
-			}
-			return
-		}
-		rec.longExchange()
-		if closing {
-			rec.longClose()
-			return
-		}
-	}
-}
+// retryError is a request the transport sent on more than one connection.
+type retryError struct{ conns int32 }
 
-// exchange sends one request and reads the response; closing is true when
-// the server said it closes the connection after it.
-func exchange(conn net.Conn, br *bufio.Reader) (closing bool, err error) {
-	_ = conn.SetDeadline(time.Now().Add(ioTimeout))
-	if _, err := io.WriteString(conn, "GET /long HTTP/1.1\r\nHost: lab\r\n\r\n"); err != nil {
-		return false, err
-	}
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		return false, err
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return false, err
-	}
-	if resp.StatusCode >= 500 {
-		return false, &statusError{resp.StatusCode}
-	}
-	return resp.Close, nil
+func (e *retryError) Error() string {
+	return fmt.Sprintf("the client retried: %d connections for one request", e.conns)
 }
