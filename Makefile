@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build deps control-plane haproxy network test unit lint fmt-check bench lab demo clean
+.PHONY: all build deps control-plane helm haproxy network test unit lint fmt-check bench lab demo clean
 
 all: build
 
@@ -17,6 +17,11 @@ build:
 control-plane:
 	@bash hack/control-plane.sh all >/dev/null
 
+# The real helm v3 CLI for the analyzer's chart tests, built from the Go module
+# proxy (cached); the distribution has no package.
+helm:
+	@bash hack/helm.sh >/dev/null
+
 haproxy:
 	@bash hack/setup-haproxy.sh
 
@@ -24,7 +29,7 @@ haproxy:
 network:
 	@bash hack/setup-network.sh
 
-deps: control-plane haproxy network
+deps: control-plane helm haproxy network
 
 # Unit and integration tests (real apiserver + etcd, real HAProxy).
 test: deps fmt-check
