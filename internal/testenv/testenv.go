@@ -82,7 +82,10 @@ type Env struct {
 // Run starts kube-apiserver + etcd outside of a test (the demo and the lab);
 // the caller stops the returned environment. Its service range is a /16:
 // envtest's default /24 is too small for benchmarks with a thousand Services.
-func Run() (*Env, error) { return RunServiceRange("10.0.0.0/16") }
+func Run() (*Env, error) { return RunServiceRange(defaultServiceRange) }
+
+// defaultServiceRange is the service CIDR of Run and StartEnv.
+const defaultServiceRange = "10.0.0.0/16"
 
 // StartEnvServiceRange is StartEnv with the given service CIDR, for
 // manifests that set a Service's clusterIP from a cluster's usual range.
@@ -122,16 +125,7 @@ func RunServiceRange(cidr string) (*Env, error) {
 // StartEnv starts kube-apiserver + etcd and stops them when the test ends.
 func StartEnv(t testing.TB) *Env {
 	t.Helper()
-	env, err := Run()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stop control plane: %v", err)
-		}
-	})
-	return env
+	return StartEnvServiceRange(t, defaultServiceRange)
 }
 
 // Start starts kube-apiserver + etcd and returns an admin rest.Config.
