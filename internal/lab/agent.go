@@ -3,8 +3,8 @@ package lab
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"net/netip"
 	"sort"
 	"strings"
 	"sync"
@@ -23,17 +23,25 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+
+	"zerodrop.dev/zerodrop/internal/lab/netlab"
 )
 
 // agent is the kubelet (and scheduler) stand-in for every lab node: it
 // registers Nodes and keeps their heartbeats, binds pending pods, runs each
-// pod as a real loopback server (podRuntime) and reports pod status the way
-// the kubelet does. Its pods are watched through an informer; every change
+// pod in its own network namespace (podRuntime) and reports pod status the
+// way the kubelet does. Its pods are watched through an informer; every change
 // enqueues the pod's key and a worker re-reads the current state
 // (level-triggered).
 type agent struct {
 	client kubernetes.Interface
+	net    *network
 	nodes  []string
+	exe    string // the zerodrop binary controller pods run
+	dir    string // controller pods' logs
+	// onStop, when set, is called once for a pod about to be stopped
+	// (before its preStop hooks), while its metrics still answer.
+	onStop func(*corev1.Pod)
 	logf   func(string, ...any)
 
 	factory informers.SharedInformerFactory
@@ -42,35 +50,29 @@ type agent struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 
 	mu        sync.Mutex
-	runtimes  map[string]*podRuntime // by namespace/name
-	abandoned map[string]bool        // namespaces the lab tore down
-	nextHost  map[string]uint32      // per node: next pod address offset
-	boundTo   map[string]string      // bound pods the informer has not shown bound yet
-	stopped   chan struct{}          // closed once every pod process is gone
+	runtimes  map[string]*podRuntime   // by namespace/name
+	abandoned []func(*corev1.Pod) bool // pods of runs the lab tore down
+	boundTo   map[string]string        // bound pods the informer has not shown bound yet
+	stopped   chan struct{}            // closed once every pod process is gone
 
 	bindMu sync.Mutex // one binding decision at a time, like a scheduler
 }
 
 const nodeLeaseNamespace = "kube-node-lease"
 
-func newAgent(client kubernetes.Interface, nodes int, logf func(string, ...any)) *agent {
+func newAgent(client kubernetes.Interface, net *network, exe, dir string, logf func(string, ...any)) *agent {
 	a := &agent{
-		client: client, logf: logf,
-		runtimes: map[string]*podRuntime{}, abandoned: map[string]bool{},
-		nextHost: map[string]uint32{}, boundTo: map[string]string{}, stopped: make(chan struct{}),
+		client: client, net: net, exe: exe, dir: dir, logf: logf,
+		runtimes: map[string]*podRuntime{},
+		boundTo:  map[string]string{}, stopped: make(chan struct{}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "lab-agent"}),
 	}
-	for i := 1; i <= nodes; i++ {
-		a.nodes = append(a.nodes, fmt.Sprintf("lab-node-%d", i))
+	for _, n := range net.net.Nodes {
+		a.nodes = append(a.nodes, nodeName(n.Index))
 	}
 	return a
-}
-
-// podCIDR of node i (1-based): 198.18.(16·i).0/20, inside the published range.
-func podCIDR(i int) netip.Prefix {
-	return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(16 * i), 0}), 20)
 }
 
 // start registers the nodes, starts the informers and the workers; they run
@@ -82,8 +84,8 @@ func (a *agent) start(ctx context.Context) error {
 		a.killAll()
 		close(a.stopped)
 	}()
-	for i, name := range a.nodes {
-		if err := a.registerNode(ctx, i+1, name); err != nil {
+	for _, name := range a.nodes {
+		if err := a.registerNode(ctx, name); err != nil {
 			return err
 		}
 	}
@@ -128,8 +130,9 @@ func (a *agent) wait() {
 	}
 }
 
-func (a *agent) registerNode(ctx context.Context, i int, name string) error {
-	cidr := podCIDR(i).String()
+func (a *agent) registerNode(ctx context.Context, name string) error {
+	nn := a.net.nodeFor(name)
+	cidr := nn.PodCIDR.String()
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "topology.kubernetes.io/zone": "lab",
@@ -156,7 +159,7 @@ func (a *agent) registerNode(ctx context.Context, i int, name string) error {
 			{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", LastHeartbeatTime: now, LastTransitionTime: now},
 			{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", LastHeartbeatTime: now, LastTransitionTime: now},
 		},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP(i)}, {Type: corev1.NodeHostName, Address: name}},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nn.IP.String()}, {Type: corev1.NodeHostName, Address: name}},
 		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-lab", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "lab://1"},
 	}
 	if _, err := a.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
@@ -164,8 +167,6 @@ func (a *agent) registerNode(ctx context.Context, i int, name string) error {
 	}
 	return a.renewLease(ctx, name)
 }
-
-func nodeIP(i int) string { return fmt.Sprintf("198.19.255.%d", i) }
 
 // heartbeats renew each node's Lease and Ready condition every 10 s, as the
 // kubelet does, so that the node lifecycle controller keeps the nodes Ready.
@@ -236,7 +237,6 @@ func (a *agent) sync(ctx context.Context, key string) error {
 	pod, err := a.pods.Pods(ns).Get(name)
 	a.mu.Lock()
 	rt := a.runtimes[key]
-	abandoned := a.abandoned[ns]
 	a.mu.Unlock()
 	if apierrors.IsNotFound(err) {
 		if rt != nil {
@@ -253,7 +253,7 @@ func (a *agent) sync(ctx context.Context, key string) error {
 		a.forget(key)
 		rt = nil
 	}
-	if abandoned {
+	if a.isAbandoned(pod) {
 		if pod.DeletionTimestamp != nil {
 			return a.deleteNow(ctx, pod)
 		}
@@ -262,6 +262,12 @@ func (a *agent) sync(ctx context.Context, key string) error {
 	if pod.DeletionTimestamp != nil {
 		if rt == nil {
 			return a.deleteNow(ctx, pod)
+		}
+		rt.mu.Lock()
+		first := !rt.terminating
+		rt.mu.Unlock()
+		if first && a.onStop != nil {
+			a.onStop(pod)
 		}
 		rt.terminate(deletionGrace(pod))
 		if _, finished, _ := rt.status(); !finished.IsZero() {
@@ -286,20 +292,28 @@ func (a *agent) sync(ctx context.Context, key string) error {
 	delete(a.boundTo, key)
 	a.mu.Unlock()
 	if rt == nil {
-		ip, err := a.allocate(pod.Spec.NodeName)
+		node := a.net.nodeFor(pod.Spec.NodeName)
+		// A pod's namespace, with the next address of its node's pod CIDR
+		// (never reused within a lab run).
+		netPod, err := a.net.net.AddPod(ctx, node)
 		if err != nil {
 			return err
 		}
-		rt, err = startPodRuntime(pod, ip, func() { a.queue.Add(key) }, a.logf)
+		rt, err = startPodRuntime(pod, netPod, a.podEnv(netPod), func() { a.queue.Add(key) }, a.logf)
 		if err != nil {
-			return err
+			return errors.Join(err, netPod.Close())
 		}
 		a.mu.Lock()
 		a.runtimes[key] = rt
 		a.mu.Unlock()
-		a.logf("pod %s started on %s as %s (listening %s)", key, rt.node, rt.ip, rt.listen)
+		a.logf("pod %s started on %s as %s in %s", key, rt.node, rt.ip, netPod.Name)
 	}
 	return a.syncStatus(ctx, pod, rt)
+}
+
+// podEnv is what a pod on netPod's node needs.
+func (a *agent) podEnv(netPod *netlab.Pod) podEnv {
+	return podEnv{node: netPod.Node, lab: a.net.net, exe: a.exe, apiserver: a.net.apiserver, logDir: a.dir}
 }
 
 func deletionGrace(pod *corev1.Pod) time.Duration {
@@ -393,34 +407,6 @@ func (a *agent) bind(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// allocate hands out the next pod address of a node's CIDR; addresses are
-// never reused within a lab run.
-func (a *agent) allocate(node string) (netip.Addr, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	i := 0
-	for j, n := range a.nodes {
-		if n == node {
-			i = j + 1
-		}
-	}
-	cidr := podCIDR(i)
-	base := cidr.Addr().As4()
-	for {
-		a.nextHost[node]++
-		off := a.nextHost[node]
-		if off >= 1<<(32-cidr.Bits()) {
-			return netip.Addr{}, fmt.Errorf("node %s: pod addresses exhausted", node)
-		}
-		b := base
-		b[2] += byte(off >> 8)
-		b[3] = byte(off)
-		if b[3] != 0 && b[3] != 255 {
-			return netip.AddrFrom4(b), nil
-		}
-	}
-}
-
 // syncStatus patches the pod's status when what the kubelet would report
 // differs from what the pod shows. Ready is the containers' readiness and
 // every readiness gate's condition (the gate conditions belong to their
@@ -487,7 +473,7 @@ func (a *agent) syncStatus(ctx context.Context, pod *corev1.Pod, rt *podRuntime)
 	if same {
 		return nil
 	}
-	hostIP := nodeIP(a.nodeIndex(rt.node))
+	hostIP := a.net.nodeFor(rt.node).IP.String()
 	patch := map[string]any{"status": map[string]any{
 		"phase":             phase,
 		"hostIP":            hostIP,
@@ -507,15 +493,6 @@ func (a *agent) syncStatus(ctx context.Context, pod *corev1.Pod, rt *podRuntime)
 		a.logf("pod %s/%s Ready=%s", pod.Namespace, pod.Name, conds[3].Status)
 	}
 	return err
-}
-
-func (a *agent) nodeIndex(node string) int {
-	for i, n := range a.nodes {
-		if n == node {
-			return i + 1
-		}
-	}
-	return 0
 }
 
 // condition keeps the transition time of a condition whose status stays.
@@ -542,15 +519,15 @@ func conditionStatus(pod *corev1.Pod, typ corev1.PodConditionType) corev1.Condit
 	return corev1.ConditionUnknown
 }
 
-// abandon ends a namespace's pods at once (the lab's teardown of a
-// scenario): their processes are killed, and pods being deleted are deleted
-// for good without running their hooks.
-func (a *agent) abandon(ns string) {
+// abandon ends the pods that match at once (the lab's teardown of a run):
+// their processes are killed, pods being deleted are deleted for good
+// without running their hooks, and matching pods are never started again.
+func (a *agent) abandon(match func(*corev1.Pod) bool) {
 	a.mu.Lock()
-	a.abandoned[ns] = true
+	a.abandoned = append(a.abandoned, match)
 	var kill []*podRuntime
 	for key, rt := range a.runtimes {
-		if strings.HasPrefix(key, ns+"/") {
+		if match(rt.pod) {
 			kill = append(kill, rt)
 			delete(a.runtimes, key)
 		}
@@ -559,11 +536,24 @@ func (a *agent) abandon(ns string) {
 	for _, rt := range kill {
 		rt.kill()
 	}
-	if pods, err := a.pods.Pods(ns).List(labels.Everything()); err == nil {
+	if pods, err := a.pods.List(labels.Everything()); err == nil {
 		for _, p := range pods {
-			a.queue.Add(p.Namespace + "/" + p.Name)
+			if match(p) {
+				a.queue.Add(p.Namespace + "/" + p.Name)
+			}
 		}
 	}
+}
+
+func (a *agent) isAbandoned(pod *corev1.Pod) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, m := range a.abandoned {
+		if m(pod) {
+			return true
+		}
+	}
+	return false
 }
 
 // counts reports a namespace's pod processes: running and terminating.

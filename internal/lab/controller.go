@@ -5,21 +5,40 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 // ChildEnv is set in the environment of the controller processes the lab
-// starts by re-executing its own binary with `controller` arguments. A test
+// starts by running its own binary with `controller` arguments. A test
 // binary, which has no `controller` subcommand, looks for it in TestMain.
 const ChildEnv = "ZERODROP_LAB_CHILD"
+
+// Controller pods: every run's `zerodrop controller` replicas are pods of
+// Deployments in ctrlNamespace, labelled with the run, so that the drain
+// Service (a real Service with the fixed ClusterIP drainClusterIP, reached
+// through kube-proxy) selects the current run's replicas.
+const (
+	ctrlNamespace = "zerodrop-system"
+	drainService  = "zerodrop-drain"
+	labelRun      = "lab.zerodrop.dev/run"
+	ctrlApp       = "zerodrop-controller"
+	metricsPort   = 8080
+	probesPort    = 8081
+	drainPort     = 9090
+)
 
 // counters are a controller's provider figures, read from its metrics
 // endpoint.
@@ -33,173 +52,179 @@ func (c counters) sub(o counters) counters {
 	return counters{c.writes - o.writes, c.conflicts - o.conflicts}
 }
 
-// ctrlProc is one `zerodrop controller` process that can be stopped and
-// started again; its counters add up over its restarts. The metrics endpoint
-// is scraped every 250 ms and just before each stop.
-type ctrlProc struct {
-	name        string
-	exe         string
-	args        []string
-	logPath     string
-	metricsAddr string
-	drainAddr   string // empty: no drain endpoint
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{}
-	cancel context.CancelFunc // the scraper
-	cur    counters           // of the running process
-	total  counters           // of the processes that ended
+// ctrlScrape is the last scrape of one controller pod.
+type ctrlScrape struct {
+	name   string
+	c      counters
 	leader bool
-
-	lingering sync.WaitGroup // replaced processes still finishing
+	gone   bool // the pod was told to stop: no longer a leader candidate
 }
 
-// start runs the process and waits for its metrics endpoint.
-func (p *ctrlProc) start(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil {
-		return fmt.Errorf("controller %s already running", p.name)
+// controllers tracks a run's controller pods through their metrics
+// endpoints, scraped every 250 ms from the admin namespace and once more
+// just before a pod is told to stop; counters add up over every pod the run
+// ever had.
+type controllers struct {
+	run    *run
+	client *http.Client
+
+	mu     sync.Mutex
+	scrape map[types.UID]*ctrlScrape
+}
+
+func newControllers(r *run) *controllers {
+	return &controllers{run: r, scrape: map[types.UID]*ctrlScrape{},
+		client: &http.Client{Timeout: 2 * time.Second,
+			Transport: &http.Transport{DisableKeepAlives: true, DialContext: r.lab.net.admin.DialContext}}}
+}
+
+// deployment is one Deployment of controller replicas with the args of
+// deploy/deployment.yaml where they apply (the webhook runs in the lab
+// process: see docs/lab.md) and the run's own class, pool and HAProxy.
+func (cs *controllers) deployment(name string, replicas int32, extra ...string) *appsv1.Deployment {
+	r := cs.run
+	labels := map[string]string{"app": ctrlApp, labelRun: strconv.Itoa(r.id), "lab.zerodrop.dev/role": name}
+	args := append([]string{
+		"controller",
+		"--kubeconfig=" + r.lab.net.kubeconfig,
+		"--load-balancer-class=" + r.class,
+		"--address-pool=" + frontendPool(r.id),
+		"--haproxy-dir=" + r.dir,
+		"--haproxy-binary=" + r.haproxyBinary(),
+		fmt.Sprintf("--metrics-bind-address=:%d", metricsPort),
+		fmt.Sprintf("--health-probe-bind-address=:%d", probesPort),
+		fmt.Sprintf("--drain-bind-address=:%d", drainPort),
+		"--leader-election-namespace=" + ctrlNamespace,
+		"--leader-election-id=zerodrop-lab-" + strconv.Itoa(r.id),
+	}, extra...)
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, r.id), Namespace: ctrlNamespace, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					Containers: []corev1.Container{{
+						Name:  "controller",
+						Image: controllerImage,
+						Args:  args,
+						Ports: []corev1.ContainerPort{
+							{Name: "metrics", ContainerPort: metricsPort},
+							{Name: "probes", ContainerPort: probesPort},
+							{Name: "drain", ContainerPort: drainPort},
+						},
+						ReadinessProbe: &corev1.Probe{PeriodSeconds: 5, ProbeHandler: corev1.ProbeHandler{
+							HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("probes")}}},
+						// Let endpoints and kube-proxy forget this replica before
+						// it stops taking drain requests (deploy/ does the same).
+						Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 5}}},
+					}},
+				},
+			},
+		},
 	}
-	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
+}
+
+// start creates the mode's controller Deployments.
+func (cs *controllers) start(ctx context.Context) error {
+	r := cs.run
+	var deps []*appsv1.Deployment
+	switch r.mode {
+	case ModeZerodrop:
+		deps = append(deps, cs.deployment("zerodrop", 2))
+	case ModeBaseline:
+		upstream := []string{"--sync=full", "--immediate-removal", "--readiness-gate=false"}
+		deps = append(deps, cs.deployment("controller", 1, upstream...))
+		// A second writer on the same HAProxy without leader election.
+		deps = append(deps, cs.deployment("second-writer", 1, append(upstream, "--leader-elect=false",
+			"--haproxy-socket="+filepath.Join(r.dir, "admin.sock"),
+			"--haproxy-master-socket="+filepath.Join(r.dir, "master.sock"),
+			"--haproxy-config="+filepath.Join(r.dir, "haproxy.cfg"))...))
 	}
-	defer logFile.Close()
-	fmt.Fprintf(logFile, "\n=== lab: start %s %s\n", p.name, strings.Join(p.args, " "))
-	cmd := exec.Command(p.exe, append([]string{"controller"}, p.args...)...)
-	cmd.Env = append(os.Environ(), ChildEnv+"=controller")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = childAttr()
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start controller %s: %w", p.name, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	p.cmd, p.done = cmd, done
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if c, leader, err := p.fetch(); err == nil {
-			p.cur, p.leader = c, leader
-			break
+	for _, d := range deps {
+		if _, err := r.lab.cp.client.AppsV1().Deployments(ctrlNamespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("controller deployment %s: %w", d.Name, err)
 		}
-		select {
-		case <-done:
-			p.cmd = nil
-			return fmt.Errorf("controller %s exited at start (see %s)", p.name, p.logPath)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("controller %s: metrics endpoint %s not up after 60s", p.name, p.metricsAddr)
-		}
 	}
-	sctx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
-	go p.scrapeLoop(sctx, cmd)
 	return nil
 }
 
-func (p *ctrlProc) scrapeLoop(ctx context.Context, cmd *exec.Cmd) {
+// pods lists the run's controller pods from the agent's cache.
+func (cs *controllers) pods() []*corev1.Pod {
+	sel := labels.SelectorFromSet(labels.Set{"app": ctrlApp, labelRun: strconv.Itoa(cs.run.id)})
+	pods, _ := cs.run.lab.agent.pods.Pods(ctrlNamespace).List(sel)
+	return pods
+}
+
+// loop scrapes every running controller pod until ctx ends.
+func (cs *controllers) loop(ctx context.Context) {
 	for sleepCtx(ctx, 250*time.Millisecond) {
-		c, leader, err := p.fetch()
-		if err != nil {
-			continue
-		}
-		p.mu.Lock()
-		if p.cmd == cmd {
-			p.cur, p.leader = c, leader
-		}
-		p.mu.Unlock()
-	}
-}
-
-// stop scrapes a last time, then sends sig and waits for the process and any
-// earlier one still finishing (SIGKILL after 20 s).
-func (p *ctrlProc) stop(sig syscall.Signal) {
-	p.halt(sig, false)
-	p.lingering.Wait()
-}
-
-// replace stops the process as a replaced pod stops: once its manager is down
-// (the lease released, its ports closed) a new one may start, while the old
-// one still answers the preStop calls it holds, as a terminating pod does
-// within its grace period (SIGKILL after 40 s).
-func (p *ctrlProc) replace(sig syscall.Signal) {
-	p.halt(sig, true)
-}
-
-func (p *ctrlProc) halt(sig syscall.Signal, linger bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return
-	}
-	p.cancel()
-	if c, _, err := p.fetch(); err == nil {
-		p.cur = c
-	}
-	cmd, done := p.cmd, p.done
-	_ = cmd.Process.Signal(sig)
-	deadline := time.After(20 * time.Second)
-wait:
-	for {
-		select {
-		case <-done:
-			break wait
-		case <-deadline:
-			_ = cmd.Process.Kill()
-			<-done
-			break wait
-		case <-time.After(100 * time.Millisecond):
-			// The metrics endpoint is the manager's: closed once it stopped.
-			if _, _, err := p.fetch(); linger && err != nil {
-				p.lingering.Add(1)
-				go func() {
-					defer p.lingering.Done()
-					select {
-					case <-done:
-					case <-time.After(40 * time.Second):
-						_ = cmd.Process.Kill()
-						<-done
-					}
-				}()
-				break wait
+		for _, p := range cs.pods() {
+			if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+				cs.scrapePod(p)
 			}
 		}
 	}
-	p.total = p.total.add(p.cur)
-	p.cur, p.leader, p.cmd = counters{}, false, nil
 }
 
-func (p *ctrlProc) running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cmd != nil
+// scrapePod reads one pod's metrics; a pod that does not answer keeps its
+// last figures.
+func (cs *controllers) scrapePod(p *corev1.Pod) {
+	c, leader, err := cs.fetch(p.Status.PodIP)
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	s := cs.scrape[p.UID]
+	if s == nil {
+		s = &ctrlScrape{name: p.Name}
+		cs.scrape[p.UID] = s
+	}
+	if err == nil {
+		s.c, s.leader = c, leader
+	}
 }
 
-// counters returns the figures of every process so far.
-func (p *ctrlProc) counters() counters {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.total.add(p.cur)
+// stopping is the agent's call just before a controller pod is told to stop:
+// a last scrape, and the pod is no leader candidate any more.
+func (cs *controllers) stopping(p *corev1.Pod) {
+	if p.Status.PodIP != "" {
+		cs.scrapePod(p)
+	}
+	cs.mu.Lock()
+	if s := cs.scrape[p.UID]; s != nil {
+		s.gone = true
+	}
+	cs.mu.Unlock()
 }
 
-// isLeader reports whether the running process holds the leader lease, from
-// controller-runtime's leader_election_master_status.
-func (p *ctrlProc) isLeader() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cmd != nil && p.leader
+// counters returns the figures of every controller pod of the run so far.
+func (cs *controllers) counters() counters {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var c counters
+	for _, s := range cs.scrape {
+		c = c.add(s.c)
+	}
+	return c
 }
 
-var scrapeClient = &http.Client{Timeout: 2 * time.Second}
+// leader is the name of the pod that holds the leader lease, by its last
+// scrape ("" when none is known).
+func (cs *controllers) leader() string {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, s := range cs.scrape {
+		if s.leader && !s.gone {
+			return s.name
+		}
+	}
+	return ""
+}
 
-// fetch reads the provider counters and the leader status.
-func (p *ctrlProc) fetch() (counters, bool, error) {
-	resp, err := scrapeClient.Get("http://" + p.metricsAddr + "/metrics")
+// fetch reads the provider counters and the leader status of the pod at ip.
+func (cs *controllers) fetch(ip string) (counters, bool, error) {
+	resp, err := cs.client.Get(fmt.Sprintf("http://%s:%d/metrics", ip, metricsPort))
 	if err != nil {
 		return counters{}, false, err
 	}
@@ -242,14 +267,4 @@ func parseMetrics(r io.Reader) (counters, bool, error) {
 		}
 	}
 	return c, leader, sc.Err()
-}
-
-// freeAddr returns a loopback address with a port nobody listens on now.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }

@@ -39,13 +39,14 @@ type controlPlane struct {
 // startControlPlane starts the control plane with its files under dir. On
 // error everything already started is stopped again.
 func startControlPlane(ctx context.Context, dir string) (cp *controlPlane, err error) {
-	cp = &controlPlane{}
+	started := &controlPlane{}
+	cp = started
 	defer func() {
 		if err != nil {
-			cp.stop()
+			started.stop() // cp is nil by now
 		}
 	}()
-	env, err := testenv.Run()
+	env, err := testenv.RunServiceRange(serviceCIDR)
 	if err != nil {
 		return nil, err
 	}

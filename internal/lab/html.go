@@ -41,16 +41,16 @@ See docs/lab.md.</p>
 	var order []string
 	seen := map[string]bool{}
 	for _, r := range results {
-		if !seen[r.Scenario] {
-			seen[r.Scenario] = true
-			order = append(order, r.Scenario)
+		if !seen[r.row()] {
+			seen[r.row()] = true
+			order = append(order, r.row())
 		}
 	}
 	for _, s := range order {
 		fmt.Fprintf(&b, "<h2>%s</h2>\n<div class=\"grid\">\n", html.EscapeString(s))
 		for _, m := range modes {
 			for _, r := range results {
-				if r.Scenario == s && r.Mode == string(m) {
+				if r.row() == s && r.Mode == string(m) {
 					writeCard(&b, r)
 				}
 			}

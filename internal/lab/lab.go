@@ -15,11 +15,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -31,6 +33,10 @@ type Options struct {
 	Scenarios []string
 	// Modes to run each scenario in, in order.
 	Modes []Mode
+	// Backends ("ip", "node") and TrafficPolicies ("cluster", "local") to
+	// run each scenario with; default ip and cluster.
+	Backends        []string
+	TrafficPolicies []string
 	// Executable is the zerodrop binary the controllers run as
 	// (`<Executable> controller …`); default os.Executable().
 	Executable string
@@ -52,10 +58,13 @@ type lab struct {
 	dir   string
 	start time.Time
 	cp    *controlPlane
+	net   *network
 	agent *agent
-	drain *drainService
 	hook  *webhookServer
 	runs  int
+
+	curMu   sync.Mutex
+	current *run // the run under way, for the agent's onStop
 
 	agentStop context.CancelFunc
 
@@ -67,8 +76,10 @@ type lab struct {
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenario := fs.String("scenario", "rollout", "rollout|restart|scale-down|drain-node|churn|all")
+	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,restart,scale-down,drain-node,churn, or all")
 	mode := fs.String("mode", "both", "zerodrop|baseline|both")
+	backend := fs.String("backend", BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
+	policy := fs.String("traffic-policy", PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
 	jsonPath := fs.String("json", "", "write the JSON report to `FILE`")
 	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE`")
 	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
@@ -76,7 +87,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rate := fs.Int("rate", defaultRate, "open-loop requests per `second` (each on a fresh connection)")
 	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: restart and churn only, see docs/lab.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout|restart|scale-down|drain-node|churn|all] [--mode zerodrop|baseline|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
+		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,restart,scale-down,drain-node,churn|all] [--mode zerodrop|baseline|both] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -102,17 +113,19 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr, Rate: *rate}
-	switch *scenario {
-	case "all":
-		for _, s := range scenarios {
-			opts.Scenarios = append(opts.Scenarios, s.name)
+	for _, name := range strings.Split(*scenario, ",") {
+		name = strings.TrimSpace(name)
+		if name == "all" {
+			for _, s := range scenarios {
+				opts.Scenarios = append(opts.Scenarios, s.name)
+			}
+			continue
 		}
-	default:
-		if _, ok := scenarioNamed(*scenario); !ok {
-			fmt.Fprintf(stderr, "zerodrop lab: unknown scenario %q\n", *scenario)
+		if _, ok := scenarioNamed(name); !ok {
+			fmt.Fprintf(stderr, "zerodrop lab: unknown scenario %q\n", name)
 			return 2
 		}
-		opts.Scenarios = []string{*scenario}
+		opts.Scenarios = append(opts.Scenarios, name)
 	}
 	switch *mode {
 	case "both":
@@ -121,6 +134,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		opts.Modes = []Mode{Mode(*mode)}
 	default:
 		fmt.Fprintf(stderr, "zerodrop lab: unknown mode %q\n", *mode)
+		return 2
+	}
+	var ok bool
+	if opts.Backends, ok = oneOrBoth(*backend, BackendIP, BackendNode); !ok {
+		fmt.Fprintf(stderr, "zerodrop lab: --backend %q: want ip, node or both\n", *backend)
+		return 2
+	}
+	if opts.TrafficPolicies, ok = oneOrBoth(*policy, PolicyCluster, PolicyLocal); !ok {
+		fmt.Fprintf(stderr, "zerodrop lab: --traffic-policy %q: want cluster, local or both\n", *policy)
 		return 2
 	}
 	start := time.Now()
@@ -206,55 +228,109 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 		return nil, err
 	}
 	defer l.stopShared()
+	if len(opts.Backends) == 0 {
+		opts.Backends = []string{BackendIP}
+	}
+	if len(opts.TrafficPolicies) == 0 {
+		opts.TrafficPolicies = []string{PolicyCluster}
+	}
+	var variants []variant
+	for _, b := range opts.Backends {
+		for _, p := range opts.TrafficPolicies {
+			variants = append(variants, variant{b, p})
+		}
+	}
 	for _, sc := range scs {
-		for _, mode := range opts.Modes {
-			res, err := l.runScenario(ctx, sc, mode)
-			res.err = err
-			results = append(results, res)
-			if err != nil {
-				l.progressf("%-10s %-8s error: %v", sc.name, mode, err)
-			} else {
-				l.progressf("%-10s %-8s done: %d requests, %d failed (%d late, %d by a client stall); %d long conns, %d closed, %d broken; %d writes, %d conflicts; %.1fs%s",
-					sc.name, mode, res.Requests, res.FailedRequests, res.RequestsLate, res.RequestsLateStall, res.LongConns, res.LongConnsClosed, res.LongConnsBroken,
-					res.ProviderWrites, res.ProviderConflicts, res.DurationSeconds, kinds(res.timeline))
-			}
-			if ctx.Err() != nil {
-				return results, ctx.Err()
+		for _, v := range variants {
+			for _, mode := range opts.Modes {
+				res, err := l.runScenario(ctx, sc, v, mode)
+				res.err = err
+				results = append(results, res)
+				if err != nil {
+					l.progressf("%-10s %-13s %-8s error: %v", sc.name, v, mode, err)
+				} else {
+					l.progressf("%-10s %-13s %-8s done: %d requests, %d failed (%d late, %d by a client stall); %d long conns, %d closed, %d broken; %d writes, %d conflicts; %.1fs%s",
+						sc.name, v, mode, res.Requests, res.FailedRequests, res.RequestsLate, res.RequestsLateStall, res.LongConns, res.LongConnsClosed, res.LongConnsBroken,
+						res.ProviderWrites, res.ProviderConflicts, res.DurationSeconds, kinds(res.timeline))
+				}
+				if ctx.Err() != nil {
+					return results, ctx.Err()
+				}
 			}
 		}
 	}
 	return results, nil
 }
 
-// startShared starts what every scenario shares.
+// variant is a run's backend and traffic policy.
+type variant struct{ backend, policy string }
+
+func (v variant) String() string { return v.backend + "/" + v.policy }
+
+// oneOrBoth parses a flag that names a or b or "both".
+func oneOrBoth(v, a, b string) ([]string, bool) {
+	switch v {
+	case a, b:
+		return []string{v}, true
+	case "both":
+		return []string{a, b}, true
+	}
+	return nil, false
+}
+
+// startShared starts what every scenario shares: the control plane, the
+// network with kube-proxy on every node, the node agent, the drain Service
+// and the webhook.
 func (l *lab) startShared(ctx context.Context) (err error) {
 	l.progressf("starting kube-apiserver, etcd and kube-controller-manager")
 	if l.cp, err = startControlPlane(ctx, l.dir); err != nil {
 		return err
 	}
+	l.progressf("making the network: %d nodes, kube-proxy on each, load balancer and client namespaces", labNodes)
+	l.net, err = startNetwork(ctx, l.dir, labNodes, l.cp.config, l.logf)
+	if err != nil {
+		return err
+	}
 	agentCtx, cancel := context.WithCancel(context.Background())
-	l.agent = newAgent(l.cp.client, 3, l.logf)
+	l.agent = newAgent(l.cp.client, l.net, l.opts.Executable, l.dir, l.logf)
+	l.agent.onStop = func(p *corev1.Pod) {
+		if p.Namespace != ctrlNamespace {
+			return
+		}
+		l.curMu.Lock()
+		r := l.current
+		l.curMu.Unlock()
+		if r != nil && r.ctrls != nil && p.Labels[labelRun] == strconv.Itoa(r.id) {
+			r.ctrls.stopping(p)
+		}
+	}
 	l.agentStop = cancel
 	if err := l.agent.start(agentCtx); err != nil {
 		return err
 	}
-	if l.drain, err = startDrainService(); err != nil {
+	if err := l.startDrainService(ctx); err != nil {
 		return err
 	}
-	if l.hook, err = startWebhook(ctx, l.cp.config, l.drain); err != nil {
+	if l.hook, err = startWebhook(ctx, l.cp.config); err != nil {
 		return err
 	}
-	l.progressf("control plane up: 3 nodes, webhook, drain Service (%s)", l.drain.addr())
+	l.progressf("control plane up: %d nodes (%s), webhook, drain Service %s:%d", labNodes, l.net.net.Prefix, drainClusterIP, drainPort)
 	return nil
 }
 
-// stopShared stops them again, in reverse order.
+// labNodes is the number of lab nodes.
+const labNodes = 3
+
+// stopShared stops them again, in reverse order; the network last, with
+// every process still in it.
 func (l *lab) stopShared() {
 	l.hook.close()
-	l.drain.close()
 	if l.agentStop != nil {
 		l.agentStop()
 		l.agent.wait()
+	}
+	if err := l.net.close(); err != nil {
+		l.progressf("network teardown: %v", err)
 	}
 	if l.cp != nil {
 		l.cp.stop()

@@ -2,17 +2,17 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,182 +20,27 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"zerodrop.dev/zerodrop/internal/drain"
+	"zerodrop.dev/zerodrop/internal/lab/netlab"
 )
 
-// Pod addresses: the API server refuses loopback addresses in EndpointSlices,
-// so a pod publishes 198.18.x.y (RFC 2544 benchmarking space) and listens on
-// 127.18.x.y; the controller runs with --backend-address-map
-// 198.18.0.0/15=127.18.0.0/15.
-const addressMap = "198.18.0.0/15=127.18.0.0/15"
-
-// listenAddr maps a published pod address to the loopback address its
-// server listens on; other addresses are returned unchanged.
-func listenAddr(published netip.Addr) netip.Addr {
-	if !published.Is4() {
-		return published
-	}
-	b := published.As4()
-	if b[0] == 198 && (b[1] == 18 || b[1] == 19) {
-		b[0] = 127
-	}
-	return netip.AddrFrom4(b)
-}
-
-// podServer is a pod's process: one HTTP/1.1 server with keep-alive on the
-// pod's loopback address, on every TCP container port. "/ws" is a WebSocket
-// echo (wsEcho); "/" and any other path answer the pod's name to any method
-// (a request body is read and dropped); the readiness probe's path answers
-// the same.
-type podServer struct {
-	name    string
-	srv     *http.Server
-	lns     []net.Listener
-	closing atomic.Bool // SIGTERM received: every answer says Connection: close
-
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	ws    map[*wsConn]struct{}
-}
-
-// netConnKey is the request context key of the request's connection, so a
-// WebSocket (hijacked by the library) can still be reset by the kill.
-type netConnKey struct{}
-
-func startPodServer(name string, host netip.Addr, ports []int32) (*podServer, error) {
-	s := &podServer{name: name, conns: map[net.Conn]struct{}{}, ws: map[*wsConn]struct{}{}}
-	s.srv = &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/ws" {
-				s.wsEcho(w, r)
-				return
-			}
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "text/plain")
-			if s.closing.Load() {
-				w.Header().Set("Connection", "close")
-			}
-			fmt.Fprintln(w, name)
-		}),
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, netConnKey{}, c)
-		},
-		ReadHeaderTimeout: 10 * time.Second,
-		ConnState: func(c net.Conn, st http.ConnState) {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			switch st {
-			case http.StateNew:
-				s.conns[c] = struct{}{}
-			case http.StateClosed, http.StateHijacked:
-				delete(s.conns, c)
-			}
-		},
-	}
-	var lns []net.Listener
-	for _, p := range ports {
-		ln, err := net.Listen("tcp", netip.AddrPortFrom(host, uint16(p)).String())
-		if err != nil {
-			for _, l := range lns {
-				l.Close()
-			}
-			return nil, fmt.Errorf("pod %s: %w", name, err)
-		}
-		lns = append(lns, ln)
-	}
-	s.lns = lns
-	for _, ln := range lns {
-		go func() { _ = s.srv.Serve(ln) }()
-	}
-	return s, nil
-}
-
-// announceWait bounds how long a stopping pod waits for its keep-alive
-// clients to take their Connection: close answer (several exchange periods).
-const announceWait = 10 * longPeriod
-
-// shutdown is the process's SIGTERM handling, as a well-behaved server does
-// it: stop accepting, answer every request from now on with Connection:
-// close so each keep-alive client ends its connection after a complete
-// exchange, and after announceWait close what is still idle cleanly (FIN)
-// and let in-flight requests finish. Closing idle keep-alive connections at
-// once (what http.Server.Shutdown alone does) races a client that is just
-// sending its next request: it reads EOF, a loss no load balancer causes.
-// It returns when every connection is closed or ctx is done.
-//
-// Every WebSocket gets a close frame with status 1001 (going away) at once
-// (goAway), the announcement a WebSocket client reconnects on.
-func (s *podServer) shutdown(ctx context.Context) error {
-	s.closing.Store(true)
-	for _, ln := range s.lns {
-		_ = ln.Close()
-	}
-	var wsDone sync.WaitGroup
-	s.mu.Lock()
-	for c := range s.ws {
-		wsDone.Add(1)
-		go func() { defer wsDone.Done(); c.goAway() }()
-	}
-	s.mu.Unlock()
-	wait, cancel := context.WithTimeout(ctx, announceWait)
-	defer cancel()
-	for s.openConns() > 0 {
-		if !sleepCtx(wait, 10*time.Millisecond) {
-			break
-		}
-	}
-	// The listeners are closed already: Shutdown closing them again (when
-	// Serve has not returned yet) is no failure; it still waited for the
-	// connections.
-	if err := s.srv.Shutdown(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
-		return err
-	}
-	done := make(chan struct{})
-	go func() { wsDone.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s *podServer) openConns() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
-
-// kill is SIGKILL: every connection is closed at once, with a reset.
-func (s *podServer) kill() {
-	s.mu.Lock()
-	for c := range s.conns {
-		resetConn(c)
-	}
-	for c := range s.ws {
-		resetConn(c.nc)
-	}
-	s.mu.Unlock()
-	_ = s.srv.Close()
-}
-
-func resetConn(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	_ = c.Close()
-}
-
-// podRuntime runs one pod as a kubelet would: the process, its readiness
-// probes, and on deletion preStop hooks, SIGTERM, the grace period and the
-// final kill.
+// podRuntime runs one pod as a kubelet would, in the pod's own network
+// namespace: the workload (a podServer in the lab process whose sockets live
+// in that namespace, or, for zerodrop's controller pods, a real process
+// started in it), its readiness probes, and on deletion preStop hooks,
+// SIGTERM, the grace period and the final kill. Probes and hooks are sent
+// from the node's namespace, as the kubelet sends them.
 type podRuntime struct {
 	key       string // namespace/name
 	uid       types.UID
 	node      string
-	ip        netip.Addr // published pod IP
-	listen    netip.Addr // where the server listens
+	ip        netip.Addr
 	pod       *corev1.Pod
-	server    *podServer
+	env       podEnv
+	netPod    *netlab.Pod
+	client    *http.Client // probes and hooks, from the node's namespace
+	server    *podServer   // a web pod
+	proc      *netlab.Process
+	stopFwd   func() // a process pod's API server forwarder
 	startedAt time.Time
 	notify    func() // the pod's status changed
 	logf      func(format string, args ...any)
@@ -210,7 +55,20 @@ type podRuntime struct {
 	done        chan struct{} // closed once the process is gone
 }
 
-func startPodRuntime(pod *corev1.Pod, ip netip.Addr, notify func(), logf func(string, ...any)) (*podRuntime, error) {
+// podEnv is what a pod's runtime needs from its node and the lab.
+type podEnv struct {
+	node      *netlab.Node
+	lab       *netlab.Lab
+	exe       string // the zerodrop binary of controller pods
+	apiserver string // the API server's address in the root namespace
+	logDir    string
+}
+
+// controllerImage marks zerodrop's controller pods: the agent runs their
+// container as `<zerodrop> <args…>` in the pod's namespace.
+const controllerImage = "lab/zerodrop:dev"
+
+func startPodRuntime(pod *corev1.Pod, netPod *netlab.Pod, env podEnv, notify func(), logf func(string, ...any)) (*podRuntime, error) {
 	var ports []int32
 	seen := map[int32]bool{}
 	for _, c := range pod.Spec.Containers {
@@ -223,16 +81,29 @@ func startPodRuntime(pod *corev1.Pod, ip netip.Addr, notify func(), logf func(st
 	}
 	r := &podRuntime{
 		key: pod.Namespace + "/" + pod.Name, uid: pod.UID, node: pod.Spec.NodeName,
-		ip: ip, listen: listenAddr(ip), pod: pod.DeepCopy(),
+		ip: netPod.IP, pod: pod.DeepCopy(), env: env, netPod: netPod,
+		client: &http.Client{
+			Transport:     &http.Transport{DisableKeepAlives: true, DialContext: env.node.DialContext},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
 		notify: notify, logf: logf, ready: map[string]bool{}, done: make(chan struct{}),
 	}
-	srv, err := startPodServer(pod.Name, r.listen, ports)
-	if err != nil {
-		return nil, err
-	}
-	r.server, r.startedAt = srv, time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
+	r.startedAt = time.Now()
+	if len(pod.Spec.Containers) == 1 && pod.Spec.Containers[0].Image == controllerImage {
+		if err := r.startProcess(&r.pod.Spec.Containers[0]); err != nil {
+			cancel()
+			return nil, err
+		}
+	} else {
+		srv, err := startPodServer(pod.Name, netPod.Listen, r.ip, ports)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		r.server = srv
+	}
 	for i := range r.pod.Spec.Containers {
 		c := &r.pod.Spec.Containers[i]
 		if c.ReadinessProbe == nil {
@@ -242,6 +113,43 @@ func startPodRuntime(pod *corev1.Pod, ip netip.Addr, notify func(), logf func(st
 		go r.probeLoop(ctx, c)
 	}
 	return r, nil
+}
+
+// startProcess runs a controller pod's container: its args with the
+// container's literal environment, in the pod's namespace, with a forwarder
+// to the API server on the namespace's loopback (its kubeconfig names it).
+// When the process exits, the pod has finished.
+func (r *podRuntime) startProcess(c *corev1.Container) error {
+	_, stop, err := r.env.lab.Forward(r.netPod.Netns, apiserverInNetns, r.env.apiserver)
+	if err != nil {
+		return err
+	}
+	r.stopFwd = stop
+	logFile, err := os.OpenFile(filepath.Join(r.env.logDir, r.pod.Namespace+"_"+r.pod.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		stop()
+		return err
+	}
+	defer logFile.Close()
+	args := []string{ChildEnv + "=controller"}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			args = append(args, e.Name+"="+e.Value)
+		}
+	}
+	args = append(append(args, r.env.exe), c.Args...)
+	// env(1) sets the environment and execs: the process keeps its PID.
+	p, err := r.env.lab.Start(r.netPod.Netns, logFile, logFile, "env", args...)
+	if err != nil {
+		stop()
+		return err
+	}
+	r.proc = p
+	go func() {
+		<-p.Done()
+		r.finish(p.ExitCode())
+	}()
+	return nil
 }
 
 // status is what the kubelet reports: container readiness and whether the
@@ -313,15 +221,14 @@ func (r *podRuntime) probe(ctx context.Context, c *corev1.Container, p *corev1.P
 		if err != nil {
 			return false
 		}
-		code, err := httpGet(ctx, u)
+		code, err := httpGet(ctx, r.client, u)
 		return err == nil && code >= 200 && code < 400
 	case p.TCPSocket != nil:
 		port, err := containerPort(c, p.TCPSocket.Port)
 		if err != nil {
 			return false
 		}
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(r.hostOf(p.TCPSocket.Host), uint16(port)).String())
+		conn, err := r.env.node.DialContext(ctx, "tcp", netip.AddrPortFrom(r.hostOf(p.TCPSocket.Host), uint16(port)).String())
 		if err != nil {
 			return false
 		}
@@ -333,16 +240,13 @@ func (r *podRuntime) probe(ctx context.Context, c *corev1.Container, p *corev1.P
 	}
 }
 
-// hostOf resolves a probe's or hook's host: empty is the pod IP; a
-// published lab address is mapped to its loopback address.
+// hostOf resolves a probe's or hook's host: empty (or a name, which the lab
+// does not resolve) is the pod IP.
 func (r *podRuntime) hostOf(host string) netip.Addr {
-	if host == "" {
-		return r.listen
-	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		return listenAddr(a)
+		return a
 	}
-	return r.listen
+	return r.ip
 }
 
 // hookURL builds the URL of an httpGet probe or hook as the kubelet does:
@@ -395,6 +299,17 @@ func (r *podRuntime) terminate(grace time.Duration) {
 		// The kubelet gives the container at least 2 s after a preStop
 		// hook that used up the grace period.
 		remaining := max(time.Until(deadline), 2*time.Second)
+		if r.proc != nil {
+			r.proc.Signal(syscall.SIGTERM)
+			select {
+			case <-r.proc.Done():
+			case <-time.After(remaining):
+				r.proc.Signal(syscall.SIGKILL)
+			}
+			<-r.done
+			r.logf("pod %s stopped (exit %d) %s after deletion", r.key, r.exitCode, time.Since(start).Round(time.Millisecond))
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), remaining)
 		err := r.server.shutdown(ctx)
 		cancel()
@@ -410,6 +325,11 @@ func (r *podRuntime) terminate(grace time.Duration) {
 
 // kill ends the pod at once (the lab's teardown, or a pod that vanished).
 func (r *podRuntime) kill() {
+	if r.proc != nil {
+		r.proc.Signal(syscall.SIGKILL)
+		<-r.done
+		return
+	}
 	r.server.kill()
 	r.finish(137)
 }
@@ -423,6 +343,14 @@ func (r *podRuntime) finish(code int32) {
 	r.finishedAt, r.exitCode = time.Now(), code
 	r.mu.Unlock()
 	r.cancel()
+	// The pod's sandbox goes with its last container: the forwarder, then
+	// the namespace (and both ends of its veth).
+	if r.stopFwd != nil {
+		r.stopFwd()
+	}
+	if err := r.netPod.Close(); err != nil {
+		r.logf("pod %s: remove its namespace: %v", r.key, err)
+	}
 	close(r.done)
 	r.notify()
 }
@@ -446,7 +374,7 @@ func (r *podRuntime) preStop(ctx context.Context, c *corev1.Container) string {
 		if err != nil {
 			return "httpGet: " + err.Error()
 		}
-		code, detail, err := httpGetDetail(ctx, u)
+		code, detail, err := httpGetDetail(ctx, r.client, u)
 		if err != nil {
 			return fmt.Sprintf("httpGet %s failed: %v", u, err)
 		}
@@ -483,12 +411,7 @@ func containerPort(c *corev1.Container, port intstr.IntOrString) (int32, error) 
 	return 0, fmt.Errorf("container %s has no port named %q", c.Name, port.StrVal)
 }
 
-var hookClient = &http.Client{
-	Transport:     &http.Transport{DisableKeepAlives: true},
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-}
-
-func httpGet(ctx context.Context, u string) (int, error) {
+func httpGet(ctx context.Context, hookClient *http.Client, u string) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return 0, err
@@ -504,7 +427,7 @@ func httpGet(ctx context.Context, u string) (int, error) {
 
 // httpGetDetail is httpGet that also returns what the answer said: the
 // drain endpoint's result header, or the first line of an error body.
-func httpGetDetail(ctx context.Context, u string) (int, string, error) {
+func httpGetDetail(ctx context.Context, hookClient *http.Client, u string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return 0, "", err

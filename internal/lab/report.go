@@ -13,8 +13,13 @@ import (
 
 // Result is one scenario in one mode, as the JSON report holds it.
 type Result struct {
-	Scenario       string `json:"scenario"`
-	Mode           string `json:"mode"`
+	Scenario string `json:"scenario"`
+	Mode     string `json:"mode"`
+	// Backend is what the load balancer sends to: "ip" (pod IPs) or
+	// "node" (node IP:nodePort, through kube-proxy); TrafficPolicy the
+	// Service's externalTrafficPolicy, "cluster" or "local".
+	Backend        string `json:"backend,omitempty"`
+	TrafficPolicy  string `json:"traffic_policy,omitempty"`
 	Requests       int64  `json:"requests"`
 	FailedRequests int64  `json:"failed_requests"` // late ones included
 	RequestsLate   int64  `json:"requests_late"`
@@ -34,6 +39,7 @@ type Result struct {
 	// TrafficEnd (RFC 3339, milliseconds) bound the traffic, so a client
 	// outside the lab can count the same window.
 	Frontend     string `json:"frontend,omitempty"`
+	ClientNetns  string `json:"client_netns,omitempty"`
 	TrafficStart string `json:"traffic_start,omitempty"`
 	TrafficEnd   string `json:"traffic_end,omitempty"`
 	// Azure holds the --provider azure-emulator figures (azure.go).
@@ -41,6 +47,15 @@ type Result struct {
 
 	timeline *timeline
 	err      error
+}
+
+// row names the result's table row: the scenario and, when set, its backend
+// and traffic policy.
+func (r Result) row() string {
+	if r.Backend == "" {
+		return r.Scenario
+	}
+	return r.Scenario + " " + r.Backend + "/" + r.TrafficPolicy
 }
 
 // Report is the JSON document: {"scenarios":[…]}.
@@ -75,11 +90,11 @@ func writeTable(w io.Writer, results []Result, modes []Mode) {
 	by := map[key]Result{}
 	var order []string
 	for _, r := range results {
-		if _, seen := by[key{r.Scenario, ""}]; !seen {
-			order = append(order, r.Scenario)
-			by[key{r.Scenario, ""}] = r
+		if _, seen := by[key{r.row(), ""}]; !seen {
+			order = append(order, r.row())
+			by[key{r.row(), ""}] = r
 		}
-		by[key{r.Scenario, r.Mode}] = r
+		by[key{r.row(), r.Mode}] = r
 	}
 	cols := []struct {
 		title string
@@ -133,7 +148,7 @@ func writeTable(w io.Writer, results []Result, modes []Mode) {
 func writeErrors(w io.Writer, results []Result) {
 	for _, r := range results {
 		if r.err != nil {
-			fmt.Fprintf(w, "%s/%s: %v\n", r.Scenario, r.Mode, r.err)
+			fmt.Fprintf(w, "%s/%s: %v\n", r.row(), r.Mode, r.err)
 		}
 	}
 }

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -50,33 +49,48 @@ const (
 	replicas    = 3
 )
 
+// Backends and traffic policies a run can have.
+const (
+	BackendIP     = "ip"
+	BackendNode   = "node"
+	PolicyCluster = "cluster"
+	PolicyLocal   = "local"
+)
+
 // marker is an event on a scenario's timeline.
 type marker struct {
 	At    time.Duration `json:"at"`
 	Label string        `json:"label"`
 }
 
-// run is one scenario in one mode: its namespace, its HAProxy, its
-// controllers and its traffic.
+// run is one scenario in one mode, backend and traffic policy: its
+// namespace, its HAProxy (in the load balancer's namespace), its controller
+// pods and its traffic.
 type run struct {
 	lab      *lab
+	id       int
 	scenario string
 	mode     Mode
+	backend  string
+	policy   string
 	ns       string
 	class    string
 	dir      string
 	prov     *haproxy.Provider
-	ctrls    []*ctrlProc
+	ctrls    *controllers
 	addr     string // the load balancer's ingress address
 	rec      *recorder
 	cordoned []string
+	stop     context.CancelFunc // the controller scrapes
 
 	mu      sync.Mutex
 	markers []marker
 }
 
-func (r *run) key() string  { return r.ns + "/" + appName }
-func (r *run) name() string { return r.scenario + "/" + string(r.mode) }
+func (r *run) key() string { return r.ns + "/" + appName }
+func (r *run) name() string {
+	return r.scenario + "/" + r.backend + "/" + r.policy + "/" + string(r.mode)
+}
 
 func (r *run) mark(format string, args ...any) {
 	label := fmt.Sprintf(format, args...)
@@ -90,6 +104,18 @@ func (r *run) mark(format string, args ...any) {
 	r.lab.logf("%s: %s at %.1fs", r.name(), label, at.Seconds())
 }
 
+// haproxyBinary is a wrapper that runs HAProxy in the load balancer's
+// namespace: the lab starts it there, and a reload through the master CLI
+// re-executes the master in the namespace it already has.
+func (r *run) haproxyBinary() string {
+	return filepath.Join(r.lab.dir, fmt.Sprintf("haproxy-%d.sh", r.id))
+}
+
+func (r *run) writeHAProxyWrapper() error {
+	script := fmt.Sprintf("#!/bin/sh\nexec ip netns exec %s haproxy \"$@\"\n", r.lab.net.lb.Name)
+	return os.WriteFile(r.haproxyBinary(), []byte(script), 0o755)
+}
+
 // setup creates the namespace, HAProxy, the controllers and the workload, and
 // waits until traffic flows to every replica.
 func (r *run) setup(ctx context.Context, want int32) error {
@@ -101,23 +127,42 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("namespace: %w", err)
 	}
-	prov, err := haproxy.New(ctx, haproxy.Options{Dir: r.dir, StopOnClose: true, Log: logr.Discard()})
+	if err := r.writeHAProxyWrapper(); err != nil {
+		return err
+	}
+	prov, err := haproxy.New(ctx, haproxy.Options{Dir: r.dir, Binary: r.haproxyBinary(), StopOnClose: true, Log: logr.Discard()})
 	if err != nil {
 		return err
 	}
 	r.prov = prov
-	if err := r.startControllers(ctx); err != nil {
+	r.ctrls = newControllers(r)
+	if r.mode == ModeZerodrop {
+		if err := r.lab.selectDrainReplicas(ctx, r.id); err != nil {
+			return err
+		}
+	}
+	if err := r.ctrls.start(ctx); err != nil {
 		return err
 	}
+	sctx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	go r.ctrls.loop(sctx)
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: appName, Namespace: r.ns},
 		Spec: corev1.ServiceSpec{
-			Type:              corev1.ServiceTypeLoadBalancer,
-			LoadBalancerClass: ptr.To(r.class),
-			Selector:          map[string]string{"app": appName},
+			Type:                  corev1.ServiceTypeLoadBalancer,
+			LoadBalancerClass:     ptr.To(r.class),
+			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyCluster,
+			Selector:              map[string]string{"app": appName},
 			Ports: []corev1.ServicePort{{Name: "http", Port: servicePort, TargetPort: intstr.FromString("http"),
 				Protocol: corev1.ProtocolTCP}},
 		},
+	}
+	if r.policy == PolicyLocal {
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	}
+	if r.backend == BackendNode {
+		svc.Annotations = map[string]string{model.AnnotationBackendMode: string(model.NodeMode)}
 	}
 	if _, err := cs.CoreV1().Services(r.ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("service: %w", err)
@@ -175,109 +220,47 @@ func (r *run) deployment(n int32) *appsv1.Deployment {
 	return d
 }
 
-// startControllers starts the mode's controller processes.
-func (r *run) startControllers(ctx context.Context) error {
-	common := []string{
-		"--kubeconfig=" + r.lab.cp.kubeconfig,
-		"--load-balancer-class=" + r.class,
-		"--address-pool=" + fmt.Sprintf("127.0.%d.0/24", 100+r.lab.runs%100),
-		"--backend-address-map=" + addressMap,
-		"--haproxy-dir=" + r.dir,
-		"--health-probe-bind-address=0",
-		"--leader-election-namespace=kube-system",
-		"--leader-election-id=zerodrop-lab-" + strconv.Itoa(r.lab.runs),
-	}
-	add := func(name string, drain bool, extra ...string) error {
-		metrics, err := freeAddr()
-		if err != nil {
-			return err
-		}
-		p := &ctrlProc{name: name, exe: r.lab.opts.Executable, metricsAddr: metrics,
-			logPath: filepath.Join(r.lab.dir, fmt.Sprintf("%s-%s-%s.log", r.scenario, r.mode, name))}
-		args := append(append([]string{}, common...), "--metrics-bind-address="+metrics)
-		if drain {
-			if p.drainAddr, err = freeAddr(); err != nil {
-				return err
-			}
-			args = append(args, "--drain-bind-address="+p.drainAddr)
-		} else {
-			args = append(args, "--drain-bind-address=0")
-		}
-		p.args = append(args, extra...)
-		r.ctrls = append(r.ctrls, p)
-		return p.start(ctx)
-	}
-	switch r.mode {
-	case ModeZerodrop:
-		for _, name := range []string{"replica-a", "replica-b"} {
-			if err := add(name, true); err != nil {
-				return err
-			}
-		}
-		r.updateDrainService()
-	case ModeBaseline:
-		upstream := []string{"--sync=full", "--immediate-removal", "--readiness-gate=false"}
-		if err := add("controller", false, upstream...); err != nil {
-			return err
-		}
-		attach := append(upstream, "--leader-elect=false",
-			"--haproxy-socket="+filepath.Join(r.dir, "admin.sock"),
-			"--haproxy-master-socket="+filepath.Join(r.dir, "master.sock"),
-			"--haproxy-config="+filepath.Join(r.dir, "haproxy.cfg"))
-		if err := add("second-writer", false, attach...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// counters sums the provider figures of every controller pod of the run.
+func (r *run) counters() counters { return r.ctrls.counters() }
 
-// updateDrainService points the drain Service at the running replicas,
-// but for those being stopped.
-func (r *run) updateDrainService(stopping ...*ctrlProc) {
-	var addrs []string
-	for _, p := range r.ctrls {
-		if p.drainAddr != "" && p.running() && !slices.Contains(stopping, p) {
-			addrs = append(addrs, p.drainAddr)
-		}
-	}
-	r.lab.drain.setBackends(addrs)
-}
-
-// counters sums the provider figures of every controller of the run.
-func (r *run) counters() counters {
-	var c counters
-	for _, p := range r.ctrls {
-		c = c.add(p.counters())
-	}
-	return c
-}
-
-// restartController stops the controller that writes (zerodrop: the leader;
-// baseline: the leader-elected controller, while the second writer goes on)
-// with SIGTERM, as a rolling update of the controller or a deleted pod does,
-// and starts it again after down (a replacement pod starting).
-func (r *run) restartController(ctx context.Context, down time.Duration) error {
-	target := r.ctrls[0]
+// restartController deletes the controller pod that writes (zerodrop: the
+// leader; baseline: the leader-elected controller, while the second writer
+// goes on), as a rolling update of the controller or a deleted pod does:
+// its ReplicaSet starts a replacement at once, and the old pod stops with
+// its preStop sleep and SIGTERM. It returns when a replacement is ready.
+func (r *run) restartController(ctx context.Context) error {
+	target := ""
 	if r.mode == ModeZerodrop {
-		for _, p := range r.ctrls {
-			if p.isLeader() {
-				target = p
+		target = r.ctrls.leader()
+	} else {
+		for _, p := range r.ctrls.pods() {
+			if p.Labels["lab.zerodrop.dev/role"] == "controller" && p.DeletionTimestamp == nil {
+				target = p.Name
 			}
 		}
 	}
-	r.mark("restart %s", target.name)
-	// A stopping replica's pod turns unready: no new drain calls reach it.
-	r.updateDrainService(target)
-	target.replace(syscall.SIGTERM)
-	if !sleepCtx(ctx, down) {
-		return ctx.Err()
+	if target == "" {
+		return fmt.Errorf("restart: no controller pod to restart (no leader known)")
 	}
-	r.mark("%s started", target.name)
-	if err := target.start(ctx); err != nil {
-		return err
+	r.mark("restart %s", shortPod(target))
+	if err := r.lab.cp.client.CoreV1().Pods(ctrlNamespace).Delete(ctx, target, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("restart %s: %w", target, err)
 	}
-	r.updateDrainService()
-	return nil
+	return waitFor(ctx, 60*time.Second, "a replacement controller pod ready", func() (bool, string) {
+		ready := 0
+		for _, p := range r.ctrls.pods() {
+			if p.Name != target && p.DeletionTimestamp == nil && conditionStatus(p, corev1.PodReady) == corev1.ConditionTrue {
+				ready++
+			}
+		}
+		want := 1
+		if r.mode == ModeZerodrop {
+			want = 2
+		} else {
+			want = 2 // controller and second writer
+		}
+		return ready >= want, fmt.Sprintf("%d ready controller pods, want %d", ready, want)
+	})
 }
 
 // waitSteady waits until the Deployment has want ready, updated replicas and
@@ -319,11 +302,15 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 			}
 			active++
 		}
-		if active != int(want) {
+		// IP mode: one backend per pod. Node mode: a backend per node
+		// (Cluster: every node; Local: the nodes with a pod), as many as
+		// there are, all active.
+		if r.backend == BackendIP && active != int(want) || active == 0 {
 			return false, fmt.Sprintf("HAProxy has %d backends, want %d", active, want)
 		}
 		if r.rec == nil {
-			client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+				DialContext: r.lab.net.client.DialContext}}
 			for i := 0; i < 2*int(want); i++ {
 				if err := get(client, "http://"+r.addr+"/"); err != nil {
 					return false, "request through the load balancer: " + err.Error()
@@ -334,20 +321,26 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 	})
 }
 
-// teardown stops the run's controllers and HAProxy and ends its pods.
+// teardown stops the run's controller pods and HAProxy and ends its pods.
 func (r *run) teardown() {
-	r.updateDrainService(r.ctrls...)
-	for _, p := range r.ctrls {
-		p.stop(syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bg := metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}
+	if r.ctrls != nil {
+		_ = r.lab.cp.client.AppsV1().Deployments(ctrlNamespace).DeleteCollection(ctx, bg,
+			metav1.ListOptions{LabelSelector: labelRun + "=" + strconv.Itoa(r.id)})
+		r.lab.agent.abandon(func(p *corev1.Pod) bool {
+			return p.Namespace == ctrlNamespace && p.Labels[labelRun] == strconv.Itoa(r.id)
+		})
+	}
+	if r.stop != nil {
+		r.stop()
 	}
 	if r.prov != nil {
 		_ = r.prov.Close()
 	}
-	r.lab.agent.abandon(r.ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = r.lab.cp.client.AppsV1().Deployments(r.ns).Delete(ctx, appName, metav1.DeleteOptions{
-		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+	r.lab.agent.abandon(func(p *corev1.Pod) bool { return p.Namespace == r.ns })
+	_ = r.lab.cp.client.AppsV1().Deployments(r.ns).Delete(ctx, appName, bg)
 	for _, n := range r.cordoned {
 		_ = r.lab.setUnschedulable(ctx, n, false)
 	}

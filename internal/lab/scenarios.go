@@ -54,16 +54,21 @@ const (
 	steadyTimout = 120 * time.Second
 )
 
-// runScenario runs one scenario in one mode and reports what the clients saw.
-func (l *lab) runScenario(ctx context.Context, sc scenario, mode Mode) (Result, error) {
+// runScenario runs one scenario in one mode, backend and traffic policy,
+// and reports what the clients saw.
+func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode) (Result, error) {
 	l.runs++
-	r := &run{lab: l, scenario: sc.name, mode: mode,
+	r := &run{lab: l, id: l.runs, scenario: sc.name, mode: mode, backend: v.backend, policy: v.policy,
 		ns:    fmt.Sprintf("lab-%d-%s-%s", l.runs, sc.name, mode),
 		class: fmt.Sprintf("zerodrop.dev/lab-%d", l.runs),
 		dir:   fmt.Sprintf("%s/haproxy-%d", l.dir, l.runs)}
-	res := Result{Scenario: sc.name, Mode: string(mode)}
+	l.curMu.Lock()
+	l.current = r
+	l.curMu.Unlock()
+	res := Result{Scenario: sc.name, Mode: string(mode), Backend: v.backend, TrafficPolicy: v.policy}
 	defer r.teardown()
-	l.progressf("%-10s %-8s setting up (%s)", sc.name, mode, sc.about)
+	label := fmt.Sprintf("%-10s %-13s %-8s", sc.name, v, mode)
+	l.progressf("%s setting up (%s)", label, sc.about)
 	setupStart := time.Now()
 	if err := r.setup(ctx, sc.replicas); err != nil {
 		return res, err
@@ -75,11 +80,11 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, mode Mode) (Result, 
 	tctx, stopTraffic := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	res.Frontend, res.TrafficStart = r.addr, timestamp(r.rec.start)
-	// An outside client can count too: the frontend is where the lab's
-	// clients send to. (The namespace lab adds netns=NAME.)
-	l.progressf("%-10s %-8s traffic start frontend=%s rate=%d/s", sc.name, mode, r.addr, l.opts.Rate)
-	go func() { defer wg.Done(); runTraffic(tctx, r.addr, l.opts.Rate, r.rec) }()
+	res.Frontend, res.TrafficStart, res.ClientNetns = r.addr, timestamp(r.rec.start), l.net.client.Name
+	// An outside client can count too, from the same namespace: the
+	// frontend is where the lab's clients send to.
+	l.progressf("%s traffic start frontend=%s netns=%s rate=%d/s", label, r.addr, l.net.client.Name, l.opts.Rate)
+	go func() { defer wg.Done(); runTraffic(tctx, l.net.client.DialContext, r.addr, l.opts.Rate, r.rec) }()
 	go func() { defer wg.Done(); l.progress(tctx, r, base) }()
 
 	var err error
@@ -133,8 +138,8 @@ func (l *lab) progress(ctx context.Context, r *run, base counters) {
 	for sleepCtx(ctx, 5*time.Second) {
 		s := r.rec.snapshot()
 		c := r.counters().sub(base)
-		l.progressf("%-10s %-8s %4.0fs  requests %5d  failed %4d (late %d)  long %3d (closed %d, broken %d)  writes %d",
-			r.scenario, r.mode, time.Since(r.rec.start).Seconds(), s.Requests, s.Failed, s.Late, s.LongConns,
+		l.progressf("%-10s %-13s %-8s %4.0fs  requests %5d  failed %4d (late %d)  long %3d (closed %d, broken %d)  writes %d",
+			r.scenario, r.backend+"/"+r.policy, r.mode, time.Since(r.rec.start).Seconds(), s.Requests, s.Failed, s.Late, s.LongConns,
 			s.LongClosed, s.LongBroken, int64(c.writes))
 	}
 }
@@ -148,8 +153,8 @@ func actRollout(ctx context.Context, r *run) error {
 	return r.waitSteady(ctx, replicas, steadyTimout)
 }
 
-// actRestart restarts the controller 3 times during a rollout: stopped, up
-// again 3 s later, the next restart 2 s after that.
+// actRestart restarts the controller 3 times during a rollout: its pod
+// deleted, and 2 s after its replacement is ready the next one.
 func actRestart(ctx context.Context, r *run) error {
 	if err := r.rolloutRestart(ctx); err != nil {
 		return err
@@ -158,7 +163,7 @@ func actRestart(ctx context.Context, r *run) error {
 		if !sleepCtx(ctx, 2*time.Second) {
 			return ctx.Err()
 		}
-		if err := r.restartController(ctx, 3*time.Second); err != nil {
+		if err := r.restartController(ctx); err != nil {
 			return err
 		}
 	}

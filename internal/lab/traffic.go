@@ -218,16 +218,16 @@ func (e *statusError) Error() string { return fmt.Sprintf("status %d", e.code) }
 // runTraffic sends traffic to addr until ctx is done and returns when every
 // client has stopped: open-loop requests at rate per second and the long
 // WebSocket clients.
-func runTraffic(ctx context.Context, addr string, rate int, rec *recorder) {
+func runTraffic(ctx context.Context, dial dialer, addr string, rate int, rec *recorder) {
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); openLoop(ctx, addr, rate, poolSize(rate), rec) }()
+	go func() { defer wg.Done(); openLoop(ctx, dial, addr, rate, poolSize(rate), rec) }()
 	for i := range longConns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if sleepCtx(ctx, time.Duration(i)*longPeriod/longConns) {
-				longClient(ctx, addr, rec)
+				longClient(ctx, dial, addr, rec)
 			}
 		}()
 	}
@@ -254,12 +254,12 @@ func poolSize(rate int) int {
 // kindRetry). Even slots are GET /, odd ones POST / with a small body. A
 // request whose connection attempt starts more than lateAfter after its
 // slot is late and failed.
-func openLoop(ctx context.Context, addr string, rate, workers int, rec *recorder) {
+func openLoop(ctx context.Context, dial dialer, addr string, rate, workers int, rec *recorder) {
 	if rate <= 0 {
 		rate = defaultRate
 	}
 	tr := &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: ioTimeout}).DialContext,
+		DialContext:           boundedDial(dial),
 		DisableKeepAlives:     true,
 		ResponseHeaderTimeout: ioTimeout,
 		DisableCompression:    true,
@@ -301,6 +301,19 @@ func openLoop(ctx context.Context, addr string, rate, workers int, rec *recorder
 		}()
 	}
 	wg.Wait()
+}
+
+// boundedDial is dial (nil: the lab process's own namespace) bounded by
+// ioTimeout.
+func boundedDial(dial dialer) dialer {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, ioTimeout)
+		defer cancel()
+		return dial(ctx, network, addr)
+	}
 }
 
 // send makes one request and returns when its first connection attempt

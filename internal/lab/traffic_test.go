@@ -45,7 +45,7 @@ func TestOpenLoopFreshConnections(t *testing.T) {
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { openLoop(ctx, ln.Addr().String(), 50, poolSize(50), rec); close(done) }()
+	go func() { openLoop(ctx, nil, ln.Addr().String(), 50, poolSize(50), rec); close(done) }()
 	testutil.Eventually(t, 30*time.Second, "20 requests", func() (bool, string) {
 		s := rec.snapshot()
 		return s.Requests >= 20, ""
@@ -91,7 +91,7 @@ func TestOpenLoopNoSilentRetry(t *testing.T) {
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { openLoop(ctx, ln.Addr().String(), 20, poolSize(20), rec); close(done) }()
+	go func() { openLoop(ctx, nil, ln.Addr().String(), 20, poolSize(20), rec); close(done) }()
 	testutil.Eventually(t, 30*time.Second, "10 requests", func() (bool, string) {
 		return rec.snapshot().Requests >= 10, ""
 	})
@@ -129,7 +129,7 @@ func TestOpenLoopKeepsScheduleThroughOutage(t *testing.T) {
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { openLoop(ctx, ln.Addr().String(), 20, poolSize(20), rec); close(done) }()
+	go func() { openLoop(ctx, nil, ln.Addr().String(), 20, poolSize(20), rec); close(done) }()
 	// 20/s with a 2 s timeout: about 40 requests wait at once.
 	testutil.Eventually(t, 60*time.Second, "30 requests held at once", func() (bool, string) {
 		return most.Load() >= 30, fmt.Sprintf("at most %d", most.Load())
@@ -159,7 +159,7 @@ func TestOpenLoopCountsBacklogAsLate(t *testing.T) {
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { openLoop(ctx, ln.Addr().String(), 20, 2, rec); close(done) }()
+	go func() { openLoop(ctx, nil, ln.Addr().String(), 20, 2, rec); close(done) }()
 	testutil.Eventually(t, 60*time.Second, "a late request", func() (bool, string) {
 		s := rec.snapshot()
 		return s.Late > 0, ""
@@ -218,7 +218,7 @@ func TestLongSessionKill(t *testing.T) {
 // session returns.
 func longSessionAgainstPod(t *testing.T) (*podServer, *recorder, <-chan struct{}) {
 	t.Helper()
-	srv, err := startPodServer("pod-a", netip.MustParseAddr("127.0.0.1"), []int32{0})
+	srv, err := startPodServer("pod-a", net.Listen, netip.MustParseAddr("127.0.0.1"), []int32{0})
 	if err != nil {
 		t.Fatal(err)
 	}

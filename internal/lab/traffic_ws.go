@@ -16,10 +16,10 @@ import (
 // that took from the end of the last one. See longSession for what is
 // closed and what is broken; a handshake that fails is a broken connection
 // too, and the client tries again after longPeriod.
-func longClient(ctx context.Context, addr string, rec *recorder) {
+func longClient(ctx context.Context, dial dialer, addr string, rec *recorder) {
 	// A fresh TCP connection per handshake; the dial is bounded by its
 	// context (the library refuses a client timeout).
-	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: boundedDial(dial)}}
 	url := "ws://" + addr + "/ws"
 	var ended time.Time // when the last connection ended; zero before the first
 	for ctx.Err() == nil {

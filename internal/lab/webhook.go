@@ -3,19 +3,19 @@ package lab
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -38,7 +38,7 @@ type webhookServer struct {
 
 const labWebhookConfiguration = "zerodrop-lab"
 
-func startWebhook(ctx context.Context, cfg *rest.Config, drain *drainService) (*webhookServer, error) {
+func startWebhook(ctx context.Context, cfg *rest.Config) (*webhookServer, error) {
 	ca, err := certs.NewCA("zerodrop-lab-ca", time.Now(), 24*time.Hour)
 	if err != nil {
 		return nil, err
@@ -55,15 +55,11 @@ func startWebhook(ctx context.Context, cfg *rest.Config, drain *drainService) (*
 	if err != nil {
 		return nil, err
 	}
-	host, port, err := splitHostPort(drain.addr())
-	if err != nil {
-		return nil, err
-	}
 	handler := &admission.Webhook{Handler: &webhook.Handler{
 		Reader:    reader,
 		Decoder:   admission.NewDecoder(scheme.Scheme),
-		DrainHost: host,
-		DrainPort: port,
+		DrainHost: drainClusterIP,
+		DrainPort: drainPort,
 		Logger:    logr.Discard(),
 	}}
 	mux := http.NewServeMux()
@@ -117,105 +113,38 @@ func (w *webhookServer) close() {
 	}
 }
 
-func splitHostPort(addr string) (string, int32, error) {
-	host, p, err := net.SplitHostPort(addr)
+// startDrainService creates the controllers' namespace and the drain
+// Service: a ClusterIP Service with the fixed address drainClusterIP (the
+// webhook's hook host), reached from the nodes through kube-proxy. Its
+// selector names one run's replicas at a time (selectDrainReplicas).
+func (l *lab) startDrainService(ctx context.Context) error {
+	cs := l.cp.client
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ctrlNamespace}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s: %w", ctrlNamespace, err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: drainService, Namespace: ctrlNamespace},
+		Spec: corev1.ServiceSpec{
+			Type:      corev1.ServiceTypeClusterIP,
+			ClusterIP: drainClusterIP,
+			Selector:  map[string]string{"app": ctrlApp, labelRun: "none"},
+			Ports: []corev1.ServicePort{{Name: "drain", Port: drainPort, TargetPort: intstr.FromString("drain"),
+				Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	if _, err := cs.CoreV1().Services(ctrlNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("drain service: %w", err)
+	}
+	return nil
+}
+
+// selectDrainReplicas points the drain Service at run id's controller pods.
+func (l *lab) selectDrainReplicas(ctx context.Context, id int) error {
+	patch := fmt.Sprintf(`{"spec":{"selector":{"app":%q,%q:%q}}}`, ctrlApp, labelRun, strconv.Itoa(id))
+	_, err := l.cp.client.CoreV1().Services(ctrlNamespace).Patch(ctx, drainService, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {
-		return "", 0, err
+		return fmt.Errorf("drain service selector: %w", err)
 	}
-	port, err := strconv.ParseUint(p, 10, 16)
-	return host, int32(port), err
-}
-
-// drainService stands in for the zerodrop-drain Service and kube-proxy: a
-// TCP forwarder on one stable address in front of the drain endpoints of the
-// controller replicas that are up. A replica is taken out as soon as it is
-// told to stop (its pod would turn unready); connections already forwarded
-// to it stay with it, as with kube-proxy.
-type drainService struct {
-	ln net.Listener
-
-	mu       sync.Mutex
-	backends []string
-	next     int
-	conns    map[net.Conn]struct{}
-}
-
-func startDrainService() (*drainService, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	d := &drainService{ln: ln, conns: map[net.Conn]struct{}{}}
-	go d.serve()
-	return d, nil
-}
-
-func (d *drainService) addr() string { return d.ln.Addr().String() }
-
-// setBackends replaces the replicas' drain endpoints.
-func (d *drainService) setBackends(addrs []string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.backends = append([]string(nil), addrs...)
-}
-
-func (d *drainService) serve() {
-	for {
-		c, err := d.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		go d.forward(c)
-	}
-}
-
-func (d *drainService) forward(c net.Conn) {
-	d.mu.Lock()
-	var target string
-	if len(d.backends) > 0 {
-		target = d.backends[d.next%len(d.backends)]
-		d.next++
-	}
-	d.conns[c] = struct{}{}
-	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		delete(d.conns, c)
-		d.mu.Unlock()
-		c.Close()
-	}()
-	if target == "" {
-		return
-	}
-	up, err := net.DialTimeout("tcp", target, 2*time.Second)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, c); closeWrite(up); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); closeWrite(c); done <- struct{}{} }()
-	<-done
-	<-done
-}
-
-func closeWrite(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
-	}
-}
-
-func (d *drainService) close() {
-	if d == nil {
-		return
-	}
-	_ = d.ln.Close()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for c := range d.conns {
-		c.Close()
-	}
+	return nil
 }

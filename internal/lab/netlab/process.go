@@ -81,6 +81,33 @@ func (p *Process) Stop() error {
 	return nil
 }
 
+// Signal sends sig to the process group (a pod's SIGTERM, with the caller
+// keeping the grace period); a process that has exited is left alone.
+func (p *Process) Signal(sig syscall.Signal) {
+	if p.Cmd.Process == nil {
+		return
+	}
+	select {
+	case <-p.done:
+	default:
+		_ = syscall.Kill(-p.Cmd.Process.Pid, sig)
+	}
+}
+
+// ExitCode is the process's exit code once Done is closed: 128+signal for a
+// process ended by a signal, as a container runtime reports it.
+func (p *Process) ExitCode() int32 {
+	<-p.done
+	st := p.Cmd.ProcessState
+	if st == nil {
+		return 137
+	}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int32(ws.Signal())
+	}
+	return int32(st.ExitCode())
+}
+
 // CloseOnSignal closes the lab on SIGINT or SIGTERM and then lets the signal
 // take its default course (the process exits as it would have). The returned
 // stop undoes the hook; call it after a normal Close.
@@ -145,11 +172,12 @@ func RemoveStale() error {
 // Forward listens on listenAddr inside ns and copies each connection to
 // target, which the lab process dials from the root namespace. It is how a
 // process in a lab namespace reaches something that listens on the root
-// namespace's loopback (the test control plane). Closed at Lab.Close.
-func (l *Lab) Forward(ns *Netns, listenAddr, target string) (net.Addr, error) {
+// namespace's loopback (the test control plane). The returned stop closes
+// it early (a pod that ends); Lab.Close closes whatever is left.
+func (l *Lab) Forward(ns *Netns, listenAddr, target string) (net.Addr, func(), error) {
 	ln, err := ns.Listen("tcp", listenAddr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -163,18 +191,21 @@ func (l *Lab) Forward(ns *Netns, listenAddr, target string) (net.Addr, error) {
 			delete(conns, c)
 		}
 	}
-	if err := l.onClose("forwarder "+ln.Addr().String()+" in "+ns.Name, func() error {
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			ln.Close()
+			mu.Lock()
+			for c := range conns {
+				c.Close()
+			}
+			mu.Unlock()
+			wg.Wait()
+		})
+	}
+	if err := l.onClose("forwarder "+ln.Addr().String()+" in "+ns.Name, func() error { stop(); return nil }); err != nil {
 		ln.Close()
-		mu.Lock()
-		for c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-		return nil
-	}); err != nil {
-		ln.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	wg.Add(1)
 	go func() {
@@ -199,7 +230,7 @@ func (l *Lab) Forward(ns *Netns, listenAddr, target string) (net.Addr, error) {
 			}()
 		}
 	}()
-	return ln.Addr(), nil
+	return ln.Addr(), stop, nil
 }
 
 // pipe copies both ways until either side ends, then closes both.

@@ -1,0 +1,166 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"zerodrop.dev/zerodrop/internal/lab/netlab"
+	"zerodrop.dev/zerodrop/internal/testenv"
+)
+
+// The lab's addresses (docs/lab.md, "The network"). Everything lives in
+// namespaces the lab makes (internal/lab/netlab); the root namespace only has
+// the control plane on its loopback.
+const (
+	// serviceCIDR is the API server's service range; the drain Service's
+	// fixed ClusterIP is in it, as deploy/ expects a cluster's usual range.
+	serviceCIDR = "10.96.0.0/16"
+	// drainClusterIP is the drain Service's fixed ClusterIP (deploy/ uses
+	// the same), given to the webhook as the preStop hook's host.
+	drainClusterIP = "10.96.0.90"
+	// frontendNet holds every run's frontend address pool (a /24 each):
+	// local on the load balancer namespace's loopback, routed to it from the
+	// client namespace.
+	frontendNet = "198.18.128.0/17"
+	// apiserverInNetns is where namespaces that need the API server reach
+	// it: a forwarder on their own loopback (the certificate is valid for
+	// 127.0.0.1), since the API server listens on the root namespace's.
+	apiserverInNetns = "127.0.0.1:6443"
+	// kubeProxyHealthzPort is kube-proxy's --healthz-bind-address port.
+	kubeProxyHealthzPort = 10256
+)
+
+// network is the lab's network: nodes with the real kube-proxy, and the
+// load balancer, client and admin hosts.
+type network struct {
+	net *netlab.Lab
+	// lb runs HAProxy; client runs the traffic; admin is the lab's own
+	// view (metrics scrapes, pod checks) so that neither counts it.
+	lb, client, admin *netlab.Host
+	apiserver         string // host:port of the API server in the root namespace
+	kubeconfig        string // kubeconfig for processes in lab namespaces
+	kubeProxies       []*netlab.Process
+}
+
+// startNetwork makes the namespaces, routes the frontend range, and starts
+// kube-proxy on every node. On error the caller closes what was made.
+func startNetwork(ctx context.Context, dir string, nodes int, cfg *rest.Config, logf func(string, ...any)) (*network, error) {
+	if err := netlab.RemoveStale(); err != nil {
+		logf("netlab: removing a dead run's namespaces: %v", err)
+	}
+	nl, err := netlab.New(ctx, netlab.Config{Nodes: nodes})
+	if err != nil {
+		return nil, err
+	}
+	n := &network{net: nl}
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return n, fmt.Errorf("API server address %q: %w", cfg.Host, err)
+	}
+	n.apiserver = u.Host
+	for _, h := range []struct {
+		name string
+		dst  **netlab.Host
+	}{{"lb", &n.lb}, {"client", &n.client}, {"admin", &n.admin}} {
+		if *h.dst, err = nl.AddHost(ctx, h.name); err != nil {
+			return n, err
+		}
+	}
+	// The load balancer answers every frontend address (an AnyIP route: the
+	// whole range is local on its loopback); the client reaches them through it.
+	if err := n.lb.Run(ctx, "ip", "addr", "add", frontendNet, "dev", "lo"); err != nil {
+		return n, err
+	}
+	if err := n.client.Run(ctx, "ip", "route", "add", frontendNet, "via", n.lb.IP.String()); err != nil {
+		return n, err
+	}
+	if n.kubeconfig, err = writeNetnsKubeconfig(cfg, filepath.Join(dir, "kubeconfig-netns")); err != nil {
+		return n, err
+	}
+	assets, err := testenv.Assets("kube-proxy")
+	if err != nil {
+		return n, fmt.Errorf("kube-proxy: %w", err)
+	}
+	for _, node := range nl.Nodes {
+		// Service ClusterIPs are routed out of the node, as a node's default
+		// route does; kube-proxy's output chain translates them first.
+		if err := node.Run(ctx, "ip", "route", "add", serviceCIDR, "dev", "eth0"); err != nil {
+			return n, err
+		}
+		if _, _, err := nl.Forward(node.Netns, apiserverInNetns, n.apiserver); err != nil {
+			return n, fmt.Errorf("node %d: API server forwarder: %w", node.Index, err)
+		}
+		logFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("kube-proxy-%s.log", nodeName(node.Index))))
+		if err != nil {
+			return n, err
+		}
+		p, err := nl.Start(node.Netns, logFile, logFile, filepath.Join(assets, "kube-proxy"),
+			"--kubeconfig", n.kubeconfig,
+			"--hostname-override", nodeName(node.Index),
+			"--proxy-mode", "nftables",
+			"--cluster-cidr", "198.19.0.0/16",
+			"--healthz-bind-address", fmt.Sprintf("0.0.0.0:%d", kubeProxyHealthzPort),
+			"--metrics-bind-address", "127.0.0.1:10249",
+			// The kernel's conntrack table size is not per namespace: leave it.
+			"--conntrack-max-per-core", "0",
+			"--v", "1",
+		)
+		logFile.Close()
+		if err != nil {
+			return n, err
+		}
+		n.kubeProxies = append(n.kubeProxies, p)
+	}
+	return n, nil
+}
+
+// nodeFor returns the netlab node of a lab Node's name.
+func (n *network) nodeFor(name string) *netlab.Node {
+	for _, node := range n.net.Nodes {
+		if nodeName(node.Index) == name {
+			return node
+		}
+	}
+	return nil
+}
+
+// close stops every process in the lab's namespaces and removes them.
+func (n *network) close() error {
+	if n == nil || n.net == nil {
+		return nil
+	}
+	return n.net.Close()
+}
+
+func nodeName(i int) string { return fmt.Sprintf("lab-node-%d", i) }
+
+// frontendPool is run k's frontend address pool.
+func frontendPool(k int) string {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(128 + k%100), 0}), 24).String()
+}
+
+// writeNetnsKubeconfig writes cfg's credentials for the API server as lab
+// namespaces reach it.
+func writeNetnsKubeconfig(cfg *rest.Config, path string) (string, error) {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["lab"] = &clientcmdapi.Cluster{Server: "https://" + apiserverInNetns, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["lab"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["lab"] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "lab"}
+	kc.CurrentContext = "lab"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// dialer is a namespace's DialContext.
+type dialer func(ctx context.Context, network, addr string) (net.Conn, error)
