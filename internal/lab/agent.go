@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
@@ -151,7 +152,7 @@ func (a *agent) registerNode(ctx context.Context, name string) error {
 		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
 		corev1.ResourcePods: resource.MustParse("110"),
 	}
-	created.Status = corev1.NodeStatus{
+	status := corev1.NodeStatus{
 		Capacity: capacity, Allocatable: capacity,
 		Conditions: []corev1.NodeCondition{
 			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "lab node agent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now},
@@ -162,7 +163,20 @@ func (a *agent) registerNode(ctx context.Context, name string) error {
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nn.IP.String()}, {Type: corev1.NodeHostName, Address: name}},
 		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-lab", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "lab://1"},
 	}
-	if _, err := a.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// Node controllers of kube-controller-manager (taints, CIDRs) write the
+	// new Node too: on a conflict, read it again and post the status again,
+	// as the kubelet does.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		created.Status = status
+		_, err := a.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if cur, gerr := a.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); gerr == nil {
+				created = cur
+			}
+		}
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("node %s status: %w", name, err)
 	}
 	return a.renewLease(ctx, name)

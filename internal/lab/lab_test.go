@@ -11,11 +11,15 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
+	"zerodrop.dev/zerodrop/internal/lab/netlab"
 )
 
 // TestMain lets the test binary stand in for the zerodrop binary: the lab
@@ -39,6 +43,7 @@ func TestLabRollout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
+	before := rootState(t)
 	start := time.Now()
 	workDir := filepath.Join(dir, "work")
 	if err := os.Mkdir(workDir, 0o755); err != nil {
@@ -54,6 +59,9 @@ func TestLabRollout(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("zerodrop lab exited %d", code)
 	}
+	if d := cmp.Diff(before, rootState(t)); d != "" {
+		t.Errorf("the lab left something behind in the root namespace or the process table (-before +after):\n%s", d)
+	}
 
 	raw, err := os.ReadFile(jsonPath)
 	if err != nil {
@@ -66,7 +74,7 @@ func TestLabRollout(t *testing.T) {
 	if len(doc) != 1 || doc["scenarios"] == nil {
 		t.Fatalf("JSON report: want only the key \"scenarios\", got %s", raw)
 	}
-	fields := []string{"scenario", "mode", "frontend", "traffic_start", "traffic_end",
+	fields := []string{"scenario", "mode", "backend", "traffic_policy", "frontend", "client_netns", "traffic_start", "traffic_end",
 		"requests", "failed_requests", "requests_late", "requests_late_client_stall", "long_conns", "long_conns_closed", "long_conns_broken",
 		"long_reconnect_p50_ms", "long_reconnect_max_ms", "provider_writes", "provider_conflicts", "duration_seconds"}
 	var modes []string
@@ -82,7 +90,7 @@ func TestLabRollout(t *testing.T) {
 		if !slices.Equal(keys, want) {
 			t.Errorf("scenario entry keys %v, want %v", keys, want)
 		}
-		for _, f := range fields[5:] {
+		for _, f := range fields[8:] {
 			if _, ok := s[f].(float64); !ok {
 				t.Errorf("%s is %T, want a number", f, s[f])
 			}
@@ -92,8 +100,13 @@ func TestLabRollout(t *testing.T) {
 				t.Errorf("%s is %q, want RFC 3339 with milliseconds", f, v)
 			}
 		}
-		if fe, _ := s["frontend"].(string); !strings.Contains(stderr.String(), "frontend="+fe) || fe == "" {
-			t.Errorf("frontend %q not printed as frontend=ADDR:PORT on stderr", fe)
+		fe, _ := s["frontend"].(string)
+		netns, _ := s["client_netns"].(string)
+		if !strings.Contains(stderr.String(), "frontend="+fe+" netns="+netns) || fe == "" || netns == "" {
+			t.Errorf("frontend %q and client namespace %q not printed as frontend=ADDR:PORT netns=NAME on stderr", fe, netns)
+		}
+		if s["backend"] != BackendIP || s["traffic_policy"] != PolicyCluster {
+			t.Errorf("backend %v, traffic policy %v: want the defaults ip and cluster", s["backend"], s["traffic_policy"])
 		}
 		if s["scenario"] != "rollout" {
 			t.Errorf("scenario %v, want rollout", s["scenario"])
@@ -154,6 +167,70 @@ func TestLabRollout(t *testing.T) {
 	if n := strings.Count(string(page), "<svg"); n != 2 {
 		t.Errorf("HTML report has %d timelines, want 2", n)
 	}
+}
+
+// TestLabInterruptLeavesNothing is Ctrl-C (the command's context ends, as
+// SIGINT does through signal.NotifyContext) while traffic flows: Run returns
+// and the network namespaces, every process the lab started and the root
+// namespace's links, routes, nftables ruleset and sysctls are as before.
+func TestLabInterruptLeavesNothing(t *testing.T) {
+	before := rootState(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	stderr := &cancelOn{marker: "traffic start", cancel: cancel}
+	var stdout bytes.Buffer
+	code := Run(ctx, []string{"--scenario", "rollout", "--mode", "zerodrop", "--dir", t.TempDir()}, &stdout, stderr)
+	t.Logf("zerodrop lab exited %d\n%s", code, stderr.String())
+	if !stderr.seen() {
+		t.Fatalf("the lab never started its traffic")
+	}
+	if code == 0 {
+		t.Errorf("an interrupted lab exited 0")
+	}
+	if d := cmp.Diff(before, rootState(t)); d != "" {
+		t.Errorf("the interrupted lab left something behind (-before +after):\n%s", d)
+	}
+}
+
+func rootState(t *testing.T) map[string]string {
+	t.Helper()
+	s, err := netlab.RootState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// cancelOn is a progress writer that cancels once a line contains marker.
+type cancelOn struct {
+	marker string
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	hit    bool
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.buf.Write(p)
+	if !c.hit && strings.Contains(c.buf.String(), c.marker) {
+		c.hit = true
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+func (c *cancelOn) seen() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hit
+}
+
+func (c *cancelOn) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
 }
 
 var rfc3339ms = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)

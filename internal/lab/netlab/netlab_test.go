@@ -10,9 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -180,61 +177,11 @@ type snapshot map[string]string
 
 func takeSnapshot(t *testing.T) snapshot {
 	t.Helper()
-	s := snapshot{}
-	for _, c := range [][]string{
-		{"ip", "netns", "list"},
-		{"ip", "-o", "link"},
-		{"ip", "route"},
-		{"ip", "-6", "route"},
-		{"nft", "list", "ruleset"},
-	} {
-		out, err := exec.Command(c[0], c[1:]...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v: %s", strings.Join(c, " "), err, out)
-		}
-		s[strings.Join(c, " ")] = string(out)
-	}
-	for _, k := range []string{
-		"net/ipv4/ip_forward", "net/ipv4/conf/all/forwarding", "net/ipv6/conf/all/forwarding",
-		"net/ipv4/conf/all/route_localnet", "net/bridge/bridge-nf-call-iptables",
-		"net/netfilter/nf_conntrack_max", "net/netfilter/nf_conntrack_tcp_timeout_established",
-	} {
-		b, err := os.ReadFile("/proc/sys/" + k)
-		if err != nil && !os.IsNotExist(err) {
-			t.Fatal(err)
-		}
-		s["sysctl "+k] = strings.TrimSpace(string(b))
-	}
-	s["processes"] = strings.Join(labProcesses(t), "\n")
-	return s
-}
-
-// labProcesses lists this test's child processes and any process whose
-// command line names one of this process's lab namespaces.
-func labProcesses(t *testing.T) []string {
-	t.Helper()
-	mine := fmt.Sprintf("%s-%d-", NamePrefix, os.Getpid())
-	dirs, err := filepath.Glob("/proc/[0-9]*")
+	s, err := RootState()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, d := range dirs {
-		stat, err1 := os.ReadFile(d + "/stat")
-		cmdline, err2 := os.ReadFile(d + "/cmdline")
-		if err1 != nil || err2 != nil {
-			continue // exited meanwhile
-		}
-		// Fields after the command name, which is in parentheses: state, ppid.
-		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
-		f := strings.Fields(rest)
-		cmd := strings.ReplaceAll(string(cmdline), "\x00", " ")
-		if len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) || strings.Contains(cmd, mine) {
-			out = append(out, filepath.Base(d)+" "+cmd)
-		}
-	}
-	sort.Strings(out)
-	return out
+	return s
 }
 
 // build makes a full topology with processes, a forwarder and a host, and

@@ -1,0 +1,95 @@
+package netlab
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// RootState is what a lab may touch outside its own namespaces: the root
+// namespace's namespaces list, links, routes, nftables ruleset and the
+// sysctls a lab could be tempted to set, and the processes this process
+// started or that name one of its namespaces. Teardown tests compare it
+// before and after. Namespaces of other live lab runs (another test
+// package running at the same time) are left out of the list.
+func RootState() (map[string]string, error) {
+	s := map[string]string{}
+	for _, c := range [][]string{
+		{"ip", "netns", "list"},
+		{"ip", "-o", "link"},
+		{"ip", "route"},
+		{"ip", "-6", "route"},
+		{"nft", "list", "ruleset"},
+	} {
+		out, err := exec.Command(c[0], c[1:]...).CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v: %s", strings.Join(c, " "), err, out)
+		}
+		text := string(out)
+		if c[1] == "netns" {
+			text = withoutOtherRuns(text)
+		}
+		s[strings.Join(c, " ")] = text
+	}
+	for _, k := range []string{
+		"net/ipv4/ip_forward", "net/ipv4/conf/all/forwarding", "net/ipv6/conf/all/forwarding",
+		"net/ipv4/conf/all/route_localnet", "net/ipv4/ip_nonlocal_bind", "net/bridge/bridge-nf-call-iptables",
+		"net/netfilter/nf_conntrack_max", "net/netfilter/nf_conntrack_tcp_timeout_established",
+	} {
+		b, err := os.ReadFile("/proc/sys/" + k)
+		if err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+		s["sysctl "+k] = strings.TrimSpace(string(b))
+	}
+	procs, err := labProcesses()
+	if err != nil {
+		return nil, err
+	}
+	s["processes"] = strings.Join(procs, "\n")
+	return s, nil
+}
+
+// withoutOtherRuns drops `ip netns list` lines of other processes' lab runs.
+func withoutOtherRuns(list string) string {
+	mine := fmt.Sprintf("%s-%d-", NamePrefix, os.Getpid())
+	var keep []string
+	for _, line := range strings.Split(list, "\n") {
+		if strings.HasPrefix(line, NamePrefix+"-") && !strings.HasPrefix(line, mine) {
+			continue
+		}
+		keep = append(keep, line)
+	}
+	return strings.Join(keep, "\n")
+}
+
+// labProcesses lists this process's children and any process whose command
+// line names one of this process's lab namespaces.
+func labProcesses() ([]string, error) {
+	mine := fmt.Sprintf("%s-%d-", NamePrefix, os.Getpid())
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, d := range dirs {
+		stat, err1 := os.ReadFile(d + "/stat")
+		cmdline, err2 := os.ReadFile(d + "/cmdline")
+		if err1 != nil || err2 != nil {
+			continue // exited meanwhile
+		}
+		// Fields after the command name, which is in parentheses: state, ppid.
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+		f := strings.Fields(rest)
+		cmd := strings.ReplaceAll(string(cmdline), "\x00", " ")
+		if len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) || strings.Contains(cmd, mine) {
+			out = append(out, filepath.Base(d)+" "+cmd)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
