@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 )
 
 // Counts are the commands a Proxy has seen, by kind.
@@ -28,8 +29,11 @@ type Counts struct {
 	// WriteVerbs counts the writes by verb ("set server", "add server",
 	// "del server", "reload", "enable health", …).
 	WriteVerbs map[string]int
-	// DialErrors counts client connections the proxy closed because the
-	// target socket did not accept a connection.
+	// DialErrors counts client connections the proxy answered with an error
+	// and closed because the target socket did not accept a connection (the
+	// master CLI refuses them while the master re-executes for a reload):
+	// where the client would have failed to connect, it reads that error.
+	// Their commands are in neither Writes nor Reads.
 	DialErrors int
 }
 
@@ -47,6 +51,44 @@ type Proxy struct {
 	closed bool
 
 	wg sync.WaitGroup
+
+	// aside is where Interpose moved HAProxy's socket; Close moves it back.
+	aside string
+}
+
+// Interpose puts a proxy in place of the HAProxy socket at path: the socket
+// file is renamed to path+".haproxy" (HAProxy keeps listening on it: a unix
+// socket is bound to the file, not to its name) and the proxy listens at
+// path, forwarding there. Close moves HAProxy's socket back.
+//
+// This is how to count the provider's commands on the admin socket: the
+// provider writes the path it dials into HAProxy's configuration (`stats
+// socket`), so a proxy at any other path is replaced by HAProxy's own socket
+// at the first reload. With the proxy at the configured path, a reload keeps
+// it: the new worker inherits the old worker's listening socket for that
+// path instead of binding a new one. A cold start of HAProxy would bind it
+// anew and bypass the proxy.
+func Interpose(path string) (*Proxy, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, fmt.Errorf("sockcount: interpose: %w", err)
+	}
+	if fi.Mode().Type() != os.ModeSocket {
+		return nil, fmt.Errorf("sockcount: interpose: %s is not a socket (mode %s)", path, fi.Mode())
+	}
+	aside := path + ".haproxy"
+	if err := os.Rename(path, aside); err != nil {
+		return nil, fmt.Errorf("sockcount: interpose: %w", err)
+	}
+	p, err := Listen(path, aside)
+	if err != nil {
+		if rerr := os.Rename(aside, path); rerr != nil {
+			err = fmt.Errorf("%w (and moving %s back: %v)", err, aside, rerr)
+		}
+		return nil, err
+	}
+	p.aside = aside
+	return p, nil
 }
 
 // Listen creates the socket at path (mode 0600, like HAProxy's: whoever
@@ -124,6 +166,11 @@ func (p *Proxy) Close() error {
 			err = rerr
 		}
 	}
+	if p.aside != "" && (ours || errors.Is(serr, os.ErrNotExist)) {
+		if rerr := os.Rename(p.aside, p.path); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("sockcount: close %s: %w", p.path, err)
 	}
@@ -174,11 +221,14 @@ func (p *Proxy) handle(client *net.UnixConn) {
 	defer p.wg.Done()
 	server, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: p.target, Net: "unix"})
 	if err != nil {
-		// The client sees the connection closed, as when HAProxy is not
-		// there; nothing it sent reached HAProxy, so nothing is counted.
+		// Nothing the client sends reaches HAProxy, so nothing is counted.
+		// The client gets an error text rather than a bare close: an empty
+		// reply is how HAProxy says a write succeeded (set server, reload).
 		p.mu.Lock()
 		p.counts.DialErrors++
 		p.mu.Unlock()
+		_ = client.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = fmt.Fprintf(client, "sockcount: HAProxy socket unreachable: %v\n", err)
 		p.untrack(client)
 		return
 	}

@@ -52,7 +52,8 @@ func (h *hookCounts) get() (writes map[string]int, total, reads int) {
 
 // both sums the counts of the admin and the master proxy.
 func both(a, b sockcount.Counts) sockcount.Counts {
-	sum := sockcount.Counts{Writes: a.Writes + b.Writes, Reads: a.Reads + b.Reads, WriteVerbs: maps.Clone(a.WriteVerbs)}
+	sum := sockcount.Counts{Writes: a.Writes + b.Writes, Reads: a.Reads + b.Reads, WriteVerbs: maps.Clone(a.WriteVerbs),
+		DialErrors: a.DialErrors + b.DialErrors}
 	for v, n := range b.WriteVerbs {
 		sum.WriteVerbs[v] += n
 	}
@@ -125,9 +126,19 @@ func freePort(t *testing.T, addr string) int32 {
 // the writes and reads the Provider reported through its hooks.
 func TestCountsMatchProviderHooks(t *testing.T) {
 	dir := startHAProxy(t)
-	pdir := t.TempDir()
-	admin := listen(t, filepath.Join(pdir, "admin.sock"), filepath.Join(dir, "admin.sock"))
-	master := listen(t, filepath.Join(pdir, "master.sock"), filepath.Join(dir, "master.sock"))
+	// The admin proxy takes the path the configuration names (see
+	// Interpose); the master socket is named on HAProxy's command line only,
+	// so its proxy can listen anywhere.
+	admin, err := sockcount.Interpose(filepath.Join(dir, "admin.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := admin.Close(); err != nil {
+			t.Errorf("close admin proxy: %v", err)
+		}
+	})
+	master := listen(t, filepath.Join(t.TempDir(), "master.sock"), filepath.Join(dir, "master.sock"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -188,11 +199,15 @@ func TestCountsMatchProviderHooks(t *testing.T) {
 	if got.Writes != hookTotal || !maps.Equal(got.WriteVerbs, hookWrites) {
 		t.Errorf("proxies counted %d writes %v; the provider's hooks %d writes %v", got.Writes, got.WriteVerbs, hookTotal, hookWrites)
 	}
-	if got.Reads != hookReads {
-		t.Errorf("proxies counted %d reads; the provider's hooks %d", got.Reads, hookReads)
+	// The hooks count a command when the provider sends it; while the master
+	// re-executes for a reload its socket refuses connections, and the
+	// provider's `show proc` retries never reach it: those the proxy counts
+	// as dial errors, not as reads.
+	if got.Reads+got.DialErrors != hookReads {
+		t.Errorf("proxies counted %d reads and %d unreachable connections; the provider's hooks %d reads", got.Reads, got.DialErrors, hookReads)
 	}
-	if got.DialErrors != 0 {
-		t.Errorf("%d connections found no HAProxy behind the proxy", got.DialErrors)
+	if a := admin.Counts(); a.DialErrors != 0 {
+		t.Errorf("%d connections found no HAProxy behind the admin proxy", a.DialErrors)
 	}
 	if m := master.Counts(); m.WriteVerbs["reload"] != hookWrites["reload"] {
 		t.Errorf("master proxy counted reloads %v, hooks %d", m.WriteVerbs, hookWrites["reload"])
@@ -208,7 +223,7 @@ func TestCountsMatchProviderHooks(t *testing.T) {
 	if after.Writes != before.Writes {
 		t.Errorf("Observe made %d writes: %v", after.Writes-before.Writes, after.WriteVerbs)
 	}
-	if after.Reads == before.Reads || after.Reads != readsNow {
+	if after.Reads == before.Reads || after.Reads+after.DialErrors != readsNow {
 		t.Errorf("Observe: proxies counted %d reads (before %d), hooks %d", after.Reads, before.Reads, readsNow)
 	}
 }
