@@ -185,7 +185,9 @@ func (p *Proxy) serve() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			// Out of file descriptors and the like: the client retries.
+			// Out of file descriptors and the like: the client retries;
+			// pause rather than spin on the same error.
+			time.Sleep(10 * time.Millisecond)
 			continue
 		}
 		if !p.track(c) {
