@@ -1,0 +1,295 @@
+// Package sockcount is a unix-socket proxy for HAProxy's runtime API that
+// counts the commands passing through it: the lab puts one in front of the
+// admin stats socket and one in front of the master CLI socket, so the
+// provider's writes are counted where they land rather than where the
+// provider says it made them.
+//
+// The proxy forwards bytes unchanged in both directions and propagates
+// half-closes (the master CLI answers only once the client has shut down
+// its writing side), so a client in prompt mode, a batched "a; b; c" line
+// and a long `show stat` reply behave as against HAProxy directly. It only
+// reads the client's side to classify commands (see Classify).
+package sockcount
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// Counts are the commands a Proxy has seen, by kind.
+type Counts struct {
+	Writes int
+	Reads  int
+	// WriteVerbs counts the writes by verb ("set server", "add server",
+	// "del server", "reload", "enable health", …).
+	WriteVerbs map[string]int
+	// DialErrors counts client connections the proxy answered with an error
+	// and closed because the target socket did not accept a connection (the
+	// master CLI refuses them while the master re-executes for a reload):
+	// where the client would have failed to connect, it reads that error.
+	// Their commands are in neither Writes nor Reads.
+	DialErrors int
+}
+
+// Proxy accepts connections on a unix socket and forwards each to the
+// target socket, counting the runtime API commands sent.
+type Proxy struct {
+	path   string
+	target string
+	ln     *net.UnixListener
+	info   os.FileInfo // the socket file this proxy created
+
+	mu     sync.Mutex
+	counts Counts
+	conns  map[net.Conn]struct{}
+	closed bool
+
+	wg sync.WaitGroup
+
+	// aside is where Interpose moved HAProxy's socket; Close moves it back.
+	aside string
+}
+
+// Interpose puts a proxy in place of the HAProxy socket at path: the socket
+// file is renamed to path+".haproxy" (HAProxy keeps listening on it: a unix
+// socket is bound to the file, not to its name) and the proxy listens at
+// path, forwarding there. Close moves HAProxy's socket back.
+//
+// This is how to count the provider's commands on the admin socket: the
+// provider writes the path it dials into HAProxy's configuration (`stats
+// socket`), so a proxy at any other path is replaced by HAProxy's own socket
+// at the first reload. With the proxy at the configured path, a reload keeps
+// it: the new worker inherits the old worker's listening socket for that
+// path instead of binding a new one. A cold start of HAProxy would bind it
+// anew and bypass the proxy.
+func Interpose(path string) (*Proxy, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, fmt.Errorf("sockcount: interpose: %w", err)
+	}
+	if fi.Mode().Type() != os.ModeSocket {
+		return nil, fmt.Errorf("sockcount: interpose: %s is not a socket (mode %s)", path, fi.Mode())
+	}
+	aside := path + ".haproxy"
+	if err := os.Rename(path, aside); err != nil {
+		return nil, fmt.Errorf("sockcount: interpose: %w", err)
+	}
+	p, err := Listen(path, aside)
+	if err != nil {
+		if rerr := os.Rename(aside, path); rerr != nil {
+			err = fmt.Errorf("%w (and moving %s back: %v)", err, aside, rerr)
+		}
+		return nil, err
+	}
+	p.aside = aside
+	return p, nil
+}
+
+// Listen creates the socket at path (mode 0600, like HAProxy's: whoever
+// connects is an HAProxy administrator) and serves it until Close,
+// forwarding every connection to target. path must not exist.
+func Listen(path, target string) (*Proxy, error) {
+	if _, err := os.Lstat(path); err == nil {
+		return nil, fmt.Errorf("sockcount: listen %s: %w", path, os.ErrExist)
+	}
+	// Bound under a temporary name and renamed once its mode is 0600, so no
+	// one can connect while it is still open to all.
+	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
+	_ = os.Remove(tmp)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("sockcount: listen %s: %w", path, err)
+	}
+	// Close removes the file itself, and only when it is still this proxy's:
+	// an HAProxy told to bind the same path replaces the file, and removing
+	// that one would cut HAProxy off.
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("sockcount: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("sockcount: listen %s: %w", path, err)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("sockcount: %w", err)
+	}
+	p := &Proxy{path: path, target: target, ln: ln, info: info,
+		conns: map[net.Conn]struct{}{}, counts: Counts{WriteVerbs: map[string]int{}}}
+	p.wg.Add(1)
+	go p.serve()
+	return p, nil
+}
+
+// Path is the socket the proxy listens on.
+func (p *Proxy) Path() string { return p.path }
+
+// Counts returns the totals so far.
+func (p *Proxy) Counts() Counts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.counts
+	c.WriteVerbs = maps.Clone(p.counts.WriteVerbs)
+	return c
+}
+
+// Close stops accepting, cuts the connections in progress, waits for their
+// goroutines and removes the socket file.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	err := p.ln.Close()
+	p.wg.Wait()
+	info, serr := os.Stat(p.path)
+	ours := serr == nil && os.SameFile(info, p.info)
+	if ours {
+		if rerr := os.Remove(p.path); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if p.aside != "" && (ours || errors.Is(serr, os.ErrNotExist)) {
+		if rerr := os.Rename(p.aside, p.path); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("sockcount: close %s: %w", p.path, err)
+	}
+	return nil
+}
+
+func (p *Proxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: the client retries;
+			// pause rather than spin on the same error.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if !p.track(c) {
+			c.Close()
+			return
+		}
+		p.wg.Add(1)
+		go p.handle(c)
+	}
+}
+
+// track registers c for Close; false once the proxy is closed.
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		delete(p.conns, c)
+		c.Close()
+	}
+}
+
+func (p *Proxy) handle(client *net.UnixConn) {
+	defer p.wg.Done()
+	server, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: p.target, Net: "unix"})
+	if err != nil {
+		// Nothing the client sends reaches HAProxy, so nothing is counted.
+		// The client gets an error text rather than a bare close: an empty
+		// reply is how HAProxy says a write succeeded (set server, reload).
+		p.mu.Lock()
+		p.counts.DialErrors++
+		p.mu.Unlock()
+		_ = client.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = fmt.Fprintf(client, "sockcount: HAProxy socket unreachable: %v\n", err)
+		p.untrack(client)
+		return
+	}
+	if !p.track(server) {
+		server.Close()
+		p.untrack(client)
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// HAProxy → client, unchanged; HAProxy's end of the reply (or of the
+		// session) becomes the client's EOF.
+		_, _ = io.Copy(client, server)
+		_ = client.CloseWrite()
+	}()
+	p.forward(client, server)
+	<-done
+	p.untrack(client, server)
+}
+
+// forward copies client → HAProxy. Each chunk is classified before it is
+// sent, so a command is counted before HAProxy can answer it: a client that
+// has its reply sees the command in Counts.
+func (p *Proxy) forward(client, server *net.UnixConn) {
+	s := splitter{emit: p.count}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			s.write(buf[:n])
+			if _, werr := server.Write(buf[:n]); werr != nil {
+				// HAProxy closed the session (quit, reload): what the client
+				// sends afterwards never runs.
+				_ = server.Close()
+				return
+			}
+		}
+		if err != nil {
+			if err == io.EOF {
+				s.flush()
+			}
+			_ = server.CloseWrite()
+			return
+		}
+	}
+}
+
+func (p *Proxy) count(command string) {
+	verb, write, ok := Classify(command)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if write {
+		p.counts.Writes++
+		p.counts.WriteVerbs[verb]++
+	} else {
+		p.counts.Reads++
+	}
+}
