@@ -29,7 +29,9 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -71,7 +73,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "openloop:", err)
 		os.Exit(2)
 	}
-	res := run(context.Background(), cfg)
+	// SIGINT or SIGTERM ends the schedule early: no more requests are
+	// started, those in flight finish, and the summary covers what was sent
+	// (so a caller can stop it when the window it measures ends).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	res := run(ctx, cfg)
+	stop()
 	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
 		fmt.Fprintln(os.Stderr, "openloop:", err)
 		os.Exit(1)
@@ -172,27 +179,33 @@ func run(ctx context.Context, cfg config) result {
 	t.res.Start = start
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	for i := 0; i < n; i++ {
+	// Requests in flight when ctx ends still finish and count.
+	reqCtx := context.WithoutCancel(ctx)
+	sent := 0
+	for i := 0; i < n && ctx.Err() == nil; i++ {
 		slot := start.Add(time.Duration(float64(i) / cfg.rate * float64(time.Second)))
 		if d := time.Until(slot); d > 0 {
 			timer.Reset(d)
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
+				continue
 			}
 		}
+		sent++
 		wg.Add(1)
 		go func(i int, slot time.Time) {
 			defer wg.Done()
-			one(ctx, client, cfg, t, i, slot)
+			one(reqCtx, client, cfg, t, i, slot)
 		}(i, slot)
 	}
 	wg.Wait()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.res.End = time.Now()
-	if n > 0 {
-		t.res.FailureRate = 100 * float64(t.res.Failed) / float64(n)
+	t.res.Requests = sent
+	if sent > 0 {
+		t.res.FailureRate = 100 * float64(t.res.Failed) / float64(sent)
 	}
 	return t.res
 }

@@ -32,7 +32,11 @@ type Result struct {
 	LongConnsBroken   int64   `json:"long_conns_broken"`
 	ReconnectP50Ms    float64 `json:"long_reconnect_p50_ms"`
 	ReconnectMaxMs    float64 `json:"long_reconnect_max_ms"`
+	// ProviderWrites are the HAProxy runtime API writes (commands and
+	// reloads) counted at its sockets; ControllerWrites what the
+	// controllers' own zerodrop_provider_writes_total metrics say.
 	ProviderWrites    int64   `json:"provider_writes"`
+	ControllerWrites  int64   `json:"controller_reported_writes"`
 	ProviderConflicts int64   `json:"provider_conflicts"`
 	DurationSeconds   float64 `json:"duration_seconds"`
 	// Frontend is the address the clients sent to; TrafficStart and

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"zerodrop.dev/zerodrop/internal/lab/sockcount"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/webhook"
@@ -77,6 +78,7 @@ type run struct {
 	class    string
 	dir      string
 	prov     *haproxy.Provider
+	socks    []*sockcount.Proxy // in front of HAProxy's admin and master sockets
 	ctrls    *controllers
 	addr     string // the load balancer's ingress address
 	rec      *recorder
@@ -135,6 +137,15 @@ func (r *run) setup(ctx context.Context, want int32) error {
 		return err
 	}
 	r.prov = prov
+	// Writes are counted where they land: a proxy in place of each runtime
+	// API socket counts every command the controllers send.
+	for _, name := range []string{"admin.sock", "master.sock"} {
+		p, err := sockcount.Interpose(filepath.Join(r.dir, name))
+		if err != nil {
+			return err
+		}
+		r.socks = append(r.socks, p)
+	}
 	r.ctrls = newControllers(r)
 	if r.mode == ModeZerodrop {
 		if err := r.lab.selectDrainReplicas(ctx, r.id); err != nil {
@@ -223,6 +234,19 @@ func (r *run) deployment(n int32) *appsv1.Deployment {
 // counters sums the provider figures of every controller pod of the run.
 func (r *run) counters() counters { return r.ctrls.counters() }
 
+// landed is the HAProxy runtime API writes (commands and reloads) counted at
+// its sockets, and an error when a socket's proxy was bypassed.
+func (r *run) landed() (int64, error) {
+	var n int64
+	for _, p := range r.socks {
+		if !p.InPlace() {
+			return 0, fmt.Errorf("HAProxy's socket %s was replaced: writes after that were not counted", p.Path())
+		}
+		n += int64(p.Counts().Writes)
+	}
+	return n, nil
+}
+
 // restartController deletes the controller pod that writes (zerodrop: the
 // leader; baseline: the leader-elected controller, while the second writer
 // goes on), as a rolling update of the controller or a deleted pod does:
@@ -231,7 +255,14 @@ func (r *run) counters() counters { return r.ctrls.counters() }
 func (r *run) restartController(ctx context.Context) error {
 	target := ""
 	if r.mode == ModeZerodrop {
-		target = r.ctrls.leader()
+		// After a restart the lease moves once the old leader has stopped
+		// (its preStop sleep, then SIGTERM releases it): wait for the next.
+		if err := waitFor(ctx, 60*time.Second, "a controller holding the leader lease", func() (bool, string) {
+			target = r.ctrls.leader()
+			return target != "", "no replica reports leader_election_master_status 1"
+		}); err != nil {
+			return err
+		}
 	} else {
 		for _, p := range r.ctrls.pods() {
 			if p.Labels["lab.zerodrop.dev/role"] == "controller" && p.DeletionTimestamp == nil {
@@ -253,12 +284,7 @@ func (r *run) restartController(ctx context.Context) error {
 				ready++
 			}
 		}
-		want := 1
-		if r.mode == ModeZerodrop {
-			want = 2
-		} else {
-			want = 2 // controller and second writer
-		}
+		want := 2 // zerodrop: two replicas; baseline: controller and second writer
 		return ready >= want, fmt.Sprintf("%d ready controller pods, want %d", ready, want)
 	})
 }
@@ -335,6 +361,11 @@ func (r *run) teardown() {
 	}
 	if r.stop != nil {
 		r.stop()
+	}
+	for _, p := range r.socks {
+		if err := p.Close(); err != nil {
+			r.lab.logf("%s: %v", r.name(), err)
+		}
 	}
 	if r.prov != nil {
 		_ = r.prov.Close()

@@ -76,6 +76,10 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	l.logf("%s: steady after %s", r.name(), time.Since(setupStart).Round(time.Millisecond))
 
 	base := r.counters()
+	landedBase, err := r.landed()
+	if err != nil {
+		return res, err
+	}
 	r.rec = newRecorder()
 	tctx, stopTraffic := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -85,9 +89,8 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	// frontend is where the lab's clients send to.
 	l.progressf("%s traffic start frontend=%s netns=%s rate=%d/s", label, r.addr, l.net.client.Name, l.opts.Rate)
 	go func() { defer wg.Done(); runTraffic(tctx, l.net.client.DialContext, r.addr, l.opts.Rate, r.rec) }()
-	go func() { defer wg.Done(); l.progress(tctx, r, base) }()
+	go func() { defer wg.Done(); l.progress(tctx, r, landedBase) }()
 
-	var err error
 	if sleepCtx(ctx, settle) {
 		actx, cancel := context.WithTimeout(ctx, actTimeout)
 		err = sc.act(actx, r)
@@ -110,7 +113,12 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	res.LongConns, res.LongConnsClosed, res.LongConnsBroken = snap.LongConns, snap.LongClosed, snap.LongBroken
 	p50, longest := snap.reconnectStats()
 	res.ReconnectP50Ms, res.ReconnectMaxMs = milliseconds(p50), milliseconds(longest)
-	res.ProviderWrites, res.ProviderConflicts = int64(c.writes), int64(c.conflicts)
+	res.ControllerWrites, res.ProviderConflicts = int64(c.writes), int64(c.conflicts)
+	landed, lerr := r.landed()
+	res.ProviderWrites = landed - landedBase
+	if err == nil {
+		err = lerr
+	}
 	res.DurationSeconds = float64(time.Since(r.rec.start).Milliseconds()) / 1000
 	res.timeline = &timeline{Seconds: snap.Seconds, Failures: snap.Failures, Markers: r.markers,
 		LongClosed: snap.LongClosed, Exchanges: snap.Exchanges}
@@ -133,14 +141,15 @@ func (l *lab) logFailures(r *run, snap snapshot) {
 	}
 }
 
-// progress prints a line every 5 s while the traffic runs.
-func (l *lab) progress(ctx context.Context, r *run, base counters) {
+// progress prints a line every 5 s while the traffic runs; writes are those
+// counted at HAProxy's sockets.
+func (l *lab) progress(ctx context.Context, r *run, landedBase int64) {
 	for sleepCtx(ctx, 5*time.Second) {
 		s := r.rec.snapshot()
-		c := r.counters().sub(base)
+		landed, _ := r.landed()
 		l.progressf("%-10s %-13s %-8s %4.0fs  requests %5d  failed %4d (late %d)  long %3d (closed %d, broken %d)  writes %d",
 			r.scenario, r.backend+"/"+r.policy, r.mode, time.Since(r.rec.start).Seconds(), s.Requests, s.Failed, s.Late, s.LongConns,
-			s.LongClosed, s.LongBroken, int64(c.writes))
+			s.LongClosed, s.LongBroken, landed-landedBase)
 	}
 }
 

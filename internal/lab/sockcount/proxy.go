@@ -144,6 +144,14 @@ func (p *Proxy) Counts() Counts {
 	return c
 }
 
+// InPlace reports whether the socket file at Path is still the proxy's: a
+// cold start of HAProxy binding the path again replaces it, and commands
+// from then on bypass the proxy and are not counted.
+func (p *Proxy) InPlace() bool {
+	info, err := os.Stat(p.path)
+	return err == nil && os.SameFile(info, p.info)
+}
+
 // Close stops accepting, cuts the connections in progress, waits for their
 // goroutines and removes the socket file.
 func (p *Proxy) Close() error {

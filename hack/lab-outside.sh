@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# hack/lab-outside.sh [zerodrop lab flags…]
+#
+# Runs `zerodrop lab` and, for every run, an independent client
+# (hack/openloop, no code shared with the lab) in the lab's client namespace
+# against the frontend the lab prints, from the run's "traffic start" line to
+# its "done" line. Prints, per run, the failure rate the lab counted and the
+# one the outside client counted. Needs root, like the lab. RATE (default
+# 200) must match the lab's --rate.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rate="${RATE:-200}"
+tmp="$(mktemp -d)"
+cleanup() {
+	jobs -p | xargs -r kill 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+go build -o "$tmp/zerodrop" ./cmd/zerodrop
+go build -o "$tmp/openloop" ./hack/openloop
+
+printf '%-40s %10s %10s %10s %10s\n' run lab_reqs lab_fail% out_reqs out_fail%
+pid="" run=""
+{ "$tmp/zerodrop" lab --rate "$rate" "$@" 2>&1 1>"$tmp/table.txt" || true; } | while IFS= read -r line; do
+	echo "$line" >>"$tmp/lab.err"
+	what="$(sed -E 's/^\[[^]]*\] +([^ ]+) +([^ ]+) +([^ ]+) .*/\1 \2 \3/' <<<"$line")"
+	case "$line" in
+	*"traffic start frontend="*)
+		fe="${line##*frontend=}" && fe="${fe%% *}"
+		ns="${line##*netns=}" && ns="${ns%% *}"
+		run="$what"
+		ip netns exec "$ns" "$tmp/openloop" --url "http://$fe/" --rate "$rate" --duration 10m --timeout 2s >"$tmp/out.json" &
+		pid=$!
+		;;
+	*" done: "* | *" error: "*)
+		[ -n "$pid" ] || continue
+		kill -INT "$pid" && wait "$pid" || true
+		pid=""
+		lab_reqs="$(sed -nE 's/.* done: ([0-9]+) requests, ([0-9]+) failed.*/\1/p' <<<"$line")"
+		lab_fail="$(sed -nE 's/.* done: ([0-9]+) requests, ([0-9]+) failed.*/\2/p' <<<"$line")"
+		out_reqs="$(sed -nE 's/.*"requests":([0-9]+).*/\1/p' "$tmp/out.json")"
+		out_rate="$(sed -nE 's/.*"failure_rate":([0-9.e+-]+).*/\1/p' "$tmp/out.json")"
+		if [ -n "$lab_reqs" ] && [ "$lab_reqs" -gt 0 ]; then
+			lab_rate="$(awk -v f="$lab_fail" -v n="$lab_reqs" 'BEGIN { printf "%.2f", 100 * f / n }')"
+		else
+			lab_rate="error"
+		fi
+		printf '%-40s %10s %10s %10s %10.2f\n' "$run" "${lab_reqs:-0}" "$lab_rate" "${out_reqs:-0}" "${out_rate:-0}"
+		;;
+	esac
+done
+cat "$tmp/table.txt"
