@@ -170,7 +170,7 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 		client: mgr.GetClient(),
 		cache:  mgr.GetCache(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
+			retryLimiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "zerodrop_load_balancers"}),
 		alloc:    newAllocator(opts.AddressPool),
 		limiter:  rate.NewLimiter(rate.Limit(opts.ReadQPS), opts.ReadBurst),
@@ -395,4 +395,21 @@ func unwrap(obj any) any {
 		return t.Obj
 	}
 	return obj
+}
+
+// maxRetryDelay caps the backoff of a load balancer whose reconcile keeps
+// failing. client-go's default grows to 1000 s: after a dozen failures in a
+// row (a provider refusing a change while a backend still has connections)
+// a load balancer would wait minutes for its next try long after the cause
+// is gone. The upstream service controller caps at 300 s; a load balancer
+// that serves traffic should not wait more than this.
+const maxRetryDelay = 30 * time.Second
+
+// retryLimiter is client-go's controller rate limiter with the per-item
+// backoff capped at maxRetryDelay.
+func retryLimiter() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, maxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
