@@ -108,13 +108,31 @@ func (r *run) mark(format string, args ...any) {
 
 // haproxyBinary is a wrapper that runs HAProxy in the load balancer's
 // namespace: the lab starts it there, and a reload through the master CLI
-// re-executes the master in the namespace it already has.
+// re-executes the master in the namespace it already has. It also moves the
+// master CLI socket (`-S PATH,…`) to PATH.haproxy, where the lab's counting
+// proxy at PATH forwards: a reload binds the master socket again by the path
+// on its command line, so a proxy put in its place afterwards would be
+// replaced at the first reload.
 func (r *run) haproxyBinary() string {
 	return filepath.Join(r.lab.dir, fmt.Sprintf("haproxy-%d.sh", r.id))
 }
 
 func (r *run) writeHAProxyWrapper() error {
-	script := fmt.Sprintf("#!/bin/sh\nexec ip netns exec %s haproxy \"$@\"\n", r.lab.net.lb.Name)
+	script := `#!/bin/sh
+prev=
+for a do
+	shift
+	if [ "$prev" = "-S" ]; then
+		case "$a" in
+		*,*) a="${a%%,*}.haproxy,${a#*,}" ;;
+		*) a="$a.haproxy" ;;
+		esac
+	fi
+	prev="$a"
+	set -- "$@" "$a"
+done
+exec ip netns exec ` + r.lab.net.lb.Name + ` haproxy "$@"
+`
 	return os.WriteFile(r.haproxyBinary(), []byte(script), 0o755)
 }
 
@@ -132,20 +150,28 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	if err := r.writeHAProxyWrapper(); err != nil {
 		return err
 	}
+	// Writes are counted where they land: a proxy in front of each runtime
+	// API socket counts every command the controllers send. The master's is
+	// in place before HAProxy starts (see haproxyBinary); the admin socket's
+	// takes the path HAProxy's configuration names, which reloads keep.
+	if err := os.MkdirAll(r.dir, 0o700); err != nil {
+		return err
+	}
+	master, err := sockcount.Listen(filepath.Join(r.dir, "master.sock"), filepath.Join(r.dir, "master.sock.haproxy"))
+	if err != nil {
+		return err
+	}
+	r.socks = append(r.socks, master)
 	prov, err := haproxy.New(ctx, haproxy.Options{Dir: r.dir, Binary: r.haproxyBinary(), StopOnClose: true, Log: logr.Discard()})
 	if err != nil {
 		return err
 	}
 	r.prov = prov
-	// Writes are counted where they land: a proxy in place of each runtime
-	// API socket counts every command the controllers send.
-	for _, name := range []string{"admin.sock", "master.sock"} {
-		p, err := sockcount.Interpose(filepath.Join(r.dir, name))
-		if err != nil {
-			return err
-		}
-		r.socks = append(r.socks, p)
+	admin, err := sockcount.Interpose(filepath.Join(r.dir, "admin.sock"))
+	if err != nil {
+		return err
 	}
+	r.socks = append(r.socks, admin)
 	r.ctrls = newControllers(r)
 	if r.mode == ModeZerodrop {
 		if err := r.lab.selectDrainReplicas(ctx, r.id); err != nil {
@@ -362,13 +388,14 @@ func (r *run) teardown() {
 	if r.stop != nil {
 		r.stop()
 	}
+	// HAProxy is stopped through its master socket, the proxy still in front.
+	if r.prov != nil {
+		_ = r.prov.Close()
+	}
 	for _, p := range r.socks {
 		if err := p.Close(); err != nil {
 			r.lab.logf("%s: %v", r.name(), err)
 		}
-	}
-	if r.prov != nil {
-		_ = r.prov.Close()
 	}
 	r.lab.agent.abandon(func(p *corev1.Pod) bool { return p.Namespace == r.ns })
 	_ = r.lab.cp.client.AppsV1().Deployments(r.ns).Delete(ctx, appName, bg)
