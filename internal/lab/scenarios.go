@@ -103,6 +103,8 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	stopTraffic()
 	wg.Wait()
 	res.TrafficEnd = timestamp(time.Now())
+	// Before the teardown: an outside client stops counting here.
+	l.progressf("%s traffic end", label)
 	if err == nil {
 		err = ctx.Err()
 	}
