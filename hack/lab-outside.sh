@@ -65,7 +65,8 @@ pid="" run="" n=0
 		fi
 		printf '%-40s %10s %10s %10s %10.2f\n' "$run" "${lab_reqs:-0}" "$lab_rate" "${out_reqs:-0}" "${out_fail:-0}"
 		run=""
-		sed -nE 's/.*"first_error":("[^"]*").*/    first error: \1/p; s/.*"last_error":("[^"]*").*/    last error:  \1/p' "$out"
+		sed -nE 's/.*"first_error":"(([^"\\]|\\.)*)".*/    first error: \1/p' "$out"
+		sed -nE 's/.*"last_error":"(([^"\\]|\\.)*)".*/    last error:  \1/p' "$out"
 		;;
 	esac
 done
