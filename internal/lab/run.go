@@ -315,6 +315,10 @@ func (r *run) restartController(ctx context.Context) error {
 	})
 }
 
+// steadyQuiet is how long the clients must have seen no failure for a run
+// under traffic to be steady.
+const steadyQuiet = 3 * time.Second
+
 // waitSteady waits until the Deployment has want ready, updated replicas and
 // no others, no pod of the namespace is terminating, HAProxy has exactly
 // those backends, active, and requests through the load balancer succeed.
@@ -359,6 +363,12 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 		// there are, all active.
 		if r.backend == BackendIP && active != int(want) || active == 0 {
 			return false, fmt.Sprintf("HAProxy has %d backends, want %d", active, want)
+		}
+		// Under traffic, steady also means the clients have seen no
+		// failure for a while: in node mode HAProxy's backends are the
+		// nodes, which a rollout does not change.
+		if r.rec != nil && !r.rec.quietFor(steadyQuiet) {
+			return false, fmt.Sprintf("the clients saw a failure in the last %s", steadyQuiet)
 		}
 		if r.rec == nil {
 			client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true,

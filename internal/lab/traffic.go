@@ -74,6 +74,7 @@ type recorder struct {
 	reconnects []time.Duration
 	seconds    []bucket
 	failures   []failure
+	lastFail   time.Time
 }
 
 func newRecorder() *recorder { return &recorder{start: time.Now()} }
@@ -88,6 +89,7 @@ func (r *recorder) bucket(now time.Time) *bucket {
 
 func (r *recorder) fail(source, kind, detail string) {
 	now := time.Now()
+	r.lastFail = now
 	r.bucket(now).Failures++
 	if len(r.failures) < maxEvents {
 		r.failures = append(r.failures, failure{At: now.Sub(r.start), Source: source, Kind: kind, Detail: detail})
@@ -124,6 +126,14 @@ func (r *recorder) request(err error, lateBy time.Duration, why string) {
 		r.failed++
 		r.fail("request", classify(err), err.Error())
 	}
+}
+
+// quietFor reports whether the clients have seen no failure for d (and the
+// traffic has run that long).
+func (r *recorder) quietFor(d time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return time.Since(r.start) >= d && time.Since(r.lastFail) >= d
 }
 
 func (r *recorder) longOpened() {
@@ -292,10 +302,10 @@ func openLoop(ctx context.Context, dial dialer, addr string, rate, workers int, 
 				if !sleepCtx(ctx, time.Until(slot)) {
 					return
 				}
-				began, err := send(ctx, client, url, i%2 == 1)
-				if ctx.Err() != nil {
-					return // stopped mid-request: not counted
-				}
+				// A request under way when the traffic stops still
+				// finishes (within ioTimeout) and counts: the end of the
+				// window hides nothing.
+				began, err := send(context.WithoutCancel(ctx), client, url, i%2 == 1)
 				rec.request(err, max(began.Sub(slot)-lateAfter, 0), why)
 			}
 		}()
