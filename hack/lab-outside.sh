@@ -43,7 +43,8 @@ pid="" run="" n=0
 		pid=$!
 		;;
 	*" traffic end"*)
-		# The lab's traffic stopped; its teardown comes next.
+		# The lab's schedule ends; its requests in flight finish, then the
+		# teardown.
 		[ -n "$pid" ] || continue
 		kill -INT "$pid" && wait "$pid" || true
 		pid=""

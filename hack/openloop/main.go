@@ -65,6 +65,9 @@ type result struct {
 	LastError   string    `json:"last_error,omitempty"`
 	Start       time.Time `json:"start"`
 	End         time.Time `json:"end"`
+	// FailedBySecond counts failed requests by the second of their slot
+	// since Start, to line up with another client's timeline.
+	FailedBySecond []int `json:"failed_by_second"`
 }
 
 func main() {
@@ -145,10 +148,14 @@ func (t *tally) ok() {
 	t.res.OK++
 }
 
-func (t *tally) fail(late bool, err error) {
+func (t *tally) fail(late bool, err error, second int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.res.Failed++
+	for len(t.res.FailedBySecond) <= second {
+		t.res.FailedBySecond = append(t.res.FailedBySecond, 0)
+	}
+	t.res.FailedBySecond[second]++
 	if late {
 		t.res.Late++
 	}
@@ -218,7 +225,7 @@ func one(ctx context.Context, client *http.Client, cfg config, t *tally, i int, 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, cfg.url, bytes.NewReader(body))
 	if err != nil {
-		t.fail(false, fmt.Errorf("request %d: %w", i, err))
+		t.fail(false, fmt.Errorf("request %d: %w", i, err), int(slot.Sub(t.res.Start)/time.Second))
 		return
 	}
 	reused := false
@@ -247,9 +254,9 @@ func one(ctx context.Context, client *http.Client, cfg config, t *tally, i int, 
 		if err == nil {
 			err = fmt.Errorf("%s %s: started %s after its slot", method, cfg.url, began.Sub(slot).Round(time.Millisecond))
 		}
-		t.fail(true, fmt.Errorf("request %d (late): %w", i, err))
+		t.fail(true, fmt.Errorf("request %d (late): %w", i, err), int(slot.Sub(t.res.Start)/time.Second))
 	case err != nil:
-		t.fail(false, fmt.Errorf("request %d: %w", i, err))
+		t.fail(false, fmt.Errorf("request %d: %w", i, err), int(slot.Sub(t.res.Start)/time.Second))
 	default:
 		t.ok()
 	}

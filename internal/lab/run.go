@@ -315,8 +315,11 @@ func (r *run) restartController(ctx context.Context) error {
 	})
 }
 
-// steadyQuiet is how long the clients must have seen no failure for a run
-// under traffic to be steady.
+// steadyQuiet is how long the requests sent must all have succeeded for a
+// run under traffic to be steady. A failure is recorded when the request
+// ends, up to ioTimeout after it was sent, so the check looks at failures of
+// the last steadyQuiet+ioTimeout: every request sent in [now-5s, now-2s] has
+// ended by now, and none of them failed.
 const steadyQuiet = 3 * time.Second
 
 // waitSteady waits until the Deployment has want ready, updated replicas and
@@ -367,8 +370,8 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 		// Under traffic, steady also means the clients have seen no
 		// failure for a while: in node mode HAProxy's backends are the
 		// nodes, which a rollout does not change.
-		if r.rec != nil && !r.rec.quietFor(steadyQuiet) {
-			return false, fmt.Sprintf("the clients saw a failure in the last %s", steadyQuiet)
+		if r.rec != nil && !r.rec.quietFor(steadyQuiet+ioTimeout) {
+			return false, fmt.Sprintf("a request sent in the last %s failed or may still fail", steadyQuiet+ioTimeout)
 		}
 		if r.rec == nil {
 			client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true,

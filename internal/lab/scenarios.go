@@ -100,11 +100,12 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 			sleepCtx(ctx, settle)
 		}
 	}
+	// The schedule ends here (requests in flight still finish and count):
+	// an outside client stops its own schedule at this line.
+	l.progressf("%s traffic end", label)
 	stopTraffic()
 	wg.Wait()
 	res.TrafficEnd = timestamp(time.Now())
-	// Before the teardown: an outside client stops counting here.
-	l.progressf("%s traffic end", label)
 	if err == nil {
 		err = ctx.Err()
 	}
