@@ -343,6 +343,15 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 		if running, terminating := r.lab.agent.counts(r.ns); running != int(want) || terminating != 0 {
 			return false, fmt.Sprintf("pods running=%d terminating=%d", running, terminating)
 		}
+		// The preStop hooks need the drain Service: every node's kube-proxy
+		// must forward its ClusterIP to a ready replica of this run (until
+		// then kube-proxy refuses, and a hook that fails lets the pod stop
+		// at once).
+		if r.mode == ModeZerodrop {
+			if err := r.drainReachable(ctx); err != nil {
+				return false, err.Error()
+			}
+		}
 		if r.addr == "" {
 			svc, err := r.lab.cp.client.CoreV1().Services(r.ns).Get(ctx, appName, metav1.GetOptions{})
 			if err != nil || len(svc.Status.LoadBalancer.Ingress) == 0 {
@@ -384,6 +393,21 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 		}
 		return true, ""
 	})
+}
+
+// drainReachable connects to the drain Service's ClusterIP from every node.
+func (r *run) drainReachable(ctx context.Context) error {
+	addr := net.JoinHostPort(drainClusterIP, strconv.Itoa(drainPort))
+	for _, n := range r.lab.net.net.Nodes {
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		c, err := n.DialContext(dctx, "tcp", addr)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("drain Service from %s: %w", nodeName(n.Index), err)
+		}
+		c.Close()
+	}
+	return nil
 }
 
 // teardown stops the run's controller pods and HAProxy and ends its pods.
