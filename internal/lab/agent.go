@@ -43,7 +43,9 @@ type agent struct {
 	// onStop, when set, is called once for a pod about to be stopped
 	// (before its preStop hooks), while its metrics still answer.
 	onStop func(*corev1.Pod)
-	logf   func(string, ...any)
+	// hookDone, when set, learns the end of every preStop hook.
+	hookDone func(pod *corev1.Pod, failed bool)
+	logf     func(string, ...any)
 
 	factory informers.SharedInformerFactory
 	pods    corelisters.PodLister
@@ -327,7 +329,7 @@ func (a *agent) sync(ctx context.Context, key string) error {
 
 // podEnv is what a pod on netPod's node needs.
 func (a *agent) podEnv(netPod *netlab.Pod) podEnv {
-	return podEnv{node: netPod.Node, lab: a.net.net, exe: a.exe, apiserver: a.net.apiserver, logDir: a.dir}
+	return podEnv{node: netPod.Node, lab: a.net.net, exe: a.exe, apiserver: a.net.apiserver, logDir: a.dir, hookDone: a.hookDone}
 }
 
 func deletionGrace(pod *corev1.Pod) time.Duration {

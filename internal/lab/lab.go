@@ -64,7 +64,8 @@ type lab struct {
 	runs  int
 
 	curMu   sync.Mutex
-	current *run // the run under way, for the agent's onStop
+	current *run           // the run under way, for the agent's onStop
+	hooks   map[string]int // per namespace: preStop hooks that failed
 
 	agentStop context.CancelFunc
 
@@ -249,9 +250,9 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 				if err != nil {
 					l.progressf("%-10s %-13s %-8s error: %v", sc.name, v, mode, err)
 				} else {
-					l.progressf("%-10s %-13s %-8s done: %d requests, %d failed (%d late, %d by a client stall); %d long conns, %d closed, %d broken; %d writes, %d conflicts; %.1fs%s",
+					l.progressf("%-10s %-13s %-8s done: %d requests, %d failed (%d late, %d by a client stall); %d long conns, %d closed, %d broken; %d writes, %d conflicts; %d hook failures; %.1fs%s",
 						sc.name, v, mode, res.Requests, res.FailedRequests, res.RequestsLate, res.RequestsLateStall, res.LongConns, res.LongConnsClosed, res.LongConnsBroken,
-						res.ProviderWrites, res.ProviderConflicts, res.DurationSeconds, kinds(res.timeline))
+						res.ProviderWrites, res.ProviderConflicts, res.HookFailures, res.DurationSeconds, kinds(res.timeline))
 				}
 				if ctx.Err() != nil {
 					return results, ctx.Err()
@@ -304,6 +305,14 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 			r.ctrls.stopping(p)
 		}
 	}
+	l.hooks = map[string]int{}
+	l.agent.hookDone = func(p *corev1.Pod, failed bool) {
+		if failed {
+			l.curMu.Lock()
+			l.hooks[p.Namespace]++
+			l.curMu.Unlock()
+		}
+	}
 	l.agentStop = cancel
 	if err := l.agent.start(agentCtx); err != nil {
 		return err
@@ -335,6 +344,13 @@ func (l *lab) stopShared() {
 	if l.cp != nil {
 		l.cp.stop()
 	}
+}
+
+// hookFailures is the number of preStop hooks of namespace ns that failed.
+func (l *lab) hookFailures(ns string) int64 {
+	l.curMu.Lock()
+	defer l.curMu.Unlock()
+	return int64(l.hooks[ns])
 }
 
 func (l *lab) logf(format string, args ...any) {

@@ -76,7 +76,7 @@ func TestLabRollout(t *testing.T) {
 	}
 	fields := []string{"scenario", "mode", "backend", "traffic_policy", "frontend", "client_netns", "traffic_start", "traffic_end",
 		"requests", "failed_requests", "requests_late", "requests_late_client_stall", "long_conns", "long_conns_closed", "long_conns_broken",
-		"long_reconnect_p50_ms", "long_reconnect_max_ms", "provider_writes", "controller_reported_writes", "provider_conflicts", "duration_seconds"}
+		"long_reconnect_p50_ms", "long_reconnect_max_ms", "provider_writes", "controller_reported_writes", "provider_conflicts", "hook_failures", "duration_seconds"}
 	var modes []string
 	var baselineLoss float64
 	for _, s := range doc["scenarios"] {

@@ -62,6 +62,10 @@ type podEnv struct {
 	exe       string // the zerodrop binary of controller pods
 	apiserver string // the API server's address in the root namespace
 	logDir    string
+	// hookDone, when set, learns each preStop hook's end: failed when it
+	// could not run, or an httpGet failed, answered other than 2xx, or
+	// answered the drain endpoint's "timeout".
+	hookDone func(pod *corev1.Pod, failed bool)
 }
 
 // controllerImage marks zerodrop's controller pods: the agent runs their
@@ -290,8 +294,11 @@ func (r *podRuntime) terminate(grace time.Duration) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res := r.preStop(hookCtx, c)
+				res, failed := r.preStop(hookCtx, c)
 				r.logf("pod %s container %s preStop: %s after %s", r.key, c.Name, res, time.Since(start).Round(time.Millisecond))
+				if r.env.hookDone != nil {
+					r.env.hookDone(r.pod, failed)
+				}
 			}()
 		}
 		wg.Wait()
@@ -357,30 +364,33 @@ func (r *podRuntime) finish(code int32) {
 
 // preStop runs one container's preStop hook: sleep, exec `sleep N` (other
 // commands are not run), or httpGet (the zerodrop drain hook among them).
-func (r *podRuntime) preStop(ctx context.Context, c *corev1.Container) string {
+func (r *podRuntime) preStop(ctx context.Context, c *corev1.Container) (result string, failed bool) {
 	h := c.Lifecycle.PreStop
 	switch {
 	case h.Sleep != nil:
 		sleepCtx(ctx, time.Duration(h.Sleep.Seconds)*time.Second)
-		return fmt.Sprintf("slept %ds", h.Sleep.Seconds)
+		return fmt.Sprintf("slept %ds", h.Sleep.Seconds), false
 	case h.Exec != nil:
 		if d, ok := sleepCommand(h.Exec.Command); ok {
 			sleepCtx(ctx, d)
-			return "exec sleep " + d.String()
+			return "exec sleep " + d.String(), false
 		}
-		return fmt.Sprintf("exec %q not run", h.Exec.Command)
+		return fmt.Sprintf("exec %q not run", h.Exec.Command), true
 	case h.HTTPGet != nil:
 		u, err := r.hookURL(c, h.HTTPGet)
 		if err != nil {
-			return "httpGet: " + err.Error()
+			return "httpGet: " + err.Error(), true
 		}
 		code, detail, err := httpGetDetail(ctx, r.client, u)
 		if err != nil {
-			return fmt.Sprintf("httpGet %s failed: %v", u, err)
+			return fmt.Sprintf("httpGet %s failed: %v", u, err), true
 		}
-		return fmt.Sprintf("httpGet %s: %d %s", u, code, detail)
+		// A drain call that answers at its deadline let the pod stop
+		// without the load balancer having drained it.
+		failed = code < 200 || code > 299 || strings.HasPrefix(detail, "timeout")
+		return fmt.Sprintf("httpGet %s: %d %s", u, code, detail), failed
 	}
-	return "no action"
+	return "no action", false
 }
 
 // sleepCommand recognises `sleep N` and `sh -c "sleep N"`.

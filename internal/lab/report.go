@@ -35,10 +35,14 @@ type Result struct {
 	// ProviderWrites are the HAProxy runtime API writes (commands and
 	// reloads) counted at its sockets; ControllerWrites what the
 	// controllers' own zerodrop_provider_writes_total metrics say.
-	ProviderWrites    int64   `json:"provider_writes"`
-	ControllerWrites  int64   `json:"controller_reported_writes"`
-	ProviderConflicts int64   `json:"provider_conflicts"`
-	DurationSeconds   float64 `json:"duration_seconds"`
+	ProviderWrites    int64 `json:"provider_writes"`
+	ControllerWrites  int64 `json:"controller_reported_writes"`
+	ProviderConflicts int64 `json:"provider_conflicts"`
+	// HookFailures counts the run's preStop hooks that failed: could not
+	// run, an httpGet that failed or answered other than 2xx, or a drain
+	// call that answered "timeout" (the pod stopped undrained).
+	HookFailures    int64   `json:"hook_failures"`
+	DurationSeconds float64 `json:"duration_seconds"`
 	// Frontend is the address the clients sent to; TrafficStart and
 	// TrafficEnd (RFC 3339, milliseconds) bound the traffic, so a client
 	// outside the lab can count the same window.
@@ -113,6 +117,7 @@ func writeTable(w io.Writer, results []Result, modes []Mode) {
 		{"reconnect max ms", func(r Result) string { return fmt.Sprintf("%.0f", r.ReconnectMaxMs) }},
 		{"writes", func(r Result) string { return fmt.Sprint(r.ProviderWrites) }},
 		{"conflicts", func(r Result) string { return fmt.Sprint(r.ProviderConflicts) }},
+		{"hook failures", func(r Result) string { return fmt.Sprint(r.HookFailures) }},
 		{"seconds", func(r Result) string { return fmt.Sprintf("%.1f", r.DurationSeconds) }},
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
