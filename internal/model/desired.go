@@ -31,6 +31,15 @@ type DesiredOptions struct {
 	// zerodrop's readiness gate waits for the load balancer: it must be
 	// registered for the gate ever to open (invariant 5).
 	GatePending func(discoveryv1.Endpoint) bool
+	// KubeProxyHealthzPort is kube-proxy's healthz port on every node
+	// (--healthz-bind-address, 10256 by default): node-mode listeners of
+	// externalTrafficPolicy Cluster probe GET /healthz there, which answers
+	// 503 when kube-proxy is unhealthy or the node is going away (KEP-3836),
+	// as cloud load balancers probe Cluster Services. 0 probes the nodePort
+	// over TCP instead, which fails on every node while the Service has no
+	// ready endpoint (kube-proxy rejects), so a readiness gate that waits for
+	// the load balancer could never open.
+	KubeProxyHealthzPort int32
 }
 
 // Warning is a problem with one Service that the builder worked around.
@@ -94,6 +103,8 @@ func Desired(key string, services []ServiceInput, opts DesiredOptions) (*LoadBal
 					// kube-proxy answers on healthCheckNodePort only on nodes that
 					// have a ready local endpoint.
 					l.Probe.Kind, l.Probe.Port, l.Probe.Path = ProbeHTTP, svc.Spec.HealthCheckNodePort, "/healthz"
+				} else if opts.KubeProxyHealthzPort != 0 {
+					l.Probe.Kind, l.Probe.Port, l.Probe.Path = ProbeHTTP, opts.KubeProxyHealthzPort, "/healthz"
 				}
 				l.Backends = nodeBackends(opts.Nodes, port.NodePort)
 			default:

@@ -168,6 +168,37 @@ func TestDesiredBackends(t *testing.T) {
 			probe: Probe{Kind: ProbeHTTP, Port: 32000, Path: "/healthz", IntervalMillis: 2000, Rise: 2, Fall: 3},
 		},
 		{
+			name:  "node mode with Cluster traffic policy probes kube-proxy's healthz",
+			in:    ServiceInput{Service: svc(), Config: nodeCfg},
+			opts:  DesiredOptions{Nodes: []*corev1.Node{node("a", "192.0.2.1", true, nil)}, KubeProxyHealthzPort: 10256},
+			want:  []string{"192.0.2.1:30080=active"},
+			probe: Probe{Kind: ProbeHTTP, Port: 10256, Path: "/healthz", IntervalMillis: 2000, Rise: 2, Fall: 3},
+		},
+		{
+			name: "node mode with Local traffic policy probes healthCheckNodePort, not kube-proxy's healthz",
+			in: ServiceInput{Service: svc(func(s *corev1.Service) {
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.HealthCheckNodePort = 32000
+			}), Config: nodeCfg},
+			opts:  DesiredOptions{Nodes: []*corev1.Node{node("a", "192.0.2.1", true, nil)}, KubeProxyHealthzPort: 10256},
+			want:  []string{"192.0.2.1:30080=active"},
+			probe: Probe{Kind: ProbeHTTP, Port: 32000, Path: "/healthz", IntervalMillis: 2000, Rise: 2, Fall: 3},
+		},
+		{
+			name:  "node mode with Cluster and no healthz port probes the nodePort over TCP",
+			in:    ServiceInput{Service: svc(), Config: nodeCfg},
+			opts:  DesiredOptions{Nodes: []*corev1.Node{node("a", "192.0.2.1", true, nil)}},
+			want:  []string{"192.0.2.1:30080=active"},
+			probe: Probe{Kind: ProbeTCP, IntervalMillis: 2000, Rise: 2, Fall: 3},
+		},
+		{
+			name:  "IP mode ignores the healthz port",
+			in:    ServiceInput{Service: svc(), Config: defaultConfig(), Slices: []*discoveryv1.EndpointSlice{epSlice(8080, ep{addr: "10.0.0.1"})}},
+			opts:  DesiredOptions{KubeProxyHealthzPort: 10256},
+			want:  []string{"10.0.0.1:8080=active"},
+			probe: Probe{Kind: ProbeTCP, IntervalMillis: 2000, Rise: 2, Fall: 3},
+		},
+		{
 			name:     "unsupported protocol is left out with a warning",
 			in:       ServiceInput{Service: svc(func(s *corev1.Service) { s.Spec.Ports[0].Protocol = corev1.ProtocolUDP }), Config: defaultConfig()},
 			opts:     DesiredOptions{Unsupported: map[Protocol]bool{UDP: true}},

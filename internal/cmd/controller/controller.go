@@ -50,9 +50,11 @@ type Config struct {
 	Workers        int
 	AddressPool    string
 	AddressMap     string
-	ResyncPeriod   time.Duration
-	DrainAddr      string
-	ReadinessGate  bool
+	// KubeProxyHealthzPort is what node-mode Cluster listeners probe.
+	KubeProxyHealthzPort int
+	ResyncPeriod         time.Duration
+	DrainAddr            string
+	ReadinessGate        bool
 	// Immediate removes backends at once (upstream-like, for comparison).
 	Immediate       bool
 	MetricsAddr     string
@@ -84,6 +86,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Workers, "workers", 4, "load balancers reconciled in parallel")
 	fs.StringVar(&c.AddressPool, "address-pool", "127.0.100.0/24", "CIDR frontend addresses are allocated from")
 	fs.StringVar(&c.AddressMap, "backend-address-map", "", "rewrite backend addresses, FROM=TO[,…] with equal prefix lengths (the lab publishes loopback pods as 198.18.0.0/15=127.18.0.0/15)")
+	fs.IntVar(&c.KubeProxyHealthzPort, "kube-proxy-healthz-port", 10256, "node mode, externalTrafficPolicy Cluster: probe GET /healthz on this port of every node (kube-proxy's --healthz-bind-address), as cloud load balancers do; 0 probes the nodePort over TCP")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", 10*time.Minute, "every load balancer is checked again this often")
 	fs.StringVar(&c.DrainAddr, "drain-bind-address", ":9090", "termination-gate endpoint (GET /drain?pod=ns/name), served by every replica (0 disables)")
 	fs.BoolVar(&c.ReadinessGate, "readiness-gate", true, "set the zerodrop.dev/load-balancer-ready condition on pods that carry the gate")
@@ -119,6 +122,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := model.ParseAddressMap(c.AddressMap); err != nil {
 		return fmt.Errorf("--backend-address-map: %w", err)
+	}
+	if c.KubeProxyHealthzPort < 0 || c.KubeProxyHealthzPort > 65535 {
+		return fmt.Errorf("--kube-proxy-healthz-port %d: want 0 (probe the nodePort) to 65535", c.KubeProxyHealthzPort)
 	}
 	if c.Webhook.Enabled {
 		if err := c.Webhook.Validate(); err != nil {
@@ -271,19 +277,20 @@ func RunConfig(ctx context.Context, cfg Config) error {
 	}
 
 	svcCtrl, err := service.New(ctx, mgr, service.Options{
-		Provider:          prov,
-		LoadBalancerClass: cfg.Class,
-		AdoptClassless:    cfg.AdoptClassless,
-		Sync:              sync,
-		Workers:           cfg.Workers,
-		AddressPool:       pool,
-		BackendAddressMap: addrMap,
-		KeyFunc:           keyFunc,
-		ValidateService:   validateSvc,
-		ResyncPeriod:      cfg.ResyncPeriod,
-		ImmediateRemoval:  cfg.Immediate,
-		Metrics:           m,
-		Logger:            log,
+		Provider:             prov,
+		LoadBalancerClass:    cfg.Class,
+		AdoptClassless:       cfg.AdoptClassless,
+		Sync:                 sync,
+		Workers:              cfg.Workers,
+		AddressPool:          pool,
+		BackendAddressMap:    addrMap,
+		KubeProxyHealthzPort: int32(cfg.KubeProxyHealthzPort),
+		KeyFunc:              keyFunc,
+		ValidateService:      validateSvc,
+		ResyncPeriod:         cfg.ResyncPeriod,
+		ImmediateRemoval:     cfg.Immediate,
+		Metrics:              m,
+		Logger:               log,
 	})
 	if err != nil {
 		return err

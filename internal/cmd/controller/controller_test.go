@@ -77,6 +77,8 @@ func TestValidate(t *testing.T) {
 		{"unknown cloud", azureArgs(map[string]string{"azure-cloud": "mars"}), `--azure-cloud "mars"`},
 		{"bad sync", []string{"--sync=sometimes"}, "--sync"},
 		{"bad address pool", []string{"--address-pool=10.0.0.0"}, "--address-pool"},
+		{"kube-proxy healthz port off", []string{"--kube-proxy-healthz-port=0"}, ""},
+		{"kube-proxy healthz port out of range", []string{"--kube-proxy-healthz-port=70000"}, "--kube-proxy-healthz-port"},
 		{"webhook with its drain address", []string{"--webhook", "--webhook-drain-host=10.96.0.90"}, ""},
 		{"webhook without a drain address", []string{"--webhook"}, "--webhook-drain-host"},
 		{"webhook drain address is a name", []string{"--webhook", "--webhook-drain-host=zerodrop-drain.zerodrop-system.svc"}, "not an IP address"},

@@ -73,6 +73,9 @@ type Options struct {
 	// BackendAddressMap rewrites backend addresses (lab: published pod
 	// addresses → loopback).
 	BackendAddressMap []model.AddressMapping
+	// KubeProxyHealthzPort is probed by node-mode Cluster listeners (see
+	// model.DesiredOptions); 0 probes the nodePort over TCP.
+	KubeProxyHealthzPort int32
 	// KeyFunc maps a Service to its load balancer (default namespace/name).
 	KeyFunc func(*corev1.Service) string
 	// ValidateService, when set, checks what the provider itself reads from

@@ -106,10 +106,11 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 		return resultError, false, err
 	}
 	dopts := model.DesiredOptions{
-		Nodes:       nodes,
-		Unsupported: c.opts.Provider.Unsupported(),
-		AddressMap:  c.opts.BackendAddressMap,
-		GatePending: c.gatePending(ctx),
+		Nodes:                nodes,
+		Unsupported:          c.opts.Provider.Unsupported(),
+		AddressMap:           c.opts.BackendAddressMap,
+		GatePending:          c.gatePending(ctx),
+		KubeProxyHealthzPort: c.opts.KubeProxyHealthzPort,
 	}
 	desired, warnings := model.Desired(key, st.active, dopts)
 	// Only the backends of held Services' listeners are taken from here
