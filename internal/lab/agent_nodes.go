@@ -1,0 +1,114 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+)
+
+// registerNode creates (or adopts) a lab Node with its node namespace's IP
+// and pod CIDR and posts a Ready status and Lease, as the kubelet does.
+func (a *agent) registerNode(ctx context.Context, name string) error {
+	nn := a.net.nodeFor(name)
+	cidr := nn.PodCIDR.String()
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "topology.kubernetes.io/zone": "lab",
+		}},
+		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
+	}
+	created, err := a.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = a.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", name, err)
+	}
+	now := metav1.Now()
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
+		corev1.ResourcePods: resource.MustParse("110"),
+	}
+	status := corev1.NodeStatus{
+		Capacity: capacity, Allocatable: capacity,
+		Conditions: []corev1.NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "lab node agent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", LastHeartbeatTime: now, LastTransitionTime: now},
+		},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nn.IP.String()}, {Type: corev1.NodeHostName, Address: name}},
+		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-lab", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "lab://1"},
+	}
+	// Node controllers of kube-controller-manager (taints, CIDRs) write the
+	// new Node too: on a conflict, read it again and post the status again,
+	// as the kubelet does.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		created.Status = status
+		_, err := a.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if cur, gerr := a.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); gerr == nil {
+				created = cur
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node %s status: %w", name, err)
+	}
+	return a.renewLease(ctx, name)
+}
+
+// heartbeats renew each node's Lease and Ready condition every 10 s, as the
+// kubelet does, so that the node lifecycle controller keeps the nodes Ready.
+func (a *agent) heartbeats(ctx context.Context) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, name := range a.nodes {
+			if err := a.renewLease(ctx, name); err != nil && ctx.Err() == nil {
+				a.logf("node %s lease: %v", name, err)
+			}
+			node, err := a.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			for i := range node.Status.Conditions {
+				node.Status.Conditions[i].LastHeartbeatTime = metav1.Now()
+			}
+			_, _ = a.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		}
+	}
+}
+
+func (a *agent) renewLease(ctx context.Context, name string) error {
+	leases := a.client.CoordinationV1().Leases(nodeLeaseNamespace)
+	now := metav1.NowMicro()
+	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nodeLeaseNamespace},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	lease.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}
