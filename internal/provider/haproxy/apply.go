@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -143,6 +144,13 @@ func (p *Provider) runBackendOps(ctx context.Context, snap *snapshot, key string
 // maintenance with its health check disabled (default-server is not
 // inherited, so the check settings are spelled out): enable the check, then
 // set the state.
+//
+// A server that leaves maintenance is UP until checks say otherwise (2.6 has
+// no `init-state`), so a backend whose check fails would get traffic for
+// `fall` intervals. The state is therefore set together with `health down`,
+// in one command line the CLI runs in one go: the server then needs `rise`
+// passing checks before its first connection (one check interval × rise
+// later than it would otherwise serve).
 func (p *Provider) addServer(ctx context.Context, proxy string, probe model.Probe, b model.Backend) error {
 	b = renderedBackend(canonicalBackend(b))
 	srv := proxy + "/" + serverName(b.Address, b.Port)
@@ -157,7 +165,12 @@ func (p *Provider) addServer(ctx context.Context, proxy string, probe model.Prob
 	if b.State == model.Draining {
 		state = "drain"
 	}
-	return p.command(ctx, "set-server", fmt.Sprintf("set server %s state %s", srv, state), "")
+	cmds := []string{fmt.Sprintf("set server %s state %s", srv, state), fmt.Sprintf("set server %s health down", srv)}
+	reply, err := p.writeChain(ctx, []string{"set-server", "set-server"}, cmds)
+	if err != nil {
+		return err
+	}
+	return expectEmpty(strings.Join(cmds, "; "), reply)
 }
 
 // updateServer sets weight and state, each only when it differs from what

@@ -209,6 +209,16 @@ func (p *Provider) write(ctx context.Context, op, command string) (string, error
 	return p.admin.do(ctx, command)
 }
 
+// writeChain sends mutating commands on one line (runtimeClient.chain),
+// counted as one write each.
+func (p *Provider) writeChain(ctx context.Context, ops, commands []string) (string, error) {
+	for _, op := range ops {
+		p.batch.writes.Add(1)
+		p.hooks.OnWrite(op)
+	}
+	return p.admin.chain(ctx, commands...)
+}
+
 // render renders the configuration for the given load balancers.
 func (p *Provider) render(lbs map[string]*model.LoadBalancer) (cfg, meta []byte, err error) {
 	cfg, meta, err = render(renderInput{

@@ -53,9 +53,13 @@ func TestScaleAtRuntimeWithoutReload(t *testing.T) {
 	if count(writes, "reload") != 0 || count(writes, "add-server") != 2 {
 		t.Fatalf("scale to 5: writes %v, want 2 add-server and no reload", writes)
 	}
-	if seen := reached(t, lbAddr, port, 20); len(seen) != 5 {
-		t.Fatalf("5 backends: requests reached %v", seen)
-	}
+	// Added servers serve after their first passing check.
+	eventually(t, 30*time.Second, "5 backends serving", func() error {
+		if seen := reached(t, lbAddr, port, 20); len(seen) != 5 {
+			return fmt.Errorf("requests reached %v", seen)
+		}
+		return nil
+	})
 
 	plan = applyDiff(t, p, desired(2))
 	writes, _ = c.take()

@@ -37,6 +37,13 @@ func TestFrontendChangeReloadsHitlessly(t *testing.T) {
 	if writes, _ := c.take(); count(writes, "reload") != 0 {
 		t.Fatalf("backend changes reloaded: %v", writes)
 	}
+	// The added server serves after its first passing check.
+	eventually(t, 30*time.Second, "the added backend serving", func() error {
+		if seen := reached(t, lbAddr, portA, 9); len(seen) != 3 {
+			return fmt.Errorf("reached %v", seen)
+		}
+		return nil
+	})
 	worker := workerPID(t, p)
 	lc := openLongConn(t, lbAddr, portA, bs[0].id(), bs[2].id())
 

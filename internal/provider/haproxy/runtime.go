@@ -26,10 +26,20 @@ type runtimeClient struct {
 // checked here: HAProxy reports most errors as text with a successful
 // transport (see expectEmpty and expectReply).
 func (c runtimeClient) do(ctx context.Context, command string) (string, error) {
-	if strings.ContainsAny(command, "\n;") {
-		// ';' chains commands on the CLI: refuse it so that one call is one command.
-		return "", fmt.Errorf("runtime command %q: newline or ';' not allowed", command)
+	return c.chain(ctx, command)
+}
+
+// chain sends commands on one line, separated by ';': HAProxy runs them one
+// after the other in one go, with nothing else of the CLI in between. The
+// replies come back concatenated.
+func (c runtimeClient) chain(ctx context.Context, commands ...string) (string, error) {
+	for _, cmd := range commands {
+		if strings.ContainsAny(cmd, "\n;") {
+			// ';' chains commands on the CLI: refuse it inside one command.
+			return "", fmt.Errorf("runtime command %q: newline or ';' not allowed", cmd)
+		}
 	}
+	command := strings.Join(commands, "; ")
 	ctx, cancel := context.WithTimeout(ctx, defaultCommandTimeout)
 	defer cancel()
 	var d net.Dialer
