@@ -34,8 +34,14 @@ import (
 
 var testListener = model.ListenerName("ns", "web", corev1.ProtocolTCP, 80)
 
-// registered is pod ns/web's backend, draining with 7 connections.
+// registered is pod ns/web's backend, still active (taking new
+// connections) with 7 connections: a call waits.
 var registered = []provider.BackendStatus{{Listener: testListener, Address: "10.0.0.1", Port: 8080,
+	State: model.Active, Healthy: true, HealthKnown: true, Connections: 7}}
+
+// draining is the same backend in drain: no new connection reaches it, the
+// 7 it has go on.
+var draining = []provider.BackendStatus{{Listener: testListener, Address: "10.0.0.1", Port: 8080,
 	State: model.Draining, Healthy: true, HealthKnown: true, Connections: 7}}
 
 type allManaged struct{}
@@ -125,7 +131,8 @@ func callGate(ctx context.Context, url string) gateAnswer {
 
 // TestTransientErrorKeepsWaiting: a provider error (HAProxy's socket busy
 // during a reload, Azure throttling) is not the answer: the gate looks again
-// until the pod's deadline, and answers drained once the backend is gone.
+// until the pod's deadline, and answers drained once the backend is in drain
+// (or gone), never while it is active.
 func TestTransientErrorKeepsWaiting(t *testing.T) {
 	var reads atomic.Int64
 	var removedSeen atomic.Bool
@@ -149,6 +156,35 @@ func TestTransientErrorKeepsWaiting(t *testing.T) {
 	}
 	if !removedSeen.Load() {
 		t.Fatalf("answered drained before the provider reported the backend removed (%d reads)", reads.Load())
+	}
+}
+
+// TestAnswersAtDrain: the call answers drained as soon as the load balancer
+// shows the pod's backend in drain — no new connection can reach the pod —
+// while the backend still has connections and is not removed: those end
+// when the pod closes them after SIGTERM (invariant 6). Waiting for the
+// removal instead held every pod with a keep-alive or WebSocket client until
+// its deadline, and the answer was timeout.
+func TestAnswersAtDrain(t *testing.T) {
+	var reads, activeReads atomic.Int64
+	prov := scripted{backends: func(context.Context) ([]provider.BackendStatus, error) {
+		if reads.Add(1) <= 3 {
+			activeReads.Add(1)
+			return registered, nil
+		}
+		return draining, nil
+	}}
+	// Grace 6 s: the deadline is 4 s away (a third kept for the shutdown).
+	h, _, _ := gateFixture(t, 6*time.Second, prov, Options{})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	a := callGate(context.Background(), srv.URL+Path+"?pod=ns/web")
+	if a.err != nil || a.code != http.StatusOK || a.result != "drained" {
+		t.Fatalf("got %d %q %q (%v) after %d reads, want 200 drained while the backend drains with connections",
+			a.code, a.result, a.body, a.err, reads.Load())
+	}
+	if n := activeReads.Load(); n < 3 {
+		t.Fatalf("answered after %d reads of the active backend, want it to wait through all 3", n)
 	}
 }
 
