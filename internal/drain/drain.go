@@ -1,7 +1,11 @@
 // Package drain is the termination gate: an HTTP endpoint that a pod's
-// preStop hook calls, and that answers only once every zerodrop load balancer
-// has drained and removed the pod's backends (invariant 6). It only waits and
-// reports: it triggers nothing, so no caller can drain a live pod.
+// preStop hook calls, and that answers only once no zerodrop load balancer
+// sends the pod new connections: every one has the pod's backends in drain
+// or removed, as read back from the load balancer (invariant 6). The
+// connections the pod still has go on; the pod closes them after SIGTERM,
+// and the controller removes the backend at zero connections or at its
+// drain timeout. The gate only waits and reports: it triggers nothing, so no
+// caller can drain a live pod.
 package drain
 
 import (
@@ -20,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/lbtarget"
+	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider"
 )
@@ -326,9 +331,10 @@ func (h *Handler) leave(uid types.UID, p *poll) {
 	}
 }
 
-// wait returns true once no load balancer has the pod's backend any more and,
-// where the provider says its data plane follows removals with a delay
-// (provider.Settler), that delay has passed since the removal was seen. A
+// wait returns true once no load balancer sends the pod's backend new
+// connections (each has it in drain or no more) and, where the provider says
+// its data plane follows changes with a delay (provider.Settler), that delay
+// has passed since it was seen. A
 // failed look (HAProxy's socket busy in a reload, Azure throttling) is
 // looked at again, later each time: only ctx's deadline ends the wait.
 func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (bool, string, error) {
@@ -355,7 +361,7 @@ func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (bool, string, erro
 		default:
 			lastErr, backoff = nil, h.opts.PollInterval
 			desc = lbtarget.Describe(targets)
-			if !removed(targets) {
+			if !noNewConnections(targets) {
 				removedSince = time.Time{}
 				break
 			}
@@ -366,7 +372,7 @@ func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (bool, string, erro
 			if time.Since(removedSince) >= settle {
 				return true, desc, nil
 			}
-			desc = fmt.Sprintf("removed; the load balancer settles for %s", settle)
+			desc = fmt.Sprintf("draining; the load balancer settles for %s", settle)
 		}
 		t := time.NewTimer(next)
 		select {
@@ -393,11 +399,13 @@ func (h *Handler) settle(targets []lbtarget.Target) time.Duration {
 	return d
 }
 
-// removed: no IP-mode load balancer has the pod's backend. A node-mode
-// backend is the node, shared with other pods, and stays.
-func removed(targets []lbtarget.Target) bool {
+// noNewConnections: no IP-mode load balancer has the pod's backend active:
+// each has it in drain (or maintenance, on its way out) or not at all, as
+// the provider reads it back. A node-mode backend is the node, shared with
+// other pods, and stays.
+func noNewConnections(targets []lbtarget.Target) bool {
 	for _, t := range targets {
-		if !t.Node && t.Registered {
+		if !t.Node && t.Registered && t.State == model.Active {
 			return false
 		}
 	}

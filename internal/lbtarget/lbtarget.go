@@ -159,8 +159,10 @@ func (t *Target) add(s provider.BackendStatus) {
 		return
 	}
 	t.Healthy = t.Healthy && healthy
-	if s.State == model.Draining {
-		t.State = model.Draining
+	// One of the pod's backends still active (a dual-stack pod has one per
+	// address) makes the target active: it still takes new connections.
+	if s.State == model.Active {
+		t.State = model.Active
 	}
 	if t.Connections < 0 || s.Connections < 0 {
 		t.Connections = -1

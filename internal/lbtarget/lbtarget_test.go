@@ -210,6 +210,8 @@ func TestTargets(t *testing.T) {
 		lbs:  []lb{{"web", []model.Backend{be("fd00:10:1:0:0:0:0:1", 8080, model.Active)}}},
 		want: []string{l("web") + " reg=true healthy=true node=false nodeOnly=false state=active conns=0"},
 	}, {
+		// One address still active takes new connections: the target is
+		// active until every address drains (the termination gate waits).
 		name: "dual-stack: registered under both, one not healthy yet, one draining",
 		svcs: []*corev1.Service{service("web", "web")},
 		pod:  pod("10.1.0.1", "fd00:10:1::1"),
@@ -217,7 +219,15 @@ func TestTargets(t *testing.T) {
 			be("fd00:10:1::1", 8080, model.Draining)}}},
 		unhealthy: []string{l("web") + "|10.1.0.1:8080"},
 		conns:     map[string]int64{l("web") + "|10.1.0.1:8080": 1, l("web") + "|fd00:10:1::1:8080": 2},
-		want:      []string{l("web") + " reg=true healthy=false node=false nodeOnly=false state=draining conns=3"},
+		want:      []string{l("web") + " reg=true healthy=false node=false nodeOnly=false state=active conns=3"},
+	}, {
+		name: "dual-stack: both addresses draining",
+		svcs: []*corev1.Service{service("web", "web")},
+		pod:  pod("10.1.0.1", "fd00:10:1::1"),
+		lbs: []lb{{"web", []model.Backend{be("10.1.0.1", 8080, model.Draining),
+			be("fd00:10:1::1", 8080, model.Draining)}}},
+		conns: map[string]int64{l("web") + "|10.1.0.1:8080": 1, l("web") + "|fd00:10:1::1:8080": 2},
+		want:  []string{l("web") + " reg=true healthy=true node=false nodeOnly=false state=draining conns=3"},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
