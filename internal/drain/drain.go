@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/lbtarget"
-	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/metrics"
+	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 )
 
