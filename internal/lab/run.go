@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -395,6 +397,38 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 	})
 }
 
+// killByArg sends SIGKILL to every process with arg on its command line and
+// waits (up to 5 s) until they are gone; it returns how many it found.
+func killByArg(arg string) int {
+	find := func() []int {
+		var pids []int
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			cmdline, err := os.ReadFile(d + "/cmdline")
+			if err != nil {
+				continue
+			}
+			for _, a := range strings.Split(string(cmdline), "\x00") {
+				if a == arg {
+					if pid, err := strconv.Atoi(filepath.Base(d)); err == nil && pid != os.Getpid() {
+						pids = append(pids, pid)
+					}
+					break
+				}
+			}
+		}
+		return pids
+	}
+	pids := find()
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(find()) > 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return len(pids)
+}
+
 // drainReachable connects to the drain Service's ClusterIP from every node.
 func (r *run) drainReachable(ctx context.Context) error {
 	addr := net.JoinHostPort(drainClusterIP, strconv.Itoa(drainPort))
@@ -428,6 +462,13 @@ func (r *run) teardown() {
 	// HAProxy is stopped through its master socket, the proxy still in front.
 	if r.prov != nil {
 		_ = r.prov.Close()
+		// An old worker the master no longer lists (a run with hundreds of
+		// reloads, connections to vanished pods held for the server
+		// timeout) would outlive it: the lab ends every process of its
+		// HAProxy, by the configuration file on its command line.
+		if n := killByArg(filepath.Join(r.dir, "haproxy.cfg")); n > 0 {
+			r.lab.logf("%s: killed %d HAProxy processes left after the master stopped", r.name(), n)
+		}
 	}
 	for _, p := range r.socks {
 		if err := p.Close(); err != nil {
