@@ -69,8 +69,9 @@ type lab struct {
 
 	agentStop context.CancelFunc
 
-	logMu   sync.Mutex
-	logFile *os.File
+	logMu      sync.Mutex
+	logFile    *os.File
+	progressMu sync.Mutex
 }
 
 // Run is the `zerodrop lab` command.
@@ -361,10 +362,14 @@ func (l *lab) logf(format string, args ...any) {
 	}
 }
 
+// progressf logs a line and prints it to Progress; lines from concurrent
+// callers (a run's progress ticker and its end) are written one at a time.
 func (l *lab) progressf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.logf("%s", msg)
 	el := time.Since(l.start).Round(time.Second)
+	l.progressMu.Lock()
+	defer l.progressMu.Unlock()
 	fmt.Fprintf(l.opts.Progress, "[%5s] %s\n", el, strings.TrimSpace(msg))
 }
 
