@@ -34,6 +34,7 @@ deps: control-plane helm haproxy network
 # Unit and integration tests (real apiserver + etcd, real HAProxy).
 test: deps fmt-check
 	$(GO) vet ./...
+	$(GO) vet -tags lab ./cmd/...
 	$(GO) test $(GOTESTFLAGS) ./...
 
 # Pure tests only: no control plane, no HAProxy.
@@ -45,6 +46,7 @@ fmt-check:
 
 lint: fmt-check
 	$(GO) vet ./...
+	$(GO) vet -tags lab ./cmd/...
 	$(GO) run $(STATICCHECK) ./...
 
 # Writes and time to verify after a leader restart, zerodrop vs --sync=full,
@@ -58,7 +60,7 @@ bench: deps
 # side under real traffic (LAB_FLAGS, e.g. "--scenario all --json lab.json").
 LAB_FLAGS     ?=
 lab: deps
-	$(GO) run ./cmd/zerodrop lab $(LAB_FLAGS)
+	$(GO) run -tags lab ./cmd/zerodrop lab $(LAB_FLAGS)
 
 # A shorter walk-through: zerodrop's writes on first start and on restart.
 demo: deps

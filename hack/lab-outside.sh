@@ -24,7 +24,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-go build -o "$tmp/zerodrop" ./cmd/zerodrop
+go build -tags lab -o "$tmp/zerodrop" ./cmd/zerodrop
 go build -o "$tmp/openloop" ./hack/openloop
 
 printf '%-40s %10s %10s %10s %10s\n' run lab_reqs lab_fail% out_reqs out_fail%

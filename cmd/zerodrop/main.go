@@ -13,7 +13,6 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/check"
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
-	"zerodrop.dev/zerodrop/internal/lab"
 	"zerodrop.dev/zerodrop/internal/version"
 )
 
@@ -23,6 +22,7 @@ commands:
   controller   run the Service LoadBalancer controller
   check        analyze manifests or a live cluster for rollout safety
   lab          real rollouts under real traffic: upstream-like baseline vs zerodrop
+               (development build only: make lab, or go run -tags lab ./cmd/zerodrop lab)
   version      print the version
 
 Run 'zerodrop <command> -h' for the flags of a command.
@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "check":
 		return check.Run(ctx, args[1:], stdin, stdout, stderr)
 	case "lab":
-		return lab.Run(ctx, args[1:], stdout, stderr)
+		return runLab(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "zerodrop", version.String())
 		return 0
