@@ -411,7 +411,16 @@ func (p *Provider) logAlerts() string {
 func (p *Provider) stop(ctx context.Context) error {
 	info, err := p.procs(ctx)
 	if err != nil {
-		return fmt.Errorf("haproxy: stop: %w", err)
+		// The master CLI does not answer (a reload under way, its socket
+		// gone): the pid file names the master this directory owns, and
+		// the master's SIGTERM ends its workers with it.
+		pid, ok := ownedMaster(p.paths.dir, p.paths.pid)
+		if !ok {
+			return fmt.Errorf("haproxy: stop: %w", err)
+		}
+		if info, err = p.awaitMaster(ctx, pid); err != nil {
+			info = procInfo{Master: pid}
+		}
 	}
 	pids := append([]int{info.Master}, append(info.Workers, info.OldWorkers...)...)
 	if err := syscall.Kill(info.Master, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
