@@ -8,9 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -106,36 +104,6 @@ func (r *run) mark(format string, args ...any) {
 	r.markers = append(r.markers, marker{At: at, Label: label})
 	r.mu.Unlock()
 	r.lab.logf("%s: %s at %.1fs", r.name(), label, at.Seconds())
-}
-
-// haproxyBinary is a wrapper that runs HAProxy in the load balancer's
-// namespace: the lab starts it there, and a reload through the master CLI
-// re-executes the master in the namespace it already has. It also moves the
-// master CLI socket (`-S PATH,…`) to PATH.haproxy, where the lab's counting
-// proxy at PATH forwards: a reload binds the master socket again by the path
-// on its command line, so a proxy put in its place afterwards would be
-// replaced at the first reload.
-func (r *run) haproxyBinary() string {
-	return filepath.Join(r.lab.dir, fmt.Sprintf("haproxy-%d.sh", r.id))
-}
-
-func (r *run) writeHAProxyWrapper() error {
-	script := `#!/bin/sh
-prev=
-for a do
-	shift
-	if [ "$prev" = "-S" ]; then
-		case "$a" in
-		*,*) a="${a%%,*}.haproxy,${a#*,}" ;;
-		*) a="$a.haproxy" ;;
-		esac
-	fi
-	prev="$a"
-	set -- "$@" "$a"
-done
-exec ip netns exec ` + r.lab.net.lb.Name + ` haproxy "$@"
-`
-	return os.WriteFile(r.haproxyBinary(), []byte(script), 0o755)
 }
 
 // setup creates the namespace, HAProxy, the controllers and the workload, and
@@ -395,38 +363,6 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 		}
 		return true, ""
 	})
-}
-
-// killByArg sends SIGKILL to every process with arg on its command line and
-// waits (up to 5 s) until they are gone; it returns how many it found.
-func killByArg(arg string) int {
-	find := func() []int {
-		var pids []int
-		dirs, _ := filepath.Glob("/proc/[0-9]*")
-		for _, d := range dirs {
-			cmdline, err := os.ReadFile(d + "/cmdline")
-			if err != nil {
-				continue
-			}
-			for _, a := range strings.Split(string(cmdline), "\x00") {
-				if a == arg {
-					if pid, err := strconv.Atoi(filepath.Base(d)); err == nil && pid != os.Getpid() {
-						pids = append(pids, pid)
-					}
-					break
-				}
-			}
-		}
-		return pids
-	}
-	pids := find()
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	for deadline := time.Now().Add(5 * time.Second); len(find()) > 0 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
-	return len(pids)
 }
 
 // drainReachable connects to the drain Service's ClusterIP from every node.
