@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"zerodrop.dev/zerodrop/internal/kubeproxy"
 	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
@@ -53,6 +55,19 @@ type Options struct {
 	// MaxCalls bounds the calls held at once (default 1000); a call over it
 	// is refused at once with 503.
 	MaxCalls int
+	// KubeProxy reads the nodes' kube-proxy /healthz (node mode: a pod
+	// reached through kube-proxy is safe from new connections once every
+	// kube-proxy that may send to it has synced after its deletion). Nil:
+	// /healthz is not reachable, and KubeProxyFallback is waited instead.
+	KubeProxy *kubeproxy.Client
+	// KubeProxyMargin is added to the pod's deletion time before a
+	// kube-proxy sync counts: the endpoint controller's and kube-proxy's
+	// informer delays and the clock skew between node and API server
+	// (default 1s).
+	KubeProxyMargin time.Duration
+	// KubeProxyFallback is how long after the pod's deletion the kube-proxy
+	// path counts as synced when KubeProxy is nil (default 10s).
+	KubeProxyFallback time.Duration
 	// Metrics counts the answers (nil: not counted).
 	Metrics *metrics.Metrics
 	Logger  logr.Logger
@@ -99,6 +114,12 @@ func NewHandler(opts Options) *Handler {
 	}
 	if opts.MaxCalls <= 0 {
 		opts.MaxCalls = 1000
+	}
+	if opts.KubeProxyMargin <= 0 {
+		opts.KubeProxyMargin = time.Second
+	}
+	if opts.KubeProxyFallback <= 0 {
+		opts.KubeProxyFallback = 10 * time.Second
 	}
 	return &Handler{opts: opts, slots: make(chan struct{}, opts.MaxCalls),
 		polls: map[types.UID]*poll{}, held: map[uint64]time.Time{}}
@@ -177,9 +198,20 @@ func (h *Handler) answer(w http.ResponseWriter, counted string, code int, body s
 }
 
 func (h *Handler) count(answer string) {
-	if h.opts.Metrics != nil {
-		h.opts.Metrics.DrainCalls.WithLabelValues(answer).Inc()
+	if h.opts.Metrics == nil {
+		return
 	}
+	h.opts.Metrics.DrainCalls.WithLabelValues(answer).Inc()
+	outcome := "error"
+	switch answer {
+	case "drained":
+		outcome = "drained"
+	case "timeout":
+		outcome = "deadline"
+	case "refused":
+		outcome = "unknown_pod"
+	}
+	h.opts.Metrics.DrainOutcomes.WithLabelValues(outcome).Inc()
 }
 
 // extend lets the connection's reads and writes run until the call's
@@ -342,6 +374,7 @@ func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (bool, string, erro
 	desc := ""
 	var lastErr error
 	var removedSince time.Time
+	synced := map[string]bool{} // nodes whose kube-proxy synced after the deletion
 	backoff := h.opts.PollInterval
 	for {
 		next := h.opts.PollInterval
@@ -365,6 +398,16 @@ func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (bool, string, erro
 				removedSince = time.Time{}
 				break
 			}
+			if waiting, err := h.proxiesSynced(ctx, pod, targets, synced); err != nil || waiting > 0 {
+				if err != nil {
+					if lastErr == nil {
+						log.Info("drain: kube-proxy healthz not answering, looking again until the deadline", "err", err)
+					}
+					lastErr = err
+				}
+				desc = fmt.Sprintf("%s; waiting for kube-proxy on %d node(s) to sync", desc, waiting)
+				break
+			}
 			if removedSince.IsZero() {
 				removedSince = time.Now()
 			}
@@ -384,6 +427,62 @@ func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (bool, string, erro
 	}
 }
 
+// proxiesSynced counts the nodes of node-mode targets (Target.Sending) whose
+// kube-proxy has not yet been seen to sync after the pod's deletion plus
+// KubeProxyMargin; synced remembers those that have. A kube-proxy that does
+// not answer (stopped, its node gone) keeps the call waiting, until its node
+// leaves Sending (the load balancer's probe of it fails) or the deadline.
+func (h *Handler) proxiesSynced(ctx context.Context, pod *corev1.Pod, targets []lbtarget.Target, synced map[string]bool) (int, error) {
+	after := deletionStart(pod).Add(h.opts.KubeProxyMargin)
+	family := "IPv4"
+	if a, err := netip.ParseAddr(pod.Status.PodIP); err == nil && a.Unmap().Is6() {
+		family = "IPv6"
+	}
+	waiting := 0
+	var lastErr error
+	seen := map[string]bool{}
+	for _, t := range targets {
+		for _, node := range t.Sending {
+			if synced[node] || seen[node] {
+				continue
+			}
+			seen[node] = true
+			if h.opts.KubeProxy == nil {
+				if time.Now().After(deletionStart(pod).Add(h.opts.KubeProxyFallback)) {
+					synced[node] = true
+				} else {
+					waiting++
+				}
+				continue
+			}
+			ok, err := h.opts.KubeProxy.SyncedAfter(ctx, node, family, after)
+			switch {
+			case err != nil:
+				lastErr = err
+				waiting++
+			case ok:
+				synced[node] = true
+			default:
+				waiting++
+			}
+		}
+	}
+	return waiting, lastErr
+}
+
+// deletionStart is when the pod's deletion began: DeletionTimestamp is when
+// the kubelet kills it, the start plus the grace period.
+func deletionStart(pod *corev1.Pod) time.Time {
+	if pod.DeletionTimestamp == nil {
+		return time.Time{}
+	}
+	grace := int64(30)
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = *pod.DeletionGracePeriodSeconds
+	}
+	return pod.DeletionTimestamp.Add(-time.Duration(grace) * time.Second)
+}
+
 // settle is the longest removal delay of the pod's IP-mode load balancers.
 func (h *Handler) settle(targets []lbtarget.Target) time.Duration {
 	s, ok := h.opts.Finder.Provider.(provider.Settler)
@@ -392,20 +491,22 @@ func (h *Handler) settle(targets []lbtarget.Target) time.Duration {
 	}
 	var d time.Duration
 	for _, t := range targets {
-		if !t.Node {
+		if !t.Node || t.LastLocal {
 			d = max(d, s.RemovalSettle(t.LB, t.Listener))
 		}
 	}
 	return d
 }
 
-// noNewConnections: no IP-mode load balancer has the pod's backend active:
-// each has it in drain (or maintenance, on its way out) or not at all, as
-// the provider reads it back. A node-mode backend is the node, shared with
-// other pods, and stays.
+// noNewConnections: no load balancer has the pod's own backend active: each
+// has it in drain (or maintenance, on its way out) or not at all, as the
+// provider reads it back. In node mode that backend is the node, and it is
+// the pod's own only when the pod is its node's last local endpoint of an
+// externalTrafficPolicy Local Service (Target.LastLocal); otherwise the node
+// stays and kube-proxy is what must stop sending (proxiesSynced).
 func noNewConnections(targets []lbtarget.Target) bool {
 	for _, t := range targets {
-		if !t.Node && t.Registered && t.State == model.Active {
+		if (!t.Node || t.LastLocal) && t.Registered && t.State == model.Active {
 			return false
 		}
 	}

@@ -73,8 +73,11 @@ func TestGatesTwoLoadBalancers(t *testing.T) {
 
 // TestGatesNodeLocal is invariant 5 in node mode with externalTrafficPolicy
 // Local: the backend is the pod's node, whose health check answers only once
-// a local pod is ready (which waits for this gate). The gate opens once the
-// node is registered, without waiting for its health.
+// a local pod is ready (which waits for this gate). A node without a local
+// endpoint is registered drained; the gate opens once the pod's endpoint
+// makes its node active, without waiting for the node's health. The node
+// drains when its last local pod terminates and is enabled again when a pod
+// starts there.
 func TestGatesNodeLocal(t *testing.T) {
 	cfg := testenv.Start(t)
 	c := newClient(t, cfg)
@@ -128,12 +131,34 @@ func TestGatesNodeLocal(t *testing.T) {
 	})
 	gateStaysClosed(t, c, ns, "edge-a", "the pod's node is not registered")
 
+	// Registered, but drained: the node has no local endpoint of the Service.
 	includeNode()
-	eventually(t, 30*time.Second, "readiness gate True once the node is registered", func() (bool, string) {
+	nodeIs := func(what, state string) {
+		t.Helper()
+		eventually(t, 30*time.Second, what, func() (bool, string) {
+			lb, _ := prov.Observe(ctx, ns+"/"+app)
+			return lb != nil && fmt.Sprint(backendsOf(lb)) == fmt.Sprintf("[%s=%s]", nodeBackend, state), fmt.Sprint(lb)
+		})
+	}
+	nodeIs("the node registered drained: no local endpoint", "draining")
+	gateStaysClosed(t, c, ns, "edge-a", "the pod's node is drained")
+
+	// The first local pod arrives (not ready: it waits for this gate): the
+	// node is enabled, and the gate opens without waiting for its health.
+	setSlice(t, c, ns, app, 8080, endpoint{ip: "198.18.3.1", pod: "edge-a", node: "node-1"})
+	eventually(t, 30*time.Second, "readiness gate True once the node is registered and active", func() (bool, string) {
 		lb, _ := prov.Observe(ctx, ns+"/"+app)
 		return gateTrue(t, c, ns, "edge-a"), fmt.Sprint(backendsOf(lb))
 	})
 	if lb, _ := prov.Observe(ctx, ns+"/"+app); fmt.Sprint(backendsOf(lb)) != fmt.Sprintf("[%s=active]", nodeBackend) {
 		t.Fatalf("gate opened; load balancer has %v", backendsOf(lb))
 	}
+
+	// The last local pod stops: its node drains (kube-proxy still forwards
+	// established connections to it, KEP-1669), and stays registered.
+	setSlice(t, c, ns, app, 8080, endpoint{ip: "198.18.3.1", pod: "edge-a", node: "node-1", serving: true, terminating: true})
+	nodeIs("the node drained when its last local pod terminates", "draining")
+	// A pod starts there again: the node is enabled again.
+	setSlice(t, c, ns, app, 8080, endpoint{ip: "198.18.3.2", pod: "edge-b", node: "node-1"})
+	nodeIs("the node enabled when a pod starts there again", "active")
 }

@@ -137,6 +137,7 @@ func startController(t *testing.T, cfg *rest.Config, prov provider.Provider, m *
 type endpoint struct {
 	ip                          string
 	pod                         string
+	node                        string
 	ready, serving, terminating bool
 }
 
@@ -157,6 +158,9 @@ func setSlice(t *testing.T, c client.Client, ns, svc string, port int32, eps ...
 			Ready: ptr.To(e.ready), Serving: ptr.To(e.serving), Terminating: ptr.To(e.terminating)}}
 		if e.pod != "" {
 			ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: e.pod}
+		}
+		if e.node != "" {
+			ep.NodeName = ptr.To(e.node)
 		}
 		s.Endpoints = append(s.Endpoints, ep)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,6 +50,17 @@ type Target struct {
 	// the node, whose health follows the pod's readiness (waiting for it would
 	// be a cycle, invariant 5).
 	NodeOnly bool
+	// LastLocal: NodeOnly, and the pod is its node's last endpoint of the
+	// Service that is not terminating, so the node's backend drains (the
+	// controller drains it; see model.Desired). Otherwise a node-mode pod is
+	// reached through kube-proxy on the nodes in Sending.
+	LastLocal bool
+	// Sending lists, for a node-mode target that is not LastLocal, the nodes
+	// whose kube-proxy may still send the load balancer's new connections to
+	// the pod: for Local the pod's own node, for Cluster every node of the
+	// listener; only those the load balancer still sends to (active, and not
+	// reported down by its health check).
+	Sending []string
 	// Connections of the pod's backend, -1 when unknown or not registered.
 	Connections int64
 	State       model.BackendState
@@ -87,7 +99,7 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 		// judge the pod by that config, the default in place of a bad value.
 		cfg, _ := model.ParseServiceConfig(svc.Annotations)
 		addrs := f.podAddresses(pod)
-		nodeOnly := false
+		nodeOnly, lastLocal := false, false
 		if cfg.Mode == model.NodeMode {
 			var node corev1.Node
 			if err := f.Reader.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, &node); err != nil {
@@ -95,6 +107,11 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			}
 			addrs = map[string]bool{canonical(model.MapAddress(f.AddressMap, model.NodeAddress(&node))): true}
 			nodeOnly = svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+			if nodeOnly {
+				if lastLocal, err = f.lastLocal(ctx, svc, pod); err != nil {
+					return nil, err
+				}
+			}
 		}
 		key := f.Services.Key(svc)
 		statuses, seen := statusByLB[key]
@@ -114,16 +131,67 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			}
 			listener := model.ListenerName(svc.Namespace, svc.Name, proto, port.Port)
 			t := Target{Service: svc.Namespace + "/" + svc.Name, LB: key, Listener: listener,
-				Node: cfg.Mode == model.NodeMode, NodeOnly: nodeOnly, Connections: -1}
+				Node: cfg.Mode == model.NodeMode, NodeOnly: nodeOnly, LastLocal: lastLocal, Connections: -1}
 			for _, s := range statuses {
-				if s.Listener == listener && addrs[canonical(s.Address)] {
+				if s.Listener != listener {
+					continue
+				}
+				mine := addrs[canonical(s.Address)]
+				if mine {
 					t.add(s)
+				}
+				sending := s.State == model.Active && (!s.HealthKnown || s.Healthy)
+				if t.Node && !lastLocal && sending && (mine || !nodeOnly) {
+					t.Sending = append(t.Sending, s.Address)
 				}
 			}
 			out = append(out, t)
 		}
 	}
 	return out, nil
+}
+
+// lastLocal reports whether the pod is the last endpoint of svc on its node
+// that is not terminating, as the EndpointSlices show it. The pod itself does
+// not count, whatever its slice says yet: the drain call comes as soon as the
+// kubelet sees the deletion, maybe before the slice does.
+func (f *Finder) lastLocal(ctx context.Context, svc *corev1.Service, pod *corev1.Pod) (bool, error) {
+	var slices discoveryv1.EndpointSliceList
+	if err := f.Reader.List(ctx, &slices, client.InNamespace(svc.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+		return false, fmt.Errorf("list endpoint slices of %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	for _, s := range slices.Items {
+		for _, ep := range s.Endpoints {
+			if ep.NodeName == nil || *ep.NodeName != pod.Spec.NodeName {
+				continue
+			}
+			if isPod(ep, pod) {
+				continue
+			}
+			if ep.Conditions.Terminating == nil || !*ep.Conditions.Terminating {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+// isPod: the endpoint is pod's, by its target (the uid when the slice has
+// one: a pod of the same name may be a newer one) or else by address.
+func isPod(ep discoveryv1.Endpoint, pod *corev1.Pod) bool {
+	if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" {
+		if ep.TargetRef.UID != "" {
+			return ep.TargetRef.UID == pod.UID
+		}
+		return ep.TargetRef.Namespace == pod.Namespace && ep.TargetRef.Name == pod.Name
+	}
+	for _, a := range ep.Addresses {
+		if a == pod.Status.PodIP {
+			return true
+		}
+	}
+	return false
 }
 
 // podAddresses is every address of the pod as the load balancers know it: a

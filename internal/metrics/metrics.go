@@ -21,6 +21,7 @@ type Metrics struct {
 	ReconcileLatency  *prometheus.HistogramVec
 	PlanOps           *prometheus.CounterVec
 	DrainCalls        *prometheus.CounterVec
+	DrainOutcomes     *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them on reg (nil: not registered).
@@ -59,10 +60,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "zerodrop_drain_calls_total",
 			Help: "Termination-gate calls, by answer (drained, timeout, refused, busy, bad, unavailable, gone).",
 		}, []string{"answer"}),
+		DrainOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "zerodrop_drain_outcome_total",
+			Help: "Termination-gate calls by outcome: drained (no load balancer or kube-proxy sends the pod new connections), deadline (the bound passed first), unknown_pod (no terminating pod of that name), error (bad call, busy, the pod unreadable, the caller gone).",
+		}, []string{"outcome"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ProviderWrites, m.ProviderReads, m.ProviderConflicts,
-			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps, m.DrainCalls} {
+			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps, m.DrainCalls, m.DrainOutcomes} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

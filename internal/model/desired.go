@@ -106,7 +106,11 @@ func Desired(key string, services []ServiceInput, opts DesiredOptions) (*LoadBal
 				} else if opts.KubeProxyHealthzPort != 0 {
 					l.Probe.Kind, l.Probe.Port, l.Probe.Path = ProbeHTTP, opts.KubeProxyHealthzPort, "/healthz"
 				}
-				l.Backends = nodeBackends(opts.Nodes, port.NodePort)
+				var local map[string]bool
+				if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+					local = localNodes(in.Slices, sliceAddressType(svc))
+				}
+				l.Backends = nodeBackends(opts.Nodes, port.NodePort, local)
 			default:
 				l.Backends = endpointBackends(in.Slices, port, sliceAddressType(svc), opts.GatePending)
 			}
@@ -119,14 +123,45 @@ func Desired(key string, services []ServiceInput, opts DesiredOptions) (*LoadBal
 	return Canonical(lb), warnings
 }
 
-func nodeBackends(nodes []*corev1.Node, nodePort int32) []Backend {
+// nodeBackends lists the nodes a node-mode listener sends to. With local
+// (externalTrafficPolicy Local: the names of the nodes that have an endpoint
+// of the Service that is not terminating), a node without one is kept in the
+// pool draining: its last local pod is stopping, or it has none, and
+// kube-proxy would send new connections only to a terminating pod or
+// nowhere. Its health check (the healthCheckNodePort) fails too, but only
+// after the probe's fall count; draining takes effect at once. The node stays
+// registered so that a pod starting there finds it (the readiness gate waits
+// for the node's backend to be active, never for its health: invariant 5).
+func nodeBackends(nodes []*corev1.Node, nodePort int32, local map[string]bool) []Backend {
 	var out []Backend
 	for _, n := range nodes {
 		if NodeExcluded(n) {
 			continue
 		}
 		if ip := NodeAddress(n); ip != "" {
-			out = append(out, Backend{Address: ip, Port: nodePort, Weight: DefaultWeight, State: Active})
+			b := Backend{Address: ip, Port: nodePort, Weight: DefaultWeight, State: Active}
+			if local != nil && !local[n.Name] {
+				b.State, b.Weight = Draining, 0
+			}
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// localNodes names the nodes that have an endpoint of the Service that is not
+// terminating, ready or not yet: a pod that starts makes its node active
+// before it is ready, so the readiness gate that waits for it can open.
+func localNodes(slices []*discoveryv1.EndpointSlice, family discoveryv1.AddressType) map[string]bool {
+	out := map[string]bool{}
+	for _, s := range slices {
+		if s.AddressType == discoveryv1.AddressTypeFQDN || family != "" && s.AddressType != "" && s.AddressType != family {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if ep.NodeName != nil && (ep.Conditions.Terminating == nil || !*ep.Conditions.Terminating) {
+				out[*ep.NodeName] = true
+			}
 		}
 	}
 	return out

@@ -30,6 +30,7 @@ func svc(mutate ...func(*corev1.Service)) *corev1.Service {
 type ep struct {
 	addr                        string
 	ready, serving, terminating *bool
+	node                        string
 }
 
 func epSlice(port int32, eps ...ep) *discoveryv1.EndpointSlice {
@@ -37,8 +38,12 @@ func epSlice(port int32, eps ...ep) *discoveryv1.EndpointSlice {
 		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
 	for _, e := range eps {
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.addr},
-			Conditions: discoveryv1.EndpointConditions{Ready: e.ready, Serving: e.serving, Terminating: e.terminating}})
+		d := discoveryv1.Endpoint{Addresses: []string{e.addr},
+			Conditions: discoveryv1.EndpointConditions{Ready: e.ready, Serving: e.serving, Terminating: e.terminating}}
+		if e.node != "" {
+			d.NodeName = ptr.To(e.node)
+		}
+		s.Endpoints = append(s.Endpoints, d)
 	}
 	return s
 }
@@ -164,8 +169,44 @@ func TestDesiredBackends(t *testing.T) {
 				s.Spec.HealthCheckNodePort = 32000
 			}), Config: nodeCfg},
 			opts:  DesiredOptions{Nodes: []*corev1.Node{node("a", "192.0.2.1", true, nil)}},
+			want:  []string{"192.0.2.1:30080=draining"}, /* no local endpoint */
+			probe: Probe{Kind: ProbeHTTP, Port: 32000, Path: "/healthz", IntervalMillis: 2000, Rise: 2, Fall: 3},
+		},
+		{
+			// The last local pod of node a is stopping, b has a pod that is
+			// not ready yet, c has none: only b takes new connections; a and c
+			// stay registered, drained.
+			name: "node mode with Local: nodes without a local endpoint that is not terminating drain",
+			in: ServiceInput{Service: svc(func(s *corev1.Service) {
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.HealthCheckNodePort = 32000
+			}), Config: nodeCfg, Slices: []*discoveryv1.EndpointSlice{
+				epSlice(8080, ep{addr: "10.0.0.1", ready: no, serving: yes, terminating: yes, node: "a"},
+					ep{addr: "10.0.1.1", ready: no, node: "b"})}},
+			opts: DesiredOptions{Nodes: []*corev1.Node{node("a", "192.0.2.1", true, nil),
+				node("b", "192.0.2.2", true, nil), node("c", "192.0.2.3", true, nil)}},
+			want:  []string{"192.0.2.1:30080=draining", "192.0.2.2:30080=active", "192.0.2.3:30080=draining"},
+			probe: Probe{Kind: ProbeHTTP, Port: 32000, Path: "/healthz", IntervalMillis: 2000, Rise: 2, Fall: 3},
+		},
+		{
+			name: "node mode with Local: a ready sibling keeps the node active",
+			in: ServiceInput{Service: svc(func(s *corev1.Service) {
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.HealthCheckNodePort = 32000
+			}), Config: nodeCfg, Slices: []*discoveryv1.EndpointSlice{
+				epSlice(8080, ep{addr: "10.0.0.1", ready: no, serving: yes, terminating: yes, node: "a"},
+					ep{addr: "10.0.0.2", ready: yes, node: "a"})}},
+			opts:  DesiredOptions{Nodes: []*corev1.Node{node("a", "192.0.2.1", true, nil)}},
 			want:  []string{"192.0.2.1:30080=active"},
 			probe: Probe{Kind: ProbeHTTP, Port: 32000, Path: "/healthz", IntervalMillis: 2000, Rise: 2, Fall: 3},
+		},
+		{
+			name: "node mode with Cluster: endpoints do not change node backends",
+			in: ServiceInput{Service: svc(), Config: nodeCfg, Slices: []*discoveryv1.EndpointSlice{
+				epSlice(8080, ep{addr: "10.0.0.1", ready: no, serving: yes, terminating: yes, node: "a"})}},
+			opts:  DesiredOptions{Nodes: []*corev1.Node{node("a", "192.0.2.1", true, nil), node("b", "192.0.2.2", true, nil)}, KubeProxyHealthzPort: 10256},
+			want:  []string{"192.0.2.1:30080=active", "192.0.2.2:30080=active"},
+			probe: Probe{Kind: ProbeHTTP, Port: 10256, Path: "/healthz", IntervalMillis: 2000, Rise: 2, Fall: 3},
 		},
 		{
 			name:  "node mode with Cluster traffic policy probes kube-proxy's healthz",
@@ -181,7 +222,7 @@ func TestDesiredBackends(t *testing.T) {
 				s.Spec.HealthCheckNodePort = 32000
 			}), Config: nodeCfg},
 			opts:  DesiredOptions{Nodes: []*corev1.Node{node("a", "192.0.2.1", true, nil)}, KubeProxyHealthzPort: 10256},
-			want:  []string{"192.0.2.1:30080=active"},
+			want:  []string{"192.0.2.1:30080=draining"}, /* no local endpoint */
 			probe: Probe{Kind: ProbeHTTP, Port: 32000, Path: "/healthz", IntervalMillis: 2000, Rise: 2, Fall: 3},
 		},
 		{

@@ -12,6 +12,13 @@ type StepOptions struct {
 	// MaxUnavailable is the share of a listener's serving backends one step
 	// may take out of service (default DefaultMaxUnavailable).
 	MaxUnavailable func(listener string) intstr.IntOrString
+	// Keep reports a listener whose draining backends stay in the pool until
+	// desired no longer has them (node mode: a node with no local endpoint of
+	// an externalTrafficPolicy Local Service is drained, not removed). Such a
+	// backend is drained at once, outside the MaxUnavailable budget (it serves
+	// nothing new: kube-proxy would send only to a terminating pod), and
+	// added drained when the load balancer lacks it. Nil means none.
+	Keep func(listener string) bool
 }
 
 // StepResult says whether the step held anything back.
@@ -33,7 +40,9 @@ type StepResult struct {
 //     out of service (at least one), while the backends desired adds are
 //     added at once, so a rollout's new pool is in place before the old one
 //     has drained;
-//   - a draining backend that the load balancer does not have is not added.
+//   - a draining backend that the load balancer does not have is not added;
+//   - except on a listener Keep names, where desired draining backends are
+//     kept, drained at once and added drained (see StepOptions.Keep).
 //
 // Step is pure: the caller supplies connection counts and clocks through
 // Drained.
@@ -48,7 +57,9 @@ func Step(observed, desired *LoadBalancer, opts StepOptions) (*LoadBalancer, Ste
 		l := &des.Listeners[i]
 		o := obs.Listener(l.Name)
 		if o == nil {
-			l.Backends = dropDraining(l.Backends)
+			if opts.Keep == nil || !opts.Keep(l.Name) {
+				l.Backends = dropDraining(l.Backends)
+			}
 			continue
 		}
 		if stepListener(o, l, opts) {
@@ -83,6 +94,7 @@ func stepListener(o, l *Listener, opts StepOptions) bool {
 	}
 	budget := maxUnavailable(opts, l.Name, serving)
 	drained := func(b Backend) bool { return opts.Drained != nil && opts.Drained(l.Name, b) }
+	keep := opts.Keep != nil && opts.Keep(l.Name)
 
 	pending := false
 	var out []Backend
@@ -90,7 +102,7 @@ func stepListener(o, l *Listener, opts StepOptions) bool {
 		wb, wanted := want[ob.ID()]
 		delete(want, ob.ID())
 		switch {
-		case wanted && wb.State == Active:
+		case wanted && (wb.State == Active || keep):
 			out = append(out, wb)
 		case ob.State == Active:
 			// Leaving: drain first, within the step's budget.
@@ -112,7 +124,7 @@ func stepListener(o, l *Listener, opts StepOptions) bool {
 	}
 	// What observed does not have: add active backends; never add draining ones.
 	for _, b := range want {
-		if b.State == Active {
+		if b.State == Active || keep {
 			out = append(out, b)
 		}
 	}

@@ -103,6 +103,28 @@ func TestStep(t *testing.T) {
 			want:     []string{"10.0.0.1:80=active"},
 		},
 		{
+			name:     "kept listener: a node whose last local pod stops drains at once, outside the budget, and stays",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), be("10.0.0.2", 80), drainingBe("10.0.0.3"))),
+			desired:  lbOf(listener("a", 80, drainingBe("10.0.0.1"), drainingBe("10.0.0.2"), drainingBe("10.0.0.3"), drainingBe("10.0.0.4"))),
+			opts:     StepOptions{Drained: all, Keep: func(string) bool { return true }},
+			want:     []string{"10.0.0.1:80=draining", "10.0.0.2:80=draining", "10.0.0.3:80=draining", "10.0.0.4:80=draining"},
+		},
+		{
+			name:     "kept listener: a node that leaves still drains, then goes",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), drainingBe("10.0.0.2"))),
+			desired:  lbOf(listener("a", 80)),
+			opts:     StepOptions{Drained: all, Keep: func(string) bool { return true }},
+			want:     []string{"10.0.0.1:80=draining"},
+			pending:  true,
+		},
+		{
+			name:     "kept listener: a new listener gets its drained nodes",
+			observed: lbOf(),
+			desired:  lbOf(listener("a", 80, be("10.0.0.1", 80), drainingBe("10.0.0.2"))),
+			opts:     StepOptions{Keep: func(string) bool { return true }},
+			want:     []string{"10.0.0.1:80=active", "10.0.0.2:80=draining"},
+		},
+		{
 			name:     "weight changes of staying backends pass",
 			observed: lbOf(listener("a", 80, be("10.0.0.1", 80))),
 			desired:  lbOf(listener("a", 80, Backend{Address: "10.0.0.1", Port: 80, Weight: 10})),

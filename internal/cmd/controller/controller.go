@@ -30,6 +30,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/drain"
+	"zerodrop.dev/zerodrop/internal/kubeproxy"
 	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
@@ -52,9 +53,13 @@ type Config struct {
 	AddressMap     string
 	// KubeProxyHealthzPort is what node-mode Cluster listeners probe.
 	KubeProxyHealthzPort int
-	ResyncPeriod         time.Duration
-	DrainAddr            string
-	ReadinessGate        bool
+	// KubeProxyMargin and KubeProxyFallback tune the node-mode termination
+	// gate (drain.Options).
+	KubeProxyMargin   time.Duration
+	KubeProxyFallback time.Duration
+	ResyncPeriod      time.Duration
+	DrainAddr         string
+	ReadinessGate     bool
 	// Immediate removes backends at once (upstream-like, for comparison).
 	Immediate       bool
 	MetricsAddr     string
@@ -87,6 +92,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AddressPool, "address-pool", "127.0.100.0/24", "CIDR frontend addresses are allocated from")
 	fs.StringVar(&c.AddressMap, "backend-address-map", "", "rewrite backend addresses, FROM=TO[,…] with equal prefix lengths (the lab publishes loopback pods as 198.18.0.0/15=127.18.0.0/15)")
 	fs.IntVar(&c.KubeProxyHealthzPort, "kube-proxy-healthz-port", 10256, "node mode, externalTrafficPolicy Cluster: probe GET /healthz on this port of every node (kube-proxy's --healthz-bind-address), as cloud load balancers do; 0 probes the nodePort over TCP")
+	fs.DurationVar(&c.KubeProxyMargin, "kube-proxy-sync-margin", time.Second, "node mode: a drain call answers once every kube-proxy that may send the pod new connections reports a sync (its /healthz on --kube-proxy-healthz-port) this long after the pod's deletion began, for informer delay and clock skew")
+	fs.DurationVar(&c.KubeProxyFallback, "kube-proxy-fallback-delay", 10*time.Second, "node mode with --kube-proxy-healthz-port 0: a drain call counts kube-proxy as synced this long after the pod's deletion began")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", 10*time.Minute, "every load balancer is checked again this often")
 	fs.StringVar(&c.DrainAddr, "drain-bind-address", ":9090", "termination-gate endpoint (GET /drain?pod=ns/name), served by every replica (0 disables)")
 	fs.BoolVar(&c.ReadinessGate, "readiness-gate", true, "set the zerodrop.dev/load-balancer-ready condition on pods that carry the gate")
@@ -125,6 +132,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KubeProxyHealthzPort < 0 || c.KubeProxyHealthzPort > 65535 {
 		return fmt.Errorf("--kube-proxy-healthz-port %d: want 0 (probe the nodePort) to 65535", c.KubeProxyHealthzPort)
+	}
+	if c.KubeProxyMargin < 0 || c.KubeProxyFallback < 0 {
+		return fmt.Errorf("--kube-proxy-sync-margin %s, --kube-proxy-fallback-delay %s: want durations of at least 0", c.KubeProxyMargin, c.KubeProxyFallback)
 	}
 	if c.Webhook.Enabled {
 		if err := c.Webhook.Validate(); err != nil {
@@ -303,7 +313,12 @@ func RunConfig(ctx context.Context, cfg Config) error {
 	}
 	drainSrv := &drain.Server{}
 	if cfg.DrainAddr != "" && cfg.DrainAddr != "0" {
-		h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Metrics: m, Logger: log.WithName("drain")})
+		var kp *kubeproxy.Client
+		if cfg.KubeProxyHealthzPort != 0 {
+			kp = &kubeproxy.Client{Port: int32(cfg.KubeProxyHealthzPort)}
+		}
+		h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Metrics: m, Logger: log.WithName("drain"),
+			KubeProxy: kp, KubeProxyMargin: cfg.KubeProxyMargin, KubeProxyFallback: cfg.KubeProxyFallback})
 		drainSrv = &drain.Server{Addr: cfg.DrainAddr, Handler: h, Logger: log.WithName("drain")}
 		if err := mgr.Add(drainSrv); err != nil {
 			return err

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"zerodrop.dev/zerodrop/internal/lbtarget"
+	"zerodrop.dev/zerodrop/internal/model"
 )
 
 // ConditionType is the pod readiness gate zerodrop owns.
@@ -162,15 +163,16 @@ func (r *Reconciler) open(ctx context.Context, log logr.Logger, pod *corev1.Pod)
 }
 
 // verdict decides the gate from what the load balancers report. In node mode
-// with externalTrafficPolicy Local the node must be registered, not healthy:
-// its health check answers only once a local pod is ready, which waits for
-// this gate.
+// with externalTrafficPolicy Local the node must be registered and active
+// (the controller enables it once the pod's endpoint is there, ready or
+// not), not healthy: its health check answers only once a local pod is
+// ready, which waits for this gate (invariant 5).
 func verdict(targets []lbtarget.Target) (bool, string, string) {
 	if len(targets) == 0 {
 		return true, "NoLoadBalancer", "no zerodrop load balancer selects this pod"
 	}
 	for _, t := range targets {
-		if !t.Registered || (!t.NodeOnly && !t.Healthy) {
+		if !t.Registered || (!t.NodeOnly && !t.Healthy) || (t.NodeOnly && t.State != model.Active) {
 			return false, "", ""
 		}
 	}

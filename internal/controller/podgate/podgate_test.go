@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"zerodrop.dev/zerodrop/internal/lbtarget"
+	"zerodrop.dev/zerodrop/internal/model"
 )
 
 func TestVerdict(t *testing.T) {
@@ -26,7 +27,8 @@ func TestVerdict(t *testing.T) {
 		{"one of two ports not healthy", []lbtarget.Target{served, {Listener: "b", Registered: true}}, false, ""},
 		{"served by both", []lbtarget.Target{served, {Listener: "b", Registered: true, Healthy: true}}, true, "LoadBalancerServing"},
 		{"node mode, Cluster: node registered, not healthy", []lbtarget.Target{{Listener: "a", Registered: true, Node: true}}, false, ""},
-		{"node mode, Local: node registered, not healthy", []lbtarget.Target{{Listener: "a", Registered: true, Node: true, NodeOnly: true}}, true, "LoadBalancerServing"},
+		{"node mode, Local: node registered and active, not healthy", []lbtarget.Target{{Listener: "a", Registered: true, Node: true, NodeOnly: true, State: model.Active}}, true, "LoadBalancerServing"},
+		{"node mode, Local: node registered, drained (no local endpoint yet)", []lbtarget.Target{{Listener: "a", Registered: true, Node: true, NodeOnly: true, State: model.Draining}}, false, ""},
 		{"node mode, Local: node not registered", []lbtarget.Target{{Listener: "a", Node: true, NodeOnly: true}}, false, ""},
 	}
 	for _, tc := range cases {

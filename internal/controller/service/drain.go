@@ -82,8 +82,9 @@ func (c *Controller) step(ctx context.Context, key string, st *state, observed, 
 
 	// Connection counts are read only when something is draining, so a
 	// no-op reconcile stays at one read.
+	keep := func(listener string) bool { return configOf(listener).Mode == model.NodeMode }
 	conns := map[string]int64{}
-	if hasDraining(observed) {
+	if hasDraining(observed, desired, keep) {
 		statuses, err := c.opts.Provider.Backends(ctx, key)
 		if err != nil {
 			return nil, false, fmt.Errorf("read backend status of %s: %w", key, err)
@@ -102,17 +103,35 @@ func (c *Controller) step(ctx context.Context, key string, st *state, observed, 
 			return now.Sub(since) >= configOf(listener).DrainTimeout
 		},
 		MaxUnavailable: func(listener string) intstr.IntOrString { return configOf(listener).MaxUnavailable },
+		Keep:           keep,
 	})
 	c.drains.keep(key, next)
 	return next, res.Pending, nil
 }
 
-func hasDraining(lb *model.LoadBalancer) bool {
-	for _, l := range lb.Listeners {
-		for _, b := range l.Backends {
-			if b.State == model.Draining {
-				return true
+// hasDraining reports a draining backend on its way out of observed. A node
+// kept drained on a listener keep names (externalTrafficPolicy Local, no
+// local endpoint) is not: it may stay so for good, and a reconcile that
+// changes nothing must stay at one read.
+func hasDraining(observed, desired *model.LoadBalancer, keep func(string) bool) bool {
+	for _, l := range observed.Listeners {
+		var want map[string]model.Backend
+		if keep(l.Name) {
+			want = map[string]model.Backend{}
+			if dl := desired.Listener(l.Name); dl != nil {
+				for _, b := range dl.Backends {
+					want[b.ID()] = b
+				}
 			}
+		}
+		for _, b := range l.Backends {
+			if b.State != model.Draining {
+				continue
+			}
+			if w, ok := want[b.ID()]; ok && w.State == model.Draining {
+				continue
+			}
+			return true
 		}
 	}
 	return false

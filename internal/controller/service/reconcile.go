@@ -249,7 +249,10 @@ func (c *Controller) collect(ctx context.Context, key string) (*state, error) {
 	}
 	for _, ins := range [][]model.ServiceInput{st.active, st.held} {
 		for i := range ins {
-			if ins[i].Config.Mode != model.IPMode {
+			// Node mode reads them only for externalTrafficPolicy Local: a
+			// node without a local endpoint drains (model.Desired).
+			local := ins[i].Service.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+			if ins[i].Config.Mode != model.IPMode && !local {
 				continue
 			}
 			slices, err := c.slices(ctx, ins[i].Service)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"zerodrop.dev/zerodrop/internal/kubeproxy"
 	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
@@ -101,7 +103,7 @@ func TestKubeProxyHealthCheckNodePort(t *testing.T) {
 			t.Logf("kube-proxy log (tail):\n%s", b)
 		}
 	}()
-	if _, err := l.Start(node.Netns, logFile, logFile, filepath.Join(assets, "kube-proxy"),
+	kubeProxy, err := l.Start(node.Netns, logFile, logFile, filepath.Join(assets, "kube-proxy"),
 		"--kubeconfig", kubeconfig,
 		"--hostname-override", nodeName,
 		"--proxy-mode", "nftables",
@@ -111,7 +113,8 @@ func TestKubeProxyHealthCheckNodePort(t *testing.T) {
 		// Leave the kernel's conntrack table size alone: it is not per namespace.
 		"--conntrack-max-per-core", "0",
 		"--v", "2",
-	); err != nil {
+	)
+	if err != nil {
 		t.Fatal(err)
 	}
 
@@ -171,12 +174,38 @@ func TestKubeProxyHealthCheckNodePort(t *testing.T) {
 		t.Errorf("kube-proxy's nftables table is not in the node namespace: %v", err)
 	}
 
+	// What zerodrop's node-mode termination gate rests on (internal/drain):
+	// once kube-proxy's /healthz reports a sync of the family that ended
+	// after the endpoint's change plus a margin, that sync carried the
+	// change. Checked here the moment it is first reported: the health-check
+	// node port, which the same sync updates just after it reports itself,
+	// answers 503 within 2 s (nothing else changes, so no later sync comes
+	// before the 30 s periodic one).
+	kp := &kubeproxy.Client{Port: 10256, HTTP: &http.Client{Timeout: time.Second,
+		Transport: &http.Transport{DialContext: host.DialContext, DisableKeepAlives: true}}}
+	changed := time.Now()
 	slice.Endpoints[0].Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}
 	if _, err := cs.DiscoveryV1().EndpointSlices("default").Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 60*time.Second, "health-check node port 503 with only a terminating-but-serving endpoint", probe(http.StatusServiceUnavailable))
+	testutil.Eventually(t, 60*time.Second, "kube-proxy's /healthz to report a sync after the endpoint turned terminating", func() (bool, string) {
+		ok, err := kp.SyncedAfter(ctx, node.IP.String(), "IPv4", changed.Add(time.Second))
+		if err != nil {
+			return false, err.Error()
+		}
+		return ok, "last sync before the change and margin"
+	})
+	testutil.Eventually(t, 2*time.Second, "the sync kube-proxy reported to have carried the change (health-check node port 503)", probe(http.StatusServiceUnavailable))
 	testutil.Eventually(t, 60*time.Second, "the nodePort to still forward to the terminating-but-serving pod (KEP-1669)", forwards)
+
+	// A kube-proxy stopped with SIGSTOP still accepts connections (the
+	// kernel does) and never answers: /healthz reads fail, which keeps a
+	// drain call waiting rather than answering on stale rules.
+	kubeProxy.Signal(syscall.SIGSTOP)
+	if _, err := kp.Read(ctx, node.IP.String()); err == nil {
+		t.Errorf("kube-proxy stopped with SIGSTOP answered /healthz")
+	}
+	kubeProxy.Signal(syscall.SIGCONT)
 
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
