@@ -60,10 +60,9 @@ type Options struct {
 	// kube-proxy that may send to it has synced after its deletion). Nil:
 	// /healthz is not reachable, and KubeProxyFallback is waited instead.
 	KubeProxy *kubeproxy.Client
-	// KubeProxyMargin is added to the pod's deletion time before a
-	// kube-proxy sync counts: the endpoint controller's and kube-proxy's
-	// informer delays and the clock skew between node and API server
-	// (default 1s).
+	// KubeProxyMargin is waited, after this replica's cache shows the pod's
+	// endpoint change, for every kube-proxy to have watched and synced it
+	// (default 2s: kube-proxy's --min-sync-period is 1 s).
 	KubeProxyMargin time.Duration
 	// KubeProxyFallback is how long after the pod's deletion the kube-proxy
 	// path counts as synced when KubeProxy is nil (default 10s).
@@ -116,7 +115,7 @@ func NewHandler(opts Options) *Handler {
 		opts.MaxCalls = 1000
 	}
 	if opts.KubeProxyMargin <= 0 {
-		opts.KubeProxyMargin = time.Second
+		opts.KubeProxyMargin = 2 * time.Second
 	}
 	if opts.KubeProxyFallback <= 0 {
 		opts.KubeProxyFallback = 10 * time.Second
@@ -374,7 +373,7 @@ func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (bool, string, erro
 	desc := ""
 	var lastErr error
 	var removedSince time.Time
-	synced := map[string]bool{} // nodes whose kube-proxy synced after the deletion
+	pw := &proxyWait{synced: map[string]bool{}}
 	backoff := h.opts.PollInterval
 	for {
 		next := h.opts.PollInterval
@@ -398,7 +397,7 @@ func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (bool, string, erro
 				removedSince = time.Time{}
 				break
 			}
-			if waiting, err := h.proxiesSynced(ctx, pod, targets, synced); err != nil || waiting > 0 {
+			if waiting, err := h.proxiesSynced(ctx, pod, targets, pw); err != nil || waiting > 0 {
 				if err != nil {
 					if lastErr == nil {
 						log.Info("drain: kube-proxy healthz not answering, looking again until the deadline", "err", err)
@@ -427,45 +426,82 @@ func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (bool, string, erro
 	}
 }
 
-// proxiesSynced counts the nodes of node-mode targets (Target.Sending) whose
-// kube-proxy has not yet been seen to sync after the pod's deletion plus
-// KubeProxyMargin; synced remembers those that have. A kube-proxy that does
-// not answer (stopped, its node gone) keeps the call waiting, until its node
-// leaves Sending (the load balancer's probe of it fails) or the deadline.
-func (h *Handler) proxiesSynced(ctx context.Context, pod *corev1.Pod, targets []lbtarget.Target, synced map[string]bool) (int, error) {
-	after := deletionStart(pod).Add(h.opts.KubeProxyMargin)
+// proxyWait is what a wait loop remembers of kube-proxy between two looks.
+type proxyWait struct {
+	synced      map[string]bool // nodes whose kube-proxy synced after the deletion began
+	publishedAt time.Time       // when this replica's cache first showed the endpoint change
+}
+
+// proxiesSynced counts the nodes of node-mode targets (Target.Sending) that
+// may still send the pod new connections through kube-proxy. There is no
+// exact signal that a kube-proxy has programmed a change; the heuristic is:
+//
+//   - this replica's cache shows the pod's endpoint terminating (or gone):
+//     the change is written, and every kube-proxy watches it as this cache
+//     does;
+//   - every such kube-proxy answers /healthz with a sync of the pod's IP
+//     family that ended after the pod's deletion began: it is alive and
+//     syncing (one that does not answer keeps the call waiting, until the
+//     load balancer's probe takes its node out of Sending, or the deadline);
+//   - KubeProxyMargin has passed since the cache showed the change: the time
+//     for kube-proxy's watch and its sync, which follows a change within its
+//     --min-sync-period (1 s by default).
+//
+// It does not wait for a sync after the change plus a margin: kube-proxy in
+// nftables mode syncs only on changes (and hourly), so a change synced within
+// the margin would hold the call to its deadline (the lab's kube-proxy test
+// saw it).
+func (h *Handler) proxiesSynced(ctx context.Context, pod *corev1.Pod, targets []lbtarget.Target, pw *proxyWait) (int, error) {
+	started := deletionStart(pod)
 	family := "IPv4"
 	if a, err := netip.ParseAddr(pod.Status.PodIP); err == nil && a.Unmap().Is6() {
 		family = "IPv6"
 	}
-	waiting := 0
+	waiting, published, sending := 0, true, false
 	var lastErr error
 	seen := map[string]bool{}
 	for _, t := range targets {
+		if len(t.Sending) > 0 {
+			sending = true
+			published = published && t.ChangePublished
+		}
 		for _, node := range t.Sending {
-			if synced[node] || seen[node] {
+			if pw.synced[node] || seen[node] {
 				continue
 			}
 			seen[node] = true
 			if h.opts.KubeProxy == nil {
-				if time.Now().After(deletionStart(pod).Add(h.opts.KubeProxyFallback)) {
-					synced[node] = true
+				if time.Now().After(started.Add(h.opts.KubeProxyFallback)) {
+					pw.synced[node] = true
 				} else {
 					waiting++
 				}
 				continue
 			}
-			ok, err := h.opts.KubeProxy.SyncedAfter(ctx, node, family, after)
+			ok, err := h.opts.KubeProxy.SyncedAfter(ctx, node, family, started)
 			switch {
 			case err != nil:
 				lastErr = err
 				waiting++
 			case ok:
-				synced[node] = true
+				pw.synced[node] = true
 			default:
 				waiting++
 			}
 		}
+	}
+	if !sending {
+		return 0, nil
+	}
+	switch {
+	case !published:
+		pw.publishedAt = time.Time{}
+		return max(waiting, 1), lastErr
+	case pw.publishedAt.IsZero():
+		pw.publishedAt = time.Now()
+	}
+	if h.opts.KubeProxy != nil && time.Since(pw.publishedAt) < h.opts.KubeProxyMargin {
+		return max(waiting, 1), lastErr
 	}
 	return waiting, lastErr
 }

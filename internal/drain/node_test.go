@@ -17,6 +17,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"zerodrop.dev/zerodrop/internal/kubeproxy"
@@ -81,9 +82,16 @@ func startProxies(t *testing.T) (port int32, proxies [2]*fakeProxy) {
 type nodeCase struct {
 	policy  corev1.ServiceExternalTrafficPolicy
 	sibling bool // a ready pod of the Service on the same node
+	// unpublished: the slice still shows the pod's endpoint ready.
+	unpublished bool
 }
 
 func nodeFixture(t *testing.T, c nodeCase, grace time.Duration, prov provider.Provider, o Options) *Handler {
+	h, _ := nodeFixtureClient(t, c, grace, prov, o)
+	return h
+}
+
+func nodeFixtureClient(t *testing.T, c nodeCase, grace time.Duration, prov provider.Provider, o Options) (*Handler, client.Client) {
 	t.Helper()
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web",
 		Annotations: map[string]string{model.AnnotationBackendMode: string(model.NodeMode)}},
@@ -104,6 +112,9 @@ func nodeFixture(t *testing.T, c nodeCase, grace time.Duration, prov provider.Pr
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, NodeName: ptr.To("n1"),
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "web", UID: "u1"},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}}}}
+	if c.unpublished {
+		slice.Endpoints[0].Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(true)}
+	}
 	if c.sibling {
 		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.0.9"}, NodeName: ptr.To("n1"),
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "web-2", UID: "u9"},
@@ -114,7 +125,7 @@ func nodeFixture(t *testing.T, c nodeCase, grace time.Duration, prov provider.Pr
 	o.Finder = &lbtarget.Finder{Reader: reader, Services: allManaged{}, Provider: prov}
 	o.Logger = testr.New(t)
 	o.PollInterval, o.CacheLag = 10*time.Millisecond, 50*time.Millisecond
-	return NewHandler(o)
+	return NewHandler(o), reader
 }
 
 // nodeStatus is the two nodes' backends on the Service's listener.
@@ -184,6 +195,47 @@ func TestNodeLocalSiblingWaitsForItsKubeProxy(t *testing.T) {
 	}
 	if n := proxies[1].reads.Load(); n != 0 {
 		t.Fatalf("the other node's kube-proxy was read %d times; Local traffic reaches the pod only through its own node", n)
+	}
+}
+
+// TestNodeWaitsForTheEndpointChange: kube-proxy acts on the EndpointSlice,
+// so while the slice (this replica's cache of it) still shows the pod's
+// endpoint ready, a synced kube-proxy proves nothing: the call waits for the
+// change, then the margin.
+func TestNodeWaitsForTheEndpointChange(t *testing.T) {
+	port, proxies := startProxies(t)
+	later := time.Now().Add(time.Hour)
+	proxies[0].synced.Store(&later)
+	proxies[1].synced.Store(&later)
+	var looks atomic.Int64
+	prov := scripted{backends: func(context.Context) ([]provider.BackendStatus, error) {
+		looks.Add(1)
+		return nodeStatus(model.Active, model.Active, true), nil
+	}}
+	h, c := nodeFixtureClient(t, nodeCase{policy: corev1.ServiceExternalTrafficPolicyCluster, unpublished: true}, 30*time.Second, prov,
+		Options{KubeProxy: &kubeproxy.Client{Port: port}, KubeProxyMargin: 100 * time.Millisecond})
+	var published atomic.Bool
+	go func() {
+		for looks.Load() < 30 { // well past the margin
+			time.Sleep(5 * time.Millisecond)
+		}
+		var s discoveryv1.EndpointSlice
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "web-1"}, &s); err != nil {
+			t.Error(err)
+			return
+		}
+		s.Endpoints[0].Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}
+		published.Store(true)
+		if err := c.Update(context.Background(), &s); err != nil {
+			t.Error(err)
+		}
+	}()
+	a := callNodeGate(t, h)
+	if a.err != nil || a.result != "drained" {
+		t.Fatalf("got %d %q %q (%v), want drained once the slice shows the change", a.code, a.result, a.body, a.err)
+	}
+	if !published.Load() {
+		t.Fatal("answered drained while the EndpointSlice still showed the pod's endpoint ready")
 	}
 }
 

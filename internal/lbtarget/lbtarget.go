@@ -61,6 +61,10 @@ type Target struct {
 	// listener; only those the load balancer still sends to (active, and not
 	// reported down by its health check).
 	Sending []string
+	// ChangePublished: node mode, and the Service's EndpointSlices (this
+	// replica's cache of them) show the pod's endpoint terminating or no
+	// more — what kube-proxy acts on.
+	ChangePublished bool
 	// Connections of the pod's backend, -1 when unknown or not registered.
 	Connections int64
 	State       model.BackendState
@@ -99,7 +103,7 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 		// judge the pod by that config, the default in place of a bad value.
 		cfg, _ := model.ParseServiceConfig(svc.Annotations)
 		addrs := f.podAddresses(pod)
-		nodeOnly, lastLocal := false, false
+		nodeOnly, lastLocal, published := false, false, false
 		if cfg.Mode == model.NodeMode {
 			var node corev1.Node
 			if err := f.Reader.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, &node); err != nil {
@@ -107,11 +111,11 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			}
 			addrs = map[string]bool{canonical(model.MapAddress(f.AddressMap, model.NodeAddress(&node))): true}
 			nodeOnly = svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
-			if nodeOnly {
-				if lastLocal, err = f.lastLocal(ctx, svc, pod); err != nil {
-					return nil, err
-				}
+			var last bool
+			if last, published, err = f.localView(ctx, svc, pod); err != nil {
+				return nil, err
 			}
+			lastLocal = nodeOnly && last
 		}
 		key := f.Services.Key(svc)
 		statuses, seen := statusByLB[key]
@@ -131,7 +135,8 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			}
 			listener := model.ListenerName(svc.Namespace, svc.Name, proto, port.Port)
 			t := Target{Service: svc.Namespace + "/" + svc.Name, LB: key, Listener: listener,
-				Node: cfg.Mode == model.NodeMode, NodeOnly: nodeOnly, LastLocal: lastLocal, Connections: -1}
+				Node: cfg.Mode == model.NodeMode, NodeOnly: nodeOnly, LastLocal: lastLocal,
+				ChangePublished: published, Connections: -1}
 			for _, s := range statuses {
 				if s.Listener != listener {
 					continue
@@ -151,30 +156,31 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 	return out, nil
 }
 
-// lastLocal reports whether the pod is the last endpoint of svc on its node
-// that is not terminating, as the EndpointSlices show it. The pod itself does
+// localView reads the Service's EndpointSlices: last, the pod is the last
+// endpoint of svc on its node that is not terminating (the pod itself does
 // not count, whatever its slice says yet: the drain call comes as soon as the
-// kubelet sees the deletion, maybe before the slice does.
-func (f *Finder) lastLocal(ctx context.Context, svc *corev1.Service, pod *corev1.Pod) (bool, error) {
+// kubelet sees the deletion, maybe before the slice does); published, the
+// slices show the pod's endpoint terminating or no more.
+func (f *Finder) localView(ctx context.Context, svc *corev1.Service, pod *corev1.Pod) (last, published bool, err error) {
 	var slices discoveryv1.EndpointSliceList
 	if err := f.Reader.List(ctx, &slices, client.InNamespace(svc.Namespace),
 		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
-		return false, fmt.Errorf("list endpoint slices of %s/%s: %w", svc.Namespace, svc.Name, err)
+		return false, false, fmt.Errorf("list endpoint slices of %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
+	last, published = true, true
 	for _, s := range slices.Items {
 		for _, ep := range s.Endpoints {
-			if ep.NodeName == nil || *ep.NodeName != pod.Spec.NodeName {
-				continue
-			}
+			terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
 			if isPod(ep, pod) {
+				published = published && terminating
 				continue
 			}
-			if ep.Conditions.Terminating == nil || !*ep.Conditions.Terminating {
-				return false, nil
+			if ep.NodeName != nil && *ep.NodeName == pod.Spec.NodeName && !terminating {
+				last = false
 			}
 		}
 	}
-	return true, nil
+	return last, published, nil
 }
 
 // isPod: the endpoint is pod's, by its target (the uid when the slice has

@@ -175,12 +175,11 @@ func TestKubeProxyHealthCheckNodePort(t *testing.T) {
 	}
 
 	// What zerodrop's node-mode termination gate rests on (internal/drain):
-	// once kube-proxy's /healthz reports a sync of the family that ended
-	// after the endpoint's change plus a margin, that sync carried the
-	// change. Checked here the moment it is first reported: the health-check
-	// node port, which the same sync updates just after it reports itself,
-	// answers 503 within 2 s (nothing else changes, so no later sync comes
-	// before the 30 s periodic one).
+	// kube-proxy syncs on a change (nftables mode: otherwise hourly), and
+	// /healthz reports that sync (status.IPv4.lastUpdated) after the change
+	// was written; the health-check node port, which the same sync updates
+	// just after it reports itself, then answers 503 within 2 s (nothing
+	// else changes, so no later sync could have carried it).
 	kp := &kubeproxy.Client{Port: 10256, HTTP: &http.Client{Timeout: time.Second,
 		Transport: &http.Transport{DialContext: host.DialContext, DisableKeepAlives: true}}}
 	changed := time.Now()
@@ -189,11 +188,11 @@ func TestKubeProxyHealthCheckNodePort(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 60*time.Second, "kube-proxy's /healthz to report a sync after the endpoint turned terminating", func() (bool, string) {
-		ok, err := kp.SyncedAfter(ctx, node.IP.String(), "IPv4", changed.Add(time.Second))
+		ok, err := kp.SyncedAfter(ctx, node.IP.String(), "IPv4", changed)
 		if err != nil {
 			return false, err.Error()
 		}
-		return ok, "last sync before the change and margin"
+		return ok, "last sync before the change"
 	})
 	testutil.Eventually(t, 2*time.Second, "the sync kube-proxy reported to have carried the change (health-check node port 503)", probe(http.StatusServiceUnavailable))
 	testutil.Eventually(t, 60*time.Second, "the nodePort to still forward to the terminating-but-serving pod (KEP-1669)", forwards)
