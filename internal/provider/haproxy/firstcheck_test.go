@@ -80,4 +80,23 @@ func TestNoTrafficBeforeFirstPassingCheck(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Drained, then enabled again (node mode, externalTrafficPolicy Local:
+	// the node's last pod left, a new one starts there) while its check now
+	// fails but has not failed `fall` times yet: enabling must not send it
+	// traffic on the stale UP — it waits for a passing check again.
+	drained := fresh
+	drained.State = model.Draining
+	applyDiff(t, p, desired(stable[0].backend(), drained))
+	healthy.Store(false)
+	before := hits.Load()
+	applyDiff(t, p, desired(stable[0].backend(), fresh))
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		if _, err := get(lbAddr, port); err != nil {
+			t.Fatalf("GET through HAProxy: %v", err)
+		}
+	}
+	if n := hits.Load() - before; n != 0 {
+		t.Fatalf("the backend enabled again served %d requests on its stale UP, before a passing check", n)
+	}
 }
