@@ -174,7 +174,8 @@ func (p *Provider) addServer(ctx context.Context, proxy string, probe model.Prob
 }
 
 // updateServer sets weight and state, each only when it differs from what
-// HAProxy has.
+// HAProxy has. A server enabled again takes no traffic before a passing
+// check.
 func (p *Provider) updateServer(ctx context.Context, pv *proxyView, b model.Backend) error {
 	b = canonicalBackend(b)
 	sv := pv.server(b)
@@ -196,7 +197,16 @@ func (p *Provider) updateServer(ctx context.Context, pv *proxyView, b model.Back
 			}
 		}
 		if maint || drain {
-			return p.command(ctx, "set-server", "set server "+srv+" state ready", "")
+			// Enabled again (node mode, externalTrafficPolicy Local: a pod
+			// starts on a node whose last one left). Its last check result
+			// may be a stale UP from before; like a new server, it waits
+			// for `rise` passing checks (see addServer).
+			cmds := []string{"set server " + srv + " state ready", "set server " + srv + " health down"}
+			reply, err := p.writeChain(ctx, []string{"set-server", "set-server"}, cmds)
+			if err != nil {
+				return err
+			}
+			return expectEmpty(strings.Join(cmds, "; "), reply)
 		}
 	}
 	return nil
