@@ -40,16 +40,16 @@ const (
 	drainPort     = 9090
 )
 
-// counters are a controller's provider figures, read from its metrics
-// endpoint.
-type counters struct{ writes, conflicts float64 }
+// counters are a controller's provider figures and its drain calls'
+// outcomes (zerodrop_drain_outcome_total), read from its metrics endpoint.
+type counters struct{ writes, conflicts, drained, deadline float64 }
 
 func (c counters) add(o counters) counters {
-	return counters{c.writes + o.writes, c.conflicts + o.conflicts}
+	return counters{c.writes + o.writes, c.conflicts + o.conflicts, c.drained + o.drained, c.deadline + o.deadline}
 }
 
 func (c counters) sub(o counters) counters {
-	return counters{c.writes - o.writes, c.conflicts - o.conflicts}
+	return counters{c.writes - o.writes, c.conflicts - o.conflicts, c.drained - o.drained, c.deadline - o.deadline}
 }
 
 // ctrlScrape is the last scrape of one controller pod.
@@ -262,6 +262,13 @@ func parseMetrics(r io.Reader) (counters, bool, error) {
 			c.writes += v
 		case "zerodrop_provider_conflicts_total":
 			c.conflicts += v
+		case "zerodrop_drain_outcome_total":
+			switch {
+			case strings.Contains(line, `outcome="drained"`):
+				c.drained += v
+			case strings.Contains(line, `outcome="deadline"`):
+				c.deadline += v
+			}
 		case "leader_election_master_status":
 			leader = leader || v == 1
 		}

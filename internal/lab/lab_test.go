@@ -76,7 +76,7 @@ func TestLabRollout(t *testing.T) {
 	}
 	fields := []string{"scenario", "mode", "backend", "traffic_policy", "frontend", "client_netns", "traffic_start", "traffic_end",
 		"requests", "failed_requests", "requests_late", "requests_late_client_stall", "long_conns", "long_conns_closed", "long_conns_broken",
-		"long_reconnect_p50_ms", "long_reconnect_max_ms", "provider_writes", "controller_reported_writes", "provider_conflicts", "hook_failures", "duration_seconds"}
+		"long_reconnect_p50_ms", "long_reconnect_max_ms", "provider_writes", "controller_reported_writes", "provider_conflicts", "hook_failures", "drain_drained", "drain_deadline", "duration_seconds"}
 	var modes []string
 	var baselineLoss float64
 	for _, s := range doc["scenarios"] {
@@ -132,6 +132,12 @@ func TestLabRollout(t *testing.T) {
 			if failed-stalled != 0 || s["long_conns_broken"].(float64) != 0 {
 				t.Errorf("zerodrop mode lost traffic: %v failed requests (%v late, %v of them by a client stall), %v broken long connections (see the log above)",
 					failed, s["requests_late"], stalled, s["long_conns_broken"])
+			}
+			// Every replaced pod's preStop drain call answered drained,
+			// none at its deadline.
+			if s["drain_deadline"].(float64) != 0 || s["drain_drained"].(float64) < 3 {
+				t.Errorf("zerodrop: drain calls answered drained %v, at their deadline %v; want every one of the 3 replaced pods drained",
+					s["drain_drained"], s["drain_deadline"])
 			}
 			if stalled > 0 {
 				t.Logf("zerodrop: %v requests late by a stall of the lab process (counted as failed in the report, not blamed on zerodrop here)", stalled)

@@ -41,7 +41,12 @@ type Result struct {
 	// HookFailures counts the run's preStop hooks that failed: could not
 	// run, an httpGet that failed or answered other than 2xx, or a drain
 	// call that answered "timeout" (the pod stopped undrained).
-	HookFailures    int64   `json:"hook_failures"`
+	HookFailures int64 `json:"hook_failures"`
+	// DrainDrained and DrainDeadline count the zerodrop controllers' drain
+	// calls answered drained and at their deadline
+	// (zerodrop_drain_outcome_total; 0 in modes without the gate).
+	DrainDrained    int64   `json:"drain_drained"`
+	DrainDeadline   int64   `json:"drain_deadline"`
 	DurationSeconds float64 `json:"duration_seconds"`
 	// Frontend is the address the clients sent to; TrafficStart and
 	// TrafficEnd (RFC 3339, milliseconds) bound the traffic, so a client
@@ -118,6 +123,7 @@ func writeTable(w io.Writer, results []Result, modes []Mode) {
 		{"writes", func(r Result) string { return fmt.Sprint(r.ProviderWrites) }},
 		{"conflicts", func(r Result) string { return fmt.Sprint(r.ProviderConflicts) }},
 		{"hook failures", func(r Result) string { return fmt.Sprint(r.HookFailures) }},
+		{"drained / at deadline", func(r Result) string { return fmt.Sprintf("%d / %d", r.DrainDrained, r.DrainDeadline) }},
 		{"seconds", func(r Result) string { return fmt.Sprintf("%.1f", r.DurationSeconds) }},
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

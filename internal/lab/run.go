@@ -333,18 +333,28 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 		if err != nil {
 			return false, err.Error()
 		}
+		// IP mode: one backend per pod, all active. Node mode: a backend
+		// per node; Cluster: all active; Local: active exactly on the nodes
+		// with a pod, the others drained (zerodrop keeps a node without a
+		// local endpoint registered, drained).
+		local := r.backend == BackendNode && r.policy == PolicyLocal
 		active := 0
 		for _, b := range bs {
-			if b.State != model.Active {
+			if b.State != model.Active && !local {
 				return false, fmt.Sprintf("backend %s:%d is %s", b.Address, b.Port, b.State)
 			}
-			active++
+			if b.State == model.Active {
+				active++
+			}
 		}
-		// IP mode: one backend per pod. Node mode: a backend per node
-		// (Cluster: every node; Local: the nodes with a pod), as many as
-		// there are, all active.
-		if r.backend == BackendIP && active != int(want) || active == 0 {
-			return false, fmt.Sprintf("HAProxy has %d backends, want %d", active, want)
+		wantActive := int(want)
+		if local {
+			if wantActive, err = r.podNodes(ctx); err != nil {
+				return false, err.Error()
+			}
+		}
+		if (r.backend == BackendIP || local) && active != wantActive || active == 0 {
+			return false, fmt.Sprintf("HAProxy has %d active backends, want %d", active, wantActive)
 		}
 		// Under traffic, steady also means the clients have seen no
 		// failure for a while: in node mode HAProxy's backends are the
@@ -363,6 +373,21 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 		}
 		return true, ""
 	})
+}
+
+// podNodes counts the nodes the run's pods run on.
+func (r *run) podNodes(ctx context.Context) (int, error) {
+	pods, err := r.lab.cp.client.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + appName})
+	if err != nil {
+		return 0, err
+	}
+	nodes := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			nodes[p.Spec.NodeName] = true
+		}
+	}
+	return len(nodes), nil
 }
 
 // drainReachable connects to the drain Service's ClusterIP from every node.

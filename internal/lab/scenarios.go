@@ -117,6 +117,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	p50, longest := snap.reconnectStats()
 	res.ReconnectP50Ms, res.ReconnectMaxMs = milliseconds(p50), milliseconds(longest)
 	res.ControllerWrites, res.ProviderConflicts = int64(c.writes), int64(c.conflicts)
+	res.DrainDrained, res.DrainDeadline = int64(c.drained), int64(c.deadline)
 	res.HookFailures = l.hookFailures(r.ns)
 	landed, lerr := r.landed()
 	res.ProviderWrites = landed - landedBase

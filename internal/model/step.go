@@ -19,6 +19,15 @@ type StepOptions struct {
 	// nothing new: kube-proxy would send only to a terminating pod), and
 	// added drained when the load balancer lacks it. Nil means none.
 	Keep func(listener string) bool
+	// Up reports a backend the load balancer's health check has up. On a
+	// Keep listener a node backend that is up is not drained while no other
+	// backend that stays active is up: with externalTrafficPolicy Local the
+	// node whose last pod stops would otherwise leave the pool before the
+	// node of its replacement passes its first checks, and nothing would
+	// serve. It stays active (its own health check takes it out when kube-proxy
+	// reports no ready local endpoint) and the step is pending. Nil: unknown,
+	// no such hold.
+	Up func(listener string, b Backend) bool
 }
 
 // StepResult says whether the step held anything back.
@@ -95,6 +104,27 @@ func stepListener(o, l *Listener, opts StepOptions) bool {
 	budget := maxUnavailable(opts, l.Name, serving)
 	drained := func(b Backend) bool { return opts.Drained != nil && opts.Drained(l.Name, b) }
 	keep := opts.Keep != nil && opts.Keep(l.Name)
+	// The backends that stay active and are up: a kept node is drained only
+	// while one of them, another, serves.
+	stayUp := map[string]bool{}
+	if keep && opts.Up != nil {
+		for _, ob := range o.Backends {
+			if wb, ok := want[ob.ID()]; ok && wb.State == Active && ob.State == Active && opts.Up(l.Name, ob) {
+				stayUp[ob.ID()] = true
+			}
+		}
+	}
+	lastUp := func(ob Backend) bool {
+		if !keep || opts.Up == nil || ob.State != Active || !opts.Up(l.Name, ob) {
+			return false
+		}
+		for id := range stayUp {
+			if id != ob.ID() {
+				return false
+			}
+		}
+		return true
+	}
 
 	pending := false
 	var out []Backend
@@ -102,6 +132,10 @@ func stepListener(o, l *Listener, opts StepOptions) bool {
 		wb, wanted := want[ob.ID()]
 		delete(want, ob.ID())
 		switch {
+		case (!wanted || wb.State == Draining) && lastUp(ob):
+			// The last node up: it serves until another is up.
+			out = append(out, ob)
+			pending = true
 		case wanted && (wb.State == Active || keep):
 			out = append(out, wb)
 		case ob.State == Active:

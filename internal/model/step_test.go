@@ -18,6 +18,18 @@ func states(lb *LoadBalancer) []string {
 	return out
 }
 
+// upOnly reports the backends with these IDs up.
+func upOnly(ids ...string) func(string, Backend) bool {
+	return func(_ string, b Backend) bool {
+		for _, id := range ids {
+			if b.ID() == id {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 func drainingBe(addr string) Backend { return Backend{Address: addr, Port: 80, State: Draining} }
 
 func TestStep(t *testing.T) {
@@ -123,6 +135,44 @@ func TestStep(t *testing.T) {
 			desired:  lbOf(listener("a", 80, be("10.0.0.1", 80), drainingBe("10.0.0.2"))),
 			opts:     StepOptions{Keep: func(string) bool { return true }},
 			want:     []string{"10.0.0.1:80=active", "10.0.0.2:80=draining"},
+		},
+		{
+			name:     "kept listener: the last node up is not drained while its replacement is not up yet",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), be("10.0.0.2", 80))),
+			desired:  lbOf(listener("a", 80, drainingBe("10.0.0.1"), be("10.0.0.2", 80))),
+			opts:     StepOptions{Drained: all, Keep: func(string) bool { return true }, Up: upOnly("10.0.0.1:80")},
+			want:     []string{"10.0.0.1:80=active", "10.0.0.2:80=active"},
+			pending:  true,
+		},
+		{
+			name:     "kept listener: once the replacement is up, the node drains",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), be("10.0.0.2", 80))),
+			desired:  lbOf(listener("a", 80, drainingBe("10.0.0.1"), be("10.0.0.2", 80))),
+			opts:     StepOptions{Drained: all, Keep: func(string) bool { return true }, Up: upOnly("10.0.0.1:80", "10.0.0.2:80")},
+			want:     []string{"10.0.0.1:80=draining", "10.0.0.2:80=active"},
+		},
+		{
+			name:     "kept listener: two nodes draining at once do not count on each other",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), be("10.0.0.2", 80), be("10.0.0.3", 80))),
+			desired:  lbOf(listener("a", 80, drainingBe("10.0.0.1"), drainingBe("10.0.0.2"), be("10.0.0.3", 80))),
+			opts:     StepOptions{Drained: all, Keep: func(string) bool { return true }, Up: upOnly("10.0.0.1:80", "10.0.0.2:80")},
+			want:     []string{"10.0.0.1:80=active", "10.0.0.2:80=active", "10.0.0.3:80=active"},
+			pending:  true,
+		},
+		{
+			name:     "kept listener: a leaving node that is the last up stays until another is up",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), be("10.0.0.2", 80))),
+			desired:  lbOf(listener("a", 80, be("10.0.0.2", 80))),
+			opts:     StepOptions{Drained: all, Keep: func(string) bool { return true }, Up: upOnly("10.0.0.1:80")},
+			want:     []string{"10.0.0.1:80=active", "10.0.0.2:80=active"},
+			pending:  true,
+		},
+		{
+			name:     "kept listener: a node that is not up drains at once",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), be("10.0.0.2", 80))),
+			desired:  lbOf(listener("a", 80, drainingBe("10.0.0.1"), be("10.0.0.2", 80))),
+			opts:     StepOptions{Drained: all, Keep: func(string) bool { return true }, Up: upOnly()},
+			want:     []string{"10.0.0.1:80=draining", "10.0.0.2:80=active"},
 		},
 		{
 			name:     "weight changes of staying backends pass",

@@ -83,14 +83,21 @@ func (c *Controller) step(ctx context.Context, key string, st *state, observed, 
 	// Connection counts are read only when something is draining, so a
 	// no-op reconcile stays at one read.
 	keep := func(listener string) bool { return configOf(listener).Mode == model.NodeMode }
+	// Connection counts and health are read only when something is
+	// draining or a node is about to be, so a no-op reconcile stays at one
+	// read.
 	conns := map[string]int64{}
-	if hasDraining(observed, desired, keep) {
+	var up map[string]bool
+	if hasDraining(observed, desired, keep) || nodeLeaving(observed, desired, keep) {
 		statuses, err := c.opts.Provider.Backends(ctx, key)
 		if err != nil {
 			return nil, false, fmt.Errorf("read backend status of %s: %w", key, err)
 		}
+		up = map[string]bool{}
 		for _, s := range statuses {
-			conns[s.Listener+"|"+model.Backend{Address: s.Address, Port: s.Port}.ID()] = s.Connections
+			id := s.Listener + "|" + model.Backend{Address: s.Address, Port: s.Port}.ID()
+			conns[id] = s.Connections
+			up[id] = !s.HealthKnown || s.Healthy
 		}
 	}
 	now := time.Now()
@@ -104,9 +111,42 @@ func (c *Controller) step(ctx context.Context, key string, st *state, observed, 
 		},
 		MaxUnavailable: func(listener string) intstr.IntOrString { return configOf(listener).MaxUnavailable },
 		Keep:           keep,
+		Up:             upFunc(up),
 	})
 	c.drains.keep(key, next)
 	return next, res.Pending, nil
+}
+
+// upFunc is model.StepOptions.Up from the provider's health reports (nil:
+// not read, no hold).
+func upFunc(up map[string]bool) func(string, model.Backend) bool {
+	if up == nil {
+		return nil
+	}
+	return func(listener string, b model.Backend) bool { return up[listener+"|"+b.ID()] }
+}
+
+// nodeLeaving reports an active backend of a listener keep names that
+// desired drains or no longer has: the step needs health to keep the last
+// node up (model.StepOptions.Up).
+func nodeLeaving(observed, desired *model.LoadBalancer, keep func(string) bool) bool {
+	for _, l := range observed.Listeners {
+		if !keep(l.Name) {
+			continue
+		}
+		want := map[string]model.Backend{}
+		if dl := desired.Listener(l.Name); dl != nil {
+			for _, b := range dl.Backends {
+				want[b.ID()] = b
+			}
+		}
+		for _, b := range l.Backends {
+			if w, ok := want[b.ID()]; b.State == model.Active && (!ok || w.State == model.Draining) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hasDraining reports a draining backend on its way out of observed. A node
