@@ -367,8 +367,10 @@ func TestMaintenanceIsHealed(t *testing.T) {
 	if err := p.Apply(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
-	if writes, _ := c.take(); len(writes) != 1 || writes[0] != "set-server" {
-		t.Fatalf("healing writes %v, want one set-server", writes)
+	// Healed like a server enabled again: state ready and health down, on
+	// one command line (no traffic on a health from before maintenance).
+	if writes, _ := c.take(); len(writes) != 2 || writes[0] != "set-server" || writes[1] != "set-server" {
+		t.Fatalf("healing writes %v, want set-server state ready and set-server health down", writes)
 	}
 	if obs, err := p.Observe(ctx, key); err != nil || lbDiff(desired, obs) != "" {
 		t.Fatalf("after healing: %+v, %v", obs, err)
