@@ -78,7 +78,7 @@ type lab struct {
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,restart,scale-down,drain-node,churn, or all")
+	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,rollout-local,restart,scale-down,drain-node,churn, or all")
 	mode := fs.String("mode", "both", "zerodrop|baseline|both")
 	backend := fs.String("backend", BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
 	policy := fs.String("traffic-policy", PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
@@ -89,7 +89,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rate := fs.Int("rate", defaultRate, "open-loop requests per `second` (each on a fresh connection)")
 	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: restart and churn only, see docs/lab.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,restart,scale-down,drain-node,churn|all] [--mode zerodrop|baseline|both] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
+		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart,scale-down,drain-node,churn|all] [--mode zerodrop|baseline|both] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -243,7 +243,7 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 		}
 	}
 	for _, sc := range scs {
-		for _, v := range variants {
+		for _, v := range scenarioVariants(sc, variants) {
 			for _, mode := range opts.Modes {
 				res, err := l.runScenario(ctx, sc, v, mode)
 				res.err = err

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -377,9 +378,16 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 
 // podNodes counts the nodes the run's pods run on.
 func (r *run) podNodes(ctx context.Context) (int, error) {
+	nodes, err := r.podNodeNames(ctx)
+	return len(nodes), err
+}
+
+// podNodeNames lists, sorted, the nodes the run's pods that are not
+// terminating run on.
+func (r *run) podNodeNames(ctx context.Context) ([]string, error) {
 	pods, err := r.lab.cp.client.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + appName})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	nodes := map[string]bool{}
 	for _, p := range pods.Items {
@@ -387,7 +395,12 @@ func (r *run) podNodes(ctx context.Context) (int, error) {
 			nodes[p.Spec.NodeName] = true
 		}
 	}
-	return len(nodes), nil
+	out := make([]string, 0, len(nodes))
+	for n := range nodes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // drainReachable connects to the drain Service's ClusterIP from every node.

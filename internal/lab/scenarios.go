@@ -24,6 +24,8 @@ type scenario struct {
 	name     string
 	about    string
 	replicas int32
+	// policy, when set, is the only traffic policy the scenario runs with.
+	policy string
 	// act disrupts and returns once the workload is steady again.
 	act func(ctx context.Context, r *run) error
 }
@@ -31,10 +33,29 @@ type scenario struct {
 // scenarios in the order `all` runs them.
 var scenarios = []scenario{
 	{name: "rollout", about: "rolling update of a 3-replica Deployment", replicas: replicas, act: actRollout},
+	{name: "rollout-local", about: "rolling update of a 1-replica Deployment behind an externalTrafficPolicy Local Service: the last pod of its node replaced by one on another node",
+		replicas: 1, policy: PolicyLocal, act: actRolloutLocal},
 	{name: "restart", about: "the controller restarted 3 times during a rolling update", replicas: replicas, act: actRestart},
 	{name: "scale-down", about: "3 → 1 replicas", replicas: replicas, act: actScaleDown},
 	{name: "drain-node", about: "cordon a node, evict its pods through the eviction API", replicas: 4, act: actDrainNode},
 	{name: "churn", about: "repeated scale up/down while the Service's annotations and ports flip", replicas: replicas, act: actChurn},
+}
+
+// scenarioVariants are the variants sc runs in: all, or, for a scenario
+// bound to a traffic policy, each backend once with that policy.
+func scenarioVariants(sc scenario, all []variant) []variant {
+	if sc.policy == "" {
+		return all
+	}
+	var out []variant
+	seen := map[string]bool{}
+	for _, v := range all {
+		if !seen[v.backend] {
+			seen[v.backend] = true
+			out = append(out, variant{v.backend, sc.policy})
+		}
+	}
+	return out
 }
 
 func scenarioNamed(name string) (scenario, bool) {
@@ -165,6 +186,31 @@ func actRollout(ctx context.Context, r *run) error {
 		return err
 	}
 	return r.waitSteady(ctx, replicas, steadyTimout)
+}
+
+// actRolloutLocal replaces the one pod by one on another node (the lab's
+// scheduler spreads: the old pod's node has a pod, the others none), so the
+// old node's last local endpoint leaves while the new node's health check
+// has yet to pass.
+func actRolloutLocal(ctx context.Context, r *run) error {
+	before, err := r.podNodeNames(ctx)
+	if err != nil {
+		return err
+	}
+	if err := r.rolloutRestart(ctx); err != nil {
+		return err
+	}
+	if err := r.waitSteady(ctx, 1, steadyTimout); err != nil {
+		return err
+	}
+	after, err := r.podNodeNames(ctx)
+	if err != nil {
+		return err
+	}
+	if len(before) != 1 || len(after) != 1 || before[0] == after[0] {
+		return fmt.Errorf("rollout-local: the pod ran on %v and then on %v, want one node and then another", before, after)
+	}
+	return nil
 }
 
 // actRestart restarts the controller 3 times during a rollout: its pod
