@@ -1,0 +1,69 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestLabNodeLocal is the node-mode gates on the real network: HAProxy sends
+// to node IP:nodePort, the real kube-proxy forwards, the Service has
+// externalTrafficPolicy Local. rollout-local replaces a node's last pod by
+// one on another node: the new node is enabled when its pod appears and must
+// pass its health check (the health-check node port) before the old node is
+// drained, and the old node is drained before its pod stops. scale-down stops
+// the last pods of two nodes. zerodrop must lose nothing, and every drain call
+// must answer drained, none at its deadline.
+func TestLabNodeLocal(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath, workDir := filepath.Join(dir, "lab.json"), filepath.Join(dir, "work")
+	if err := os.Mkdir(workDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := Run(ctx, []string{"--scenario", "rollout-local,scale-down", "--mode", "zerodrop", "--backend", "node",
+		"--traffic-policy", "local", "--json", jsonPath, "--dir", workDir}, &stdout, &stderr)
+	t.Logf("%s\n%s", stderr.String(), stdout.String())
+	defer func() {
+		if t.Failed() {
+			logEvidence(t, filepath.Join(workDir, "lab.log"))
+		}
+	}()
+	if code != 0 {
+		t.Fatalf("zerodrop lab exited %d", code)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string][]map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc["scenarios"]) != 2 {
+		t.Fatalf("want 2 runs, got %s", raw)
+	}
+	for _, s := range doc["scenarios"] {
+		name := s["scenario"]
+		if s["backend"] != BackendNode || s["traffic_policy"] != PolicyLocal {
+			t.Errorf("%v ran with backend %v, policy %v", name, s["backend"], s["traffic_policy"])
+		}
+		// A request late only because the lab process stalled is not
+		// zerodrop's (see TestLabRollout).
+		failed, stalled := s["failed_requests"].(float64), s["requests_late_client_stall"].(float64)
+		if failed-stalled != 0 || s["long_conns_broken"].(float64) != 0 {
+			t.Errorf("%v: zerodrop lost traffic in node mode: %v failed requests (%v by a client stall), %v broken long connections",
+				name, failed, stalled, s["long_conns_broken"])
+		}
+		if s["drain_deadline"].(float64) != 0 || s["drain_drained"].(float64) < 1 {
+			t.Errorf("%v: drain calls answered drained %v, at their deadline %v; want every one drained",
+				name, s["drain_drained"], s["drain_deadline"])
+		}
+	}
+}
