@@ -4,21 +4,25 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
 
-// TestLabNodeLocal is the node-mode gates on the real network: HAProxy sends
-// to node IP:nodePort, the real kube-proxy forwards, the Service has
-// externalTrafficPolicy Local. rollout-local replaces a node's last pod by
+// TestLabNodeMode is the node-mode gates on the real network: HAProxy sends
+// to node IP:nodePort and the real kube-proxy forwards. With
+// externalTrafficPolicy Local, rollout-local replaces a node's last pod by
 // one on another node: the new node is enabled when its pod appears and must
 // pass its health check (the health-check node port) before the old node is
-// drained, and the old node is drained before its pod stops. scale-down stops
-// the last pods of two nodes. zerodrop must lose nothing, and every drain call
-// must answer drained, none at its deadline.
-func TestLabNodeLocal(t *testing.T) {
+// drained, and the old node is drained before its pod stops; scale-down stops
+// the last pods of two nodes. With Cluster, scale-down's drain calls wait for
+// every node's kube-proxy (/healthz) after the EndpointSlice change. zerodrop
+// must lose nothing, and every drain call must answer drained, none at its
+// deadline.
+func TestLabNodeMode(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, workDir := filepath.Join(dir, "lab.json"), filepath.Join(dir, "work")
 	if err := os.Mkdir(workDir, 0o755); err != nil {
@@ -28,7 +32,7 @@ func TestLabNodeLocal(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	code := Run(ctx, []string{"--scenario", "rollout-local,scale-down", "--mode", "zerodrop", "--backend", "node",
-		"--traffic-policy", "local", "--json", jsonPath, "--dir", workDir}, &stdout, &stderr)
+		"--traffic-policy", "both", "--json", jsonPath, "--dir", workDir}, &stdout, &stderr)
 	t.Logf("%s\n%s", stderr.String(), stdout.String())
 	defer func() {
 		if t.Failed() {
@@ -46,14 +50,10 @@ func TestLabNodeLocal(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if len(doc["scenarios"]) != 2 {
-		t.Fatalf("want 2 runs, got %s", raw)
-	}
+	var runs []string
 	for _, s := range doc["scenarios"] {
-		name := s["scenario"]
-		if s["backend"] != BackendNode || s["traffic_policy"] != PolicyLocal {
-			t.Errorf("%v ran with backend %v, policy %v", name, s["backend"], s["traffic_policy"])
-		}
+		name := fmt.Sprint(s["scenario"], " ", s["backend"], "/", s["traffic_policy"])
+		runs = append(runs, name)
 		// A request late only because the lab process stalled is not
 		// zerodrop's (see TestLabRollout).
 		failed, stalled := s["failed_requests"].(float64), s["requests_late_client_stall"].(float64)
@@ -65,5 +65,8 @@ func TestLabNodeLocal(t *testing.T) {
 			t.Errorf("%v: drain calls answered drained %v, at their deadline %v; want every one drained",
 				name, s["drain_drained"], s["drain_deadline"])
 		}
+	}
+	if want := []string{"rollout-local node/local", "scale-down node/cluster", "scale-down node/local"}; !slices.Equal(runs, want) {
+		t.Errorf("runs %v, want %v", runs, want)
 	}
 }
