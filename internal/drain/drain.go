@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/kubeproxy"
@@ -67,6 +68,10 @@ type Options struct {
 	// KubeProxyFallback is how long after the pod's deletion the kube-proxy
 	// path counts as synced when KubeProxy is nil (default 10s).
 	KubeProxyFallback time.Duration
+	// Recorder, when set, gets a Warning Event on the pod when its call
+	// reaches its deadline undrained: the pod then stops while a load
+	// balancer may still send it new connections.
+	Recorder record.EventRecorder
 	// Metrics counts the answers (nil: not counted).
 	Metrics *metrics.Metrics
 	Logger  logr.Logger
@@ -174,6 +179,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	drained, desc, lastErr := h.await(r.Context(), pod, deadline)
 	switch {
 	case drained:
+		h.observeWait("drained", time.Since(start))
 		log.Info("drained", "after", time.Since(start).Round(time.Millisecond))
 		w.Header().Set(ResultHeader, "drained")
 		h.answer(w, "drained", http.StatusOK, "drained")
@@ -183,7 +189,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.count("gone")
 	default:
 		// The bound passed: let the pod stop rather than be killed mid-shutdown.
+		h.observeWait("deadline", time.Since(start))
 		log.Info("drain bound reached", "after", time.Since(start).Round(time.Millisecond), "targets", desc, "lastError", lastErr)
+		if h.opts.Recorder != nil {
+			h.opts.Recorder.Eventf(pod, corev1.EventTypeWarning, "DrainDeadline",
+				"the load balancers had not stopped sending the pod new connections by its drain deadline (%s): %s",
+				deadline.Format(time.RFC3339), desc)
+		}
 		w.Header().Set(ResultHeader, "timeout")
 		h.answer(w, "timeout", http.StatusOK, "timeout")
 	}
@@ -194,6 +206,12 @@ func (h *Handler) answer(w http.ResponseWriter, counted string, code int, body s
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(code)
 	fmt.Fprintln(w, body)
+}
+
+func (h *Handler) observeWait(outcome string, d time.Duration) {
+	if h.opts.Metrics != nil {
+		h.opts.Metrics.DrainWait.WithLabelValues(outcome).Observe(d.Seconds())
+	}
 }
 
 func (h *Handler) count(answer string) {

@@ -8,20 +8,25 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"zerodrop.dev/zerodrop/internal/kubeproxy"
 	"zerodrop.dev/zerodrop/internal/lbtarget"
+	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 )
@@ -126,6 +131,22 @@ func nodeFixtureClient(t *testing.T, c nodeCase, grace time.Duration, prov provi
 	o.Logger = testr.New(t)
 	o.PollInterval, o.CacheLag = 10*time.Millisecond, 50*time.Millisecond
 	return NewHandler(o), reader
+}
+
+// histogramCount is the number of observations of every series of h.
+func histogramCount(t *testing.T, h *prometheus.HistogramVec) uint64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 16)
+	go func() { h.Collect(ch); close(ch) }()
+	var n uint64
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		n += pb.GetHistogram().GetSampleCount()
+	}
+	return n
 }
 
 // nodeStatus is the two nodes' backends on the Service's listener.
@@ -279,10 +300,30 @@ func TestNodeClusterWaitsForEveryKubeProxy(t *testing.T) {
 	})
 	t.Run("the stopped node stays up", func(t *testing.T) {
 		down.Store(false)
-		// Grace 3 s: the deadline is 2 s away.
-		h := nodeFixture(t, nodeCase{policy: corev1.ServiceExternalTrafficPolicyCluster}, 3*time.Second, prov, opts)
+		// Grace 3 s: the deadline is 2 s away. The answer at the deadline
+		// is an operator's signal: a Warning Event on the pod, the outcome
+		// counted and the wait observed.
+		rec := record.NewFakeRecorder(10)
+		m, err := metrics.New(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := opts
+		o.Recorder, o.Metrics = rec, m
+		h := nodeFixture(t, nodeCase{policy: corev1.ServiceExternalTrafficPolicyCluster}, 3*time.Second, prov, o)
 		if a := callNodeGate(t, h); a.err != nil || a.result != "timeout" {
 			t.Fatalf("got %d %q %q (%v), want timeout: a kube-proxy that never answers holds the call to its deadline", a.code, a.result, a.body, a.err)
+		}
+		select {
+		case e := <-rec.Events:
+			if !strings.HasPrefix(e, "Warning DrainDeadline ") {
+				t.Errorf("event %q, want a Warning DrainDeadline", e)
+			}
+		default:
+			t.Error("no Event on the pod for a drain call that reached its deadline")
+		}
+		if n := metrics.Sum(m.DrainOutcomes); n != 1 || histogramCount(t, m.DrainWait) != 1 {
+			t.Errorf("outcomes counted %v, waits observed %d; want 1 and 1", n, histogramCount(t, m.DrainWait))
 		}
 	})
 }

@@ -5,10 +5,13 @@
 package metrics
 
 import (
+	"runtime"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/version"
 )
 
 // Metrics are the counters and histograms of one controller.
@@ -22,6 +25,8 @@ type Metrics struct {
 	PlanOps           *prometheus.CounterVec
 	DrainCalls        *prometheus.CounterVec
 	DrainOutcomes     *prometheus.CounterVec
+	DrainWait         *prometheus.HistogramVec
+	BuildInfo         *prometheus.GaugeVec
 }
 
 // New creates the metrics and registers them on reg (nil: not registered).
@@ -64,10 +69,20 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "zerodrop_drain_outcome_total",
 			Help: "Termination-gate calls by outcome: drained (no load balancer or kube-proxy sends the pod new connections), deadline (the bound passed first), unknown_pod (no terminating pod of that name), error (bad call, busy, the pod unreadable, the caller gone).",
 		}, []string{"outcome"}),
+		DrainWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "zerodrop_drain_wait_seconds",
+			Help:    "How long a termination-gate call waited, from finding its terminating pod to its answer, by outcome (drained, deadline).",
+			Buckets: []float64{0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89},
+		}, []string{"outcome"}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "zerodrop_build_info",
+			Help: "Always 1; the labels say which build runs.",
+		}, []string{"version", "goversion"}),
 	}
+	m.BuildInfo.WithLabelValues(version.String(), runtime.Version()).Set(1)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ProviderWrites, m.ProviderReads, m.ProviderConflicts,
-			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps, m.DrainCalls, m.DrainOutcomes} {
+			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps, m.DrainCalls, m.DrainOutcomes, m.DrainWait, m.BuildInfo} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -37,6 +37,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+	"zerodrop.dev/zerodrop/internal/version"
 	"zerodrop.dev/zerodrop/internal/webhook"
 )
 
@@ -318,13 +319,14 @@ func RunConfig(ctx context.Context, cfg Config) error {
 			kp = &kubeproxy.Client{Port: int32(cfg.KubeProxyHealthzPort)}
 		}
 		h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Metrics: m, Logger: log.WithName("drain"),
-			KubeProxy: kp, KubeProxyMargin: cfg.KubeProxyMargin, KubeProxyFallback: cfg.KubeProxyFallback})
+			KubeProxy: kp, KubeProxyMargin: cfg.KubeProxyMargin, KubeProxyFallback: cfg.KubeProxyFallback,
+			Recorder: mgr.GetEventRecorderFor("zerodrop-drain")})
 		drainSrv = &drain.Server{Addr: cfg.DrainAddr, Handler: h, Logger: log.WithName("drain")}
 		if err := mgr.Add(drainSrv); err != nil {
 			return err
 		}
 	}
-	log.Info("starting", "provider", cfg.Provider, "sync", sync, "leaderElection", cfg.LeaderElect)
+	log.Info("starting", "version", version.String(), "provider", cfg.Provider, "sync", sync, "leaderElection", cfg.LeaderElect)
 	err = mgr.Start(ctx)
 	// The manager has stopped (and released the lease); pods whose preStop
 	// hook is waiting on this replica still get their answer, from the
