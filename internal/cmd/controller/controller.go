@@ -8,7 +8,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/go-logr/logr"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -72,6 +74,11 @@ type Config struct {
 	RenewDeadline   time.Duration
 	RetryPeriod     time.Duration
 
+	// LogFormat is text (klog) or json (one JSON object per line, klog's
+	// own output included); LogOutput is where JSON goes (default stderr).
+	LogFormat string
+	LogOutput io.Writer
+
 	HAProxy haproxy.Options
 	Azure   AzureConfig
 	Webhook webhook.Options
@@ -107,6 +114,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", 15*time.Second, "leader lease duration")
 	fs.DurationVar(&c.RenewDeadline, "renew-deadline", 10*time.Second, "leader renew deadline")
 	fs.DurationVar(&c.RetryPeriod, "retry-period", 2*time.Second, "leader election retry period")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "text (klog) or json (one JSON object per line, for log pipelines)")
 	c.Webhook.Flags(fs)
 	fs.StringVar(&c.HAProxy.Dir, "haproxy-dir", DefaultHAProxyDir(), "state directory of a locally owned HAProxy")
 	fs.StringVar(&c.HAProxy.Binary, "haproxy-binary", "haproxy", "HAProxy executable")
@@ -134,6 +142,9 @@ func (c *Config) Validate() error {
 	if c.KubeProxyHealthzPort < 0 || c.KubeProxyHealthzPort > 65535 {
 		return fmt.Errorf("--kube-proxy-healthz-port %d: want 0 (probe the nodePort) to 65535", c.KubeProxyHealthzPort)
 	}
+	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("--log-format must be text or json, not %q", c.LogFormat)
+	}
 	if c.KubeProxyMargin < 0 || c.KubeProxyFallback < 0 {
 		return fmt.Errorf("--kube-proxy-sync-margin %s, --kube-proxy-fallback-delay %s: want durations of at least 0", c.KubeProxyMargin, c.KubeProxyFallback)
 	}
@@ -158,7 +169,7 @@ func (c *Config) Validate() error {
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("zerodrop controller", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cfg Config
+	cfg := Config{LogOutput: stderr}
 	cfg.Flags(fs)
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -182,9 +193,24 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// newLogger is klog's logger, or with --log-format json a JSON one that
+// klog's own output (client-go's, leader election's) goes through too.
+func newLogger(cfg Config) logr.Logger {
+	if cfg.LogFormat != "json" {
+		return klog.NewKlogr()
+	}
+	out := cfg.LogOutput
+	if out == nil {
+		out = os.Stderr
+	}
+	log := logr.FromSlogHandler(slog.NewJSONHandler(out, nil))
+	klog.SetLogger(log)
+	return log
+}
+
 // RunConfig runs the controller until ctx is done.
 func RunConfig(ctx context.Context, cfg Config) error {
-	log := klog.NewKlogr().WithName("zerodrop")
+	log := newLogger(cfg).WithName("zerodrop")
 	ctrl.SetLogger(log)
 	if err := cfg.Validate(); err != nil {
 		return err

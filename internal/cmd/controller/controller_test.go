@@ -62,6 +62,8 @@ func TestValidate(t *testing.T) {
 		{"azure complete", azureArgs(nil), ""},
 		{"azure one load balancer, china", azureArgs(map[string]string{"azure-load-balancers": "lb", "azure-cloud": "china"}), ""},
 		{"unknown provider", []string{"--provider=aws"}, `--provider "aws" is not supported`},
+		{"json logs", []string{"--log-format=json"}, ""},
+		{"unknown log format", []string{"--log-format=xml"}, `--log-format must be text or json, not "xml"`},
 		{"azure without anything", []string{"--provider=azure"}, "--azure-subscription-id (or $AZURE_SUBSCRIPTION_ID) is required"},
 		{"no subscription", azureArgs(map[string]string{"azure-subscription-id": "-"}), "--azure-subscription-id"},
 		{"subscription not a GUID", azureArgs(map[string]string{"azure-subscription-id": "my-sub"}), `"my-sub" is not a subscription ID`},
