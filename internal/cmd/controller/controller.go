@@ -186,6 +186,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop controller: %v\n", err)
 		return 2
 	}
+	if cfg.LogFormat == "json" {
+		klog.SetLogger(newLogger(cfg))
+	}
 	if err := RunConfig(ctx, cfg); err != nil {
 		fmt.Fprintf(stderr, "zerodrop controller: %v\n", err)
 		return 1
@@ -193,8 +196,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// newLogger is klog's logger, or with --log-format json a JSON one that
-// klog's own output (client-go's, leader election's) goes through too.
+// newLogger is klog's logger, or with --log-format json a JSON one. Run,
+// the command, also routes klog's own output (client-go's, leader
+// election's) through the JSON one; RunConfig does not, because klog's
+// logger is process-wide and may be set only before anything logs.
 func newLogger(cfg Config) logr.Logger {
 	if cfg.LogFormat != "json" {
 		return klog.NewKlogr()
@@ -203,9 +208,7 @@ func newLogger(cfg Config) logr.Logger {
 	if out == nil {
 		out = os.Stderr
 	}
-	log := logr.FromSlogHandler(slog.NewJSONHandler(out, nil))
-	klog.SetLogger(log)
-	return log
+	return logr.FromSlogHandler(slog.NewJSONHandler(out, nil))
 }
 
 // RunConfig runs the controller until ctx is done.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/klog/v2"
 
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/testenv"
@@ -37,7 +36,6 @@ func TestJSONLogs(t *testing.T) {
 	restCfg := testenv.Start(t)
 	dir := t.TempDir()
 	t.Cleanup(func() { testutil.StopHAProxy(t, dir) })
-	t.Cleanup(klog.ClearLogger)
 	var out lockedBuffer
 	cfg := Config{RESTConfig: restCfg, Provider: "haproxy", Sync: "incremental", Workers: 1,
 		AddressPool: "127.0.104.0/24", ResyncPeriod: time.Hour, MetricsAddr: "0", ProbeAddr: "0",
