@@ -416,6 +416,10 @@ func (h *Handler) wait(ctx context.Context, pod *corev1.Pod) (bool, string, erro
 				break
 			}
 			if waiting, err := h.proxiesSynced(ctx, pod, targets, pw); err != nil || waiting > 0 {
+				if ctx.Err() != nil {
+					// The call was answered or went away: nothing to log.
+					return false, desc, lastErr
+				}
 				if err != nil {
 					if lastErr == nil {
 						log.Info("drain: kube-proxy healthz not answering, looking again until the deadline", "err", err)

@@ -9,11 +9,12 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
@@ -128,7 +129,18 @@ func nodeFixtureClient(t *testing.T, c nodeCase, grace time.Duration, prov provi
 	reader := fake.NewClientBuilder().WithObjects(svc, pod, nodes[0], nodes[1], slice).Build()
 	o.Reader = reader
 	o.Finder = &lbtarget.Finder{Reader: reader, Services: allManaged{}, Provider: prov}
-	o.Logger = testr.New(t)
+	// The pod's wait loop may still be ending when the call has been
+	// answered and the test is over: log through t only while it runs.
+	var mu sync.Mutex
+	over := false
+	t.Cleanup(func() { mu.Lock(); over = true; mu.Unlock() })
+	o.Logger = funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !over {
+			t.Log(prefix, args)
+		}
+	}, funcr.Options{})
 	o.PollInterval, o.CacheLag = 10*time.Millisecond, 50*time.Millisecond
 	return NewHandler(o), reader
 }
