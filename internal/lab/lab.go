@@ -12,7 +12,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/go-logr/logr/funcr"
 	"io"
+	"k8s.io/klog/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -79,7 +81,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,rollout-local,restart,scale-down,drain-node,churn, or all")
-	mode := fs.String("mode", "both", "zerodrop|baseline|both")
+	mode := fs.String("mode", "both", "zerodrop|baseline|upstream|both (baseline and zerodrop)|all")
 	backend := fs.String("backend", BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
 	policy := fs.String("traffic-policy", PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
 	jsonPath := fs.String("json", "", "write the JSON report to `FILE`")
@@ -89,7 +91,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rate := fs.Int("rate", defaultRate, "open-loop requests per `second` (each on a fresh connection)")
 	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: restart and churn only, see docs/lab.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart,scale-down,drain-node,churn|all] [--mode zerodrop|baseline|both] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
+		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart,scale-down,drain-node,churn|all] [--mode zerodrop|baseline|upstream|both|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -132,7 +134,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch *mode {
 	case "both":
 		opts.Modes = []Mode{ModeBaseline, ModeZerodrop}
-	case string(ModeBaseline), string(ModeZerodrop):
+	case "all":
+		opts.Modes = []Mode{ModeUpstream, ModeBaseline, ModeZerodrop}
+	case string(ModeBaseline), string(ModeZerodrop), string(ModeUpstream):
 		opts.Modes = []Mode{Mode(*mode)}
 	default:
 		fmt.Fprintf(stderr, "zerodrop lab: unknown mode %q\n", *mode)
@@ -226,6 +230,10 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 	if l.logFile, err = os.Create(filepath.Join(l.dir, "lab.log")); err != nil {
 		return nil, err
 	}
+	// klog's output (the upstream service controller, client-go) goes to
+	// the lab's log, not among the progress lines.
+	klog.SetLogger(funcr.New(func(prefix, args string) { l.logf("klog %s %s", prefix, args) }, funcr.Options{}))
+	defer klog.ClearLogger()
 	if err := l.startShared(ctx); err != nil {
 		return nil, err
 	}
@@ -242,9 +250,21 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 			variants = append(variants, variant{b, p})
 		}
 	}
+	seenUpstream := map[string]bool{}
 	for _, sc := range scs {
 		for _, v := range scenarioVariants(sc, variants) {
 			for _, mode := range opts.Modes {
+				v := v
+				if mode == ModeUpstream {
+					// The upstream controller is node-backed by nature
+					// (--backend is zerodrop's): it runs once per traffic
+					// policy, in the first variant of that policy.
+					if seenUpstream[sc.name+"/"+v.policy] {
+						continue
+					}
+					seenUpstream[sc.name+"/"+v.policy] = true
+					v = variant{BackendNode, v.policy}
+				}
 				res, err := l.runScenario(ctx, sc, v, mode)
 				res.err = err
 				results = append(results, res)

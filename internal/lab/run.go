@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"zerodrop.dev/zerodrop/internal/lab/sockcount"
+	"zerodrop.dev/zerodrop/internal/lab/upstream"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/webhook"
@@ -41,6 +43,14 @@ const (
 	// independent second writer (--leader-elect=false) on the same HAProxy,
 	// and pods without gates or hooks.
 	ModeBaseline Mode = "baseline"
+	// ModeUpstream runs the real service controller of k8s.io/cloud-provider
+	// (internal/lab/upstream), in the lab process, with a cloud that
+	// programs HAProxy as cloud-provider-azure programs a Standard Load
+	// Balancer: node-backed, every node in the pool, Azure's probes. The
+	// Service has no loadBalancerClass (the upstream controller skips
+	// those); the workload is the typical one: a readiness probe, no
+	// preStop hook, Deployment defaults, no PDB.
+	ModeUpstream Mode = "upstream"
 )
 
 // Workload shape, the same in both modes.
@@ -144,6 +154,19 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	}
 	r.socks = append(r.socks, admin)
 	r.ctrls = newControllers(r)
+	sctx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	if r.mode == ModeUpstream {
+		done := make(chan struct{})
+		cloud := upstream.NewCloud(r.prov, netip.MustParsePrefix(frontendPool(r.id)))
+		go func() {
+			defer close(done)
+			if err := upstream.Run(sctx, r.lab.cp.config, cloud); err != nil {
+				r.lab.logf("%s: upstream service controller: %v", r.name(), err)
+			}
+		}()
+		r.stop = func() { stop(); <-done }
+	}
 	if r.mode == ModeZerodrop {
 		if err := r.lab.selectDrainReplicas(ctx, r.id); err != nil {
 			return err
@@ -152,8 +175,6 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	if err := r.ctrls.start(ctx); err != nil {
 		return err
 	}
-	sctx, stop := context.WithCancel(context.Background())
-	r.stop = stop
 	go r.ctrls.loop(sctx)
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: appName, Namespace: r.ns},
@@ -171,6 +192,9 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	}
 	if r.backend == BackendNode {
 		svc.Annotations = map[string]string{model.AnnotationBackendMode: string(model.NodeMode)}
+	}
+	if r.mode == ModeUpstream {
+		svc.Spec.LoadBalancerClass = nil
 	}
 	if _, err := cs.CoreV1().Services(r.ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("service: %w", err)
@@ -338,7 +362,7 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 		// per node; Cluster: all active; Local: active exactly on the nodes
 		// with a pod, the others drained (zerodrop keeps a node without a
 		// local endpoint registered, drained).
-		local := r.backend == BackendNode && r.policy == PolicyLocal
+		local := r.backend == BackendNode && r.policy == PolicyLocal && r.mode != ModeUpstream
 		active := 0
 		for _, b := range bs {
 			if b.State != model.Active && !local {
