@@ -12,7 +12,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/go-logr/logr/funcr"
 	"io"
 	"k8s.io/klog/v2"
 	"os"
@@ -231,9 +230,16 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 		return nil, err
 	}
 	// klog's output (the upstream service controller, client-go) goes to
-	// the lab's log, not among the progress lines.
-	klog.SetLogger(funcr.New(func(prefix, args string) { l.logf("klog %s %s", prefix, args) }, funcr.Options{}))
-	defer klog.ClearLogger()
+	// the lab's log, not among the progress lines (errors still reach
+	// stderr). SetOutput and LogToStderr take klog's lock, unlike
+	// SetLogger, so goroutines of an earlier lab in the same process may
+	// still log.
+	klog.LogToStderr(false)
+	klog.SetOutput(klogWriter{l})
+	defer func() {
+		klog.SetOutput(os.Stderr)
+		klog.LogToStderr(true)
+	}()
 	if err := l.startShared(ctx); err != nil {
 		return nil, err
 	}
@@ -372,6 +378,14 @@ func (l *lab) hookFailures(ns string) int64 {
 	l.curMu.Lock()
 	defer l.curMu.Unlock()
 	return int64(l.hooks[ns])
+}
+
+// klogWriter writes klog's lines into the lab's log.
+type klogWriter struct{ l *lab }
+
+func (w klogWriter) Write(p []byte) (int, error) {
+	w.l.logf("klog %s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
 
 func (l *lab) logf(format string, args ...any) {
