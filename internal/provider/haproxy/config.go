@@ -155,10 +155,17 @@ func checkArgs(p model.Probe) string {
 	}
 	// fastinter: a server in transition (DOWN going up after its first
 	// passing check, UP going down after its first failure) is checked four
-	// times as often, so a new backend serves, and a failing one leaves,
-	// sooner; a steady server is checked every inter.
-	fast := max(inter/4, min(inter, 100))
-	s := fmt.Sprintf("check inter %d fastinter %d rise %d fall %d", inter, fast, rise, fall)
+	// times as often, so a new pod serves, and a failing one leaves, sooner.
+	// Only where the probe checks the backend's own port (IP mode): a probe
+	// on another port checks a node (the health-check node port, kube-proxy's
+	// healthz), and a node whose last local pod stops must not go down
+	// before the node of its replacement comes up — with rise 2 and fall 3
+	// at one interval it cannot; at fastinter it did (the lab's
+	// rollout-local lost requests under load).
+	s := fmt.Sprintf("check inter %d rise %d fall %d", inter, rise, fall)
+	if p.Port == 0 {
+		s = fmt.Sprintf("check inter %d fastinter %d rise %d fall %d", inter, max(inter/4, min(inter, 100)), rise, fall)
+	}
 	if p.Port != 0 {
 		s += fmt.Sprintf(" port %d", p.Port)
 	}

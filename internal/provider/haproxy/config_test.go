@@ -70,7 +70,7 @@ func TestRender(t *testing.T) {
 			"listen zd:default.local:tcp-443",
 			"    bind ipv6@::1:443",
 			"    option httpchk GET /healthz",
-			"    server 127.0.1.1:30443 127.0.1.1:30443 weight 5 check inter 2000 fastinter 500 rise 2 fall 3 port 31000",
+			"    server 127.0.1.1:30443 127.0.1.1:30443 weight 5 check inter 2000 rise 2 fall 3 port 31000",
 		},
 		wantMeta: []string{"zd:default.local:tcp-443 fall=0&inter=0&kind=http&path=%2Fhealthz&port=31000&rise=0"},
 	}, {
@@ -185,7 +185,7 @@ func TestCheckArgs(t *testing.T) {
 	}{
 		{model.Probe{}, "check inter 2000 fastinter 500 rise 2 fall 3"},
 		{model.Probe{Kind: model.ProbeTCP, IntervalMillis: 500, Rise: 1, Fall: 5}, "check inter 500 fastinter 125 rise 1 fall 5"},
-		{model.Probe{Kind: model.ProbeHTTP, Port: 31000, Path: "/healthz"}, "check inter 2000 fastinter 500 rise 2 fall 3 port 31000"},
+		{model.Probe{Kind: model.ProbeHTTP, Port: 31000, Path: "/healthz"}, "check inter 2000 rise 2 fall 3 port 31000"},
 	} {
 		if got := checkArgs(tc.p); got != tc.want {
 			t.Errorf("checkArgs(%+v) = %q, want %q", tc.p, got, tc.want)
