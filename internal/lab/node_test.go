@@ -23,35 +23,10 @@ import (
 // must lose nothing, and every drain call must answer drained, none at its
 // deadline.
 func TestLabNodeMode(t *testing.T) {
-	dir := t.TempDir()
-	jsonPath, workDir := filepath.Join(dir, "lab.json"), filepath.Join(dir, "work")
-	if err := os.Mkdir(workDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	code := Run(ctx, []string{"--scenario", "rollout-local,scale-down", "--mode", "zerodrop", "--backend", "node",
-		"--traffic-policy", "both", "--json", jsonPath, "--dir", workDir}, &stdout, &stderr)
-	t.Logf("%s\n%s", stderr.String(), stdout.String())
-	defer func() {
-		if t.Failed() {
-			logEvidence(t, filepath.Join(workDir, "lab.log"))
-		}
-	}()
-	if code != 0 {
-		t.Fatalf("zerodrop lab exited %d", code)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string][]map[string]any
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := runLab(t, 5*time.Minute, "--scenario", "rollout-local,scale-down", "--mode", "zerodrop", "--backend", "node",
+		"--traffic-policy", "both")
 	var runs []string
-	for _, s := range doc["scenarios"] {
+	for _, s := range doc {
 		name := fmt.Sprint(s["scenario"], " ", s["backend"], "/", s["traffic_policy"])
 		runs = append(runs, name)
 		// A request late only because the lab process stalled is not
@@ -69,4 +44,38 @@ func TestLabNodeMode(t *testing.T) {
 	if want := []string{"rollout-local node/local", "scale-down node/cluster", "scale-down node/local"}; !slices.Equal(runs, want) {
 		t.Errorf("runs %v, want %v", runs, want)
 	}
+}
+
+// runLab runs `zerodrop lab` with args and a JSON report, logs what it
+// printed (and, when the test fails, the lab's log), fails the test if the
+// lab exits non-zero, and returns the report's scenario entries.
+func runLab(t *testing.T, timeout time.Duration, args ...string) []map[string]any {
+	t.Helper()
+	dir := t.TempDir()
+	jsonPath, workDir := filepath.Join(dir, "lab.json"), filepath.Join(dir, "work")
+	if err := os.Mkdir(workDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := Run(ctx, append(args, "--json", jsonPath, "--dir", workDir), &stdout, &stderr)
+	t.Logf("%s\n%s", stderr.String(), stdout.String())
+	t.Cleanup(func() {
+		if t.Failed() {
+			logEvidence(t, filepath.Join(workDir, "lab.log"))
+		}
+	})
+	if code != 0 {
+		t.Fatalf("zerodrop lab exited %d", code)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string][]map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc["scenarios"]
 }

@@ -9,11 +9,6 @@
 package lab
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -24,33 +19,11 @@ import (
 // to the load balancer during it (counted at HAProxy's sockets), while the
 // clients' traffic flows through it.
 func TestLabUpstream(t *testing.T) {
-	dir := t.TempDir()
-	jsonPath, workDir := filepath.Join(dir, "lab.json"), filepath.Join(dir, "work")
-	if err := os.Mkdir(workDir, 0o755); err != nil {
-		t.Fatal(err)
+	doc := runLab(t, 4*time.Minute, "--scenario", "rollout", "--mode", "upstream", "--traffic-policy", "local")
+	if len(doc) != 1 {
+		t.Fatalf("want 1 run, got %v", doc)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	code := Run(ctx, []string{"--scenario", "rollout", "--mode", "upstream", "--traffic-policy", "local",
-		"--json", jsonPath, "--dir", workDir}, &stdout, &stderr)
-	t.Logf("%s\n%s", stderr.String(), stdout.String())
-	if code != 0 {
-		logEvidence(t, filepath.Join(workDir, "lab.log"))
-		t.Fatalf("zerodrop lab exited %d", code)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string][]map[string]any
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if len(doc["scenarios"]) != 1 {
-		t.Fatalf("want 1 run, got %s", raw)
-	}
-	s := doc["scenarios"][0]
+	s := doc[0]
 	if s["mode"] != string(ModeUpstream) || s["backend"] != BackendNode || s["traffic_policy"] != PolicyLocal {
 		t.Errorf("ran mode %v, backend %v, policy %v; want upstream, node (whatever --backend says), local", s["mode"], s["backend"], s["traffic_policy"])
 	}
