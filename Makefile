@@ -38,7 +38,7 @@ test: deps fmt-check
 	$(GO) test $(GOTESTFLAGS) ./...
 	# The upstream service controller races with itself (see
 	# internal/lab/upstream/upstream_test.go): its tests run without -race.
-	$(GO) test -count=1 -timeout 10m -run 'TestUpstreamServiceController|TestLabUpstream' ./internal/lab/ ./internal/lab/upstream/
+	$(GO) test -count=1 -timeout 10m -run 'TestUpstreamServiceController|TestLabUpstream|TestLabRestartIdle' ./internal/lab/ ./internal/lab/upstream/
 
 # Pure tests only: no control plane, no HAProxy.
 unit:
@@ -59,8 +59,10 @@ bench: deps
 	$(GO) test -count=1 -timeout 60m -run '^$$' -bench . -benchtime 1x ./internal/bench/ -args -n $(BENCH_N)
 	$(GO) test -count=1 -run '^$$' -bench . ./internal/check/...
 
-# The main job: the disruption lab, upstream-like baseline vs zerodrop side by
-# side under real traffic (LAB_FLAGS, e.g. "--scenario all --json lab.json").
+# The main job: the disruption lab, the real upstream service controller (with
+# a typical workload, and with the published recipe) and zerodrop side by side
+# under real traffic; by default a rollout in every mode (LAB_FLAGS, e.g.
+# "--scenario all --json lab.json").
 LAB_FLAGS     ?=
 lab: deps
 	$(GO) run -tags lab ./cmd/zerodrop lab $(LAB_FLAGS)

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -489,6 +490,22 @@ func (a *agent) counts(ns string) (running, terminating int) {
 		rt.mu.Unlock()
 	}
 	return running, terminating
+}
+
+// signal sends sig to the process of the controller pod key (namespace/name),
+// as the kernel's OOM killer or a crash would end it: the pod then finishes
+// as its process exits, and its ReplicaSet replaces it (the lab's kubelet
+// does not restart containers in place).
+func (a *agent) signal(key string, sig syscall.Signal) error {
+	a.mu.Lock()
+	rt := a.runtimes[key]
+	a.mu.Unlock()
+	if rt == nil || rt.proc == nil {
+		return fmt.Errorf("no process runs for pod %s", key)
+	}
+	rt.logf("pod %s: sent %s", key, sig)
+	rt.proc.Signal(sig)
+	return nil
 }
 
 func (a *agent) killAll() {

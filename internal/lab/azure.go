@@ -40,6 +40,15 @@ import (
 // ProviderAzureEmulator is the --provider value.
 const ProviderAzureEmulator = "azure-emulator"
 
+// ModeUpstreamLike is the emulator lab's comparison: zerodrop's own
+// controller configured to behave as the upstream service controller does
+// (a full write on every sync, immediate removal, a failure Event on every
+// failed sync) plus a second writer without leader election. It is not the
+// real upstream controller: that one drives Azure through
+// cloud-provider-azure, whose ARM client the emulator does not serve (the
+// HAProxy lab's upstream mode runs the real controller).
+const ModeUpstreamLike Mode = "upstream-like"
+
 // AzureScenarios are the scenarios the emulator lab runs.
 var AzureScenarios = []string{"restart", "churn"}
 
@@ -111,12 +120,13 @@ func runAzureCommand(ctx context.Context, scenario, mode, jsonPath, htmlPath str
 		return 2
 	}
 	switch mode {
-	case "both":
-		opts.Modes = []Mode{ModeBaseline, ModeZerodrop}
-	case string(ModeBaseline), string(ModeZerodrop):
+	case "all":
+		opts.Modes = []Mode{ModeUpstreamLike, ModeZerodrop}
+	case string(ModeUpstreamLike), string(ModeZerodrop):
 		opts.Modes = []Mode{Mode(mode)}
 	default:
-		fmt.Fprintf(stderr, "zerodrop lab: unknown mode %q\n", mode)
+		fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the modes %s and %s (or all), not %q\n",
+			ProviderAzureEmulator, ModeUpstreamLike, ModeZerodrop, mode)
 		return 2
 	}
 	if htmlPath != "" {
@@ -253,8 +263,8 @@ func (r *azureRun) setup(ctx context.Context) error {
 		}
 		r.svcs = append(r.svcs, s)
 	}
-	// zerodrop: two replicas with leader election, as deployed. Baseline:
-	// the leader-elected controller and an independent writer without
+	// zerodrop: two replicas with leader election, as deployed.
+	// Upstream-like: the leader-elected controller and an independent writer without
 	// leader election on the same load balancers.
 	for i := 0; i < 2; i++ {
 		if _, err := r.start(r.mode == ModeZerodrop || i == 0); err != nil {
@@ -283,7 +293,7 @@ func (r *azureRun) restart(ctx context.Context, a *AzureFigures) error {
 			return err
 		}
 		// The new writer: the standby that takes over (zerodrop) or the
-		// replacement (baseline, whose lease nobody else contends for).
+		// replacement (upstream-like, whose lease nobody else contends for).
 		err := r.wait(ctx, "a new leader verifies every load balancer", func() string {
 			l := r.leader()
 			if l == nil {
@@ -396,7 +406,7 @@ func (r *azureRun) wait(ctx context.Context, what string, cond func() string) er
 }
 
 // settleLimit bounds settle: a run whose controllers never go quiet (seen
-// once in a baseline run, where settle held the lab until its context ended
+// once in an upstream-like run, where settle held the lab until its context ended
 // with the CPU busy: the two independent writers presumably kept waking each
 // other) goes on with its measurement instead of hanging the lab.
 const settleLimit = 30 * time.Second
@@ -483,8 +493,8 @@ func (in *azureInstance) stop() {
 	}
 }
 
-// start runs a controller in the run's mode. Baseline is upstream-like by
-// configuration only: a full write on every sync (--sync=full), immediate
+// start runs a controller in the run's mode. ModeUpstreamLike is zerodrop's
+// controller made upstream-like by configuration only: a full write on every sync (--sync=full), immediate
 // removal, and an Event on every failed sync, as the upstream service
 // controller records SyncLoadBalancerFailed each time.
 func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
@@ -520,7 +530,7 @@ func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
 		Metrics: m, Logger: logr.Discard(), ResyncPeriod: time.Hour, DrainPollInterval: 250 * time.Millisecond,
 		Recorder: &conflictEvents{EventRecorder: mgr.GetEventRecorder("zerodrop-service-controller"), n: &in.surfaced},
 	}
-	if r.mode == ModeBaseline {
+	if r.mode == ModeUpstreamLike {
 		opts.Sync, opts.ImmediateRemoval, opts.FailureEventThreshold = service.SyncFull, true, 1
 	}
 	if _, err := service.New(ctx, mgr, opts); err != nil {

@@ -14,15 +14,16 @@ import (
 // TestAzureEmulatorLab runs `zerodrop lab --provider azure-emulator` for
 // restart and churn in both modes on the real apiserver and the ARM
 // emulator: zerodrop writes nothing on restart and surfaces no conflict,
-// and it makes no 412 at all (one writer per load balancer); the baseline's
-// --sync=full restart writes, which shows the count can see writes.
+// and it makes no 412 at all (one writer per load balancer); the
+// upstream-like configuration's --sync=full restart writes, which shows the
+// count can see writes.
 func TestAzureEmulatorLab(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "lab.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
-	code := Run(ctx, []string{"--provider", "azure-emulator", "--scenario", "all", "--mode", "both", "--json", jsonPath}, &stdout, &stderr)
+	code := Run(ctx, []string{"--provider", "azure-emulator", "--scenario", "all", "--mode", "all", "--json", jsonPath}, &stdout, &stderr)
 	took := time.Since(start)
 	t.Logf("lab took %s\n%s\n%s", took.Round(time.Second), stderr.String(), stdout.String())
 	if code != 0 {
@@ -43,7 +44,7 @@ func TestAzureEmulatorLab(t *testing.T) {
 		}
 		got[r.Scenario+"/"+r.Mode] = r
 	}
-	for _, k := range []string{"restart/baseline", "restart/zerodrop", "churn/baseline", "churn/zerodrop"} {
+	for _, k := range []string{"restart/upstream-like", "restart/zerodrop", "churn/upstream-like", "churn/zerodrop"} {
 		if _, ok := got[k]; !ok {
 			t.Fatalf("no result for %s: %s", k, raw)
 		}
@@ -51,8 +52,8 @@ func TestAzureEmulatorLab(t *testing.T) {
 	if r := got["restart/zerodrop"]; r.ProviderWrites != 0 || r.Azure.Restarts != azureRestarts {
 		t.Errorf("zerodrop restart: %d PUTs over %d restarts, want 0 over %d", r.ProviderWrites, r.Azure.Restarts, azureRestarts)
 	}
-	if r := got["restart/baseline"]; r.ProviderWrites < int64(azureRestarts) {
-		t.Errorf("baseline restart (--sync=full): %d PUTs, want at least one per restart", r.ProviderWrites)
+	if r := got["restart/upstream-like"]; r.ProviderWrites < int64(azureRestarts) {
+		t.Errorf("upstream-like restart (--sync=full): %d PUTs, want at least one per restart", r.ProviderWrites)
 	}
 	for _, k := range []string{"restart/zerodrop", "churn/zerodrop"} {
 		r := got[k]
@@ -71,6 +72,7 @@ func TestAzureEmulatorLabUsage(t *testing.T) {
 		{"--provider", "azure-emulator", "--scenario", "rollout"},
 		{"--provider", "azure-emulator", "--scenario", "drain-node"},
 		{"--provider", "azure-emulator", "--scenario", "churn", "--html", "x.html"},
+		{"--provider", "azure-emulator", "--mode", "upstream"},
 		{"--provider", "gce"},
 	} {
 		var stdout, stderr bytes.Buffer

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,13 +77,16 @@ func newControllers(r *run) *controllers {
 			Transport: &http.Transport{DisableKeepAlives: true, DialContext: r.lab.net.admin.DialContext}}}
 }
 
-// deployment is one Deployment of controller replicas with the args of
-// deploy/deployment.yaml where they apply (the webhook runs in the lab
-// process: see docs/lab.md) and the run's own class, pool and HAProxy.
-func (cs *controllers) deployment(name string, replicas int32, extra ...string) *appsv1.Deployment {
+// upstreamCommand is the lab subcommand a controller pod of the upstream and
+// recipe modes runs: the lab's cloud-controller-manager (upstream.Main).
+const upstreamCommand = "upstream-controller"
+
+// zerodropArgs are the args of deploy/deployment.yaml where they apply (the
+// webhook runs in the lab process: see docs/lab.md) with the run's own
+// class, pool and HAProxy.
+func (cs *controllers) zerodropArgs() []string {
 	r := cs.run
-	labels := map[string]string{"app": ctrlApp, labelRun: strconv.Itoa(r.id), "lab.zerodrop.dev/role": name}
-	args := append([]string{
+	return []string{
 		"controller",
 		"--kubeconfig=" + r.lab.net.kubeconfig,
 		"--load-balancer-class=" + r.class,
@@ -96,7 +98,48 @@ func (cs *controllers) deployment(name string, replicas int32, extra ...string) 
 		fmt.Sprintf("--drain-bind-address=:%d", drainPort),
 		"--leader-election-namespace=" + ctrlNamespace,
 		"--leader-election-id=zerodrop-lab-" + strconv.Itoa(r.id),
-	}, extra...)
+	}
+}
+
+// upstreamArgs run the upstream service controller in its own
+// cloud-controller-manager process (upstream.Main), with that component's
+// default lease settings, attached to the run's HAProxy.
+func (cs *controllers) upstreamArgs() []string {
+	r := cs.run
+	return []string{
+		"lab", upstreamCommand,
+		"--kubeconfig=" + r.lab.net.kubeconfig,
+		"--address-pool=" + frontendPool(r.id),
+		"--haproxy-dir=" + r.dir,
+		"--haproxy-binary=" + r.haproxyBinary(),
+		fmt.Sprintf("--metrics-bind-address=:%d", metricsPort),
+		"--leader-election-namespace=" + ctrlNamespace,
+		"--leader-election-id=cloud-controller-manager-lab-" + strconv.Itoa(r.id),
+	}
+}
+
+// deployment is one Deployment of controller replicas running args.
+// zerodrop's have deploy/deployment.yaml's readiness probe and preStop
+// sleep; the upstream controller's pods have neither (a control plane
+// component serves no traffic of its own).
+func (cs *controllers) deployment(name string, replicas int32, args []string) *appsv1.Deployment {
+	r := cs.run
+	labels := map[string]string{"app": ctrlApp, labelRun: strconv.Itoa(r.id), "lab.zerodrop.dev/role": name}
+	c := corev1.Container{
+		Name:  "controller",
+		Image: controllerImage,
+		Args:  args,
+		Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: metricsPort}},
+	}
+	if r.mode == ModeZerodrop {
+		c.Ports = append(c.Ports, corev1.ContainerPort{Name: "probes", ContainerPort: probesPort},
+			corev1.ContainerPort{Name: "drain", ContainerPort: drainPort})
+		c.ReadinessProbe = &corev1.Probe{PeriodSeconds: 5, ProbeHandler: corev1.ProbeHandler{
+			HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("probes")}}}
+		// Let endpoints and kube-proxy forget this replica before it stops
+		// taking drain requests (deploy/ does the same).
+		c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 5}}}
+	}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, r.id), Namespace: ctrlNamespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
@@ -106,47 +149,27 @@ func (cs *controllers) deployment(name string, replicas int32, extra ...string) 
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr.To[int64](30),
-					Containers: []corev1.Container{{
-						Name:  "controller",
-						Image: controllerImage,
-						Args:  args,
-						Ports: []corev1.ContainerPort{
-							{Name: "metrics", ContainerPort: metricsPort},
-							{Name: "probes", ContainerPort: probesPort},
-							{Name: "drain", ContainerPort: drainPort},
-						},
-						ReadinessProbe: &corev1.Probe{PeriodSeconds: 5, ProbeHandler: corev1.ProbeHandler{
-							HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("probes")}}},
-						// Let endpoints and kube-proxy forget this replica before
-						// it stops taking drain requests (deploy/ does the same).
-						Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 5}}},
-					}},
+					Containers:                    []corev1.Container{c},
 				},
 			},
 		},
 	}
 }
 
-// start creates the mode's controller Deployments.
+// controllerReplicas is how many controller replicas every mode runs:
+// zerodrop's two (deploy/), and two of the upstream controller's
+// cloud-controller-manager, as a highly available control plane has.
+const controllerReplicas = 2
+
+// start creates the mode's controller Deployment.
 func (cs *controllers) start(ctx context.Context) error {
 	r := cs.run
-	var deps []*appsv1.Deployment
-	switch r.mode {
-	case ModeZerodrop:
-		deps = append(deps, cs.deployment("zerodrop", 2))
-	case ModeBaseline:
-		upstream := []string{"--sync=full", "--immediate-removal", "--readiness-gate=false"}
-		deps = append(deps, cs.deployment("controller", 1, upstream...))
-		// A second writer on the same HAProxy without leader election.
-		deps = append(deps, cs.deployment("second-writer", 1, append(upstream, "--leader-elect=false",
-			"--haproxy-socket="+filepath.Join(r.dir, "admin.sock"),
-			"--haproxy-master-socket="+filepath.Join(r.dir, "master.sock"),
-			"--haproxy-config="+filepath.Join(r.dir, "haproxy.cfg"))...))
+	d := cs.deployment("zerodrop", controllerReplicas, cs.zerodropArgs())
+	if r.mode != ModeZerodrop {
+		d = cs.deployment("upstream", controllerReplicas, cs.upstreamArgs())
 	}
-	for _, d := range deps {
-		if _, err := r.lab.cp.client.AppsV1().Deployments(ctrlNamespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("controller deployment %s: %w", d.Name, err)
-		}
+	if _, err := r.lab.cp.client.AppsV1().Deployments(ctrlNamespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("controller deployment %s: %w", d.Name, err)
 	}
 	return nil
 }
@@ -162,7 +185,10 @@ func (cs *controllers) pods() []*corev1.Pod {
 func (cs *controllers) loop(ctx context.Context) {
 	for sleepCtx(ctx, 250*time.Millisecond) {
 		for _, p := range cs.pods() {
-			if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+			switch {
+			case p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
+				cs.gone(p.Name)
+			case p.Status.PodIP != "" && p.DeletionTimestamp == nil:
 				cs.scrapePod(p)
 			}
 		}
@@ -196,6 +222,18 @@ func (cs *controllers) stopping(p *corev1.Pod) {
 		s.gone = true
 	}
 	cs.mu.Unlock()
+}
+
+// gone marks the pod named name as no leader candidate any more: the lab
+// ended its process.
+func (cs *controllers) gone(name string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, s := range cs.scrape {
+		if s.name == name {
+			s.gone = true
+		}
+	}
 }
 
 // counters returns the figures of every controller pod of the run so far.

@@ -1,10 +1,12 @@
-// Package lab is `zerodrop lab`: real rollouts under real traffic, an
-// upstream-like baseline and zerodrop side by side. It starts a real
-// kube-apiserver + etcd + kube-controller-manager, a node agent that runs
-// each pod as a real loopback HTTP server (probes, preStop hooks, SIGTERM,
-// grace period), a real HAProxy driven by `zerodrop controller` processes,
-// and bounded traffic: keep-alive requests and long-lived connections. See
-// docs/lab.md.
+// Package lab is `zerodrop lab`: real rollouts under real traffic, the real
+// upstream service controller (with a typical workload, and with the
+// published recipe) and zerodrop side by side. It starts a real
+// kube-apiserver + etcd + kube-controller-manager, nodes and pods in network
+// namespaces with the real kube-proxy, a node agent that runs each pod
+// (probes, preStop hooks, SIGTERM, grace period), a real HAProxy per run
+// driven by controller processes (`zerodrop controller`, or the upstream
+// controller's cloud-controller-manager), and bounded traffic: requests and
+// WebSockets. See docs/lab.md.
 package lab
 
 import (
@@ -16,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +29,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"zerodrop.dev/zerodrop/internal/lab/upstream"
 )
 
 // Options configure a lab run.
@@ -49,6 +54,8 @@ type Options struct {
 	Progress io.Writer
 	// Rate is the open-loop request rate per second (default 200).
 	Rate int
+	// Recipe is the recipe mode's workload (default DefaultRecipe).
+	Recipe Recipe
 }
 
 // lab is the running lab: control plane, node agent, drain Service and
@@ -77,10 +84,14 @@ type lab struct {
 
 // Run is the `zerodrop lab` command.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == upstreamCommand {
+		// A controller pod of the upstream and recipe modes.
+		return upstream.Main(args[1:], stderr)
+	}
 	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,rollout-local,restart,scale-down,drain-node,churn, or all")
-	mode := fs.String("mode", "both", "zerodrop|baseline|upstream|both (baseline and zerodrop)|all")
+	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn, or all")
+	mode := fs.String("mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator: upstream-like,zerodrop)")
 	backend := fs.String("backend", BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
 	policy := fs.String("traffic-policy", PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
 	jsonPath := fs.String("json", "", "write the JSON report to `FILE`")
@@ -88,9 +99,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
 	dir := fs.String("dir", "", "work directory (default: a new temporary one); kept")
 	rate := fs.Int("rate", defaultRate, "open-loop requests per `second` (each on a fresh connection)")
+	recipe := DefaultRecipe
+	fs.DurationVar(&recipe.PreStopSleep, "recipe-prestop-sleep", DefaultRecipe.PreStopSleep, "recipe mode: the pods' preStop sleep")
+	fs.DurationVar(&recipe.GracePeriod, "recipe-grace-period", DefaultRecipe.GracePeriod, "recipe mode: terminationGracePeriodSeconds")
+	fs.DurationVar(&recipe.MinReadySeconds, "recipe-min-ready", DefaultRecipe.MinReadySeconds, "recipe mode: the Deployment's minReadySeconds")
 	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: restart and churn only, see docs/lab.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart,scale-down,drain-node,churn|all] [--mode zerodrop|baseline|upstream|both|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
+		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -115,7 +130,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop lab: --rate %d: want 1 to 2000 requests per second\n", *rate)
 		return 2
 	}
-	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr, Rate: *rate}
+	for _, d := range []time.Duration{recipe.PreStopSleep, recipe.GracePeriod, recipe.MinReadySeconds} {
+		if d < 0 || d%time.Second != 0 {
+			fmt.Fprintf(stderr, "zerodrop lab: recipe durations are whole seconds, not %s\n", d)
+			return 2
+		}
+	}
+	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr, Rate: *rate, Recipe: recipe}
 	for _, name := range strings.Split(*scenario, ",") {
 		name = strings.TrimSpace(name)
 		if name == "all" {
@@ -130,15 +151,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		opts.Scenarios = append(opts.Scenarios, name)
 	}
-	switch *mode {
-	case "both":
-		opts.Modes = []Mode{ModeBaseline, ModeZerodrop}
-	case "all":
-		opts.Modes = []Mode{ModeUpstream, ModeBaseline, ModeZerodrop}
-	case string(ModeBaseline), string(ModeZerodrop), string(ModeUpstream):
-		opts.Modes = []Mode{Mode(*mode)}
-	default:
-		fmt.Fprintf(stderr, "zerodrop lab: unknown mode %q\n", *mode)
+	if opts.Modes = parseModes(*mode); opts.Modes == nil {
+		fmt.Fprintf(stderr, "zerodrop lab: --mode %q: want upstream, recipe, zerodrop (comma-separated) or all\n", *mode)
 		return 2
 	}
 	var ok bool
@@ -192,6 +206,9 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 	}
 	if opts.Rate <= 0 {
 		opts.Rate = defaultRate
+	}
+	if opts.Recipe == (Recipe{}) {
+		opts.Recipe = DefaultRecipe
 	}
 	if opts.Executable == "" {
 		if opts.Executable, err = os.Executable(); err != nil {
@@ -256,19 +273,23 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 			variants = append(variants, variant{b, p})
 		}
 	}
-	seenUpstream := map[string]bool{}
+	seenNode := map[string]bool{}
 	for _, sc := range scs {
 		for _, v := range scenarioVariants(sc, variants) {
 			for _, mode := range opts.Modes {
 				v := v
-				if mode == ModeUpstream {
+				if mode.nodeBacked() {
 					// The upstream controller is node-backed by nature
 					// (--backend is zerodrop's): it runs once per traffic
-					// policy, in the first variant of that policy.
-					if seenUpstream[sc.name+"/"+v.policy] {
+					// policy, in the first variant of that policy. Nothing
+					// changes in restart-idle but the controller, which the
+					// recipe leaves as upstream has it: that runs once, as
+					// upstream.
+					k := string(mode) + "/" + sc.name + "/" + v.policy
+					if seenNode[k] || mode == ModeRecipe && sc.name == scenarioRestartIdle {
 						continue
 					}
-					seenUpstream[sc.name+"/"+v.policy] = true
+					seenNode[k] = true
 					v = variant{BackendNode, v.policy}
 				}
 				res, err := l.runScenario(ctx, sc, v, mode)
@@ -294,6 +315,25 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 type variant struct{ backend, policy string }
 
 func (v variant) String() string { return v.backend + "/" + v.policy }
+
+// parseModes parses --mode: "all", or modes separated by commas (nil when
+// one is unknown), in the order given.
+func parseModes(v string) []Mode {
+	if v == "all" {
+		return AllModes
+	}
+	var out []Mode
+	for _, name := range strings.Split(v, ",") {
+		m := Mode(strings.TrimSpace(name))
+		if !slices.Contains(AllModes, m) {
+			return nil
+		}
+		if !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
 
 // oneOrBoth parses a flag that names a or b or "both".
 func oneOrBoth(v, a, b string) ([]string, bool) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -23,7 +22,8 @@ import (
 )
 
 // TestMain lets the test binary stand in for the zerodrop binary: the lab
-// starts its controllers as `<own executable> controller …` with ChildEnv set.
+// starts its controllers as `<own executable> controller …` (zerodrop) or
+// `<own executable> lab upstream-controller …` (upstream, recipe) with ChildEnv set.
 func TestMain(m *testing.M) {
 	if os.Getenv(ChildEnv) == "controller" && len(os.Args) > 1 && os.Args[1] == "controller" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -31,12 +31,17 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
+	if os.Getenv(ChildEnv) == "controller" && len(os.Args) > 2 && os.Args[1] == "lab" {
+		os.Exit(Run(context.Background(), os.Args[2:], os.Stdout, os.Stderr))
+	}
 	os.Exit(m.Run())
 }
 
-// TestLabRollout is the lab's smoke test: the rollout scenario in both modes
-// on the real control plane, HAProxy and loopback pods. The JSON report has
-// the contract's shape, the baseline loses traffic and zerodrop loses nothing.
+// TestLabRollout is the lab's smoke test: the rollout scenario in zerodrop
+// mode on the real control plane, HAProxy and loopback pods. The JSON report
+// has the contract's shape and zerodrop loses nothing. (That the lab does
+// count losses is TestLabUpstream's: the upstream controller's rollout loses
+// traffic.)
 func TestLabRollout(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, htmlPath := filepath.Join(dir, "lab.json"), filepath.Join(dir, "lab.html")
@@ -49,7 +54,7 @@ func TestLabRollout(t *testing.T) {
 	if err := os.Mkdir(workDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	code := Run(ctx, []string{"--scenario", "rollout", "--mode", "both", "--json", jsonPath, "--html", htmlPath, "--dir", workDir}, &stdout, &stderr)
+	code := Run(ctx, []string{"--scenario", "rollout", "--mode", "zerodrop", "--json", jsonPath, "--html", htmlPath, "--dir", workDir}, &stdout, &stderr)
 	t.Logf("lab took %s\n%s\n%s", time.Since(start).Round(time.Second), stderr.String(), stdout.String())
 	defer func() {
 		if t.Failed() {
@@ -71,107 +76,80 @@ func TestLabRollout(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatalf("JSON report: %v\n%s", err, raw)
 	}
-	if len(doc) != 1 || doc["scenarios"] == nil {
-		t.Fatalf("JSON report: want only the key \"scenarios\", got %s", raw)
+	if len(doc) != 1 || len(doc["scenarios"]) != 1 {
+		t.Fatalf("JSON report: want only the key \"scenarios\" with one run, got %s", raw)
 	}
-	fields := []string{"scenario", "mode", "backend", "traffic_policy", "frontend", "client_netns", "traffic_start", "traffic_end",
+	fields := []string{"scenario", "mode", "backend", "external_traffic_policy", "frontend", "client_netns", "traffic_start", "traffic_end",
 		"requests", "failed_requests", "requests_late", "requests_late_client_stall", "long_conns", "long_conns_closed", "long_conns_broken",
-		"long_reconnect_p50_ms", "long_reconnect_max_ms", "provider_writes", "controller_reported_writes", "provider_conflicts", "hook_failures", "drain_drained", "drain_deadline", "duration_seconds"}
-	var modes []string
-	var baselineLoss float64
-	for _, s := range doc["scenarios"] {
-		var keys []string
-		for k := range s {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		want := slices.Clone(fields)
-		slices.Sort(want)
-		if !slices.Equal(keys, want) {
-			t.Errorf("scenario entry keys %v, want %v", keys, want)
-		}
-		for _, f := range fields[8:] {
-			if _, ok := s[f].(float64); !ok {
-				t.Errorf("%s is %T, want a number", f, s[f])
-			}
-		}
-		for _, f := range []string{"traffic_start", "traffic_end"} {
-			if v, _ := s[f].(string); !rfc3339ms.MatchString(v) {
-				t.Errorf("%s is %q, want RFC 3339 with milliseconds", f, v)
-			}
-		}
-		fe, _ := s["frontend"].(string)
-		netns, _ := s["client_netns"].(string)
-		if !strings.Contains(stderr.String(), "frontend="+fe+" netns="+netns) || fe == "" || netns == "" {
-			t.Errorf("frontend %q and client namespace %q not printed as frontend=ADDR:PORT netns=NAME on stderr", fe, netns)
-		}
-		if s["backend"] != BackendIP || s["traffic_policy"] != PolicyCluster {
-			t.Errorf("backend %v, traffic policy %v: want the defaults ip and cluster", s["backend"], s["traffic_policy"])
-		}
-		if s["scenario"] != "rollout" {
-			t.Errorf("scenario %v, want rollout", s["scenario"])
-		}
-		mode, _ := s["mode"].(string)
-		modes = append(modes, mode)
-		if mode == string(ModeBaseline) {
-			baselineLoss = loss(s)
-		}
-		if s["requests"].(float64) < 100 || s["long_conns"].(float64) < longConns {
-			t.Errorf("%s: too little traffic: %s", mode, raw)
-		}
-		// zerodrop must lose nothing: no failed request, late ones
-		// included, and no broken long connection. The one exception is a
-		// request late because the lab process itself stalled (its worker
-		// was waiting for the slot in time and woke too late: with -race
-		// on a loaded 2-core machine the whole process can stop for 100 ms;
-		// nothing between client and pod is involved before the dial). The
-		// report counts those as late and failed all the same; the test
-		// does not blame zerodrop for them, and says so.
-		if mode == string(ModeZerodrop) {
-			failed, stalled := s["failed_requests"].(float64), s["requests_late_client_stall"].(float64)
-			if failed-stalled != 0 || s["long_conns_broken"].(float64) != 0 {
-				t.Errorf("zerodrop mode lost traffic: %v failed requests (%v late, %v of them by a client stall), %v broken long connections (see the log above)",
-					failed, s["requests_late"], stalled, s["long_conns_broken"])
-			}
-			// Every replaced pod's preStop drain call answered drained,
-			// none at its deadline.
-			if s["drain_deadline"].(float64) != 0 || s["drain_drained"].(float64) < 3 {
-				t.Errorf("zerodrop: drain calls answered drained %v, at their deadline %v; want every one of the 3 replaced pods drained",
-					s["drain_drained"], s["drain_deadline"])
-			}
-			if stalled > 0 {
-				t.Logf("zerodrop: %v requests late by a stall of the lab process (counted as failed in the report, not blamed on zerodrop here)", stalled)
-			}
+		"long_reconnect_p50_ms", "long_reconnect_max_ms", "provider_writes", "controller_reported_writes", "provider_conflicts", "hook_failures",
+		"drain_drained", "drain_deadline", "rollout_seconds", "duration_seconds"}
+	s := doc["scenarios"][0]
+	var keys []string
+	for k := range s {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	want := slices.Clone(fields)
+	slices.Sort(want)
+	if !slices.Equal(keys, want) {
+		t.Errorf("scenario entry keys %v, want %v", keys, want)
+	}
+	for _, f := range fields[8:] {
+		if _, ok := s[f].(float64); !ok {
+			t.Errorf("%s is %T, want a number", f, s[f])
 		}
 	}
-	if !slices.Equal(modes, []string{"baseline", "zerodrop"}) {
-		t.Errorf("modes %v, want [baseline zerodrop]", modes)
+	for _, f := range []string{"traffic_start", "traffic_end"} {
+		if v, _ := s[f].(string); !rfc3339ms.MatchString(v) {
+			t.Errorf("%s is %q, want RFC 3339 with milliseconds", f, v)
+		}
 	}
-	// The baseline must lose what zerodrop keeps, or a failure counter stuck
-	// at 0 would pass the zerodrop check above. Its loss is a race: a pod
-	// closes its listener on SIGTERM at once, while HAProxy sends it new
-	// connections (every request session, and every long client the pod's
-	// shutdown disconnected) until the EndpointSlice change has gone through
-	// kube-controller-manager and the baseline controller's full-sync write.
-	// Failed requests and broken long connections are summed, and a run that
-	// lost nothing is run again: a stuck counter gives 0 every time, a lucky
-	// race does not three times in a row (docs/lab.md's rollout: 3 + 4).
-	for try := 2; baselineLoss == 0 && try <= 3; try++ {
-		t.Logf("the baseline lost nothing; running it again (%d of 3)", try)
-		baselineLoss = runBaseline(t, filepath.Join(dir, fmt.Sprint("baseline-", try)))
+	fe, _ := s["frontend"].(string)
+	netns, _ := s["client_netns"].(string)
+	if !strings.Contains(stderr.String(), "frontend="+fe+" netns="+netns) || fe == "" || netns == "" {
+		t.Errorf("frontend %q and client namespace %q not printed as frontend=ADDR:PORT netns=NAME on stderr", fe, netns)
 	}
-	if baselineLoss == 0 {
-		t.Errorf("the baseline lost no request and broke no long connection in 3 rollouts: are failures counted?")
+	if s["scenario"] != "rollout" || s["mode"] != string(ModeZerodrop) || s["backend"] != BackendIP || s["external_traffic_policy"] != PolicyCluster {
+		t.Errorf("ran %v in mode %v, backend %v, policy %v: want rollout, zerodrop and the defaults ip and cluster",
+			s["scenario"], s["mode"], s["backend"], s["external_traffic_policy"])
 	}
-	if !strings.Contains(stdout.String(), "rollout") || !strings.Contains(stdout.String(), "baseline | zerodrop") {
-		t.Errorf("no side-by-side table:\n%s", stdout.String())
+	if s["requests"].(float64) < 100 || s["long_conns"].(float64) < longConns {
+		t.Errorf("too little traffic: %s", raw)
+	}
+	if r := s["rollout_seconds"].(float64); r <= 0 || r > s["duration_seconds"].(float64) {
+		t.Errorf("rollout_seconds %v: want the time from the rollout's start to steady, within the run's %v s", r, s["duration_seconds"])
+	}
+	// zerodrop must lose nothing: no failed request, late ones included, and
+	// no broken long connection. The one exception is a request late
+	// because the lab process itself stalled (its worker was waiting for the
+	// slot in time and woke too late: with -race on a loaded 2-core machine
+	// the whole process can stop for 100 ms; nothing between client and pod
+	// is involved before the dial). The report counts those as late and
+	// failed all the same; the test does not blame zerodrop for them, and
+	// says so.
+	failed, stalled := s["failed_requests"].(float64), s["requests_late_client_stall"].(float64)
+	if failed-stalled != 0 || s["long_conns_broken"].(float64) != 0 {
+		t.Errorf("zerodrop mode lost traffic: %v failed requests (%v late, %v of them by a client stall), %v broken long connections (see the log above)",
+			failed, s["requests_late"], stalled, s["long_conns_broken"])
+	}
+	// Every replaced pod's preStop drain call answered drained, none at its
+	// deadline.
+	if s["drain_deadline"].(float64) != 0 || s["drain_drained"].(float64) < 3 {
+		t.Errorf("zerodrop: drain calls answered drained %v, at their deadline %v; want every one of the 3 replaced pods drained",
+			s["drain_drained"], s["drain_deadline"])
+	}
+	if stalled > 0 {
+		t.Logf("zerodrop: %v requests late by a stall of the lab process (counted as failed in the report, not blamed on zerodrop here)", stalled)
+	}
+	if !strings.Contains(stdout.String(), "rollout cluster") || !strings.Contains(stdout.String(), "zerodrop/ip") {
+		t.Errorf("no table with the row \"rollout cluster\" and the column zerodrop/ip:\n%s", stdout.String())
 	}
 	page, err := os.ReadFile(htmlPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(page), "<svg"); n != 2 {
-		t.Errorf("HTML report has %d timelines, want 2", n)
+	if n := strings.Count(string(page), "<svg"); n != 1 {
+		t.Errorf("HTML report has %d timelines, want 1", n)
 	}
 }
 
@@ -240,38 +218,6 @@ func (c *cancelOn) String() string {
 }
 
 var rfc3339ms = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)
-
-// loss is a report entry's failed requests plus broken long connections.
-func loss(s map[string]any) float64 {
-	failed, _ := s["failed_requests"].(float64)
-	broken, _ := s["long_conns_broken"].(float64)
-	return failed + broken
-}
-
-// runBaseline runs the rollout in baseline mode alone and returns its loss.
-func runBaseline(t *testing.T, dir string) float64 {
-	t.Helper()
-	workDir := filepath.Join(dir, "work")
-	if err := os.MkdirAll(workDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	jsonPath := filepath.Join(dir, "lab.json")
-	var stdout, stderr bytes.Buffer
-	if code := Run(ctx, []string{"--scenario", "rollout", "--mode", "baseline", "--json", jsonPath, "--dir", workDir}, &stdout, &stderr); code != 0 {
-		t.Fatalf("zerodrop lab --mode baseline exited %d\n%s", code, stderr.String())
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string][]map[string]any
-	if err := json.Unmarshal(raw, &doc); err != nil || len(doc["scenarios"]) != 1 {
-		t.Fatalf("JSON report: %v\n%s", err, raw)
-	}
-	return loss(doc["scenarios"][0])
-}
 
 // logEvidence shows what the lab log says about hooks and failures.
 func logEvidence(t *testing.T, path string) {

@@ -27,7 +27,7 @@ func TestLabNodeMode(t *testing.T) {
 		"--traffic-policy", "both")
 	var runs []string
 	for _, s := range doc {
-		name := fmt.Sprint(s["scenario"], " ", s["backend"], "/", s["traffic_policy"])
+		name := fmt.Sprint(s["scenario"], " ", s["backend"], "/", s["external_traffic_policy"])
 		runs = append(runs, name)
 		// A request late only because the lab process stalled is not
 		// zerodrop's (see TestLabRollout).

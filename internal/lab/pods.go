@@ -135,7 +135,8 @@ func (r *podRuntime) startProcess(c *corev1.Container) error {
 		return err
 	}
 	defer logFile.Close()
-	args := []string{ChildEnv + "=controller"}
+	// The kubelet sets HOSTNAME to the pod's name.
+	args := []string{ChildEnv + "=controller", "HOSTNAME=" + r.pod.Name}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
 			args = append(args, e.Name+"="+e.Value)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -16,13 +17,13 @@ type Result struct {
 	Scenario string `json:"scenario"`
 	Mode     string `json:"mode"`
 	// Backend is what the load balancer sends to: "ip" (pod IPs) or
-	// "node" (node IP:nodePort, through kube-proxy); TrafficPolicy the
-	// Service's externalTrafficPolicy, "cluster" or "local".
-	Backend        string `json:"backend,omitempty"`
-	TrafficPolicy  string `json:"traffic_policy,omitempty"`
-	Requests       int64  `json:"requests"`
-	FailedRequests int64  `json:"failed_requests"` // late ones included
-	RequestsLate   int64  `json:"requests_late"`
+	// "node" (node IP:nodePort, through kube-proxy); ExternalTrafficPolicy
+	// the Service's externalTrafficPolicy, "cluster" or "local".
+	Backend               string `json:"backend,omitempty"`
+	ExternalTrafficPolicy string `json:"external_traffic_policy,omitempty"`
+	Requests              int64  `json:"requests"`
+	FailedRequests        int64  `json:"failed_requests"` // late ones included
+	RequestsLate          int64  `json:"requests_late"`
 	// RequestsLateStall is the part of RequestsLate whose worker was
 	// waiting for the slot in time and woke too late: a stall of the
 	// client's own process or machine, not a backlog.
@@ -45,8 +46,14 @@ type Result struct {
 	// DrainDrained and DrainDeadline count the zerodrop controllers' drain
 	// calls answered drained and at their deadline
 	// (zerodrop_drain_outcome_total; 0 in modes without the gate).
-	DrainDrained    int64   `json:"drain_drained"`
-	DrainDeadline   int64   `json:"drain_deadline"`
+	DrainDrained  int64 `json:"drain_drained"`
+	DrainDeadline int64 `json:"drain_deadline"`
+	// WritesPerRestart are restart-idle's writes, one entry per restart:
+	// those counted at HAProxy's sockets from that restart to the next.
+	WritesPerRestart []int64 `json:"writes_per_restart,omitempty"`
+	// RolloutSeconds is the disruption: from its start to the workload
+	// steady again (0 when the run did not get there).
+	RolloutSeconds  float64 `json:"rollout_seconds"`
 	DurationSeconds float64 `json:"duration_seconds"`
 	// Frontend is the address the clients sent to; TrafficStart and
 	// TrafficEnd (RFC 3339, milliseconds) bound the traffic, so a client
@@ -62,13 +69,22 @@ type Result struct {
 	err      error
 }
 
-// row names the result's table row: the scenario and, when set, its backend
-// and traffic policy.
+// row names the result's table row: the scenario and, when set, its traffic
+// policy (the modes and backends are the columns).
 func (r Result) row() string {
-	if r.Backend == "" {
+	if r.ExternalTrafficPolicy == "" {
 		return r.Scenario
 	}
-	return r.Scenario + " " + r.Backend + "/" + r.TrafficPolicy
+	return r.Scenario + " " + r.ExternalTrafficPolicy
+}
+
+// column names the result's table column: its mode and, when set, its
+// backend ("zerodrop/ip"; upstream and recipe are always node-backed).
+func (r Result) column() string {
+	if r.Backend == "" || Mode(r.Mode).nodeBacked() {
+		return r.Mode
+	}
+	return r.Mode + "/" + r.Backend
 }
 
 // Report is the JSON document: {"scenarios":[…]}.
@@ -83,6 +99,8 @@ type timeline struct {
 	Markers    []marker
 	LongClosed int64
 	Exchanges  int64
+	// Lanes are the HAProxy states of the Service's backends over the run.
+	Lanes []backendLane
 }
 
 func writeJSON(path string, rep Report) error {
@@ -96,18 +114,26 @@ func writeJSON(path string, rep Report) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// writeTable prints the results side by side: one row per scenario, each
-// figure as baseline | zerodrop (or one mode's figure when only one ran).
+// writeTable prints the results side by side: one row per scenario and
+// traffic policy, each figure as upstream | recipe | zerodrop/ip |
+// zerodrop/node (the columns that ran, in the modes' order), "-" where a
+// column did not run that row.
 func writeTable(w io.Writer, results []Result, modes []Mode) {
-	type key struct{ scenario, mode string }
+	type key struct{ row, col string }
 	by := map[key]Result{}
-	var order []string
-	for _, r := range results {
-		if _, seen := by[key{r.row(), ""}]; !seen {
-			order = append(order, r.row())
-			by[key{r.row(), ""}] = r
+	var rows, columns []string
+	for _, m := range modes {
+		for _, r := range results {
+			if r.Mode == string(m) && !slices.Contains(columns, r.column()) {
+				columns = append(columns, r.column())
+			}
 		}
-		by[key{r.row(), r.Mode}] = r
+	}
+	for _, r := range results {
+		if !slices.Contains(rows, r.row()) {
+			rows = append(rows, r.row())
+		}
+		by[key{r.row(), r.column()}] = r
 	}
 	cols := []struct {
 		title string
@@ -124,25 +150,21 @@ func writeTable(w io.Writer, results []Result, modes []Mode) {
 		{"conflicts", func(r Result) string { return fmt.Sprint(r.ProviderConflicts) }},
 		{"hook failures", func(r Result) string { return fmt.Sprint(r.HookFailures) }},
 		{"drained / at deadline", func(r Result) string { return fmt.Sprintf("%d / %d", r.DrainDrained, r.DrainDeadline) }},
-		{"seconds", func(r Result) string { return fmt.Sprintf("%.1f", r.DurationSeconds) }},
+		{"rollout s", func(r Result) string { return fmt.Sprintf("%.1f", r.RolloutSeconds) }},
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	var names []string
-	for _, m := range modes {
-		names = append(names, string(m))
-	}
 	header := []string{"scenario"}
 	for _, c := range cols {
 		header = append(header, c.title)
 	}
 	fmt.Fprintln(tw, strings.Join(header, "\t")+"\t")
-	fmt.Fprintln(tw, "\t"+strings.Repeat(strings.Join(names, " | ")+"\t", len(cols)))
-	for _, s := range order {
+	fmt.Fprintln(tw, "\t"+strings.Repeat(strings.Join(columns, " | ")+"\t", len(cols)))
+	for _, s := range rows {
 		row := []string{s}
 		for _, c := range cols {
 			var vals []string
-			for _, m := range modes {
-				r, ok := by[key{s, string(m)}]
+			for _, col := range columns {
+				r, ok := by[key{s, col}]
 				switch {
 				case !ok:
 					vals = append(vals, "-")
@@ -157,13 +179,19 @@ func writeTable(w io.Writer, results []Result, modes []Mode) {
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	_ = tw.Flush()
+	for _, r := range results {
+		if len(r.WritesPerRestart) > 0 {
+			fmt.Fprintf(w, "%s %s: writes per restart %v; WebSockets ended %d (%d closed, %d broken)\n",
+				r.row(), r.column(), r.WritesPerRestart, r.LongConnsClosed+r.LongConnsBroken, r.LongConnsClosed, r.LongConnsBroken)
+		}
+	}
 }
 
 // writeErrors lists the scenarios that did not complete.
 func writeErrors(w io.Writer, results []Result) {
 	for _, r := range results {
 		if r.err != nil {
-			fmt.Fprintf(w, "%s/%s: %v\n", r.row(), r.Mode, r.err)
+			fmt.Fprintf(w, "%s %s: %v\n", r.row(), r.column(), r.err)
 		}
 	}
 }

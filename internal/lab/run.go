@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -22,7 +21,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"zerodrop.dev/zerodrop/internal/lab/sockcount"
-	"zerodrop.dev/zerodrop/internal/lab/upstream"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/webhook"
@@ -33,27 +31,46 @@ type Mode string
 
 // The modes.
 const (
-	// ModeZerodrop runs zerodrop as shipped: two controller replicas with
-	// leader election (deploy/deployment.yaml), defaults, and pods with the
-	// readiness gate and drain hook from the real webhook, a PDB and
-	// maxUnavailable 0.
-	ModeZerodrop Mode = "zerodrop"
-	// ModeBaseline switches on upstream-like behaviour by configuration
-	// only: --sync=full, --immediate-removal, --readiness-gate=false, an
-	// independent second writer (--leader-elect=false) on the same HAProxy,
-	// and pods without gates or hooks.
-	ModeBaseline Mode = "baseline"
 	// ModeUpstream runs the real service controller of k8s.io/cloud-provider
-	// (internal/lab/upstream), in the lab process, with a cloud that
-	// programs HAProxy as cloud-provider-azure programs a Standard Load
-	// Balancer: node-backed, every node in the pool, Azure's probes. The
-	// Service has no loadBalancerClass (the upstream controller skips
-	// those); the workload is the typical one: a readiness probe, no
+	// (internal/lab/upstream) in cloud-controller-manager processes of its
+	// own (two replicas, leader election with that component's defaults),
+	// with a cloud that programs HAProxy as cloud-provider-azure programs a
+	// Standard Load Balancer: node-backed, every node in the pool, Azure's
+	// probes. The Service has no loadBalancerClass (the upstream controller
+	// skips those); the workload is the typical one: a readiness probe, no
 	// preStop hook, Deployment defaults, no PDB.
 	ModeUpstream Mode = "upstream"
+	// ModeRecipe is the same controller with the workload following the
+	// published recipe (Recipe): a preStop sleep, a longer grace period,
+	// minReadySeconds, maxUnavailable 0 / maxSurge 1 and a PDB.
+	ModeRecipe Mode = "recipe"
+	// ModeZerodrop runs zerodrop's controller as the lab arranges it: two
+	// `zerodrop controller` replicas with leader election and the flags of
+	// deploy/deployment.yaml (defaults otherwise) as pods of the lab, the
+	// webhook in the lab process, and pods with the readiness gate and
+	// drain hook from the real webhook, a PDB and maxUnavailable 0.
+	ModeZerodrop Mode = "zerodrop"
 )
 
-// Workload shape, the same in both modes.
+// AllModes are the modes in the order `--mode all` runs them.
+var AllModes = []Mode{ModeUpstream, ModeRecipe, ModeZerodrop}
+
+// nodeBacked reports whether the mode's load balancer always sends to
+// node IP:nodePort (the upstream controller's clouds do): --backend is
+// zerodrop's.
+func (m Mode) nodeBacked() bool { return m == ModeUpstream || m == ModeRecipe }
+
+// Recipe is the published recipe's workload settings (see docs/lab.md).
+type Recipe struct {
+	PreStopSleep    time.Duration // preStop: sleep
+	GracePeriod     time.Duration // terminationGracePeriodSeconds
+	MinReadySeconds time.Duration // the Deployment's minReadySeconds
+}
+
+// DefaultRecipe is the recipe as it is usually published.
+var DefaultRecipe = Recipe{PreStopSleep: 30 * time.Second, GracePeriod: 60 * time.Second, MinReadySeconds: 30 * time.Second}
+
+// Workload shape, the same in every mode.
 const (
 	appName     = "web"
 	servicePort = 8000
@@ -94,7 +111,9 @@ type run struct {
 	addr     string // the load balancer's ingress address
 	rec      *recorder
 	cordoned []string
-	stop     context.CancelFunc // the controller scrapes
+	// restartWrites are restart-idle's writes per restart.
+	restartWrites []int64
+	stop          context.CancelFunc // the controller scrapes
 
 	mu      sync.Mutex
 	markers []marker
@@ -156,17 +175,6 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	r.ctrls = newControllers(r)
 	sctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
-	if r.mode == ModeUpstream {
-		done := make(chan struct{})
-		cloud := upstream.NewCloud(r.prov, netip.MustParsePrefix(frontendPool(r.id)))
-		go func() {
-			defer close(done)
-			if err := upstream.Run(sctx, r.lab.cp.config, cloud); err != nil {
-				r.lab.logf("%s: upstream service controller: %v", r.name(), err)
-			}
-		}()
-		r.stop = func() { stop(); <-done }
-	}
 	if r.mode == ModeZerodrop {
 		if err := r.lab.selectDrainReplicas(ctx, r.id); err != nil {
 			return err
@@ -193,13 +201,13 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	if r.backend == BackendNode {
 		svc.Annotations = map[string]string{model.AnnotationBackendMode: string(model.NodeMode)}
 	}
-	if r.mode == ModeUpstream {
+	if r.mode.nodeBacked() {
 		svc.Spec.LoadBalancerClass = nil
 	}
 	if _, err := cs.CoreV1().Services(r.ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
-	if r.mode == ModeZerodrop {
+	if r.mode == ModeZerodrop || r.mode == ModeRecipe {
 		pdb := &policyv1.PodDisruptionBudget{
 			ObjectMeta: metav1.ObjectMeta{Name: appName, Namespace: r.ns},
 			Spec: policyv1.PodDisruptionBudgetSpec{
@@ -214,14 +222,29 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	if _, err := cs.AppsV1().Deployments(r.ns).Create(ctx, r.deployment(want), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("deployment: %w", err)
 	}
-	return r.waitSteady(ctx, want, 120*time.Second)
+	return r.waitSteady(ctx, want, r.steadyTimeout(want))
+}
+
+// steadyTimeout bounds how long a workload of n replicas may take to be
+// steady after a disruption: 120 s, and with the recipe each of the n pods
+// replaced one at a time (minReadySeconds and a readiness probe period on
+// top of a start) plus one grace period for the last old pod.
+func (r *run) steadyTimeout(n int32) time.Duration {
+	d := 120 * time.Second
+	if r.mode == ModeRecipe {
+		rc := r.lab.opts.Recipe
+		d += time.Duration(n)*(rc.MinReadySeconds+10*time.Second) + rc.GracePeriod
+	}
+	return d
 }
 
 // deployment is a typical web Deployment: a readiness probe with the
 // Kubernetes defaults (period 10 s, failure threshold 3) and the default
 // grace period of 30 s. zerodrop mode adds the rollout settings zerodrop
 // check asks for (maxUnavailable 0, maxSurge 1); the webhook adds the gate and
-// the hook at admission. Baseline keeps the Deployment defaults (25 %/25 %).
+// the hook at admission. Upstream keeps the Deployment defaults (25 %/25 %).
+// The recipe adds its preStop sleep, grace period and minReadySeconds to
+// zerodrop's rollout settings.
 func (r *run) deployment(n int32) *appsv1.Deployment {
 	labels := map[string]string{"app": appName}
 	d := &appsv1.Deployment{
@@ -245,9 +268,17 @@ func (r *run) deployment(n int32) *appsv1.Deployment {
 			},
 		},
 	}
-	if r.mode == ModeZerodrop {
+	if r.mode == ModeZerodrop || r.mode == ModeRecipe {
 		d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
 			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))}}
+	}
+	if r.mode == ModeRecipe {
+		rc := r.lab.opts.Recipe
+		spec := &d.Spec.Template.Spec
+		spec.TerminationGracePeriodSeconds = ptr.To(int64(rc.GracePeriod / time.Second))
+		spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Sleep: &corev1.SleepAction{Seconds: int64(rc.PreStopSleep / time.Second)}}}
+		d.Spec.MinReadySeconds = int32(rc.MinReadySeconds / time.Second)
 	}
 	return d
 }
@@ -268,45 +299,45 @@ func (r *run) landed() (int64, error) {
 	return n, nil
 }
 
-// restartController deletes the controller pod that writes (zerodrop: the
-// leader; baseline: the leader-elected controller, while the second writer
-// goes on), as a rolling update of the controller or a deleted pod does:
-// its ReplicaSet starts a replacement at once, and the old pod stops with
-// its preStop sleep and SIGTERM. It returns when a replacement is ready.
+// restartController deletes the controller pod that writes (the leader), as
+// a rolling update of the controller or a deleted pod does: its ReplicaSet
+// starts a replacement at once, and the old pod stops (zerodrop's with its
+// preStop sleep and SIGTERM). It returns when a replacement is ready.
 func (r *run) restartController(ctx context.Context) error {
-	target := ""
-	if r.mode == ModeZerodrop {
-		// After a restart the lease moves once the old leader has stopped
-		// (its preStop sleep, then SIGTERM releases it): wait for the next.
-		if err := waitFor(ctx, 60*time.Second, "a controller holding the leader lease", func() (bool, string) {
-			target = r.ctrls.leader()
-			return target != "", "no replica reports leader_election_master_status 1"
-		}); err != nil {
-			return err
-		}
-	} else {
-		for _, p := range r.ctrls.pods() {
-			if p.Labels["lab.zerodrop.dev/role"] == "controller" && p.DeletionTimestamp == nil {
-				target = p.Name
-			}
-		}
-	}
-	if target == "" {
-		return fmt.Errorf("restart: no controller pod to restart (no leader known)")
+	target, err := r.waitLeader(ctx, "")
+	if err != nil {
+		return err
 	}
 	r.mark("restart %s", shortPod(target))
 	if err := r.lab.cp.client.CoreV1().Pods(ctrlNamespace).Delete(ctx, target, metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("restart %s: %w", target, err)
 	}
+	return r.waitControllersReady(ctx, target)
+}
+
+// waitLeader waits for a controller pod other than not that reports the
+// leader lease (zerodrop: after a restart the lease moves once the old
+// leader has stopped; the upstream controller's once the lease expired).
+func (r *run) waitLeader(ctx context.Context, not string) (string, error) {
+	target := ""
+	err := waitFor(ctx, 60*time.Second, "a controller holding the leader lease", func() (bool, string) {
+		target = r.ctrls.leader()
+		return target != "" && target != not, "no replica reports leader_election_master_status 1"
+	})
+	return target, err
+}
+
+// waitControllersReady waits until the mode's replicas, old excluded, are
+// ready.
+func (r *run) waitControllersReady(ctx context.Context, old string) error {
 	return waitFor(ctx, 60*time.Second, "a replacement controller pod ready", func() (bool, string) {
 		ready := 0
 		for _, p := range r.ctrls.pods() {
-			if p.Name != target && p.DeletionTimestamp == nil && conditionStatus(p, corev1.PodReady) == corev1.ConditionTrue {
+			if p.Name != old && p.DeletionTimestamp == nil && conditionStatus(p, corev1.PodReady) == corev1.ConditionTrue {
 				ready++
 			}
 		}
-		want := 2 // zerodrop: two replicas; baseline: controller and second writer
-		return ready >= want, fmt.Sprintf("%d ready controller pods, want %d", ready, want)
+		return ready >= controllerReplicas, fmt.Sprintf("%d ready controller pods, want %d", ready, controllerReplicas)
 	})
 }
 
@@ -358,28 +389,39 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 		if err != nil {
 			return false, err.Error()
 		}
-		// IP mode: one backend per pod, all active. Node mode: a backend
-		// per node; Cluster: all active; Local: active exactly on the nodes
-		// with a pod, the others drained (zerodrop keeps a node without a
-		// local endpoint registered, drained).
-		local := r.backend == BackendNode && r.policy == PolicyLocal && r.mode != ModeUpstream
-		active := 0
+		// IP mode: one backend per pod, all active and up. Node mode: a
+		// backend per node; Cluster: all active and up; Local: up exactly
+		// on the nodes with a pod. zerodrop keeps a node without a local
+		// endpoint registered, drained; the upstream controller keeps it
+		// active, and its probe (the health-check node port) holds it down.
+		local := r.backend == BackendNode && r.policy == PolicyLocal
+		drains := local && r.mode == ModeZerodrop
+		active, up := 0, 0
 		for _, b := range bs {
-			if b.State != model.Active && !local {
+			if b.State != model.Active && !drains {
 				return false, fmt.Sprintf("backend %s:%d is %s", b.Address, b.Port, b.State)
 			}
 			if b.State == model.Active {
 				active++
+				if b.Healthy || !b.HealthKnown {
+					up++
+				}
 			}
 		}
-		wantActive := int(want)
-		if local {
-			if wantActive, err = r.podNodes(ctx); err != nil {
+		wantUp := int(want)
+		switch {
+		case local:
+			if wantUp, err = r.podNodes(ctx); err != nil {
 				return false, err.Error()
 			}
+		case r.backend == BackendNode:
+			wantUp = active
 		}
-		if (r.backend == BackendIP || local) && active != wantActive || active == 0 {
-			return false, fmt.Sprintf("HAProxy has %d active backends, want %d", active, wantActive)
+		if up != wantUp || up == 0 {
+			return false, fmt.Sprintf("HAProxy has %d backends up, want %d", up, wantUp)
+		}
+		if (r.backend == BackendIP || drains) && active != wantUp {
+			return false, fmt.Sprintf("HAProxy has %d active backends, want %d", active, wantUp)
 		}
 		// Under traffic, steady also means the clients have seen no
 		// failure for a while: in node mode HAProxy's backends are the

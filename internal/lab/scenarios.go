@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,6 +36,8 @@ var scenarios = []scenario{
 	{name: "rollout", about: "rolling update of a 3-replica Deployment", replicas: replicas, act: actRollout},
 	{name: "rollout-local", about: "rolling update of a 1-replica Deployment behind an externalTrafficPolicy Local Service: the last pod of its node replaced by one on another node",
 		replicas: 1, policy: PolicyLocal, act: actRolloutLocal},
+	{name: scenarioRestartIdle, about: "nothing changes: the load balancer's writer killed and restarted 6 times, SIGKILL and SIGTERM in turn, while WebSockets stay connected through an externalTrafficPolicy Local Service",
+		replicas: replicas, policy: PolicyLocal, act: actRestartIdle},
 	{name: "restart", about: "the controller restarted 3 times during a rolling update", replicas: replicas, act: actRestart},
 	{name: "scale-down", about: "3 → 1 replicas", replicas: replicas, act: actScaleDown},
 	{name: "drain-node", about: "cordon a node, evict its pods through the eviction API", replicas: 4, act: actDrainNode},
@@ -67,13 +70,19 @@ func scenarioNamed(name string) (scenario, bool) {
 	return scenario{}, false
 }
 
-// Bounds: warm-up and cool-down around the disruption, and how long a
-// scenario may take before it counts as failed.
-const (
-	settle       = 2 * time.Second
-	actTimeout   = 150 * time.Second
-	steadyTimout = 120 * time.Second
-)
+// settle is the warm-up and cool-down around the disruption.
+const settle = 2 * time.Second
+
+// actTimeout bounds how long a scenario's act may take before it counts as
+// failed: the workload's steady-state bound plus 30 s, and for restart-idle
+// 40 s per restart (a lease to expire, a replacement to start, idleVerify).
+func (r *run) actTimeout(sc scenario) time.Duration {
+	d := r.steadyTimeout(max(sc.replicas, 4)) + 30*time.Second
+	if sc.name == scenarioRestartIdle {
+		d += idleRestarts * 40 * time.Second
+	}
+	return d
+}
 
 // runScenario runs one scenario in one mode, backend and traffic policy,
 // and reports what the clients saw.
@@ -86,7 +95,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	l.curMu.Lock()
 	l.current = r
 	l.curMu.Unlock()
-	res := Result{Scenario: sc.name, Mode: string(mode), Backend: v.backend, TrafficPolicy: v.policy}
+	res := Result{Scenario: sc.name, Mode: string(mode), Backend: v.backend, ExternalTrafficPolicy: v.policy}
 	defer r.teardown()
 	label := fmt.Sprintf("%-10s %-13s %-8s", sc.name, v, mode)
 	l.progressf("%s setting up (%s)", label, sc.about)
@@ -104,19 +113,23 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	r.rec = newRecorder()
 	tctx, stopTraffic := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	var lanes []backendLane
+	wg.Add(3)
 	res.Frontend, res.TrafficStart, res.ClientNetns = r.addr, timestamp(r.rec.start), l.net.client.Name
 	// An outside client can count too, from the same namespace: the
 	// frontend is where the lab's clients send to.
 	l.progressf("%s traffic start frontend=%s netns=%s rate=%d/s", label, r.addr, l.net.client.Name, l.opts.Rate)
 	go func() { defer wg.Done(); runTraffic(tctx, l.net.client.DialContext, r.addr, l.opts.Rate, r.rec) }()
 	go func() { defer wg.Done(); l.progress(tctx, r, landedBase) }()
+	go func() { defer wg.Done(); lanes = r.sampleStates(tctx, r.rec.start) }()
 
 	if sleepCtx(ctx, settle) {
-		actx, cancel := context.WithTimeout(ctx, actTimeout)
+		actx, cancel := context.WithTimeout(ctx, r.actTimeout(sc))
+		actStart := time.Now()
 		err = sc.act(actx, r)
 		cancel()
 		if err == nil {
+			res.RolloutSeconds = float64(time.Since(actStart).Milliseconds()) / 1000
 			r.mark("steady")
 			sleepCtx(ctx, settle)
 		}
@@ -140,6 +153,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	res.ControllerWrites, res.ProviderConflicts = int64(c.writes), int64(c.conflicts)
 	res.DrainDrained, res.DrainDeadline = int64(c.drained), int64(c.deadline)
 	res.HookFailures = l.hookFailures(r.ns)
+	res.WritesPerRestart = r.restartWrites
 	landed, lerr := r.landed()
 	res.ProviderWrites = landed - landedBase
 	if err == nil {
@@ -147,7 +161,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	}
 	res.DurationSeconds = float64(time.Since(r.rec.start).Milliseconds()) / 1000
 	res.timeline = &timeline{Seconds: snap.Seconds, Failures: snap.Failures, Markers: r.markers,
-		LongClosed: snap.LongClosed, Exchanges: snap.Exchanges}
+		LongClosed: snap.LongClosed, Exchanges: snap.Exchanges, Lanes: lanes}
 	l.logFailures(r, snap)
 	return res, err
 }
@@ -185,7 +199,7 @@ func actRollout(ctx context.Context, r *run) error {
 	if err := r.rolloutRestart(ctx); err != nil {
 		return err
 	}
-	return r.waitSteady(ctx, replicas, steadyTimout)
+	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
 }
 
 // actRolloutLocal replaces the one pod by one on another node (the lab's
@@ -200,7 +214,7 @@ func actRolloutLocal(ctx context.Context, r *run) error {
 	if err := r.rolloutRestart(ctx); err != nil {
 		return err
 	}
-	if err := r.waitSteady(ctx, 1, steadyTimout); err != nil {
+	if err := r.waitSteady(ctx, 1, r.steadyTimeout(replicas)); err != nil {
 		return err
 	}
 	after, err := r.podNodeNames(ctx)
@@ -227,7 +241,70 @@ func actRestart(ctx context.Context, r *run) error {
 			return err
 		}
 	}
-	return r.waitSteady(ctx, replicas, steadyTimout)
+	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
+}
+
+// scenarioRestartIdle is the Azure incident: the writer restarted while
+// nothing changes.
+const scenarioRestartIdle = "restart-idle"
+
+// idleRestarts is how often restart-idle restarts the writer (the incident's
+// count); idleVerify how long it then lets the new writer work before the
+// next restart (its first sync of every Service takes well under that).
+const (
+	idleRestarts = 6
+	idleVerify   = 5 * time.Second
+)
+
+// actRestartIdle kills the process that writes the load balancer (the
+// leader: zerodrop's controller, or the upstream service controller's
+// cloud-controller-manager) idleRestarts times, with SIGKILL and SIGTERM in
+// turn, as the kubelet or an OOM kill would, and each time waits for another
+// replica to take the lease (the killed pod's ReplicaSet replaces it) and
+// idleVerify more. Every write counted at HAProxy's sockets from one kill to
+// the next (the last: to the end of the act) is that restart's.
+func actRestartIdle(ctx context.Context, r *run) error {
+	var at []int64
+	for i := range idleRestarts {
+		sig, name := syscall.SIGKILL, "SIGKILL"
+		if i%2 == 1 {
+			sig, name = syscall.SIGTERM, "SIGTERM"
+		}
+		target, err := r.waitLeader(ctx, "")
+		if err != nil {
+			return err
+		}
+		n, err := r.landed()
+		if err != nil {
+			return err
+		}
+		at = append(at, n)
+		r.mark("%s %s", name, shortPod(target))
+		if err := r.lab.agent.signal(ctrlNamespace+"/"+target, sig); err != nil {
+			return fmt.Errorf("restart %d: %w", i+1, err)
+		}
+		r.ctrls.gone(target)
+		next, err := r.waitLeader(ctx, target)
+		if err != nil {
+			return fmt.Errorf("restart %d: %w", i+1, err)
+		}
+		r.mark("leader %s", shortPod(next))
+		if err := r.waitControllersReady(ctx, target); err != nil {
+			return fmt.Errorf("restart %d: %w", i+1, err)
+		}
+		if !sleepCtx(ctx, idleVerify) {
+			return ctx.Err()
+		}
+	}
+	n, err := r.landed()
+	if err != nil {
+		return err
+	}
+	at = append(at, n)
+	for i := 1; i < len(at); i++ {
+		r.restartWrites = append(r.restartWrites, at[i]-at[i-1])
+	}
+	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
 }
 
 // actScaleDown scales from 3 to 1 replica.
@@ -235,7 +312,7 @@ func actScaleDown(ctx context.Context, r *run) error {
 	if err := r.scale(ctx, 1); err != nil {
 		return err
 	}
-	return r.waitSteady(ctx, 1, steadyTimout)
+	return r.waitSteady(ctx, 1, r.steadyTimeout(replicas))
 }
 
 // actDrainNode does what `kubectl drain` does: cordon the node with the
@@ -288,7 +365,7 @@ func actDrainNode(ctx context.Context, r *run) error {
 			return err
 		}
 	}
-	return r.waitSteady(ctx, 4, steadyTimout)
+	return r.waitSteady(ctx, 4, r.steadyTimeout(4))
 }
 
 // evict asks the eviction API until it agrees (kubectl drain retries every
@@ -356,7 +433,7 @@ func actChurn(ctx context.Context, r *run) error {
 	if err := r.restoreService(ctx); err != nil {
 		return err
 	}
-	return r.waitSteady(ctx, replicas, steadyTimout)
+	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
 }
 
 // flipService changes the Service the way a team does while it deploys:

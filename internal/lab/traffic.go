@@ -26,8 +26,8 @@ const (
 	ioTimeout   = 2 * time.Second
 	maxEvents   = 2000 // failures kept for the report
 	// maxTrafficTime bounds the request schedule whatever the context does:
-	// no scenario runs its traffic this long (actTimeout plus settling).
-	maxTrafficTime = 5 * time.Minute
+	// no scenario runs its traffic this long (its act's bound plus settling).
+	maxTrafficTime = 10 * time.Minute
 )
 
 // Failure kinds.

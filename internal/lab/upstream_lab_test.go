@@ -9,25 +9,70 @@
 package lab
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
 
 // TestLabUpstream runs the upstream mode: the real service controller of
-// k8s.io/cloud-provider with the lab's Azure-like cloud, node-backed, on the
-// real network. A rollout changes no node, so that controller writes nothing
-// to the load balancer during it (counted at HAProxy's sockets), while the
-// clients' traffic flows through it.
+// k8s.io/cloud-provider, in cloud-controller-manager processes with the lab's
+// Azure-like cloud, node-backed, on the real network.
+//
+// A rollout under it loses traffic (pods stop at SIGTERM while kube-proxy
+// still forwards to them): this is the check that the lab's failure
+// counters can count at all, which zerodrop's 0s elsewhere rely on. It
+// changes no node, so the controller writes nothing to the load balancer.
 func TestLabUpstream(t *testing.T) {
-	doc := runLab(t, 4*time.Minute, "--scenario", "rollout", "--mode", "upstream", "--traffic-policy", "local")
+	doc := runLab(t, 4*time.Minute, "--scenario", "rollout", "--mode", "upstream", "--backend", "ip")
 	if len(doc) != 1 {
 		t.Fatalf("want 1 run, got %v", doc)
 	}
 	s := doc[0]
-	if s["mode"] != string(ModeUpstream) || s["backend"] != BackendNode || s["traffic_policy"] != PolicyLocal {
-		t.Errorf("ran mode %v, backend %v, policy %v; want upstream, node (whatever --backend says), local", s["mode"], s["backend"], s["traffic_policy"])
+	if s["mode"] != string(ModeUpstream) || s["backend"] != BackendNode || s["external_traffic_policy"] != PolicyCluster {
+		t.Errorf("ran mode %v, backend %v, policy %v; want upstream, node (whatever --backend says), cluster",
+			s["mode"], s["backend"], s["external_traffic_policy"])
 	}
 	if s["requests"].(float64) < 100 || s["provider_writes"].(float64) != 0 {
 		t.Errorf("requests %v, writes during the rollout %v; want traffic and no write", s["requests"], s["provider_writes"])
+	}
+	if loss := s["failed_requests"].(float64) + s["long_conns_broken"].(float64); loss == 0 {
+		t.Errorf("the upstream rollout lost no request and broke no long connection: are failures counted?")
+	}
+}
+
+// TestLabRestartIdle is the Azure incident on the real network: with
+// nothing changing, the writer is killed and restarted 6 times (SIGKILL and
+// SIGTERM in turn) while WebSockets stay connected through an
+// externalTrafficPolicy Local Service. zerodrop writes nothing on any
+// restart, ends no WebSocket and fails no request; the upstream
+// controller's writes per restart are reported whatever they are.
+func TestLabRestartIdle(t *testing.T) {
+	doc := runLab(t, 12*time.Minute, "--scenario", "restart-idle", "--mode", "upstream,zerodrop")
+	var runs []string
+	for _, s := range doc {
+		name := fmt.Sprint(s["scenario"], " ", s["mode"], " ", s["backend"], "/", s["external_traffic_policy"])
+		runs = append(runs, name)
+		perRestart, _ := s["writes_per_restart"].([]any)
+		if len(perRestart) != idleRestarts {
+			t.Errorf("%s: writes_per_restart %v, want %d entries", name, s["writes_per_restart"], idleRestarts)
+		}
+		if s["mode"] != string(ModeZerodrop) {
+			continue
+		}
+		for i, w := range perRestart {
+			if w.(float64) != 0 {
+				t.Errorf("%s: restart %d made %v writes, want 0", name, i+1, w)
+			}
+		}
+		failed, stalled := s["failed_requests"].(float64), s["requests_late_client_stall"].(float64)
+		ended := s["long_conns_closed"].(float64) + s["long_conns_broken"].(float64)
+		if s["provider_writes"].(float64) != 0 || ended != 0 || failed-stalled != 0 {
+			t.Errorf("%s: %v writes, %v WebSockets ended, %v failed requests (%v by a client stall); want none",
+				name, s["provider_writes"], ended, failed, stalled)
+		}
+	}
+	if want := []string{"restart-idle upstream node/local", "restart-idle zerodrop ip/local"}; !slices.Equal(runs, want) {
+		t.Errorf("runs %v, want %v", runs, want)
 	}
 }
