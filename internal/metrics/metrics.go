@@ -27,6 +27,10 @@ type Metrics struct {
 	DrainOutcomes     *prometheus.CounterVec
 	DrainWait         *prometheus.HistogramVec
 	BuildInfo         *prometheus.GaugeVec
+	// GateLatency is how long the readiness gate held pods back.
+	GateLatency prometheus.Histogram
+	// Backends counts the managed load balancers' backends by state.
+	Backends *prometheus.GaugeVec
 }
 
 // New creates the metrics and registers them on reg (nil: not registered).
@@ -78,11 +82,21 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "zerodrop_build_info",
 			Help: "Always 1; the labels say which build runs.",
 		}, []string{"version", "goversion"}),
+		GateLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "zerodrop_readiness_gate_seconds",
+			Help:    "How long the readiness gate held a pod back: from its containers turning ready (ContainersReady) to the gate set True, once every load balancer serves it.",
+			Buckets: []float64{0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89},
+		}),
+		Backends: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "zerodrop_backends",
+			Help: "Backends of the load balancers this replica last reconciled as leader, by state (active, draining).",
+		}, []string{"state"}),
 	}
 	m.BuildInfo.WithLabelValues(version.String(), runtime.Version()).Set(1)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ProviderWrites, m.ProviderReads, m.ProviderConflicts,
-			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps, m.DrainCalls, m.DrainOutcomes, m.DrainWait, m.BuildInfo} {
+			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps, m.DrainCalls, m.DrainOutcomes, m.DrainWait, m.BuildInfo,
+			m.GateLatency, m.Backends} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

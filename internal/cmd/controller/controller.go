@@ -337,7 +337,7 @@ func RunConfig(ctx context.Context, cfg Config) error {
 	}
 	finder := &lbtarget.Finder{Reader: mgr.GetCache(), Services: svcCtrl, Provider: prov, AddressMap: addrMap}
 	if cfg.ReadinessGate {
-		if err := podgate.Setup(mgr, podgate.Options{Finder: finder, Logger: log.WithName("podgate")}); err != nil {
+		if err := podgate.Setup(mgr, podgate.Options{Finder: finder, Latency: m.GateLatency, Logger: log.WithName("podgate")}); err != nil {
 			return fmt.Errorf("readiness gate: %w", err)
 		}
 	}

@@ -2,6 +2,8 @@ package podgate
 
 import (
 	"context"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"sync"
 	"testing"
 	"time"
@@ -218,4 +220,53 @@ func TestGateOnAPIServer(t *testing.T) {
 			t.Errorf("gate condition = %q with the backend registered under the pod's IPv6 address, want True", got)
 		}
 	})
+
+	// zerodrop_readiness_gate_seconds: observed once, when the gate opens,
+	// from the pod's ContainersReady transition.
+	t.Run("Latency", func(t *testing.T) {
+		ns := namespace(t, c, "latency")
+		prov := memory.New(provider.Hooks{})
+		if err := c.Create(ctx, testutil.LBService(ns, "web", class, 80, 8080)); err != nil {
+			t.Fatal(err)
+		}
+		pod := gatedPod(t, c, ns, "web-a", "web", "10.7.2.1")
+		readyAt := metav1.NewTime(time.Now().Add(-3 * time.Second))
+		for i := range pod.Status.Conditions {
+			if pod.Status.Conditions[i].Type == corev1.ContainersReady {
+				pod.Status.Conditions[i].LastTransitionTime = readyAt
+			}
+		}
+		if err := c.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		hist := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gate_seconds"})
+		r := newTestReconciler(t, c, prov)
+		r.opts.Latency = hist
+		settle(t, r, ns, "web-a")
+		if n := histogramCount(t, hist); n != 0 {
+			t.Fatalf("%d latencies observed while no load balancer serves the pod, want 0", n)
+		}
+		serve(prov, ns, "web", backend("10.7.2.1", 8080))
+		settle(t, r, ns, "web-a")
+		settle(t, r, ns, "web-a")
+		var m dto.Metric
+		if err := hist.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.GetHistogram().GetSampleCount(); got != 1 {
+			t.Fatalf("%d latencies observed after the gate opened (and one more reconcile), want 1", got)
+		}
+		if sum := m.GetHistogram().GetSampleSum(); sum < 3 {
+			t.Errorf("observed %.2fs, want at least the 3 s since ContainersReady turned True", sum)
+		}
+	})
+}
+
+func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +42,9 @@ type Options struct {
 	PollInterval time.Duration
 	// ReadQPS bounds the provider reads of this controller (default 20).
 	ReadQPS float64
+	// Latency, when set, observes how long the gate held each pod back
+	// (zerodrop_readiness_gate_seconds).
+	Latency prometheus.Observer
 	Logger  logr.Logger
 }
 
@@ -159,7 +163,23 @@ func (r *Reconciler) open(ctx context.Context, log logr.Logger, pod *corev1.Pod)
 		return reconcile.Result{}, fmt.Errorf("set readiness gate of %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	log.V(1).Info("load balancers serve the pod", "targets", lbtarget.Describe(targets))
+	if r.opts.Latency != nil {
+		if since, ok := containersReadySince(orig); ok {
+			r.opts.Latency.Observe(max(time.Since(since).Seconds(), 0))
+		}
+	}
 	return reconcile.Result{}, nil
+}
+
+// containersReadySince is when the pod's containers turned ready: from then
+// on only the gate kept the pod from Ready.
+func containersReadySince(pod *corev1.Pod) (time.Time, bool) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.ContainersReady && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			return c.LastTransitionTime.Time, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // verdict decides the gate from what the load balancers report. In node mode

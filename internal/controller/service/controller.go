@@ -118,6 +118,7 @@ type Controller struct {
 
 	mu       sync.Mutex
 	failures map[string]int
+	backends map[string]map[model.BackendState]int // per load balancer, as last written or verified
 }
 
 // New creates the controller and adds it to mgr. It runs only in the leader;
@@ -415,4 +416,38 @@ func retryLimiter() workqueue.TypedRateLimiter[string] {
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, maxRetryDelay),
 		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
 	)
+}
+
+// countBackends records the backends of key's load balancer by state, as
+// the reconcile left it (lb nil: deleted), and sets zerodrop_backends to the
+// totals over every load balancer.
+func (c *Controller) countBackends(key string, lb *model.LoadBalancer) {
+	if c.opts.Metrics == nil || c.opts.Metrics.Backends == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.backends == nil {
+		c.backends = map[string]map[model.BackendState]int{}
+	}
+	if lb == nil {
+		delete(c.backends, key)
+	} else {
+		counts := map[model.BackendState]int{}
+		for _, l := range lb.Listeners {
+			for _, b := range l.Backends {
+				counts[b.State]++
+			}
+		}
+		c.backends[key] = counts
+	}
+	totals := map[model.BackendState]int{model.Active: 0, model.Draining: 0}
+	for _, counts := range c.backends {
+		for state, n := range counts {
+			totals[state] += n
+		}
+	}
+	for state, n := range totals {
+		c.opts.Metrics.Backends.WithLabelValues(string(state)).Set(float64(n))
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -68,6 +69,11 @@ func (r *running) stop(t *testing.T) {
 }
 
 func (r *running) writes() float64 { return metrics.Sum(r.metrics.ProviderWrites) }
+
+// backends is zerodrop_backends{state}.
+func (r *running) backends(state model.BackendState) float64 {
+	return promtest.ToFloat64(r.metrics.Backends.WithLabelValues(string(state)))
+}
 
 // replica configures one controller process in a test.
 type replica struct {

@@ -60,6 +60,12 @@ func TestTwoPhaseRemoval(t *testing.T) {
 			return fmt.Sprint(backendsOf(lb)) == fmt.Sprint(want), fmt.Sprint(backendsOf(lb))
 		})
 	}
+	// zerodrop_backends says the same: an active and a draining backend on
+	// each of the two load balancers.
+	eventually(t, 10*time.Second, "zerodrop_backends 2 active, 2 draining", func() (bool, string) {
+		a, d := r.backends(model.Active), r.backends(model.Draining)
+		return a == 2 && d == 2, fmt.Sprintf("active %v, draining %v", a, d)
+	})
 	drainedAt := time.Now()
 	// "timeout" goes when its 2 s pass although it still has connections.
 	eventually(t, 10*time.Second, "timeout backend removed", func() (bool, string) {
@@ -78,6 +84,10 @@ func TestTwoPhaseRemoval(t *testing.T) {
 	eventually(t, 10*time.Second, "drained backend removed", func() (bool, string) {
 		lb, _ := prov.Observe(ctx, ns+"/drain")
 		return len(backendsOf(lb)) == 1, fmt.Sprint(backendsOf(lb))
+	})
+	eventually(t, 10*time.Second, "zerodrop_backends 2 active, none draining", func() (bool, string) {
+		a, d := r.backends(model.Active), r.backends(model.Draining)
+		return a == 2 && d == 0, fmt.Sprintf("active %v, draining %v", a, d)
 	})
 	r.stop(t)
 }

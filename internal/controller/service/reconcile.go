@@ -174,6 +174,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 		}
 		return result, false, err
 	}
+	c.countBackends(key, desired)
 	return result, pending, nil
 }
 
