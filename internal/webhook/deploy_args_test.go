@@ -1,7 +1,7 @@
 package webhook_test
 
 import (
-	"flag"
+	"github.com/spf13/pflag"
 	"io"
 	"os"
 	"path/filepath"
@@ -38,19 +38,10 @@ func TestDeploymentArgs(t *testing.T) {
 	if len(c.Args) == 0 || c.Args[0] != "controller" {
 		t.Fatalf("args %q, want the controller subcommand first", c.Args)
 	}
-	fs := flag.NewFlagSet("zerodrop controller", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("zerodrop controller", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var cfg controller.Config
 	cfg.Flags(fs)
-	// Once the command registers the webhook's flags itself, skip them here.
-	wfs := flag.NewFlagSet("webhook", flag.ContinueOnError)
-	var wopts webhook.Options
-	wopts.Flags(wfs)
-	wfs.VisitAll(func(f *flag.Flag) {
-		if fs.Lookup(f.Name) == nil {
-			fs.Var(f.Value, f.Name, f.Usage)
-		}
-	})
 	args := make([]string, 0, len(c.Args)-1)
 	for _, a := range c.Args[1:] {
 		args = append(args, strings.ReplaceAll(a, "$(POD_NAMESPACE)", "zerodrop-system"))

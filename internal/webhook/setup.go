@@ -9,8 +9,8 @@ package webhook
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -78,7 +78,7 @@ type Options struct {
 // Flags registers the webhook's flags on fs. --load-balancer-class and
 // --adopt-classless belong to the controller; pass them on as Classes and
 // IncludeClassless.
-func (o *Options) Flags(fs *flag.FlagSet) {
+func (o *Options) Flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "webhook", false, "serve the mutating webhook that injects the readiness gate and the drain preStop hook")
 	fs.StringVar(&o.Certs.Namespace, "webhook-namespace", DefaultNamespace, "namespace of the webhook Service and its certificate Secret")
 	fs.StringVar(&o.Certs.ServiceName, "webhook-service", certs.DefaultServiceName, "webhook Service the serving certificate names")

@@ -3,8 +3,8 @@ package controller
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"os"
 	"regexp"
 	"strings"
@@ -40,7 +40,7 @@ var clouds = map[string]cloud.Configuration{
 	"usgovernment": cloud.AzureGovernment,
 }
 
-func (a *AzureConfig) flags(fs *flag.FlagSet) {
+func (a *AzureConfig) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&a.SubscriptionID, "azure-subscription-id", os.Getenv("AZURE_SUBSCRIPTION_ID"), "azure: subscription of the load balancers (default $AZURE_SUBSCRIPTION_ID)")
 	fs.StringVar(&a.ResourceGroup, "azure-resource-group", "", "azure: resource group of the load balancers")
 	fs.StringVar(&a.LoadBalancers, "azure-load-balancers", "", "azure: comma-separated Standard Load Balancer names Services are placed on (annotation "+

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -90,7 +91,7 @@ type Config struct {
 func DefaultHAProxyDir() string { return filepath.Join(os.TempDir(), "zerodrop-haproxy") }
 
 // Flags registers the command's flags on fs.
-func (c *Config) Flags(fs *flag.FlagSet) {
+func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, $KUBECONFIG or ~/.kube/config)")
 	fs.StringVar(&c.Provider, "provider", "haproxy", "load balancer provider: haproxy or azure")
 	fs.StringVar(&c.Class, "load-balancer-class", "", "spec.loadBalancerClass to manage (default zerodrop.dev/<provider>)")
@@ -167,15 +168,22 @@ func (c *Config) Validate() error {
 
 // Run parses args and runs the controller until ctx is done.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("zerodrop controller", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("zerodrop controller", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.SortFlags = false
 	cfg := Config{LogOutput: stderr}
 	cfg.Flags(fs)
-	klog.InitFlags(fs)
+	// klog's flags (-v, --vmodule, …) work, but stay out of --help: they
+	// are for debugging, and --log-format is the documented switch.
+	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(kfs)
+	fs.AddGoFlagSet(kfs)
+	kfs.VisitAll(func(f *flag.Flag) { _ = fs.MarkHidden(f.Name) })
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintf(stderr, "zerodrop controller: %v\n", err)
 		return 2
 	}
 	if fs.NArg() > 0 {

@@ -3,7 +3,7 @@ package controller
 import (
 	"bytes"
 	"context"
-	"flag"
+	"github.com/spf13/pflag"
 	"io"
 	"path/filepath"
 	"strings"
@@ -40,7 +40,7 @@ func azureArgs(override map[string]string) []string {
 
 func parse(t *testing.T, args []string) Config {
 	t.Helper()
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var cfg Config
 	cfg.Flags(fs)
@@ -135,5 +135,35 @@ func TestRunRefusesBadFlagsBeforeConnecting(t *testing.T) {
 	args = append(azureArgs(nil), "--kubeconfig="+missing, "--metrics-bind-address=0", "--health-probe-bind-address=0", "--drain-bind-address=0")
 	if code := Run(context.Background(), args, io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), "kubeconfig") {
 		t.Fatalf("exit %d, want 1 with a kubeconfig error; stderr: %s", code, stderr.String())
+	}
+}
+
+// TestHelpHidesKlogFlags: --help lists the controller's flags and not
+// klog's, which still parse (-v=2 is accepted: the run below fails only at
+// validation, on the provider).
+func TestHelpHidesKlogFlags(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Run(context.Background(), []string{"--help"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("--help exited %d: %s", code, stderr.String())
+	}
+	help := stderr.String()
+	for _, want := range []string{"--kubeconfig", "--provider", "--log-format", "--azure-subscription-id", "--webhook"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("--help lacks %s:\n%s", want, help)
+		}
+	}
+	for _, klogFlag := range []string{"--vmodule", "--logtostderr", "--skip_headers", "-v, --v"} {
+		if strings.Contains(help, klogFlag) {
+			t.Errorf("--help shows klog's %s:\n%s", klogFlag, help)
+		}
+	}
+	stderr.Reset()
+	code := Run(context.Background(), []string{"-v=2", "--vmodule=reconcile=4", "--provider=aws"}, &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), `--provider "aws" is not supported`) {
+		t.Errorf("klog flags with a bad provider: exit %d, %q; want 2 and the provider's message", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := Run(context.Background(), []string{"--no-such-flag"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "no-such-flag") {
+		t.Errorf("unknown flag: exit %d, %q; want 2 naming the flag", code, stderr.String())
 	}
 }
