@@ -4,12 +4,18 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build deps control-plane helm haproxy network test unit lint fmt-check bench lab demo clean
+.PHONY: all build image deps control-plane helm haproxy network test unit lint fmt-check bench lab demo clean
 
 all: build
 
 build:
 	$(GO) build -o bin/zerodrop ./cmd/zerodrop
+
+# The container images as OCI image layouts under bin/images (controller, and
+# HAProxy data plane), from Debian's packages without docker, then their test
+# (hack/image.sh; needs root).
+image:
+	@GO=$(GO) bash hack/image.sh
 
 # The real parts the tests and the demo run against: kube-apiserver, etcd and
 # kube-controller-manager (and kube-proxy) built from the Go module proxy (cached), and HAProxy
