@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,8 +66,12 @@ type Config struct {
 	DrainAddr         string
 	ReadinessGate     bool
 	// Immediate removes backends at once (upstream-like, for comparison).
-	Immediate       bool
-	MetricsAddr     string
+	Immediate   bool
+	MetricsAddr string
+	// MetricsSecure serves metrics over HTTPS to callers the API server
+	// authenticates (TokenReview) and authorizes (SubjectAccessReview for
+	// GET on the path); off by default so tests and the lab scrape plain HTTP.
+	MetricsSecure   bool
 	ProbeAddr       string
 	LeaderElect     bool
 	LeaderNamespace string
@@ -108,6 +113,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.ReadinessGate, "readiness-gate", true, "set the zerodrop.dev/load-balancer-ready condition on pods that carry the gate")
 	fs.BoolVar(&c.Immediate, "immediate-removal", false, "remove backends at once instead of draining them (upstream-like, for comparison)")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address (0 disables)")
+	fs.BoolVar(&c.MetricsSecure, "metrics-secure", false, "serve metrics over HTTPS, only to callers the API server authenticates and authorizes for GET on the path (needs create on tokenreviews and subjectaccessreviews)")
 	fs.StringVar(&c.ProbeAddr, "health-probe-bind-address", ":8081", "healthz/readyz address (0 disables)")
 	fs.BoolVar(&c.LeaderElect, "leader-elect", true, "elect a leader through a Lease; only the leader writes")
 	fs.StringVar(&c.LeaderNamespace, "leader-election-namespace", "kube-system", "namespace of the leader Lease")
@@ -262,9 +268,16 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 
+	metricsOpts := metricsserver.Options{BindAddress: cfg.MetricsAddr}
+	if cfg.MetricsSecure {
+		// The certificate is self-signed (controller-runtime's fallback):
+		// the bearer token, not the certificate, is what a scraper proves.
+		metricsOpts.SecureServing = true
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
 	mgr, err := manager.New(restCfg, manager.Options{
 		Logger:                        log,
-		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        cfg.ProbeAddr,
 		LeaderElection:                cfg.LeaderElect,
 		LeaderElectionID:              cfg.LeaderID,
