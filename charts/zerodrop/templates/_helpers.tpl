@@ -1,0 +1,77 @@
+{{/*
+Name of every object. Fixed rather than derived from the release name: the
+webhook configuration and ClusterRoles are cluster-scoped, the drain address
+is fixed, and existing pods' hooks outlive a reinstall.
+*/}}
+{{- define "zerodrop.fullname" -}}
+{{- .Values.fullnameOverride | default .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Selector labels. Only the name: a Deployment's selector cannot change, and
+installs from deploy/ select on it.
+*/}}
+{{- define "zerodrop.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "zerodrop.fullname" . }}
+{{- end -}}
+
+{{- define "zerodrop.labels" -}}
+{{ include "zerodrop.selectorLabels" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ include "zerodrop.tag" . | quote }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "zerodrop.tag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion -}}
+{{- end -}}
+
+{{- define "zerodrop.leaseName" -}}
+{{- .Values.leaderElection.id | default (printf "%s-controller" (include "zerodrop.fullname" .)) -}}
+{{- end -}}
+
+{{- define "zerodrop.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "zerodrop.fullname" .) -}}
+{{- end -}}
+
+{{- define "zerodrop.webhookService" -}}
+{{- printf "%s-webhook" (include "zerodrop.fullname" .) -}}
+{{- end -}}
+
+{{/* The cert-manager Certificate; its Secret is <fullname>-webhook-cert. */}}
+{{- define "zerodrop.certificate" -}}
+{{- printf "%s-webhook" (include "zerodrop.fullname" .) -}}
+{{- end -}}
+
+{{/* Azure load balancer names, a list or a comma-separated string, joined. */}}
+{{- define "zerodrop.loadBalancers" -}}
+{{- $lbs := .Values.azure.loadBalancers -}}
+{{- if kindIs "slice" $lbs -}}
+{{- join "," $lbs -}}
+{{- else -}}
+{{- $lbs | toString -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Checks the values before anything renders, so that a missing setting fails
+`helm install` with its name instead of a controller in CrashLoopBackOff.
+*/}}
+{{- define "zerodrop.validate" -}}
+{{- if ne (toString .Values.provider) "azure" -}}
+{{- fail (printf "provider %q is not installable with this chart: only provider=azure is. The in-cluster HAProxy install comes with the HA data plane in a later release; the single-process HAProxy mode (zerodrop controller --provider=haproxy) is for local use and the lab." (toString .Values.provider)) -}}
+{{- end -}}
+{{- $missing := list -}}
+{{- if not .Values.azure.subscriptionID }}{{ $missing = append $missing "azure.subscriptionID (the load balancers' subscription, a GUID)" }}{{ end -}}
+{{- if not .Values.azure.resourceGroup }}{{ $missing = append $missing "azure.resourceGroup (the load balancers' resource group)" }}{{ end -}}
+{{- if not (include "zerodrop.loadBalancers" . | trim) }}{{ $missing = append $missing "azure.loadBalancers (the Standard Load Balancer names)" }}{{ end -}}
+{{- if not .Values.azure.subnetID }}{{ $missing = append $missing "azure.subnetID (the frontends' subnet resource ID)" }}{{ end -}}
+{{- if not .Values.azure.location }}{{ $missing = append $missing "azure.location (the region, e.g. westeurope)" }}{{ end -}}
+{{- if and .Values.azure.workloadIdentity.enabled (not .Values.azure.workloadIdentity.clientID) }}{{ $missing = append $missing "azure.workloadIdentity.clientID (the managed identity's client ID; or set azure.workloadIdentity.enabled=false)" }}{{ end -}}
+{{- if not .Values.drain.clusterIP }}{{ $missing = append $missing "drain.clusterIP (a fixed, free address of the cluster's service range)" }}{{ end -}}
+{{- if $missing -}}
+{{- fail (printf "missing values for provider=azure: %s" (join ", " $missing)) -}}
+{{- end -}}
+{{- end -}}
