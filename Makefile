@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build image deps control-plane helm haproxy network test unit lint fmt-check bench lab demo clean
+.PHONY: all build image deps control-plane helm render-deploy haproxy network test unit lint fmt-check bench lab demo clean
 
 all: build
 
@@ -23,10 +23,16 @@ image:
 control-plane:
 	@bash hack/control-plane.sh all >/dev/null
 
-# The real helm v3 CLI for the analyzer's chart tests, built from the Go module
-# proxy (cached); the distribution has no package.
+# The real helm v3 CLI for the chart tests (the analyzer's, internal/install's)
+# and hack/render-deploy.sh, built from the Go module proxy (cached); the
+# distribution has no package.
 helm:
 	@bash hack/helm.sh >/dev/null
+
+# deploy/ is charts/zerodrop rendered with hack/deploy-values.yaml; run this
+# after changing the chart (internal/install's test fails until then).
+render-deploy: helm
+	bash hack/render-deploy.sh
 
 haproxy:
 	@bash hack/setup-haproxy.sh
