@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -273,7 +272,7 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		// The certificate is self-signed (controller-runtime's fallback):
 		// the bearer token, not the certificate, is what a scraper proves.
 		metricsOpts.SecureServing = true
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		metricsOpts.FilterProvider = metricsAuth
 	}
 	mgr, err := manager.New(restCfg, manager.Options{
 		Logger:                        log,
