@@ -21,7 +21,7 @@ const usage = `usage: zerodrop <command> [flags]
 commands:
   controller   run the Service LoadBalancer controller
   check        analyze manifests or a live cluster for rollout safety
-  lab          real rollouts under real traffic: upstream-like baseline vs zerodrop
+  lab          real rollouts under real traffic: the upstream controller, the recipe and zerodrop
                (development build only: make lab, or go run -tags lab ./cmd/zerodrop lab)
   version      print the version
 
