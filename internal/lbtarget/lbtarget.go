@@ -27,10 +27,46 @@ type Services interface {
 
 // Finder looks pods up in the load balancers that select them.
 type Finder struct {
-	Reader     client.Reader
-	Services   Services
+	Reader   client.Reader
+	Services Services
+	// Provider is the load balancer the pods' backends are read from; with
+	// Replicas, it only says which protocols are unsupported.
 	Provider   provider.Provider
 	AddressMap []model.AddressMapping
+	// Replicas, when set, lists the data-plane replicas that count now: one
+	// load balancer each, all programmed alike (internal/dataplane). Every
+	// one is read, and each gives its own targets, so a pod is served only
+	// when every replica serves it and drained only when every replica has
+	// it drained. No replica at all is an error: nothing can say the pod is
+	// served.
+	Replicas func(ctx context.Context) ([]Replica, error)
+}
+
+// Replica is one data-plane replica: its name, for messages, and a view of
+// its load balancer (Backends is what is read).
+type Replica struct {
+	Name     string
+	Provider provider.Provider
+}
+
+// views are the load balancers to read: the replicas, or Provider.
+func (f *Finder) views(ctx context.Context) ([]Replica, error) {
+	if f.Replicas == nil {
+		return []Replica{{Provider: f.Provider}}, nil
+	}
+	rs, err := f.Replicas(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("data-plane replicas: %w", err)
+	}
+	if len(rs) == 0 {
+		return nil, fmt.Errorf("no data-plane replica counts: none can serve or drain the pod yet")
+	}
+	return rs, nil
+}
+
+// unsupported reports the protocols the load balancers cannot balance.
+func (f *Finder) unsupported(proto corev1.Protocol) bool {
+	return f.Provider != nil && f.Provider.Unsupported()[model.Protocol(proto)]
 }
 
 // Target is one listener of one load balancer that should serve a pod, and
@@ -39,6 +75,9 @@ type Target struct {
 	Service  string
 	LB       string
 	Listener string
+	// Replica names the data-plane replica the target was read from ("" for
+	// a single load balancer).
+	Replica string
 	// Registered: the provider has a backend for the pod on this listener.
 	Registered bool
 	// Healthy: registered and healthy, or the provider does not check health.
@@ -95,6 +134,13 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 	if err != nil {
 		return nil, err
 	}
+	if len(svcs) == 0 {
+		return nil, nil
+	}
+	views, err := f.views(ctx)
+	if err != nil {
+		return nil, err
+	}
 	statusByLB := map[string][]provider.BackendStatus{}
 	var out []Target
 	for _, svc := range svcs {
@@ -118,39 +164,45 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			lastLocal = nodeOnly && last
 		}
 		key := f.Services.Key(svc)
-		statuses, seen := statusByLB[key]
-		if !seen {
-			if statuses, err = f.Provider.Backends(ctx, key); err != nil {
-				return nil, fmt.Errorf("backend status of %s: %w", key, err)
+		for _, view := range views {
+			cacheKey := view.Name + "\x00" + key
+			statuses, seen := statusByLB[cacheKey]
+			if !seen {
+				if statuses, err = view.Provider.Backends(ctx, key); err != nil {
+					if view.Name != "" {
+						return nil, fmt.Errorf("backend status of %s on data-plane replica %s: %w", key, view.Name, err)
+					}
+					return nil, fmt.Errorf("backend status of %s: %w", key, err)
+				}
+				statusByLB[cacheKey] = statuses
 			}
-			statusByLB[key] = statuses
-		}
-		for _, port := range svc.Spec.Ports {
-			proto := port.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			if f.Provider.Unsupported()[model.Protocol(proto)] {
-				continue
-			}
-			listener := model.ListenerName(svc.Namespace, svc.Name, proto, port.Port)
-			t := Target{Service: svc.Namespace + "/" + svc.Name, LB: key, Listener: listener,
-				Node: cfg.Mode == model.NodeMode, NodeOnly: nodeOnly, LastLocal: lastLocal,
-				ChangePublished: published, Connections: -1}
-			for _, s := range statuses {
-				if s.Listener != listener {
+			for _, port := range svc.Spec.Ports {
+				proto := port.Protocol
+				if proto == "" {
+					proto = corev1.ProtocolTCP
+				}
+				if f.unsupported(proto) {
 					continue
 				}
-				mine := addrs[canonical(s.Address)]
-				if mine {
-					t.add(s)
+				listener := model.ListenerName(svc.Namespace, svc.Name, proto, port.Port)
+				t := Target{Service: svc.Namespace + "/" + svc.Name, LB: key, Listener: listener, Replica: view.Name,
+					Node: cfg.Mode == model.NodeMode, NodeOnly: nodeOnly, LastLocal: lastLocal,
+					ChangePublished: published, Connections: -1}
+				for _, s := range statuses {
+					if s.Listener != listener {
+						continue
+					}
+					mine := addrs[canonical(s.Address)]
+					if mine {
+						t.add(s)
+					}
+					sending := s.State == model.Active && (!s.HealthKnown || s.Healthy)
+					if t.Node && !lastLocal && sending && (mine || !nodeOnly) {
+						t.Sending = append(t.Sending, s.Address)
+					}
 				}
-				sending := s.State == model.Active && (!s.HealthKnown || s.Healthy)
-				if t.Node && !lastLocal && sending && (mine || !nodeOnly) {
-					t.Sending = append(t.Sending, s.Address)
-				}
+				out = append(out, t)
 			}
-			out = append(out, t)
 		}
 	}
 	return out, nil
@@ -259,7 +311,11 @@ func Describe(ts []Target) string {
 		if t.Registered && t.State == model.Draining {
 			state = fmt.Sprintf("draining (%d connections)", t.Connections)
 		}
-		parts = append(parts, t.Listener+": "+state)
+		where := t.Listener
+		if t.Replica != "" {
+			where += " on " + t.Replica
+		}
+		parts = append(parts, where+": "+state)
 	}
 	return strings.Join(parts, "; ")
 }

@@ -1,0 +1,125 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/lbtarget"
+)
+
+// NodeLeaseNamespace holds the kubelets' heartbeats, one Lease per node.
+const NodeLeaseNamespace = "kube-node-lease"
+
+// ReasonReplicaNotCounted is the Event reason when a replica stops counting.
+const ReasonReplicaNotCounted = "DataPlaneReplicaNotCounted"
+
+// Discovery lists the data-plane replicas that count: the pods of the data
+// plane that can receive traffic. A replica counts while its HAProxy may —
+// not merely while its zerodrop process answers: one whose zerodrop process
+// died while its HAProxy runs still counts, and the gates wait for it (its
+// state endpoint does not answer) until the call's deadline. It stops
+// counting when its pod is gone or finished, or when its node's Lease has
+// expired: the node is lost, and the traffic through it with it (the
+// DaemonSet's pods tolerate unreachable nodes, so the pod alone says
+// nothing). A pod without an address yet does not count: nothing reaches
+// its HAProxy.
+type Discovery struct {
+	Reader    client.Reader
+	Namespace string
+	Selector  labels.Selector
+	// Port is the state endpoint's port on each replica's pod address.
+	Port int
+	// Recorder, when set, gets a Warning Event on a replica's pod when it
+	// stops counting for its node's Lease (once per pod).
+	Recorder events.EventRecorder
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+
+	mu       sync.Mutex
+	reported map[types.UID]bool
+}
+
+// Replicas implements lbtarget.Finder.Replicas.
+func (d *Discovery) Replicas(ctx context.Context) ([]lbtarget.Replica, error) {
+	var pods corev1.PodList
+	if err := d.Reader.List(ctx, &pods, client.InNamespace(d.Namespace), client.MatchingLabelsSelector{Selector: d.Selector}); err != nil {
+		return nil, fmt.Errorf("list data-plane pods in %s: %w", d.Namespace, err)
+	}
+	now := time.Now
+	if d.Now != nil {
+		now = d.Now
+	}
+	var out []lbtarget.Replica
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		expired, why, err := d.nodeLost(ctx, p.Spec.NodeName, now())
+		if err != nil {
+			return nil, err
+		}
+		if expired {
+			d.report(p, why)
+			continue
+		}
+		out = append(out, lbtarget.Replica{Name: p.Name, Provider: &Remote{Replica: p.Name,
+			BaseURL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(d.Port))}})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// nodeLost reports whether node's Lease has expired at now. A node without
+// a Lease (or a pod not scheduled yet) is not lost: the replica keeps
+// counting, and the gates keep asking it.
+func (d *Discovery) nodeLost(ctx context.Context, node string, now time.Time) (bool, string, error) {
+	if node == "" {
+		return false, "", nil
+	}
+	var lease coordinationv1.Lease
+	err := d.Reader.Get(ctx, client.ObjectKey{Namespace: NodeLeaseNamespace, Name: node}, &lease)
+	if apierrors.IsNotFound(err) {
+		return false, "", nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("node lease of %s: %w", node, err)
+	}
+	if lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
+		return false, "", nil
+	}
+	until := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+	if now.After(until) {
+		return true, fmt.Sprintf("node %s's Lease expired at %s: the node is lost, and the traffic through this replica with it",
+			node, until.UTC().Format(time.RFC3339)), nil
+	}
+	return false, "", nil
+}
+
+// report records, once per pod, that the replica no longer counts.
+func (d *Discovery) report(p *corev1.Pod, why string) {
+	d.mu.Lock()
+	if d.reported == nil {
+		d.reported = map[types.UID]bool{}
+	}
+	seen := d.reported[p.UID]
+	d.reported[p.UID] = true
+	d.mu.Unlock()
+	if !seen && d.Recorder != nil {
+		d.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonReplicaNotCounted, "GateReplicas",
+			"the pod gates no longer wait for this data-plane replica: %s", why)
+	}
+}

@@ -1,0 +1,110 @@
+// Package dataplane is what the gates need from an HAProxy data plane of
+// several replicas (each an HAProxy written only by its own zerodrop
+// process): a read-only state endpoint each replica serves, a view of one
+// replica's load balancer read through it, and the list of replicas that
+// count — those whose HAProxy can receive traffic. The pod gates read every
+// replica that counts (lbtarget.Finder.Replicas): a pod is served only when
+// all serve it, drained only when all have it drained.
+package dataplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// BackendsPath is the state endpoint's one resource: GET
+// /v1/backends?key=<load balancer key> answers the replica's
+// provider.BackendStatus list for that load balancer as JSON (an empty list
+// when it has none).
+const BackendsPath = "/v1/backends"
+
+// StateHandler serves prov's backend status read-only. A failed read is a
+// 503 with the error: the caller treats it as no answer and waits.
+func StateHandler(prov provider.Provider) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+BackendsPath, func(w http.ResponseWriter, r *http.Request) {
+		key := r.URL.Query().Get("key")
+		if key == "" {
+			http.Error(w, "key is required", http.StatusBadRequest)
+			return
+		}
+		bs, err := prov.Backends(r.Context(), key)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if bs == nil {
+			bs = []provider.BackendStatus{}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(bs)
+	})
+	return mux
+}
+
+// ErrReadOnly is what a Remote answers to writes: a replica's load balancer
+// is written by that replica's own zerodrop process only.
+var ErrReadOnly = errors.New("dataplane: a replica's load balancer is read-only from outside it")
+
+// Remote is one replica's load balancer as its state endpoint shows it. It
+// implements provider.Provider for reading backends only.
+type Remote struct {
+	// Replica names the replica in messages; BaseURL is its state endpoint
+	// (http://ADDR:PORT).
+	Replica string
+	BaseURL string
+	// Client is the HTTP client (default: one with a 5 s timeout).
+	Client *http.Client
+}
+
+var _ provider.Provider = (*Remote)(nil)
+
+func (r *Remote) Name() string                            { return "haproxy-replica" }
+func (r *Remote) Unsupported() map[model.Protocol]bool    { return nil }
+func (r *Remote) Apply(context.Context, model.Plan) error { return ErrReadOnly }
+func (r *Remote) Delete(context.Context, string) error    { return ErrReadOnly }
+func (r *Remote) Observe(context.Context, string) (*model.LoadBalancer, error) {
+	return nil, ErrReadOnly
+}
+
+// defaultClient bounds each read: a replica that does not answer makes the
+// gates wait, not hang.
+var defaultClient = &http.Client{Timeout: 5 * time.Second}
+
+// Backends reads the replica's backends of the load balancer key.
+func (r *Remote) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
+	c := r.Client
+	if c == nil {
+		c = defaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.BaseURL+BackendsPath+"?key="+url.QueryEscape(key), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("replica %s: %w", r.Replica, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("replica %s: %w", r.Replica, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("replica %s: %s: %s", r.Replica, resp.Status, body)
+	}
+	var bs []provider.BackendStatus
+	if err := json.Unmarshal(body, &bs); err != nil {
+		return nil, fmt.Errorf("replica %s: %w", r.Replica, err)
+	}
+	return bs, nil
+}
