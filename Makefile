@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build image deps control-plane helm render-deploy haproxy network test unit lint fmt-check bench lab demo clean
+.PHONY: all build image chaos deps control-plane helm render-deploy haproxy network test unit lint fmt-check bench lab demo clean
 
 all: build
 
@@ -78,6 +78,12 @@ bench: deps
 LAB_FLAGS     ?=
 lab: deps
 	$(GO) run -tags lab ./cmd/zerodrop lab $(LAB_FLAGS)
+
+# Faults, with figures: so far Azure's — 20 % of ARM requests failing (412,
+# 429, 500, slow) during churn and restarts on the emulator, zerodrop beside
+# the upstream-like configuration (docs/lab.md, "Azure emulator").
+chaos: deps
+	$(GO) run -tags lab ./cmd/zerodrop lab --provider azure-emulator --scenario all --mode all --azure-fault-rate 0.2
 
 # A shorter walk-through: zerodrop's writes on first start and on restart.
 demo: deps

@@ -86,6 +86,11 @@ type AzureFigures struct {
 	// load balancer) that named a conflict.
 	ConflictsRetried  int64 `json:"conflicts_retried"`
 	ConflictsSurfaced int64 `json:"conflicts_surfaced"`
+	// Faults is how many faults the emulator injected (--azure-fault-rate:
+	// 412s through a foreign write, 429s, 500s, slow requests);
+	// WarningEvents every Warning Event the controllers recorded.
+	Faults        int   `json:"faults_injected"`
+	WarningEvents int64 `json:"warning_events"`
 	// Changes made to Services and EndpointSlices (churn), or restarts.
 	Changes  int `json:"changes"`
 	Restarts int `json:"restarts"`
@@ -103,13 +108,21 @@ type AzureOptions struct {
 	Services int
 	// ChurnDuration is how long the churn changes things (default 4s).
 	ChurnDuration time.Duration
-	Progress      io.Writer
+	// FaultRate is the share of ARM requests (polls aside) the emulator
+	// fails once a run's setup is done: 412s, 429s, 500s and slow answers
+	// in equal shares, none twice in a row on one load balancer.
+	FaultRate float64
+	Progress  io.Writer
 }
 
 // runAzureCommand is `zerodrop lab --provider azure-emulator …` after flag
 // parsing; scenario and mode are the flags' values.
-func runAzureCommand(ctx context.Context, scenario, mode, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
-	opts := AzureOptions{Progress: stderr}
+func runAzureCommand(ctx context.Context, scenario, mode string, faultRate float64, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
+	if faultRate < 0 || faultRate >= 1 {
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-fault-rate %v (--provider azure-emulator): want a share from 0 to below 1\n", faultRate)
+		return 2
+	}
+	opts := AzureOptions{Progress: stderr, FaultRate: faultRate}
 	switch {
 	case scenario == "all":
 		opts.Scenarios = AzureScenarios
@@ -199,8 +212,9 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []Result, err
 				progress("%-8s %-8s error: %v", sc, mode, err)
 			} else {
 				a := res.Azure
-				progress("%-8s %-8s done: %d PUTs (%d load balancer, %d pool), %d 412s, %d conflicts retried, %d surfaced; converged in %.1fs",
-					sc, mode, res.ProviderWrites, a.LBPuts, a.PoolPuts, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced, a.ConvergeSeconds)
+				progress("%-8s %-8s done: %d PUTs (%d load balancer, %d pool), %d 412s, %d conflicts retried, %d surfaced; %d faults injected, %d Warning Events; converged in %.1fs",
+					sc, mode, res.ProviderWrites, a.LBPuts, a.PoolPuts, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced,
+					a.Faults, a.WarningEvents, a.ConvergeSeconds)
 			}
 			if ctx.Err() != nil {
 				return results, ctx.Err()
@@ -233,7 +247,10 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res Result, err er
 	if err := r.setup(ctx); err != nil {
 		return res, err
 	}
-	before, beforeRetried, beforeSurfaced := r.emu.Counters(), r.retried(), r.surfaced()
+	if r.opts.FaultRate > 0 {
+		r.emu.SetFaults(emulator.Faults{Rate: r.opts.FaultRate, Cooldown: 3, SlowDelay: 50 * time.Millisecond})
+	}
+	before, beforeRetried, beforeSurfaced, beforeWarnings := r.emu.Counters(), r.retried(), r.surfaced(), r.warnings()
 	start := time.Now()
 	switch scenario {
 	case "restart":
@@ -247,6 +264,8 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res Result, err er
 	a := res.Azure
 	a.LBPuts, a.PoolPuts, a.Gets, a.PreconditionFailed = d.LBPuts, d.PoolPuts, d.Gets, d.PreconditionFailed
 	a.ConflictsRetried, a.ConflictsSurfaced = r.retried()-beforeRetried, r.surfaced()-beforeSurfaced
+	a.Faults = d.InjectedConflicts + d.Throttled + d.ServerErrors + d.Slow
+	a.WarningEvents = r.warnings() - beforeWarnings
 	return res, err
 }
 
@@ -434,6 +453,13 @@ func (r *azureRun) retried() (n int64) {
 	return n
 }
 
+func (r *azureRun) warnings() (n int64) {
+	for _, in := range r.instances {
+		n += in.warnings.Load()
+	}
+	return n
+}
+
 func (r *azureRun) surfaced() (n int64) {
 	for _, in := range r.instances {
 		n += in.surfaced.Load()
@@ -468,6 +494,7 @@ type azureInstance struct {
 	leaderElect bool
 	metrics     *metrics.Metrics
 	surfaced    atomic.Int64
+	warnings    atomic.Int64
 	elected     <-chan struct{}
 	cancel      context.CancelFunc
 	done        chan error
@@ -511,7 +538,11 @@ func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
 	prov, err := azure.New(ctx, azure.Options{
 		SubscriptionID: azureSub, ResourceGroup: azureGroup, LoadBalancers: azureLBNames, SubnetID: azureSubnet,
 		Location: "westeurope", Credential: r.emu.Credential(), ClientOptions: r.emu.ClientOptions(),
-		Hooks: m.ProviderHooks("azure"), PollFrequency: 10 * time.Millisecond,
+		Hooks: m.ProviderHooks("azure"),
+		// The provider's default, 1 s: the SDK refuses less outside a test
+		// binary ("polling frequency minimum is one second"), which made
+		// every polled write of a command-line lab fail.
+		PollFrequency: time.Second,
 	})
 	if err != nil {
 		return fail(err)
@@ -528,7 +559,7 @@ func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
 	opts := service.Options{
 		Provider: prov, LoadBalancerClass: r.class(), KeyFunc: prov.KeyFunc, ValidateService: prov.ValidateService,
 		Metrics: m, Logger: logr.Discard(), ResyncPeriod: time.Hour, DrainPollInterval: 250 * time.Millisecond,
-		Recorder: &conflictEvents{EventRecorder: mgr.GetEventRecorder("zerodrop-service-controller"), n: &in.surfaced},
+		Recorder: &conflictEvents{EventRecorder: mgr.GetEventRecorder("zerodrop-service-controller"), n: &in.surfaced, warnings: &in.warnings},
 	}
 	if r.mode == ModeUpstreamLike {
 		opts.Sync, opts.ImmediateRemoval, opts.FailureEventThreshold = service.SyncFull, true, 1
@@ -549,10 +580,14 @@ func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
 // conflictEvents counts the Warning Events that surface a conflict.
 type conflictEvents struct {
 	events.EventRecorder
-	n *atomic.Int64
+	n        *atomic.Int64
+	warnings *atomic.Int64 // every Warning Event
 }
 
 func (c *conflictEvents) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	if eventtype == corev1.EventTypeWarning {
+		c.warnings.Add(1)
+	}
 	if eventtype == corev1.EventTypeWarning && reason == service.ReasonSyncFailed {
 		for _, a := range args {
 			if err, ok := a.(error); ok && errors.Is(err, provider.ErrConflict) {

@@ -13,7 +13,7 @@ func writeAzureTable(w io.Writer, results []Result) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\tchanges\tPUTs\tLB PUTs\tpool PUTs\t412s\tconflicts retried\tsurfaced as Events\tconverge s\t")
+	fmt.Fprintln(tw, "scenario\tmode\tchanges\tPUTs\tLB PUTs\tpool PUTs\t412s\tconflicts retried\tsurfaced as Events\tfaults injected\tWarning Events\tconverge s\t")
 	for _, r := range results {
 		a := r.Azure
 		if a == nil {
@@ -27,8 +27,9 @@ func writeAzureTable(w io.Writer, results []Result) {
 		if r.err != nil {
 			status = "  (failed)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\n", r.Scenario, r.Mode, changes,
-			r.ProviderWrites, a.LBPuts, a.PoolPuts, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced, a.ConvergeSeconds, status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\n", r.Scenario, r.Mode, changes,
+			r.ProviderWrites, a.LBPuts, a.PoolPuts, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced, a.Faults, a.WarningEvents,
+			a.ConvergeSeconds, status)
 	}
 	tw.Flush()
 }

@@ -66,6 +66,39 @@ func TestAzureEmulatorLab(t *testing.T) {
 	}
 }
 
+// TestAzureEmulatorLabFaults: with 20 % of ARM requests failing (412s, 429s,
+// 500s, slow answers) during the churn, zerodrop still converges — the run
+// fails otherwise: every load balancer holds exactly what the Services ask
+// for, no backend lost — and records no Warning Event: the faults are
+// transient.
+func TestAzureEmulatorLabFaults(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "lab.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := Run(ctx, []string{"--provider", "azure-emulator", "--scenario", "churn", "--mode", "zerodrop", "--azure-fault-rate", "0.2",
+		"--json", jsonPath}, &stdout, &stderr)
+	t.Logf("%s\n%s", stderr.String(), stdout.String())
+	if code != 0 {
+		t.Fatalf("zerodrop lab exited %d", code)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(raw, &rep); err != nil || len(rep.Scenarios) != 1 || rep.Scenarios[0].Azure == nil {
+		t.Fatalf("report %s: %v", raw, err)
+	}
+	a := rep.Scenarios[0].Azure
+	if a.Faults == 0 {
+		t.Errorf("no fault injected: %+v", a)
+	}
+	if a.WarningEvents != 0 {
+		t.Errorf("%d Warning Events for %d transient faults, want none", a.WarningEvents, a.Faults)
+	}
+}
+
 // TestAzureEmulatorLabUsage: scenarios that need traffic are usage errors.
 func TestAzureEmulatorLabUsage(t *testing.T) {
 	for _, args := range [][]string{
@@ -73,6 +106,7 @@ func TestAzureEmulatorLabUsage(t *testing.T) {
 		{"--provider", "azure-emulator", "--scenario", "drain-node"},
 		{"--provider", "azure-emulator", "--scenario", "churn", "--html", "x.html"},
 		{"--provider", "azure-emulator", "--mode", "upstream"},
+		{"--provider", "azure-emulator", "--azure-fault-rate", "1.5"},
 		{"--provider", "gce"},
 	} {
 		var stdout, stderr bytes.Buffer

@@ -103,6 +103,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&recipe.PreStopSleep, "recipe-prestop-sleep", DefaultRecipe.PreStopSleep, "recipe mode: the pods' preStop sleep")
 	fs.DurationVar(&recipe.GracePeriod, "recipe-grace-period", DefaultRecipe.GracePeriod, "recipe mode: terminationGracePeriodSeconds")
 	fs.DurationVar(&recipe.MinReadySeconds, "recipe-min-ready", DefaultRecipe.MinReadySeconds, "recipe mode: the Deployment's minReadySeconds")
+	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
 	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: restart and churn only, see docs/lab.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
@@ -121,7 +122,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch *prov {
 	case "haproxy":
 	case ProviderAzureEmulator:
-		return runAzureCommand(ctx, *scenario, *mode, *jsonPath, *htmlPath, stdout, stderr)
+		return runAzureCommand(ctx, *scenario, *mode, *faultRate, *jsonPath, *htmlPath, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", *prov, ProviderAzureEmulator)
 		return 2
