@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -334,6 +335,14 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		}
 		defer hp.Close()
 		prov = hp
+		// A killed HAProxy worker takes its master with it: the replica is
+		// not ready while HAProxy is gone, and every replica (not only the
+		// leader: the HAProxy serves whoever leads) starts it again from
+		// its configuration and server-state file.
+		_ = mgr.AddReadyzCheck("haproxy", func(r *http.Request) error { return hp.Alive(r.Context()) })
+		if err := mgr.Add(restoreLoop(hp, log.WithName("haproxy"))); err != nil {
+			return err
+		}
 	}
 
 	svcCtrl, err := service.New(ctx, mgr, service.Options{

@@ -1,0 +1,47 @@
+package haproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Alive reports whether the HAProxy serves: its master answers on the master
+// socket and has a worker. A killed worker takes its master with it
+// (HAProxy's master exits when a worker fails), so Alive then fails too.
+func (p *Provider) Alive(ctx context.Context) error {
+	info, err := p.procs(ctx)
+	if err != nil {
+		return fmt.Errorf("haproxy: master not answering: %w", err)
+	}
+	if len(info.Workers) == 0 {
+		return errors.New("haproxy: the master has no worker")
+	}
+	return nil
+}
+
+// Restore starts the HAProxy this Provider owns again when it is gone, from
+// the configuration file and the server-state file — the mirror of every
+// runtime change, drain flags included — so it comes back with the backends
+// and states it had. It reports whether it started one. An HAProxy the
+// Provider attached to (AdminSocket and MasterSocket given) is not its to
+// start: Restore returns Alive's error. Another replica restoring the same
+// state directory at once is excluded by the directory's lock.
+func (p *Provider) Restore(ctx context.Context) (bool, error) {
+	aliveErr := p.Alive(ctx)
+	if aliveErr == nil {
+		return false, nil
+	}
+	if p.opts.AdminSocket != "" || p.opts.MasterSocket != "" {
+		return false, aliveErr
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// What was read from the gone HAProxy is no longer true.
+	p.batch.writes.Add(1)
+	if err := p.startOrAttach(ctx); err != nil {
+		return false, fmt.Errorf("haproxy: restore after %v: %w", aliveErr, err)
+	}
+	p.batch.writes.Add(1)
+	return true, nil
+}

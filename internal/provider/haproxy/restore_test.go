@@ -1,0 +1,76 @@
+package haproxy
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/model"
+)
+
+// TestRestoreAfterWorkerKilled: a killed HAProxy worker takes its master
+// with it, and Alive says so; Restore starts HAProxy again from the
+// configuration and server-state files, with the same backends — the drained
+// one still in drain — and traffic is served again, never by the drained
+// backend. On a live HAProxy Restore does nothing.
+func TestRestoreAfterWorkerKilled(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	p := startOwned(t, dir, nil)
+	bs := startBackends(t, 2, "127.0.13")
+	const key, lbAddr = "default/restore", "127.0.0.63"
+	port := freePort(t, lbAddr)
+	l := listenerOf(key, "tcp-80", lbAddr, port, bs)
+	desired := &model.LoadBalancer{Key: key, Listeners: []model.Listener{l}}
+	applyDiff(t, p, desired)
+	// Drain the second backend at run time (mirrored to the files).
+	l.Backends[1].State, l.Backends[1].Weight = model.Draining, 0
+	desired.Listeners = []model.Listener{l}
+	applyDiff(t, p, desired)
+	eventually(t, 20*time.Second, "the active backend serving", func() error {
+		if got, err := get(lbAddr, port); err != nil || got != bs[0].id() {
+			return errors.New("not yet: " + got)
+		}
+		return nil
+	})
+	if restarted, err := p.Restore(ctx); restarted || err != nil {
+		t.Fatalf("Restore on a live HAProxy: restarted %v, %v", restarted, err)
+	}
+
+	if err := syscall.Kill(workerPID(t, p), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "Alive to see HAProxy gone", func() error {
+		if p.Alive(ctx) == nil {
+			return errors.New("still alive")
+		}
+		return nil
+	})
+	if _, err := get(lbAddr, port); err == nil {
+		t.Fatal("a request was served with the HAProxy gone")
+	}
+	restarted, err := p.Restore(ctx)
+	if err != nil || !restarted {
+		t.Fatalf("Restore: restarted %v, %v", restarted, err)
+	}
+	if err := p.Alive(ctx); err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+	obs, err := p.Observe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := lbDiff(desired, obs); d != "" {
+		t.Fatalf("restored HAProxy differs from what it had (-want +got):\n%s", d)
+	}
+	eventually(t, 20*time.Second, "traffic served again", func() error {
+		_, err := get(lbAddr, port)
+		return err
+	})
+	for i := 0; i < 10; i++ {
+		if got, err := get(lbAddr, port); err != nil || got != bs[0].id() {
+			t.Fatalf("request %d after Restore answered %q, %v; want only the active backend %s", i, got, err, bs[0].id())
+		}
+	}
+}
