@@ -313,10 +313,7 @@ func (h *Handler) terminating(ctx context.Context, ns, name string, uid types.UI
 
 // deadline leaves the container its shutdown budget of the grace period.
 func (h *Handler) deadline(pod *corev1.Pod) time.Time {
-	grace := 30 * time.Second
-	if pod.DeletionGracePeriodSeconds != nil {
-		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
-	}
+	grace := gracePeriod(pod)
 	budget := h.opts.ShutdownBudget
 	if budget > grace/3 {
 		budget = grace / 3
@@ -534,11 +531,16 @@ func deletionStart(pod *corev1.Pod) time.Time {
 	if pod.DeletionTimestamp == nil {
 		return time.Time{}
 	}
-	grace := int64(30)
+	return pod.DeletionTimestamp.Add(-gracePeriod(pod))
+}
+
+// gracePeriod is the pod's deletion grace period, the Kubernetes default of
+// 30 s when the pod does not say.
+func gracePeriod(pod *corev1.Pod) time.Duration {
 	if pod.DeletionGracePeriodSeconds != nil {
-		grace = *pod.DeletionGracePeriodSeconds
+		return time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
 	}
-	return pod.DeletionTimestamp.Add(-time.Duration(grace) * time.Second)
+	return 30 * time.Second
 }
 
 // settle is the longest removal delay of the pod's IP-mode load balancers.

@@ -134,12 +134,7 @@ func nodeLeaving(observed, desired *model.LoadBalancer, keep func(string) bool) 
 		if !keep(l.Name) {
 			continue
 		}
-		want := map[string]model.Backend{}
-		if dl := desired.Listener(l.Name); dl != nil {
-			for _, b := range dl.Backends {
-				want[b.ID()] = b
-			}
-		}
+		want := wanted(desired, l.Name)
 		for _, b := range l.Backends {
 			if w, ok := want[b.ID()]; b.State == model.Active && (!ok || w.State == model.Draining) {
 				return true
@@ -147,6 +142,18 @@ func nodeLeaving(observed, desired *model.LoadBalancer, keep func(string) bool) 
 		}
 	}
 	return false
+}
+
+// wanted is desired's listener name by backend ID (empty when desired has
+// no such listener).
+func wanted(desired *model.LoadBalancer, listener string) map[string]model.Backend {
+	want := map[string]model.Backend{}
+	if dl := desired.Listener(listener); dl != nil {
+		for _, b := range dl.Backends {
+			want[b.ID()] = b
+		}
+	}
+	return want
 }
 
 // hasDraining reports a draining backend on its way out of observed. A node
@@ -157,12 +164,7 @@ func hasDraining(observed, desired *model.LoadBalancer, keep func(string) bool) 
 	for _, l := range observed.Listeners {
 		var want map[string]model.Backend
 		if keep(l.Name) {
-			want = map[string]model.Backend{}
-			if dl := desired.Listener(l.Name); dl != nil {
-				for _, b := range dl.Backends {
-					want[b.ID()] = b
-				}
-			}
+			want = wanted(desired, l.Name)
 		}
 		for _, b := range l.Backends {
 			if b.State != model.Draining {
