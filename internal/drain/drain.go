@@ -22,7 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/kubeproxy"
@@ -71,7 +71,7 @@ type Options struct {
 	// Recorder, when set, gets a Warning Event on the pod when its call
 	// reaches its deadline undrained: the pod then stops while a load
 	// balancer may still send it new connections.
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	// Metrics counts the answers (nil: not counted).
 	Metrics *metrics.Metrics
 	Logger  logr.Logger
@@ -192,7 +192,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.observeWait("deadline", time.Since(start))
 		log.Info("drain bound reached", "after", time.Since(start).Round(time.Millisecond), "targets", desc, "lastError", lastErr)
 		if h.opts.Recorder != nil {
-			h.opts.Recorder.Eventf(pod, corev1.EventTypeWarning, "DrainDeadline",
+			h.opts.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "DrainDeadline", "Drain",
 				"the load balancers had not stopped sending the pod new connections by its drain deadline (%s): %s",
 				deadline.Format(time.RFC3339), desc)
 		}

@@ -20,7 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -315,7 +315,7 @@ func TestNodeClusterWaitsForEveryKubeProxy(t *testing.T) {
 		// Grace 3 s: the deadline is 2 s away. The answer at the deadline
 		// is an operator's signal: a Warning Event on the pod, the outcome
 		// counted and the wait observed.
-		rec := record.NewFakeRecorder(10)
+		rec := events.NewFakeRecorder(10)
 		m, err := metrics.New(nil)
 		if err != nil {
 			t.Fatal(err)

@@ -378,7 +378,7 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		}
 		h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Metrics: m, Logger: log.WithName("drain"),
 			KubeProxy: kp, KubeProxyMargin: cfg.KubeProxyMargin, KubeProxyFallback: cfg.KubeProxyFallback,
-			Recorder: mgr.GetEventRecorderFor("zerodrop-drain")})
+			Recorder: mgr.GetEventRecorder("zerodrop-drain")})
 		drainSrv = &drain.Server{Addr: cfg.DrainAddr, Handler: h, Logger: log.WithName("drain")}
 		if err := mgr.Add(drainSrv); err != nil {
 			return err
