@@ -119,6 +119,7 @@ type Controller struct {
 	mu       sync.Mutex
 	failures map[string]int
 	backends map[string]map[model.BackendState]int // per load balancer, as last written or verified
+	totals   map[model.BackendState]int            // their sum, zerodrop_backends
 }
 
 // New creates the controller and adds it to mgr. It runs only in the leader;
@@ -419,8 +420,9 @@ func retryLimiter() workqueue.TypedRateLimiter[string] {
 }
 
 // countBackends records the backends of key's load balancer by state, as
-// the reconcile left it (lb nil: deleted), and sets zerodrop_backends to the
-// totals over every load balancer.
+// the reconcile left it (lb nil: deleted), and moves zerodrop_backends by
+// the difference from what it had: a reconcile costs its own load balancer,
+// not a pass over every one.
 func (c *Controller) countBackends(key string, lb *model.LoadBalancer) {
 	if c.opts.Metrics == nil || c.opts.Metrics.Backends == nil {
 		return
@@ -429,10 +431,13 @@ func (c *Controller) countBackends(key string, lb *model.LoadBalancer) {
 	defer c.mu.Unlock()
 	if c.backends == nil {
 		c.backends = map[string]map[model.BackendState]int{}
+		c.totals = map[model.BackendState]int{model.Active: 0, model.Draining: 0}
 	}
-	if lb == nil {
-		delete(c.backends, key)
-	} else {
+	for state, n := range c.backends[key] {
+		c.totals[state] -= n
+	}
+	delete(c.backends, key)
+	if lb != nil {
 		counts := map[model.BackendState]int{}
 		for _, l := range lb.Listeners {
 			for _, b := range l.Backends {
@@ -440,14 +445,11 @@ func (c *Controller) countBackends(key string, lb *model.LoadBalancer) {
 			}
 		}
 		c.backends[key] = counts
-	}
-	totals := map[model.BackendState]int{model.Active: 0, model.Draining: 0}
-	for _, counts := range c.backends {
 		for state, n := range counts {
-			totals[state] += n
+			c.totals[state] += n
 		}
 	}
-	for state, n := range totals {
+	for state, n := range c.totals {
 		c.opts.Metrics.Backends.WithLabelValues(string(state)).Set(float64(n))
 	}
 }
