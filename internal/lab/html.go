@@ -20,15 +20,6 @@ var stateColours = []struct{ state, colour string }{
 	{stateUp, "#2ca02c"}, {stateDown, "#d62728"}, {stateDrain, "#ffbf00"}, {stateMaint, "#7f7f7f"}, {stateRemoved, "#ffffff"},
 }
 
-func kindColour(kind string) string {
-	for _, k := range kindColours {
-		if k.kind == kind {
-			return k.colour
-		}
-	}
-	return "#000000"
-}
-
 func stateColour(state string) string {
 	for _, s := range stateColours {
 		if s.state == state {

@@ -102,7 +102,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	recipe := DefaultRecipe
 	fs.DurationVar(&recipe.PreStopSleep, "recipe-prestop-sleep", DefaultRecipe.PreStopSleep, "recipe mode: the pods' preStop sleep")
 	fs.DurationVar(&recipe.GracePeriod, "recipe-grace-period", DefaultRecipe.GracePeriod, "recipe mode: terminationGracePeriodSeconds")
-	fs.DurationVar(&recipe.MinReadySeconds, "recipe-min-ready", DefaultRecipe.MinReadySeconds, "recipe mode: the Deployment's minReadySeconds")
+	fs.DurationVar(&recipe.MinReady, "recipe-min-ready", DefaultRecipe.MinReady, "recipe mode: the Deployment's minReadySeconds")
 	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
 	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: restart and churn only, see docs/lab.md)")
 	fs.Usage = func() {
@@ -131,7 +131,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop lab: --rate %d: want 1 to 2000 requests per second\n", *rate)
 		return 2
 	}
-	for _, d := range []time.Duration{recipe.PreStopSleep, recipe.GracePeriod, recipe.MinReadySeconds} {
+	for _, d := range []time.Duration{recipe.PreStopSleep, recipe.GracePeriod, recipe.MinReady} {
 		if d < 0 || d%time.Second != 0 {
 			fmt.Fprintf(stderr, "zerodrop lab: recipe durations are whole seconds, not %s\n", d)
 			return 2

@@ -32,7 +32,7 @@ func TestParseModes(t *testing.T) {
 // TestRecipeWorkload: the recipe mode's Deployment carries the recipe's
 // settings from Options; the upstream mode's keeps the typical workload.
 func TestRecipeWorkload(t *testing.T) {
-	l := &lab{opts: Options{Recipe: Recipe{PreStopSleep: 20 * time.Second, GracePeriod: 45 * time.Second, MinReadySeconds: 15 * time.Second}}}
+	l := &lab{opts: Options{Recipe: Recipe{PreStopSleep: 20 * time.Second, GracePeriod: 45 * time.Second, MinReady: 15 * time.Second}}}
 	d := (&run{lab: l, mode: ModeRecipe, ns: "ns"}).deployment(3)
 	spec := d.Spec.Template.Spec
 	c := spec.Containers[0]

@@ -62,13 +62,13 @@ func (m Mode) nodeBacked() bool { return m == ModeUpstream || m == ModeRecipe }
 
 // Recipe is the published recipe's workload settings (see docs/lab.md).
 type Recipe struct {
-	PreStopSleep    time.Duration // preStop: sleep
-	GracePeriod     time.Duration // terminationGracePeriodSeconds
-	MinReadySeconds time.Duration // the Deployment's minReadySeconds
+	PreStopSleep time.Duration // preStop: sleep
+	GracePeriod  time.Duration // terminationGracePeriodSeconds
+	MinReady     time.Duration // the Deployment's minReadySeconds
 }
 
 // DefaultRecipe is the recipe as it is usually published.
-var DefaultRecipe = Recipe{PreStopSleep: 30 * time.Second, GracePeriod: 60 * time.Second, MinReadySeconds: 30 * time.Second}
+var DefaultRecipe = Recipe{PreStopSleep: 30 * time.Second, GracePeriod: 60 * time.Second, MinReady: 30 * time.Second}
 
 // Workload shape, the same in every mode.
 const (
@@ -233,7 +233,7 @@ func (r *run) steadyTimeout(n int32) time.Duration {
 	d := 120 * time.Second
 	if r.mode == ModeRecipe {
 		rc := r.lab.opts.Recipe
-		d += time.Duration(n)*(rc.MinReadySeconds+10*time.Second) + rc.GracePeriod
+		d += time.Duration(n)*(rc.MinReady+10*time.Second) + rc.GracePeriod
 	}
 	return d
 }
@@ -278,7 +278,7 @@ func (r *run) deployment(n int32) *appsv1.Deployment {
 		spec.TerminationGracePeriodSeconds = ptr.To(int64(rc.GracePeriod / time.Second))
 		spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
 			Sleep: &corev1.SleepAction{Seconds: int64(rc.PreStopSleep / time.Second)}}}
-		d.Spec.MinReadySeconds = int32(rc.MinReadySeconds / time.Second)
+		d.Spec.MinReadySeconds = int32(rc.MinReady / time.Second)
 	}
 	return d
 }

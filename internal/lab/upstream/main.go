@@ -59,35 +59,42 @@ func Main(args []string, stderr io.Writer) int {
 	signal.Reset(syscall.SIGTERM, os.Interrupt)
 	fs := flag.NewFlagSet("zerodrop lab upstream-controller", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the API server")
-	dir := fs.String("haproxy-dir", "", "state directory of the lab's running HAProxy (attached, never started)")
-	binary := fs.String("haproxy-binary", "haproxy", "haproxy executable (configuration checks)")
+	var o mainOptions
 	pool := fs.String("address-pool", "", "frontend addresses, a CIDR")
-	leaseNS := fs.String("leader-election-namespace", "kube-system", "namespace of the leader Lease")
-	leaseName := fs.String("leader-election-id", "cloud-controller-manager", "name of the leader Lease")
-	metricsAddr := fs.String("metrics-bind-address", ":8080", "where leader_election_master_status is served")
-	leaseDuration := fs.Duration("lease-duration", DefaultLeaseDuration, "leader lease duration")
-	renewDeadline := fs.Duration("renew-deadline", DefaultRenewDeadline, "leader renew deadline")
-	retryPeriod := fs.Duration("retry-period", DefaultRetryPeriod, "leader retry period")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the API server")
+	fs.StringVar(&o.dir, "haproxy-dir", "", "state directory of the lab's HAProxy (the lab starts it before this controller)")
+	fs.StringVar(&o.binary, "haproxy-binary", "haproxy", "haproxy executable (configuration checks)")
+	fs.StringVar(&o.leaseNS, "leader-election-namespace", "kube-system", "namespace of the leader Lease")
+	fs.StringVar(&o.leaseName, "leader-election-id", "cloud-controller-manager", "name of the leader Lease")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "where leader_election_master_status is served")
+	fs.DurationVar(&o.leaseDuration, "lease-duration", DefaultLeaseDuration, "leader lease duration")
+	fs.DurationVar(&o.renewDeadline, "renew-deadline", DefaultRenewDeadline, "leader renew deadline")
+	fs.DurationVar(&o.retryPeriod, "retry-period", DefaultRetryPeriod, "leader retry period")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	prefix, err := netip.ParsePrefix(*pool)
-	if err != nil || *kubeconfig == "" || *dir == "" {
+	var err error
+	if o.pool, err = netip.ParsePrefix(*pool); err != nil || o.kubeconfig == "" || o.dir == "" {
 		fmt.Fprintf(stderr, "upstream-controller: want --kubeconfig, --haproxy-dir and --address-pool (%v)\n", err)
 		return 2
 	}
-	if err := mainErr(*kubeconfig, *dir, *binary, prefix, *leaseNS, *leaseName, *metricsAddr,
-		*leaseDuration, *renewDeadline, *retryPeriod, stderr); err != nil {
-		fmt.Fprintf(stderr, "upstream-controller: %v\n", err)
-		return 1
-	}
-	return 0
+	// It runs until the process is killed or loses its lease; returning is
+	// a failure.
+	fmt.Fprintf(stderr, "upstream-controller: %v\n", runManager(o, stderr))
+	return 1
 }
 
-func mainErr(kubeconfig, dir, binary string, pool netip.Prefix, leaseNS, leaseName, metricsAddr string,
-	leaseDuration, renewDeadline, retryPeriod time.Duration, stderr io.Writer) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+// mainOptions are the upstream-controller command's flags.
+type mainOptions struct {
+	kubeconfig, dir, binary, leaseNS, leaseName, metricsAddr string
+	pool                                                     netip.Prefix
+	leaseDuration, renewDeadline, retryPeriod                time.Duration
+}
+
+// runManager starts the cloud-controller-manager and returns only on a
+// failure.
+func runManager(o mainOptions, stderr io.Writer) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -96,14 +103,14 @@ func mainErr(kubeconfig, dir, binary string, pool netip.Prefix, leaseNS, leaseNa
 		return err
 	}
 	// The provider attaches to the HAProxy the lab started in dir.
-	prov, err := haproxy.New(context.TODO(), haproxy.Options{Dir: dir, Binary: binary, Log: logr.Discard()})
+	prov, err := haproxy.New(context.TODO(), haproxy.Options{Dir: o.dir, Binary: o.binary, Log: logr.Discard()})
 	if err != nil {
 		return err
 	}
-	cloud := NewCloud(prov, pool)
+	cloud := NewCloud(prov, o.pool)
 
 	var leading atomic.Bool
-	ln, err := net.Listen("tcp", metricsAddr)
+	ln, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
 		return err
 	}
@@ -113,7 +120,7 @@ func mainErr(kubeconfig, dir, binary string, pool netip.Prefix, leaseNS, leaseNa
 			if leading.Load() {
 				v = 1
 			}
-			fmt.Fprintf(w, "# TYPE leader_election_master_status gauge\nleader_election_master_status{name=%q} %d\n", leaseName, v)
+			fmt.Fprintf(w, "# TYPE leader_election_master_status gauge\nleader_election_master_status{name=%q} %d\n", o.leaseName, v)
 		}))
 	}()
 
@@ -124,19 +131,19 @@ func mainErr(kubeconfig, dir, binary string, pool netip.Prefix, leaseNS, leaseNa
 		}
 	}
 	id := host + "_" + string(uuid.NewUUID())
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, leaseNS, leaseName, cs.CoreV1(), cs.CoordinationV1(),
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.leaseNS, o.leaseName, cs.CoreV1(), cs.CoordinationV1(),
 		resourcelock.ResourceLockConfig{Identity: id})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "upstream-controller: %s contends for lease %s/%s (%s/%s/%s)\n", id, leaseNS, leaseName,
-		leaseDuration, renewDeadline, retryPeriod)
+	fmt.Fprintf(stderr, "upstream-controller: %s contends for lease %s/%s (%s/%s/%s)\n", id, o.leaseNS, o.leaseName,
+		o.leaseDuration, o.renewDeadline, o.retryPeriod)
 	leaderelection.RunOrDie(context.TODO(), leaderelection.LeaderElectionConfig{
 		Lock:          lock,
-		LeaseDuration: leaseDuration,
-		RenewDeadline: renewDeadline,
-		RetryPeriod:   retryPeriod,
-		Name:          leaseName,
+		LeaseDuration: o.leaseDuration,
+		RenewDeadline: o.renewDeadline,
+		RetryPeriod:   o.retryPeriod,
+		Name:          o.leaseName,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				leading.Store(true)
