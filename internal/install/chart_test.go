@@ -3,7 +3,6 @@ package install
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -157,16 +155,13 @@ func controllerFlags(t *testing.T, d *appsv1.Deployment) (controller.Config, []s
 	if len(c.Args) == 0 || c.Args[0] != "controller" {
 		t.Fatalf("args %q: want the controller subcommand first", c.Args)
 	}
-	fs := pflag.NewFlagSet("zerodrop controller", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var cfg controller.Config
-	cfg.Flags(fs)
 	args := make([]string, 0, len(c.Args)-1)
 	for _, a := range c.Args[1:] {
 		args = append(args, strings.ReplaceAll(a, "$(POD_NAMESPACE)", namespace))
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		t.Fatalf("controller args %q: %v (positional %q)", args, err, fs.Args())
+	cfg, err := controller.ParseArgs(args)
+	if err != nil {
+		t.Fatalf("controller args %q: %v", args, err)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("the controller refuses the chart's arguments: %v", err)

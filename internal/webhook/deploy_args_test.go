@@ -1,8 +1,6 @@
 package webhook_test
 
 import (
-	"github.com/spf13/pflag"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,21 +36,15 @@ func TestDeploymentArgs(t *testing.T) {
 	if len(c.Args) == 0 || c.Args[0] != "controller" {
 		t.Fatalf("args %q, want the controller subcommand first", c.Args)
 	}
-	fs := pflag.NewFlagSet("zerodrop controller", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var cfg controller.Config
-	cfg.Flags(fs)
 	args := make([]string, 0, len(c.Args)-1)
 	for _, a := range c.Args[1:] {
 		args = append(args, strings.ReplaceAll(a, "$(POD_NAMESPACE)", "zerodrop-system"))
 	}
-	if err := fs.Parse(args); err != nil {
+	cfg, err := controller.ParseArgs(args)
+	if err != nil {
 		t.Fatalf("deployment args %q: %v", args, err)
 	}
-	if fs.NArg() != 0 {
-		t.Errorf("unexpected positional arguments %q", fs.Args())
-	}
-	if fs.Lookup("webhook").Value.String() != "true" || fs.Lookup("webhook-namespace").Value.String() != "zerodrop-system" {
+	if !cfg.Webhook.Enabled || cfg.Webhook.Certs.Namespace != "zerodrop-system" {
 		t.Errorf("the Deployment must enable the webhook in its own namespace")
 	}
 	if cfg.LeaderNamespace != "zerodrop-system" || cfg.LeaderID != "zerodrop-controller" {

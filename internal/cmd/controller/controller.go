@@ -172,19 +172,40 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Run parses args and runs the controller until ctx is done.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// flagSet is the command's flags, bound to c: the controller's own, and
+// klog's (-v, --vmodule, …), which parse but stay out of --help: they are
+// for debugging, and --log-format is the documented switch.
+func (c *Config) flagSet(out io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("zerodrop controller", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(out)
 	fs.SortFlags = false
-	cfg := Config{LogOutput: stderr}
-	cfg.Flags(fs)
-	// klog's flags (-v, --vmodule, …) work, but stay out of --help: they
-	// are for debugging, and --log-format is the documented switch.
+	c.Flags(fs)
 	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(kfs)
 	fs.AddGoFlagSet(kfs)
 	kfs.VisitAll(func(f *flag.Flag) { _ = fs.MarkHidden(f.Name) })
+	return fs
+}
+
+// ParseArgs parses the command's arguments as Run does, without running
+// anything: the install's tests parse the manifests' arguments with it, so
+// a renamed or mistyped flag fails there rather than in a rollout.
+func ParseArgs(args []string) (Config, error) {
+	var cfg Config
+	fs := cfg.flagSet(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	return cfg, nil
+}
+
+// Run parses args and runs the controller until ctx is done.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg := Config{LogOutput: stderr}
+	fs := cfg.flagSet(stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0

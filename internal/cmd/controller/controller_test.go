@@ -3,7 +3,6 @@ package controller
 import (
 	"bytes"
 	"context"
-	"github.com/spf13/pflag"
 	"io"
 	"path/filepath"
 	"strings"
@@ -40,11 +39,8 @@ func azureArgs(override map[string]string) []string {
 
 func parse(t *testing.T, args []string) Config {
 	t.Helper()
-	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var cfg Config
-	cfg.Flags(fs)
-	if err := fs.Parse(args); err != nil {
+	cfg, err := ParseArgs(args)
+	if err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}
 	return cfg
