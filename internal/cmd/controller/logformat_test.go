@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 	"zerodrop.dev/zerodrop/internal/version"
@@ -37,10 +34,8 @@ func TestJSONLogs(t *testing.T) {
 	dir := t.TempDir()
 	t.Cleanup(func() { testutil.StopHAProxy(t, dir) })
 	var out lockedBuffer
-	cfg := Config{RESTConfig: restCfg, Provider: "haproxy", Sync: "incremental", Workers: 1,
-		AddressPool: "127.0.104.0/24", ResyncPeriod: time.Hour, MetricsAddr: "0", ProbeAddr: "0",
-		HAProxy: haproxy.Options{Dir: dir}, Registerer: prometheus.NewRegistry(),
-		LogFormat: "json", LogOutput: &out}
+	cfg := haproxyConfig(restCfg, dir, "127.0.104.0/24")
+	cfg.LogFormat, cfg.LogOutput = "json", &out
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- RunConfig(ctx, cfg) }()

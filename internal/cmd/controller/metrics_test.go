@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
@@ -48,28 +47,9 @@ func TestSecureMetrics(t *testing.T) {
 	t.Cleanup(func() { ctrlmetrics.Registry.Unregister(probe) })
 
 	addr := freeAddr(t)
-	cfg := Config{
-		RESTConfig:    restCfg,
-		Provider:      "haproxy",
-		Sync:          "incremental",
-		Workers:       1,
-		AddressPool:   "127.0.103.0/24",
-		ResyncPeriod:  time.Hour,
-		MetricsAddr:   addr,
-		MetricsSecure: true,
-		ProbeAddr:     "0",
-		HAProxy:       haproxy.Options{Dir: dir},
-		Registerer:    prometheus.NewRegistry(),
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- RunConfig(runCtx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("controller: %v", err)
-		}
-	})
+	cfg := haproxyConfig(restCfg, dir, "127.0.103.0/24")
+	cfg.MetricsAddr, cfg.MetricsSecure = addr, true
+	startController(t, cfg)
 
 	// The certificate is self-signed: what is under test is who may read.
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}

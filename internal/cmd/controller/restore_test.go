@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
 
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/testenv"
@@ -26,18 +27,9 @@ func TestHAProxyRestoredByController(t *testing.T) {
 	dir := t.TempDir()
 	t.Cleanup(func() { testutil.StopHAProxy(t, dir) })
 	probes := freeAddr(t)
-	cfg := Config{RESTConfig: restCfg, Provider: "haproxy", Sync: "incremental", Workers: 1,
-		AddressPool: "127.0.105.0/24", ResyncPeriod: time.Hour, MetricsAddr: "0", ProbeAddr: probes,
-		HAProxy: haproxy.Options{Dir: dir}, Registerer: prometheus.NewRegistry()}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- RunConfig(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("controller: %v", err)
-		}
-	})
+	cfg := haproxyConfig(restCfg, dir, "127.0.105.0/24")
+	cfg.ProbeAddr = probes
+	startController(t, cfg)
 	readyz := func() (int, string) {
 		resp, err := http.Get("http://" + probes + "/readyz?verbose")
 		if err != nil {
@@ -71,5 +63,28 @@ func TestHAProxyRestoredByController(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "ready again", func() (bool, string) {
 		code, body := readyz()
 		return code == http.StatusOK, fmt.Sprint(code, body)
+	})
+}
+
+// haproxyConfig is a controller of its own HAProxy in dir, frontends from
+// pool: one worker, no resync during a test, metrics and probes off, its
+// metrics on a registry of its own.
+func haproxyConfig(restCfg *rest.Config, dir, pool string) Config {
+	return Config{RESTConfig: restCfg, Provider: "haproxy", Sync: "incremental", Workers: 1,
+		AddressPool: pool, ResyncPeriod: time.Hour, MetricsAddr: "0", ProbeAddr: "0",
+		HAProxy: haproxy.Options{Dir: dir}, Registerer: prometheus.NewRegistry()}
+}
+
+// startController runs cfg until the test ends; it must then stop cleanly.
+func startController(t *testing.T, cfg Config) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- RunConfig(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller: %v", err)
+		}
 	})
 }
