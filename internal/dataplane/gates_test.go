@@ -19,7 +19,6 @@ import (
 	"zerodrop.dev/zerodrop/internal/drain"
 	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/model"
-	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
@@ -103,18 +102,16 @@ func TestGatesWaitForEveryReplica(t *testing.T) {
 	}
 	a, b := startReplica(t, "dp-a"), startReplica(t, "dp-b")
 	listener := model.ListenerName(ns, "web", corev1.ProtocolTCP, 80)
-	lbWith := func(state model.BackendState, podIPs ...string) *model.LoadBalancer {
-		l := model.Listener{Name: listener, Address: "127.0.131.1", Port: freePort(t), Protocol: model.TCP}
-		for _, ip := range podIPs {
-			l.Backends = append(l.Backends, model.Backend{Address: ip, Port: 8080, Weight: model.DefaultWeight, State: state})
+	// lb is the load balancer with pod i's backend (127.0.132.i+1) in
+	// states[i].
+	port := freePort(t)
+	lb := func(states ...model.BackendState) *model.LoadBalancer {
+		l := model.Listener{Name: listener, Address: "127.0.131.1", Port: port, Protocol: model.TCP}
+		for i, st := range states {
+			l.Backends = append(l.Backends, model.Backend{Address: fmt.Sprintf("127.0.132.%d", i+1), Port: 8080,
+				Weight: model.DefaultWeight, State: st})
 		}
 		return &model.LoadBalancer{Key: ns + "/web", Listeners: []model.Listener{l}}
-	}
-	port := freePort(t)
-	lb := func(state model.BackendState) *model.LoadBalancer {
-		m := lbWith(state, "127.0.132.1")
-		m.Listeners[0].Port = port
-		return m
 	}
 	a.write(t, lb(model.Active))
 	b.write(t, lb(model.Active))
@@ -158,16 +155,10 @@ func TestGatesWaitForEveryReplica(t *testing.T) {
 	// sends, so it waits: a second pod's call, backend drained on a, gets
 	// "timeout" at its deadline, not "drained".
 	pod2 := terminatingPod(t, c, ns, "web-2", "127.0.132.2", 3)
-	lb2 := func(state model.BackendState) *model.LoadBalancer {
-		m := lbWith(state, "127.0.132.1", "127.0.132.2")
-		m.Listeners[0].Port = port
-		m.Listeners[0].Backends[0].State = model.Draining
-		return m
-	}
-	a.write(t, lb2(model.Active))
-	b.write(t, lb2(model.Active))
+	a.write(t, lb(model.Draining, model.Active))
+	b.write(t, lb(model.Draining, model.Active))
 	b.state.Close()
-	a.write(t, lb2(model.Draining))
+	a.write(t, lb(model.Draining, model.Draining))
 	if got := call(srv.URL, pod2, 30*time.Second); got != "timeout" {
 		t.Fatalf("drain call with replica b's state endpoint down answered %q, want timeout at its deadline", got)
 	}
@@ -221,5 +212,3 @@ func call(base string, pod *corev1.Pod, timeout time.Duration) string {
 	body, _ := io.ReadAll(resp.Body)
 	return strings.TrimSpace(string(body))
 }
-
-var _ provider.Provider = (*Remote)(nil)
