@@ -164,6 +164,9 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			lastLocal = nodeOnly && last
 		}
 		key := f.Services.Key(svc)
+		base := Target{Service: svc.Namespace + "/" + svc.Name, LB: key,
+			Node: cfg.Mode == model.NodeMode, NodeOnly: nodeOnly, LastLocal: lastLocal,
+			ChangePublished: published, Connections: -1}
 		for _, view := range views {
 			cacheKey := view.Name + "\x00" + key
 			statuses, seen := statusByLB[cacheKey]
@@ -176,36 +179,44 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 				}
 				statusByLB[cacheKey] = statuses
 			}
-			for _, port := range svc.Spec.Ports {
-				proto := port.Protocol
-				if proto == "" {
-					proto = corev1.ProtocolTCP
-				}
-				if f.unsupported(proto) {
-					continue
-				}
-				listener := model.ListenerName(svc.Namespace, svc.Name, proto, port.Port)
-				t := Target{Service: svc.Namespace + "/" + svc.Name, LB: key, Listener: listener, Replica: view.Name,
-					Node: cfg.Mode == model.NodeMode, NodeOnly: nodeOnly, LastLocal: lastLocal,
-					ChangePublished: published, Connections: -1}
-				for _, s := range statuses {
-					if s.Listener != listener {
-						continue
-					}
-					mine := addrs[canonical(s.Address)]
-					if mine {
-						t.add(s)
-					}
-					sending := s.State == model.Active && (!s.HealthKnown || s.Healthy)
-					if t.Node && !lastLocal && sending && (mine || !nodeOnly) {
-						t.Sending = append(t.Sending, s.Address)
-					}
-				}
-				out = append(out, t)
-			}
+			base.Replica = view.Name
+			out = append(out, f.portTargets(svc, base, addrs, statuses)...)
 		}
 	}
 	return out, nil
+}
+
+// portTargets is one target per port of svc that the load balancers
+// balance, each base with its listener and what statuses (one load
+// balancer's) report of the pod's addresses there.
+func (f *Finder) portTargets(svc *corev1.Service, base Target, addrs map[string]bool, statuses []provider.BackendStatus) []Target {
+	var out []Target
+	for _, port := range svc.Spec.Ports {
+		proto := port.Protocol
+		if proto == "" {
+			proto = corev1.ProtocolTCP
+		}
+		if f.unsupported(proto) {
+			continue
+		}
+		t := base
+		t.Listener = model.ListenerName(svc.Namespace, svc.Name, proto, port.Port)
+		for _, s := range statuses {
+			if s.Listener != t.Listener {
+				continue
+			}
+			mine := addrs[canonical(s.Address)]
+			if mine {
+				t.add(s)
+			}
+			sending := s.State == model.Active && (!s.HealthKnown || s.Healthy)
+			if t.Node && !t.LastLocal && sending && (mine || !t.NodeOnly) {
+				t.Sending = append(t.Sending, s.Address)
+			}
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 // localView reads the Service's EndpointSlices: last, the pod is the last
