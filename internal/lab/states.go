@@ -3,7 +3,6 @@ package lab
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,7 +74,6 @@ func (r *run) sampleStates(ctx context.Context, start time.Time) []backendLane {
 	for i, l := range lanes {
 		out[i] = *l
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Spans[0].At < out[j].Spans[0].At })
 	return out
 }
 
