@@ -81,9 +81,9 @@ func newControllers(r *run) *controllers {
 // recipe modes runs: the lab's cloud-controller-manager (upstream.Main).
 const upstreamCommand = "upstream-controller"
 
-// zerodropArgs are the args of deploy/deployment.yaml where they apply (the
-// webhook runs in the lab process: see docs/lab.md) with the run's own
-// class, pool and HAProxy.
+// zerodropArgs are the controller's leader-election and endpoint flags with
+// the run's own class, pool and HAProxy (deploy/ installs the Azure provider
+// only; the webhook runs in the lab process: see docs/lab.md).
 func (cs *controllers) zerodropArgs() []string {
 	r := cs.run
 	return []string{

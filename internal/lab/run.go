@@ -45,9 +45,9 @@ const (
 	// minReadySeconds, maxUnavailable 0 / maxSurge 1 and a PDB.
 	ModeRecipe Mode = "recipe"
 	// ModeZerodrop runs zerodrop's controller as the lab arranges it: two
-	// `zerodrop controller` replicas with leader election and the flags of
-	// deploy/deployment.yaml (defaults otherwise) as pods of the lab, the
-	// webhook in the lab process, and pods with the readiness gate and
+	// `zerodrop controller` replicas with leader election and otherwise
+	// default flags, on the run's HAProxy (deploy/ installs the Azure
+	// provider only), as pods of the lab, the webhook in the lab process, and pods with the readiness gate and
 	// drain hook from the real webhook, a PDB and maxUnavailable 0.
 	ModeZerodrop Mode = "zerodrop"
 )
