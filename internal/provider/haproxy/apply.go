@@ -26,7 +26,10 @@ const delServerRetry = 3 * time.Second
 // plan.Version before its first write, and returns an error wrapping
 // provider.ErrConflict (having written nothing) when they differ. A change
 // made by someone else between that read and the writes is not detected.
-// Writes of this Provider are serialised, whatever the key.
+// Writes of this Provider are serialised, whatever the key, except that a
+// reload is shared with the calls that wait for one at the same time
+// (reloadJoined): between this call's check and its reload, another call's
+// reload may run, and renders key as observed then.
 //
 // An empty plan sends no command at all.
 func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
@@ -36,8 +39,15 @@ func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
 	if plan.Key == "" {
 		return errors.New("haproxy: apply: plan has no key")
 	}
+	ticket := p.group.enter()
+	defer p.group.leave(ticket)
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			p.mu.Unlock()
+		}
+	}()
 	snap, err := p.snapshot(ctx)
 	if err != nil {
 		return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
@@ -75,10 +85,13 @@ func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
 		return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
 	}
 	if frontend {
-		if err := p.reloadTo(ctx, plan.Key, target); err != nil {
+		// The reload joins the other calls waiting for one (group commit);
+		// the runtime changes just made are in the snapshot it renders from.
+		p.mu.Unlock()
+		unlocked = true
+		if err := p.reloadJoined(ctx, ticket, plan.Key, target); err != nil {
 			return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
 		}
-		p.markClean()
 		log.V(1).Info("applied with reload", "plan", plan.String())
 		return nil
 	}
@@ -90,24 +103,28 @@ func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
 	return nil
 }
 
-// Delete removes key's listeners with one reload; the other load balancers
-// are untouched and established connections finish on the old worker. It
-// returns nil when HAProxy serves nothing for key.
+// Delete removes key's listeners with one reload, which it shares with the
+// other calls waiting for one; the other load balancers are untouched and
+// established connections finish on the old worker. It returns nil when
+// HAProxy serves nothing for key.
 func (p *Provider) Delete(ctx context.Context, key string) error {
+	ticket := p.group.enter()
+	defer p.group.leave(ticket)
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	snap, err := p.snapshot(ctx)
 	if err != nil {
+		p.mu.Unlock()
 		return fmt.Errorf("haproxy: delete %s: %w", key, err)
 	}
 	if len(snap.proxiesOf(key)) == 0 {
+		p.mu.Unlock()
 		return nil
 	}
 	p.markDirty()
-	if err := p.reloadTo(ctx, key, nil); err != nil {
+	p.mu.Unlock()
+	if err := p.reloadJoined(ctx, ticket, key, nil); err != nil {
 		return fmt.Errorf("haproxy: delete %s: %w", key, err)
 	}
-	p.markClean()
 	return nil
 }
 
@@ -261,10 +278,9 @@ func (p *Provider) command(ctx context.Context, op, cmd, want string) error {
 }
 
 // reloadTo renders the configuration in which key is target (nil: gone) and
-// every other load balancer is as observed, reloads, and then checks the
-// result: the frontends must be as rendered; backend states that the
-// configuration cannot carry (none are expected, the server-state file
-// carries drain and maintenance) are set at run time.
+// every other load balancer is as observed, reloads, and verifies key
+// (verifyReload). It is one group member's reload on its own, for when the
+// group's combined configuration was rejected; the caller holds p.mu.
 func (p *Provider) reloadTo(ctx context.Context, key string, target *model.LoadBalancer) error {
 	snap, err := p.snapshot(ctx)
 	if err != nil {
@@ -274,8 +290,6 @@ func (p *Provider) reloadTo(ctx context.Context, key string, target *model.LoadB
 	delete(lbs, key)
 	if target != nil && len(target.Listeners) > 0 {
 		lbs[key] = target
-	} else {
-		target = nil
 	}
 	cfg, meta, err := p.render(lbs)
 	if err != nil {
@@ -288,22 +302,10 @@ func (p *Provider) reloadTo(ctx context.Context, key string, target *model.LoadB
 	if err != nil {
 		return fmt.Errorf("after reload: %w", err)
 	}
-	fix := model.Diff(after.loadBalancer(key), target)
-	var backendOps []model.Op
-	for _, op := range fix.Ops {
-		if op.Backend == nil || fix.Create {
-			return fmt.Errorf("after reload HAProxy does not serve what was rendered: %s", fix)
-		}
-		backendOps = append(backendOps, op)
+	if ran, err := p.verifyReload(ctx, after, key, target); err != nil || !ran {
+		return err
 	}
-	if len(backendOps) > 0 {
-		p.log.Info("setting backend states after reload", "key", key, "ops", fix.String())
-		if err := p.runBackendOps(ctx, after, key, target, backendOps); err != nil {
-			return fmt.Errorf("after reload: %w", err)
-		}
-		return p.mirror(ctx)
-	}
-	return nil
+	return p.mirror(ctx)
 }
 
 // mirror writes what HAProxy runs into the configuration file and the

@@ -90,7 +90,8 @@ type Provider struct {
 	master runtimeClient
 
 	// mu serialises the writes of this Provider: every key shares the one
-	// configuration file and the reloads.
+	// configuration file and the reloads. A group reload's leader holds it
+	// for the whole reload; the members wait without it.
 	mu sync.Mutex
 
 	cmd     *exec.Cmd     // the master, when this Provider started it
@@ -100,6 +101,9 @@ type Provider struct {
 	closeErr  error
 
 	batch readBatch
+
+	// group joins concurrent reloads into one (group commit).
+	group reloadGroup
 
 	// dirty is set while runtime changes may be missing from the
 	// configuration file; the mirror-pending file says the same to other

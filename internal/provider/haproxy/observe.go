@@ -330,7 +330,11 @@ func (pv *proxyView) server(b model.Backend) *serverView {
 // loadBalancer is the model of one key, canonical and versioned, or nil
 // when HAProxy serves nothing for it.
 func (s *snapshot) loadBalancer(key string) *model.LoadBalancer {
-	pvs := s.proxiesOf(key)
+	return lbOf(key, s.proxiesOf(key))
+}
+
+// lbOf is loadBalancer for key's proxies pvs, sorted by name.
+func lbOf(key string, pvs []*proxyView) *model.LoadBalancer {
 	if len(pvs) == 0 {
 		return nil
 	}
@@ -347,13 +351,19 @@ func (s *snapshot) loadBalancer(key string) *model.LoadBalancer {
 	return lb
 }
 
-// all is every load balancer HAProxy serves, by key.
+// all is every load balancer HAProxy serves, by key. The proxies are
+// grouped by key in one pass: asking loadBalancer for each key would scan
+// every proxy once per key, which at thousands of load balancers costs more
+// than the reads.
 func (s *snapshot) all() map[string]*model.LoadBalancer {
-	out := map[string]*model.LoadBalancer{}
+	byKey := map[string][]*proxyView{}
 	for _, pv := range s.proxies {
-		if _, done := out[pv.Key]; !done {
-			out[pv.Key] = s.loadBalancer(pv.Key)
-		}
+		byKey[pv.Key] = append(byKey[pv.Key], pv)
+	}
+	out := make(map[string]*model.LoadBalancer, len(byKey))
+	for key, pvs := range byKey {
+		sort.Slice(pvs, func(i, j int) bool { return pvs[i].Name < pvs[j].Name })
+		out[key] = lbOf(key, pvs)
 	}
 	return out
 }

@@ -266,7 +266,7 @@ func (p *Provider) validate(ctx context.Context, file string) error {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, p.binary, "-c", "-q", "-f", file).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("haproxy: invalid configuration %s: %w: %s", file, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("haproxy: invalid configuration %s: %w: %w: %s", file, errRejected, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
@@ -331,7 +331,7 @@ func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
 		if err == nil {
 			if info.Failed > before.Failed {
 				restore()
-				return fmt.Errorf("haproxy: reload failed, previous configuration still serving: %s", p.logAlerts())
+				return fmt.Errorf("haproxy: reload failed, previous configuration still serving: %w: %s", errRejected, p.logAlerts())
 			}
 			if info.Reloads > before.Reloads || info.Master != before.Master {
 				for _, w := range info.Workers {

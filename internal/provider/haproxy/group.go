@@ -1,0 +1,267 @@
+package haproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"zerodrop.dev/zerodrop/internal/model"
+)
+
+// errRejected marks a configuration HAProxy refused (render, `haproxy -c`,
+// or the new worker failing to start, e.g. a port already taken) while the
+// previous one keeps serving. In a group reload it means one member's input
+// may be bad: the members are then reloaded one at a time, so that the bad
+// one fails alone.
+var errRejected = errors.New("configuration rejected")
+
+// reloadGroup is group commit for reloads. A reload costs the same whether
+// it changes one listener or a hundred (`haproxy -c`, a new worker, the
+// server-state round trip), so Apply and Delete calls that need one while
+// another is running join one pending reload instead of queueing one each:
+// building thousands of load balancers from nothing then takes tens of
+// reloads, not thousands. How many calls can join is bounded by how many run
+// at once: the controller's workers.
+//
+// A leader waits, before it takes Provider.mu, for the calls that were
+// already preparing (checking versions, writing backends under Provider.mu)
+// when it started to lead: without that, the leader usually wins the lock
+// again right after its own preparation and reloads alone, while the others
+// queue for their preparation behind it. Calls that start later do not hold
+// it up, so a steady stream of calls cannot starve a reload.
+type reloadGroup struct {
+	mu      sync.Mutex
+	cond    sync.Cond    // signalled (with mu) when a call stops preparing
+	pending *reloadBatch // open for joining until its leader holds Provider.mu
+
+	seq       uint64              // tickets handed out
+	preparing map[uint64]struct{} // tickets of the calls still preparing
+}
+
+// enter registers a write call that may need a reload; leave, when it joins
+// a batch or returns, ends its preparation. leave is idempotent.
+func (g *reloadGroup) enter() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.preparing == nil {
+		g.preparing = map[uint64]struct{}{}
+		g.cond.L = &g.mu
+	}
+	g.seq++
+	g.preparing[g.seq] = struct{}{}
+	return g.seq
+}
+
+func (g *reloadGroup) leave(ticket uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.leaveLocked(ticket)
+}
+
+func (g *reloadGroup) leaveLocked(ticket uint64) {
+	if _, ok := g.preparing[ticket]; ok {
+		delete(g.preparing, ticket)
+		g.cond.Broadcast()
+	}
+}
+
+// awaitPreparedLocked waits until no call that entered up to ticket upTo is
+// still preparing. g.mu is held.
+func (g *reloadGroup) awaitPreparedLocked(upTo uint64) {
+	for {
+		waiting := false
+		for t := range g.preparing {
+			if t <= upTo {
+				waiting = true
+				break
+			}
+		}
+		if !waiting {
+			return
+		}
+		g.cond.Wait()
+	}
+}
+
+// reloadBatch is one pending reload and the keys that joined it.
+type reloadBatch struct {
+	members map[string]*reloadMember
+	done    chan struct{} // closed when every member's err is set
+}
+
+// reloadMember is one caller's part of a batch: key's target (nil: delete)
+// and the outcome for that key alone.
+type reloadMember struct {
+	key    string
+	target *model.LoadBalancer
+	err    error
+}
+
+// reloadJoined makes HAProxy serve target for key (nil: nothing) through a
+// group reload, and returns key's own outcome. The caller must not hold
+// p.mu; ticket is its enter's. The first caller to find no open batch leads
+// it: it waits for the calls preparing and for p.mu (the previous reload),
+// closes the batch, reloads once for every member and
+// verifies each. A key already in the open batch (a second Provider call
+// for it) waits for the next one, since one configuration holds one target
+// per key.
+func (p *Provider) reloadJoined(ctx context.Context, ticket uint64, key string, target *model.LoadBalancer) error {
+	m := &reloadMember{key: key, target: target}
+	g := &p.group
+	for {
+		g.mu.Lock()
+		// Done preparing, before any wait: a leader may be waiting for it.
+		g.leaveLocked(ticket)
+		b := g.pending
+		if b != nil && b.members[key] != nil {
+			g.mu.Unlock()
+			select {
+			case <-b.done:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		lead := b == nil
+		if lead {
+			b = &reloadBatch{members: map[string]*reloadMember{}, done: make(chan struct{})}
+			g.pending = b
+		}
+		b.members[key] = m
+		g.mu.Unlock()
+		if lead {
+			p.lead(ctx, b)
+			return m.err
+		}
+		select {
+		case <-b.done:
+			return m.err
+		case <-ctx.Done():
+			// The leader goes on: the outcome is unknown to this caller,
+			// as with any write that times out.
+			return ctx.Err()
+		}
+	}
+}
+
+// lead runs batch b under p.mu. It works on the leader's context without its
+// cancellation: the other members wait for this reload and must not fail
+// because the leader's caller gave up; reload and validate bound their own
+// waits.
+func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
+	ctx = context.WithoutCancel(ctx)
+	g := &p.group
+	g.mu.Lock()
+	g.awaitPreparedLocked(g.seq)
+	g.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer close(b.done)
+	g.mu.Lock()
+	if g.pending == b {
+		g.pending = nil
+	}
+	members := make([]*reloadMember, 0, len(b.members))
+	for _, m := range b.members {
+		members = append(members, m)
+	}
+	g.mu.Unlock()
+	sort.Slice(members, func(i, j int) bool { return members[i].key < members[j].key })
+
+	err := p.reloadAll(ctx, members)
+	if err != nil && len(members) > 1 && errors.Is(err, errRejected) {
+		// One member's listener may be what HAProxy refused: reload each
+		// alone, so the others are served and only the bad one fails.
+		p.log.Info("group reload rejected, reloading its members one by one", "members", len(members), "err", err.Error())
+		for _, m := range members {
+			m.err = p.reloadTo(ctx, m.key, m.target)
+		}
+	} else if err != nil {
+		for _, m := range members {
+			m.err = err
+		}
+	}
+	for _, m := range members {
+		if m.err != nil {
+			// The configuration file may lag the runtime: stay dirty, so
+			// that the next Observe retries the mirror.
+			return
+		}
+	}
+	p.markClean()
+}
+
+// reloadAll renders the configuration with every member's target and every
+// other load balancer as observed, reloads once, and then verifies each
+// member's key (setting member errors). The error returned is the reload's
+// own, before any member was verified.
+func (p *Provider) reloadAll(ctx context.Context, members []*reloadMember) error {
+	snap, err := p.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	lbs := snap.all()
+	for _, m := range members {
+		delete(lbs, m.key)
+		if m.target != nil && len(m.target.Listeners) > 0 {
+			lbs[m.key] = m.target
+		}
+	}
+	cfg, meta, err := p.render(lbs)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errRejected, err)
+	}
+	if err := p.reload(ctx, cfg, meta); err != nil {
+		return err
+	}
+	after, err := p.snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("after reload: %w", err)
+	}
+	fixed := false
+	for _, m := range members {
+		ran, err := p.verifyReload(ctx, after, m.key, m.target)
+		fixed = fixed || ran
+		if err != nil {
+			m.err = err
+		}
+	}
+	if fixed {
+		if err := p.mirror(ctx); err != nil {
+			for _, m := range members {
+				if m.err == nil {
+					m.err = fmt.Errorf("after reload: backend states set, configuration not mirrored: %w", err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// verifyReload checks, after a reload, that HAProxy serves key's frontends
+// as rendered, and sets at run time the backend states the configuration
+// could not carry (none are expected: the server-state file carries drain
+// and maintenance). It reports whether it wrote; the caller mirrors then.
+func (p *Provider) verifyReload(ctx context.Context, after *snapshot, key string, target *model.LoadBalancer) (bool, error) {
+	if target != nil && len(target.Listeners) == 0 {
+		target = nil
+	}
+	fix := model.Diff(after.loadBalancer(key), target)
+	var backendOps []model.Op
+	for _, op := range fix.Ops {
+		if op.Backend == nil || fix.Create {
+			return false, fmt.Errorf("after reload HAProxy does not serve what was rendered: %s", fix)
+		}
+		backendOps = append(backendOps, op)
+	}
+	if len(backendOps) == 0 {
+		return false, nil
+	}
+	p.log.Info("setting backend states after reload", "key", key, "ops", fix.String())
+	if err := p.runBackendOps(ctx, after, key, target, backendOps); err != nil {
+		return true, fmt.Errorf("after reload: %w", err)
+	}
+	return true, nil
+}

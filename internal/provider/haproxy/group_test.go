@@ -1,0 +1,174 @@
+package haproxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/model"
+)
+
+// groupOp is one concurrent call of a group test: create key's load
+// balancer, or delete it (lb nil).
+type groupOp struct {
+	key string
+	lb  *model.LoadBalancer
+}
+
+// runConcurrently starts every op at once while a reload is in progress (the
+// test holds p.mu as a reload's leader does), so that the calls queue up
+// behind it and then share reloads, as the controller's workers do. It
+// returns each op's error.
+func runConcurrently(t *testing.T, p *Provider, ops []groupOp) []error {
+	t.Helper()
+	ctx := testContext(t)
+	plans := make([]model.Plan, len(ops))
+	for i, op := range ops {
+		obs, err := p.Observe(ctx, op.key)
+		if err != nil {
+			t.Fatalf("Observe %s: %v", op.key, err)
+		}
+		if op.lb != nil {
+			plans[i] = model.Diff(obs, op.lb)
+		}
+	}
+	errs := make([]error, len(ops))
+	var wg sync.WaitGroup
+	p.mu.Lock()
+	for i, op := range ops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if op.lb == nil {
+				errs[i] = p.Delete(ctx, op.key)
+			} else {
+				errs[i] = p.Apply(ctx, plans[i])
+			}
+		}()
+	}
+	// Not a timing assertion: it only lets the calls reach the lock, so
+	// that they do queue up behind the "reload".
+	time.Sleep(200 * time.Millisecond)
+	p.mu.Unlock()
+	wg.Wait()
+	return errs
+}
+
+// TestGroupReload: load balancers created and deleted concurrently share
+// reloads (fewer reloads than calls), every created one serves all its
+// backends, the deleted one is gone, and a load balancer nobody touched
+// keeps serving; when one member's listener cannot be served (its port is
+// taken), that member fails alone and the others are served.
+func TestGroupReload(t *testing.T) {
+	cases := []struct {
+		name string
+		// bad is the index of the op whose port is taken, or -1.
+		bad int
+	}{
+		{name: "all good", bad: -1},
+		{name: "one port taken", bad: 2},
+	}
+	const creates = 6
+	for ci, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			var c counter
+			p := startOwned(t, t.TempDir(), &c)
+			bs := startBackends(t, 2, fmt.Sprintf("127.0.%d", 41+ci))
+			lbAddr := fmt.Sprintf("127.0.0.%d", 70+ci)
+			lb := func(key string, port int32) *model.LoadBalancer {
+				return &model.LoadBalancer{Key: key, Listeners: []model.Listener{listenerOf(key, "tcp-80", lbAddr, port, bs)}}
+			}
+			// Before the group: one load balancer that stays, one that
+			// the group deletes.
+			stay, gone := lb("default/stay", freePort(t, lbAddr)), lb("default/gone", freePort(t, lbAddr))
+			applyDiff(t, p, stay)
+			applyDiff(t, p, gone)
+
+			ops := []groupOp{{key: gone.Key}}
+			for i := 0; i < creates; i++ {
+				port := freePort(t, lbAddr)
+				if i == tc.bad {
+					// A plain listener without SO_REUSEPORT: HAProxy's
+					// new worker cannot bind the port.
+					ln, err := net.Listen("tcp", net.JoinHostPort(lbAddr, strconv.Itoa(int(port))))
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { ln.Close() })
+					port = int32(ln.Addr().(*net.TCPAddr).Port)
+				}
+				ops = append(ops, groupOp{key: fmt.Sprintf("default/new-%d", i), lb: lb(fmt.Sprintf("default/new-%d", i), port)})
+			}
+			c.take()
+			errs := runConcurrently(t, p, ops)
+			writes, _ := c.take()
+			reloads := count(writes, "reload")
+			t.Logf("%d calls, %d reloads", len(ops), reloads)
+
+			for i, op := range ops {
+				isBad := op.lb != nil && i-1 == tc.bad
+				switch {
+				case isBad && errs[i] == nil:
+					t.Errorf("%s: applied although its port is taken", op.key)
+				case !isBad && errs[i] != nil:
+					t.Errorf("%s: %v", op.key, errs[i])
+				}
+				obs, err := p.Observe(ctx, op.key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch {
+				case op.lb == nil || isBad:
+					if obs != nil {
+						t.Errorf("%s: HAProxy serves %+v, want nothing", op.key, obs)
+					}
+				default:
+					if d := lbDiff(op.lb, obs); d != "" {
+						t.Errorf("%s: observed differs (-want +got):\n%s", op.key, d)
+					}
+				}
+			}
+			if tc.bad < 0 && reloads >= len(ops) {
+				t.Errorf("%d concurrent calls made %d reloads, want fewer: they were not grouped", len(ops), reloads)
+			}
+			if t.Failed() {
+				return
+			}
+			// What HAProxy says is what it serves: every backend of every
+			// good load balancer answers through it, the untouched one's
+			// included (a group reload removes no one's backends).
+			for i, op := range append(ops, groupOp{key: stay.Key, lb: stay}) {
+				if op.lb == nil || i-1 == tc.bad {
+					continue
+				}
+				l := op.lb.Listeners[0]
+				eventually(t, 30*time.Second, op.key+" serving both backends", func() error {
+					if seen := reached(t, l.Address, l.Port, 8); len(seen) != 2 {
+						return fmt.Errorf("reached %v", seen)
+					}
+					return nil
+				})
+			}
+			if _, err := get(lbAddr, gone.Listeners[0].Port); err == nil {
+				t.Errorf("deleted %s still answers", gone.Key)
+			}
+			// A fresh Provider (a restarted controller) sees what the group
+			// left: nothing to write.
+			fresh := attach(t, Options{Dir: p.paths.dir}, nil)
+			for _, op := range ops {
+				obs, err := fresh.Observe(context.Background(), op.key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if op.lb != nil && obs != nil && !model.Diff(obs, op.lb).Empty() {
+					t.Errorf("%s: fresh provider plans %s", op.key, model.Diff(obs, op.lb))
+				}
+			}
+		})
+	}
+}
