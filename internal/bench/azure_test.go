@@ -29,7 +29,10 @@ import (
 	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
-var azureServices = flag.Int("azure-n", 500, "LoadBalancer Services for BenchmarkAzureRestart (on 2 Azure load balancers)")
+var (
+	azureServices = flag.Int("azure-n", 500, "LoadBalancer Services for BenchmarkAzureRestart")
+	azureLBCount  = flag.Int("azure-lbs", 2, "Azure load balancers the Services of BenchmarkAzureRestart share")
+)
 
 const (
 	azureNS    = "azure-bench"
@@ -39,7 +42,17 @@ const (
 	azureChurned, azureChurnRate, azureChurnSeconds = 20, 50, 5
 )
 
-var azureLBs = []string{"lb-a", "lb-b"}
+// azureLBs are the load balancers' names, -azure-lbs of them (set by the
+// benchmark; the first two keep the names of the 2-load-balancer figures).
+var azureLBs []string
+
+func azureLBNames(n int) []string {
+	names := []string{"lb-a", "lb-b"}
+	for i := len(names); i < n; i++ {
+		names = append(names, fmt.Sprintf("lb-%02d", i))
+	}
+	return names[:n]
+}
 
 // azureGen is the endpoint generation of each churned Service.
 var azureGen = map[int]int{}
@@ -55,13 +68,17 @@ type azureRun struct {
 }
 
 // BenchmarkAzureRestart measures, on the real apiserver and the ARM emulator
-// with -azure-n Services sharing two load balancers: a controller restart
+// with -azure-n Services sharing -azure-lbs load balancers: a controller restart
 // (zerodrop's diff against the upstream-like --sync=full), and endpoint churn
 // written by one writer per load balancer against two independent writers
 // (the issue report's race).
 func BenchmarkAzureRestart(b *testing.B) {
 	crlog.SetLogger(logr.Discard())
 	n := *azureServices
+	if *azureLBCount < 1 {
+		b.Fatalf("-azure-lbs %d: want at least 1", *azureLBCount)
+	}
+	azureLBs = azureLBNames(*azureLBCount)
 	env := testenv.StartEnv(b)
 	c, err := client.New(env.Config, client.Options{})
 	if err != nil {
