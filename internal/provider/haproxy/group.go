@@ -17,12 +17,14 @@ import (
 // one fails alone.
 var errRejected = errors.New("configuration rejected")
 
-// reloadGroup is group commit for reloads. A reload costs the same whether
-// it changes one listener or a hundred (`haproxy -c`, a new worker, the
-// server-state round trip), so Apply and Delete calls that need one while
-// another is running join one pending reload instead of queueing one each:
-// building thousands of load balancers from nothing then takes tens of
-// reloads, not thousands. How many calls can join is bounded by how many run
+// reloadGroup is group commit for reloads and mirrors. A reload costs the
+// same whether it changes one listener or a hundred (`haproxy -c`, a new
+// worker, the server-state round trip), and so does a mirror (the whole
+// configuration and server state rendered and fsync'd), so Apply and Delete
+// calls that need one while another is running join one pending batch
+// instead of queueing one each: building thousands of load balancers from
+// nothing then takes tens of reloads, not thousands, and endpoint churn on
+// many load balancers one mirror per batch. How many calls can join is bounded by how many run
 // at once: the controller's workers.
 //
 // A leader waits, before it takes Provider.mu, for the calls that were
@@ -92,10 +94,14 @@ type reloadBatch struct {
 }
 
 // reloadMember is one caller's part of a batch: key's target (nil: delete)
-// and the outcome for that key alone.
+// and the outcome for that key alone. A member with reload false made only
+// runtime changes and needs them mirrored into the configuration: that too
+// is an fsync'd write of the whole configuration, shared the same way, and a
+// reload in the batch carries it.
 type reloadMember struct {
 	key    string
 	target *model.LoadBalancer
+	reload bool
 	err    error
 }
 
@@ -108,7 +114,20 @@ type reloadMember struct {
 // for it) waits for the next one, since one configuration holds one target
 // per key.
 func (p *Provider) reloadJoined(ctx context.Context, ticket uint64, key string, target *model.LoadBalancer) error {
-	m := &reloadMember{key: key, target: target}
+	return p.join(ctx, ticket, &reloadMember{key: key, target: target, reload: true})
+}
+
+// mirrorJoined mirrors the runtime changes just made for key into the
+// configuration, in the next batch (see reloadMember). The caller must not
+// hold p.mu.
+func (p *Provider) mirrorJoined(ctx context.Context, ticket uint64, key string) error {
+	return p.join(ctx, ticket, &reloadMember{key: key})
+}
+
+// join adds m to the open batch (or opens and leads one) and returns m's
+// outcome.
+func (p *Provider) join(ctx context.Context, ticket uint64, m *reloadMember) error {
+	key := m.key
 	g := &p.group
 	for {
 		g.mu.Lock()
@@ -169,18 +188,42 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 	}
 	g.mu.Unlock()
 	sort.Slice(members, func(i, j int) bool { return members[i].key < members[j].key })
-
-	err := p.reloadAll(ctx, members)
-	if err != nil && len(members) > 1 && errors.Is(err, errRejected) {
-		// One member's listener may be what HAProxy refused: reload each
-		// alone, so the others are served and only the bad one fails.
-		p.log.Info("group reload rejected, reloading its members one by one", "members", len(members), "err", err.Error())
-		for _, m := range members {
-			m.err = p.reloadTo(ctx, m.key, m.target)
+	var reloads, mirrors []*reloadMember
+	for _, m := range members {
+		if m.reload {
+			reloads = append(reloads, m)
+		} else {
+			mirrors = append(mirrors, m)
 		}
-	} else if err != nil {
-		for _, m := range members {
-			m.err = err
+	}
+
+	// A successful reload writes the configuration rendered from the
+	// runtime, mirror-only members' changes included.
+	mirrored := false
+	if len(reloads) > 0 {
+		err := p.reloadAll(ctx, reloads)
+		switch {
+		case err != nil && len(reloads) > 1 && errors.Is(err, errRejected):
+			// One member's listener may be what HAProxy refused: reload each
+			// alone, so the others are served and only the bad one fails.
+			p.log.Info("group reload rejected, reloading its members one by one", "members", len(reloads), "err", err.Error())
+			for _, m := range reloads {
+				m.err = p.reloadTo(ctx, m.key, m.target)
+				mirrored = mirrored || m.err == nil
+			}
+		case err != nil:
+			for _, m := range reloads {
+				m.err = err
+			}
+		default:
+			mirrored = true
+		}
+	}
+	if len(mirrors) > 0 && !mirrored {
+		if err := p.mirror(ctx); err != nil {
+			for _, m := range mirrors {
+				m.err = fmt.Errorf("runtime changes made, configuration not mirrored (retried on the next Observe): %w", err)
+			}
 		}
 	}
 	for _, m := range members {

@@ -172,3 +172,60 @@ func TestGroupReload(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupMirror: backend changes to many load balancers at once reload
+// nothing and share mirrors (fewer `show servers state` reads than one
+// Apply alone makes each), and what they did reaches the files: HAProxy
+// started cold from them serves every added backend.
+func TestGroupMirror(t *testing.T) {
+	const n = 6
+	ctx := testContext(t)
+	dir := t.TempDir()
+	var c counter
+	p := startOwned(t, dir, &c)
+	bs := startBackends(t, 2, "127.0.43")
+	const lbAddr = "127.0.0.73"
+	var lbs []*model.LoadBalancer
+	for i := 0; i < n; i++ {
+		key := fmt.Sprintf("default/m-%d", i)
+		lb := &model.LoadBalancer{Key: key, Listeners: []model.Listener{listenerOf(key, "tcp-80", lbAddr, freePort(t, lbAddr), bs[:1])}}
+		applyDiff(t, p, lb)
+		lbs = append(lbs, lb)
+	}
+	var ops []groupOp
+	for _, lb := range lbs {
+		l := listenerOf(lb.Key, "tcp-80", lbAddr, lb.Listeners[0].Port, bs)
+		ops = append(ops, groupOp{key: lb.Key, lb: &model.LoadBalancer{Key: lb.Key, Listeners: []model.Listener{l}}})
+	}
+	c.take()
+	for _, err := range runConcurrently(t, p, ops) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	writes, reads := c.take()
+	if r := count(writes, "reload"); r != 0 || count(writes, "add-server") != n {
+		t.Fatalf("writes %v: want %d add-server and no reload", writes, n)
+	}
+	// Alone, each Apply reads the state once to check its version and twice
+	// to mirror (render, server-state file).
+	if got := count(reads, "show-servers-state"); got >= 3*n {
+		t.Errorf("%d show-servers-state reads for %d Applies: the mirrors were not shared", got, n)
+	}
+	if p.mirrorPending() {
+		t.Error("mirror still pending after every Apply succeeded")
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cold := startOwned(t, dir, nil)
+	for _, op := range ops {
+		obs, err := cold.Observe(ctx, op.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := lbDiff(op.lb, obs); d != "" {
+			t.Errorf("%s after a cold start (-want +got):\n%s", op.key, d)
+		}
+	}
+}
