@@ -22,8 +22,9 @@ const delServerRetry = 3 * time.Second
 // creates, changes or deletes a listener, one validated, hitless reload.
 //
 // Optimistic concurrency is best effort: HAProxy has no ETag, so Apply
-// re-reads the runtime API and compares the hash of key's state with
-// plan.Version before its first write, and returns an error wrapping
+// re-reads the runtime API (or shares a read that began after this call did
+// and that no write to key has outdated since: checkSnapshot) and compares
+// the hash of key's state with plan.Version before its first write, and returns an error wrapping
 // provider.ErrConflict (having written nothing) when they differ. A change
 // made by someone else between that read and the writes is not detected.
 // Writes of this Provider are serialised, whatever the key, except that a
@@ -48,7 +49,7 @@ func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
 			p.mu.Unlock()
 		}
 	}()
-	snap, err := p.snapshot(ctx)
+	snap, err := p.checked(ctx, ticket, plan.Key)
 	if err != nil {
 		return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
 	}
@@ -113,7 +114,7 @@ func (p *Provider) Delete(ctx context.Context, key string) error {
 	ticket := p.group.enter()
 	defer p.group.leave(ticket)
 	p.mu.Lock()
-	snap, err := p.snapshot(ctx)
+	snap, err := p.checked(ctx, ticket, key)
 	if err != nil {
 		p.mu.Unlock()
 		return fmt.Errorf("haproxy: delete %s: %w", key, err)
@@ -134,6 +135,9 @@ func (p *Provider) Delete(ctx context.Context, key string) error {
 // additions first, then updates, then removals, so that a pool's capacity
 // does not dip within one plan.
 func (p *Provider) runBackendOps(ctx context.Context, snap *snapshot, key string, target *model.LoadBalancer, ops []model.Op) error {
+	if len(ops) > 0 {
+		p.wroteKey(key)
+	}
 	rank := map[model.OpKind]int{model.OpAddBackend: 0, model.OpUpdateBackend: 1, model.OpRemoveBackend: 2}
 	ops = append([]model.Op(nil), ops...)
 	sort.SliceStable(ops, func(i, j int) bool { return rank[ops[i].Kind] < rank[ops[j].Kind] })

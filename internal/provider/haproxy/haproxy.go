@@ -104,6 +104,8 @@ type Provider struct {
 
 	// group joins concurrent reloads into one (group commit).
 	group reloadGroup
+	// check is the runtime snapshot the version checks share (under mu).
+	check checkSnapshot
 
 	// dirty is set while runtime changes may be missing from the
 	// configuration file; the mirror-pending file says the same to other

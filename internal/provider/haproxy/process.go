@@ -315,6 +315,7 @@ func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
 		return err
 	}
 	p.batch.writes.Add(1)
+	p.forgetChecked()
 	p.hooks.OnWrite("reload")
 	reply, err := p.master.do(ctx, "reload")
 	if err != nil {
