@@ -390,33 +390,3 @@ func canonicalBackend(b model.Backend) model.Backend {
 	l := model.Canonical(&model.LoadBalancer{Listeners: []model.Listener{{Backends: []model.Backend{b}}}})
 	return l.Listeners[0].Backends[0]
 }
-
-// oldWorkerConnections sums, per "proxy/server", the current connections
-// that old workers (the ones a reload left finishing their connections)
-// still hold for key's servers. The master CLI reaches them by PID.
-func (p *Provider) oldWorkerConnections(ctx context.Context, key string) (map[string]int64, error) {
-	info, err := p.procs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int64{}
-	for _, pid := range info.OldWorkers {
-		p.hooks.OnRead("show-stat")
-		text, err := p.master.do(ctx, fmt.Sprintf("@!%d show stat", pid))
-		if err != nil {
-			return nil, fmt.Errorf("old worker %d: %w", pid, err)
-		}
-		rows, err := parseStat(text)
-		if err != nil {
-			// The worker may have exited between show proc and show stat.
-			p.log.V(1).Info("old worker stats unreadable", "pid", pid, "err", err)
-			continue
-		}
-		for _, r := range rows {
-			if k, _, ok := parseProxyName(r.Proxy); ok && k == key && r.Type == statServer {
-				out[r.Proxy+"/"+r.Name] += r.Scur
-			}
-		}
-	}
-	return out, nil
-}

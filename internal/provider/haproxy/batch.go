@@ -2,6 +2,7 @@ package haproxy
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,4 +78,71 @@ func (b *readBatch) offer(s *snapshot) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.snap, b.at, b.gen = s, time.Now(), b.writes.Load()
+}
+
+// oldConns shares the old workers' connection counts among the Backends
+// calls made at once or within the read window. Each reading is a `show
+// proc` on the master socket and a `show stat` per old worker: one per call,
+// with dozens of workers draining at once, overflowed the master socket's
+// accept queue (connect failing with EAGAIN) and failed reconciles. Old
+// workers take no new connections, so their counts only fall until the next
+// reload, which makes a new old worker: a reload discards the reading.
+type oldConns struct {
+	reloads atomic.Uint64 // bumped by every reload
+
+	mu     sync.Mutex // held while reading: concurrent callers wait for it
+	counts map[string]int64
+	at     time.Time
+	gen    uint64
+}
+
+// sharedOldConns returns, per "proxy/server", the connections old workers
+// still hold, no older than the read window and no older than the last
+// reload.
+func (p *Provider) sharedOldConns(ctx context.Context) (map[string]int64, error) {
+	c := &p.old
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gen := c.reloads.Load()
+	if c.counts != nil && c.gen == gen && time.Since(c.at) < p.batch.window {
+		return c.counts, nil
+	}
+	counts, err := p.oldWorkerConnections(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if p.batch.window > 0 {
+		c.counts, c.at, c.gen = counts, time.Now(), gen
+	}
+	return counts, nil
+}
+
+// oldWorkerConnections sums, per "proxy/server", the current connections
+// that old workers (the ones a reload left finishing their connections)
+// still hold for zerodrop's servers. The master CLI reaches them by PID.
+func (p *Provider) oldWorkerConnections(ctx context.Context) (map[string]int64, error) {
+	info, err := p.procs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, pid := range info.OldWorkers {
+		p.hooks.OnRead("show-stat")
+		text, err := p.master.do(ctx, fmt.Sprintf("@!%d show stat", pid))
+		if err != nil {
+			return nil, fmt.Errorf("old worker %d: %w", pid, err)
+		}
+		rows, err := parseStat(text)
+		if err != nil {
+			// The worker may have exited between show proc and show stat.
+			p.log.V(1).Info("old worker stats unreadable", "pid", pid, "err", err)
+			continue
+		}
+		for _, r := range rows {
+			if _, _, ok := parseProxyName(r.Proxy); ok && r.Type == statServer {
+				out[r.Proxy+"/"+r.Name] += r.Scur
+			}
+		}
+	}
+	return out, nil
 }

@@ -259,3 +259,57 @@ func TestGroupCheckSeesOwnWrites(t *testing.T) {
 		t.Fatalf("errors %v: want exactly one conflict", errs)
 	}
 }
+
+// TestBackendsShareOldWorkerReadings: many reconciles asking for backend
+// status at once (drains in progress on many load balancers) all get it,
+// with far fewer master-socket reads than calls; and an old worker that
+// holds a connection after a reload is counted at once.
+func TestBackendsShareOldWorkerReadings(t *testing.T) {
+	const calls = 50
+	ctx := testContext(t)
+	var c counter
+	p := startOwned(t, t.TempDir(), &c)
+	bs := startBackends(t, 1, "127.0.45")
+	const key, lbAddr = "default/many", "127.0.0.75"
+	port := freePort(t, lbAddr)
+	l := listenerOf(key, "tcp-80", lbAddr, port, bs)
+	applyDiff(t, p, &model.LoadBalancer{Key: key, Listeners: []model.Listener{l}})
+	lc := openLongConn(t, lbAddr, port, bs[0].id())
+	c.take()
+	errs := make(chan error, calls)
+	var wg sync.WaitGroup
+	for i := 0; i < calls; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := p.Backends(ctx, key)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, reads := c.take(); count(reads, "show-proc") >= calls/2 {
+		t.Errorf("%d show-proc reads for %d concurrent Backends calls: not shared", count(reads, "show-proc"), calls)
+	}
+	// A reload makes the worker holding lc old: its connection still counts.
+	l2 := listenerOf(key, "tcp-81", lbAddr, freePort(t, lbAddr), bs)
+	applyDiff(t, p, &model.LoadBalancer{Key: key, Listeners: []model.Listener{l, l2}})
+	sts, err := p.Backends(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := int64(0)
+	for _, st := range sts {
+		if st.Listener == l.Name {
+			conns += st.Connections
+		}
+	}
+	if conns < 1 {
+		t.Errorf("after the reload %s shows %d connections, want the old worker's one (%s)", l.Name, conns, lc.backend)
+	}
+}

@@ -101,6 +101,7 @@ type Provider struct {
 	closeErr  error
 
 	batch readBatch
+	old   oldConns
 
 	// group joins concurrent reloads into one (group commit).
 	group reloadGroup

@@ -452,7 +452,7 @@ func (p *Provider) Backends(ctx context.Context, key string) ([]provider.Backend
 	if err != nil {
 		return nil, fmt.Errorf("haproxy: backends %s: %w", key, err)
 	}
-	old, err := p.oldWorkerConnections(ctx, key)
+	old, err := p.sharedOldConns(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("haproxy: backends %s: %w", key, err)
 	}

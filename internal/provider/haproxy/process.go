@@ -316,6 +316,10 @@ func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
 	}
 	p.batch.writes.Add(1)
 	p.forgetChecked()
+	// Old-worker readings taken before the new worker took over miss the
+	// worker that is now old: discard them when it is done, too.
+	p.old.reloads.Add(1)
+	defer p.old.reloads.Add(1)
 	p.hooks.OnWrite("reload")
 	reply, err := p.master.do(ctx, "reload")
 	if err != nil {

@@ -40,6 +40,7 @@ func (p *Provider) Restore(ctx context.Context) (bool, error) {
 	// What was read from the gone HAProxy is no longer true.
 	p.batch.writes.Add(1)
 	p.forgetChecked()
+	p.old.reloads.Add(1)
 	if err := p.startOrAttach(ctx); err != nil {
 		return false, fmt.Errorf("haproxy: restore after %v: %w", aliveErr, err)
 	}
