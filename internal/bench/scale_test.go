@@ -1,0 +1,338 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/metrics"
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+	"zerodrop.dev/zerodrop/internal/testenv"
+)
+
+var (
+	scaleServices  = flag.Int("scale-n", 0, "LoadBalancer Services for BenchmarkScale (0 skips it)")
+	scaleEndpoints = flag.Int("scale-endpoints", 10, "endpoints per Service in BenchmarkScale")
+	scaleWorkers   = flag.Int("scale-workers", 256, "controller workers (--workers) in BenchmarkScale: how many reconciles, and so Apply calls, run at once")
+)
+
+const (
+	scaleNS = "scale"
+	// scaleChurned Services get endpoint churn, scaleChurnRate changes a
+	// second for scaleChurnSeconds; the others' checks run every
+	// scaleQuietInterval (their endpoints do not listen: at the default
+	// 2 s, 50,000 failing checks would be the load under test).
+	scaleChurned, scaleChurnRate, scaleChurnSeconds = 100, 10, 30
+	scaleQuietInterval                              = "10s"
+)
+
+// BenchmarkScale measures, on the real apiserver and a real HAProxy, with
+// -scale-n LoadBalancer Services of -scale-endpoints endpoints each: building
+// every listener from nothing (reloads grouped), the controller's peak RSS,
+// a restart (time to verify everything; it must write nothing) and the
+// latency from an endpoint change to HAProxy serving the new endpoint under
+// churn. The controller runs in this test process; kube-apiserver, etcd and
+// HAProxy are separate processes.
+func BenchmarkScale(b *testing.B) {
+	n := *scaleServices
+	if n <= 0 {
+		b.Skip("-scale-n 0: BenchmarkScale skipped (make bench BENCH_SCALE_N=5000)")
+	}
+	if n**scaleEndpoints > 200*250 || n < scaleChurned {
+		b.Fatalf("-scale-n %d × -scale-endpoints %d: want %d to 50,000 endpoints (198.18.0.0–198.18.199.0/24)", n, *scaleEndpoints, scaleChurned)
+	}
+	crlog.SetLogger(logr.Discard())
+	env := testenv.StartEnv(b)
+	// No client-side rate limit, as in a cluster (controller-runtime's
+	// GetConfig leaves it to the API server's priority and fairness): at 5
+	// QPS, client-go's default, the status writes of 5,000 Services alone
+	// would take minutes, for the controller and for this test's churn.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS = -1
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNS}}); err != nil {
+		b.Fatal(err)
+	}
+	ch := newChurner(b)
+	start := time.Now()
+	parallel(b, n, 8, func(i int) error {
+		if err := c.Create(ctx, scaleService(i)); err != nil {
+			return err
+		}
+		sl, err := ch.initialSlice(i)
+		if err != nil {
+			return err
+		}
+		return c.Create(ctx, sl)
+	})
+	fmt.Printf("created %d Services and EndpointSlices (%d endpoints) in %s\n", n, n**scaleEndpoints, time.Since(start).Round(time.Millisecond))
+	dir := b.TempDir()
+	b.Cleanup(func() { stopHAProxy(dir) })
+
+	// Build: every listener from nothing.
+	rssReset := resetPeakRSS()
+	build := scaleStart(b, cfg, dir)
+	buildTook := build.await(b, n, true)
+	lbs, err := build.prov.List(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(lbs) != n {
+		b.Fatalf("HAProxy serves %d load balancers after the build, want %d", len(lbs), n)
+	}
+	buildReloads := metrics.Sum(build.m.ProviderWrites.WithLabelValues("haproxy", "reload"))
+	buildWrites := metrics.Sum(build.m.ProviderWrites)
+	buildMem := readMem()
+	build.stop(b)
+	buildErrs := build.errs.take()
+
+	// Restart: a new controller verifies everything and writes nothing.
+	resetPeakRSS()
+	restart := scaleStart(b, cfg, dir)
+	restartTook := restart.await(b, n, false)
+	restartWrites := metrics.Sum(restart.m.ProviderWrites)
+	restartMem := readMem()
+
+	// Churn, on the restarted controller.
+	before := reconcileResults(restart.m)
+	restartErrs := restart.errs.take()
+	lat, missed, changes := ch.run(b, c)
+	churnErrs := restart.errs.take()
+	during := reconcileResults(restart.m)
+	for k := range during {
+		during[k] -= before[k]
+	}
+	churnMem := readMem()
+	restart.stop(b)
+
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "\nscale: %d LoadBalancer Services, %d endpoints, real apiserver + HAProxy, --workers %d\n", n, n**scaleEndpoints, *scaleWorkers)
+	fmt.Fprintf(w, "build from nothing\t%s\t%.0f reloads, %.0f provider writes\n", buildTook.Round(time.Millisecond), buildReloads, buildWrites)
+	fmt.Fprintf(w, "restart: time to verify all\t%s\t%.0f provider writes\n", restartTook.Round(time.Millisecond), restartWrites)
+	fmt.Fprintf(w, "churn: %d changes/s on %d Services for %d s\t%d changes\tp50 %s, p99 %s, max %s to HAProxy serving the new endpoint; %d not served within %s\n",
+		scaleChurnRate, scaleChurned, scaleChurnSeconds, changes,
+		percentile(lat, 50), percentile(lat, 99), percentile(lat, 100), missed, churnTimeout)
+	fmt.Fprintf(w, "churn: reconciles by result\t%v\n", during)
+	fmt.Fprintln(w, "\nmemory of the test process running the controller in-process (kube-apiserver, etcd, HAProxy are other processes)")
+	fmt.Fprintln(w, "phase\tpeak RSS (VmHWM)\tRSS now (VmRSS)\tGo heap in use\tGo memory from the OS")
+	for _, r := range []struct {
+		name string
+		m    memReading
+	}{{"build", buildMem}, {"restart", restartMem}, {"restart + churn", churnMem}} {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.name, mib(r.m.hwm), mib(r.m.rss), mib(r.m.heapInuse), mib(r.m.sys))
+	}
+	if !rssReset {
+		fmt.Fprintln(w, "(peak RSS could not be reset between phases: it is the peak since the test process started)")
+	}
+	for _, e := range []struct {
+		phase string
+		lines []string
+	}{{"build", buildErrs}, {"restart", restartErrs}, {"churn", churnErrs}} {
+		for i, l := range e.lines {
+			if i == 5 {
+				fmt.Fprintf(w, "%s: … %d more kinds of error\n", e.phase, len(e.lines)-5)
+				break
+			}
+			fmt.Fprintf(w, "%s: controller logged %s\n", e.phase, l)
+		}
+	}
+	w.Flush()
+	// Invariant 1: the bench fails, not only prints, when a restart with
+	// nothing changed writes.
+	if restartWrites != 0 {
+		b.Fatalf("restart with nothing changed made %v provider writes, want 0", restartWrites)
+	}
+	b.ReportMetric(buildTook.Seconds(), "build-s")
+	b.ReportMetric(buildReloads, "build-reloads")
+	b.ReportMetric(restartTook.Seconds(), "verify-s")
+	b.ReportMetric(float64(percentile(lat, 99).Milliseconds()), "churn-p99-ms")
+	b.ReportMetric(float64(buildMem.hwm)/(1<<20), "build-peak-RSS-MiB")
+}
+
+// scaleController is one controller (a leader) on the shared HAProxy.
+type scaleController struct {
+	errs   *errorLog
+	m      *metrics.Metrics
+	prov   *haproxy.Provider
+	cancel context.CancelFunc
+	done   chan error
+	start  time.Time
+}
+
+func scaleStart(b *testing.B, cfg *rest.Config, dir string) *scaleController {
+	b.Helper()
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	errs := &errorLog{}
+	log := logr.New(errs)
+	ctx, cancel := context.WithCancel(context.Background())
+	prov, err := haproxy.New(ctx, haproxy.Options{Dir: dir, Hooks: m.ProviderHooks("haproxy"), Log: log, ReloadTimeout: time.Minute})
+	if err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	mgr, err := manager.New(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard()})
+	if err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	if _, err := service.New(ctx, mgr, service.Options{
+		Provider: prov, Workers: *scaleWorkers,
+		AddressPool: netip.MustParsePrefix("127.0.128.0/17"), BackendAddressMap: scaleAddrMap(),
+		Metrics: m, Logger: log, ResyncPeriod: time.Hour, ReadQPS: 1e6, ReadBurst: 1e6,
+		DrainPollInterval: 200 * time.Millisecond,
+	}); err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	r := &scaleController{errs: errs, m: m, prov: prov, cancel: cancel, done: make(chan error, 1), start: time.Now()}
+	go func() { r.done <- mgr.Start(ctx) }()
+	return r
+}
+
+// await waits until n load balancers have been applied (first) or
+// reconciled, and returns how long that took from the start.
+func (r *scaleController) await(b *testing.B, n int, first bool) time.Duration {
+	b.Helper()
+	deadline := r.start.Add(60 * time.Minute)
+	for {
+		var got float64
+		if first {
+			got = metrics.Sum(r.m.Reconciles.WithLabelValues("applied"))
+		} else {
+			got = metrics.Sum(r.m.Reconciles)
+		}
+		if int(got) >= n {
+			return time.Since(r.start)
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %v of %d load balancers reconciled", got, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// reconcileResults reads zerodrop_reconcile_total by result.
+func reconcileResults(m *metrics.Metrics) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range []string{"noop", "applied", "deleted", "conflict", "error"} {
+		out[r] = metrics.Sum(m.Reconciles.WithLabelValues(r))
+	}
+	return out
+}
+
+func (r *scaleController) stop(b *testing.B) {
+	r.cancel()
+	if err := <-r.done; err != nil {
+		b.Fatal(err)
+	}
+	_ = r.prov.Close()
+}
+
+// parallel runs f(0..n-1) on `workers` goroutines and fails on the first
+// error.
+func parallel(b *testing.B, n, workers int, f func(int) error) {
+	b.Helper()
+	next := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- fmt.Errorf("item %d: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < n && len(errs) == 0; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
+
+func scaleName(i int) string { return fmt.Sprintf("svc-%05d", i) }
+
+// scaleService is Service i: IP mode without node ports (5,000 Services
+// would exhaust the default node-port range), quiet checks unless churned.
+func scaleService(i int) *corev1.Service {
+	ann := map[string]string{model.AnnotationHealthCheckInterval: scaleQuietInterval}
+	if i < scaleChurned {
+		// Churned: default checks, and a replaced endpoint drains for 2s.
+		ann = map[string]string{model.AnnotationDrainTimeout: "2s"}
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: scaleNS, Name: scaleName(i), Annotations: ann},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To("zerodrop.dev/haproxy"),
+			AllocateLoadBalancerNodePorts: ptr.To(false),
+			Selector:                      map[string]string{"app": scaleName(i)},
+			Ports:                         []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+// scaleSlice is Service i's EndpointSlice with the given addresses.
+func scaleSlice(i int, addrs []string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: scaleNS, Name: scaleName(i), Labels: map[string]string{discoveryv1.LabelServiceName: scaleName(i)}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	for _, a := range addrs {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	return s
+}
+
+// staticAddr is endpoint j of Service i, which nothing listens on: in
+// 198.18.0.0/16 (published as 127.18.0.0/16), 250 to a /24.
+func staticAddr(i, j int) string {
+	k := i**scaleEndpoints + j
+	return fmt.Sprintf("198.18.%d.%d", k/250, k%250+1)
+}
+
+// scaleAddrMap publishes the bench's endpoint addresses on loopback (the
+// API server refuses loopback endpoints).
+func scaleAddrMap() []model.AddressMapping {
+	m, err := model.ParseAddressMap("198.18.0.0/15=127.18.0.0/15")
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
