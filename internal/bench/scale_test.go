@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -63,6 +64,7 @@ func BenchmarkScale(b *testing.B) {
 		b.Fatalf("-scale-n %d × -scale-endpoints %d: want %d to 50,000 endpoints (198.18.0.0–198.18.199.0/24)", n, *scaleEndpoints, scaleChurned)
 	}
 	crlog.SetLogger(logr.Discard())
+	raiseFileLimit(b, n)
 	env := testenv.StartEnv(b)
 	// No client-side rate limit, as in a cluster (controller-runtime's
 	// GetConfig leaves it to the API server's priority and fairness): at 5
@@ -236,6 +238,33 @@ func (r *scaleController) await(b *testing.B, n int, first bool) time.Duration {
 			b.Fatalf("only %v of %d load balancers reconciled", got, n)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// raiseFileLimit raises this process's open-file limit as far as allowed;
+// the HAProxy it starts inherits it. HAProxy needs a descriptor per listener
+// and per checked server besides two per connection, sizes its connections
+// to the limit, and refuses to start (every reload fails, "Cannot raise FD
+// limit" in haproxy.log) when that does not fit: the bench fails at once
+// instead when the Services asked for cannot fit.
+func raiseFileLimit(b *testing.B, n int) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		b.Fatal(err)
+	}
+	want := lim
+	want.Max = max(lim.Max, 1<<20)
+	want.Cur = want.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		want.Max, want.Cur = lim.Max, lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+			b.Fatal(err)
+		}
+	}
+	need := uint64(n * (*scaleEndpoints + 1))
+	fmt.Printf("open-file limit %d (HAProxy inherits it); %d listeners and checked servers\n", want.Cur, need)
+	if need+1000 > want.Cur {
+		b.Fatalf("%d Services × (%d endpoints + 1) need more file descriptors in HAProxy than the limit %d: raise the hard limit (ulimit -Hn) or lower -scale-n or -scale-endpoints", n, *scaleEndpoints, want.Cur)
 	}
 }
 
