@@ -49,11 +49,19 @@ func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
 			p.mu.Unlock()
 		}
 	}()
-	snap, err := p.checked(ctx, ticket, plan.Key)
+	snap, fresh, err := p.checked(ctx, ticket, plan.Key)
+	if err == nil && !fresh && version(snap.loadBalancer(plan.Key)) != plan.Version {
+		// A conflict is told from a read of one's own: the caller re-plans
+		// on what it then observes, which must show at least what was seen.
+		fresh = true
+		snap, err = p.readChecked(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
 	}
-	p.batch.offer(snap)
+	if fresh {
+		p.batch.offer(snap)
+	}
 	cur := snap.loadBalancer(plan.Key)
 	if got := version(cur); got != plan.Version {
 		return fmt.Errorf("haproxy: apply %s: observed version %q, plan made against %q: %w", plan.Key, got, plan.Version, provider.ErrConflict)
@@ -114,7 +122,7 @@ func (p *Provider) Delete(ctx context.Context, key string) error {
 	ticket := p.group.enter()
 	defer p.group.leave(ticket)
 	p.mu.Lock()
-	snap, err := p.checked(ctx, ticket, key)
+	snap, _, err := p.checked(ctx, ticket, key)
 	if err != nil {
 		p.mu.Unlock()
 		return fmt.Errorf("haproxy: delete %s: %w", key, err)

@@ -21,12 +21,22 @@ type checkSnapshot struct {
 }
 
 // checked returns a snapshot valid for the version check of key by the
-// call holding ticket. p.mu is held.
-func (p *Provider) checked(ctx context.Context, ticket uint64, key string) (*snapshot, error) {
+// call holding ticket, and whether it was read just now. A shared one may
+// miss writes to other keys, so only a fresh one may serve the read batch
+// (readBatch.offer). p.mu is held.
+func (p *Provider) checked(ctx context.Context, ticket uint64, key string) (*snapshot, bool, error) {
 	c := &p.check
 	if c.snap != nil && c.after >= ticket && !c.written[key] {
-		return c.snap, nil
+		return c.snap, false, nil
 	}
+	snap, err := p.readChecked(ctx)
+	return snap, err == nil, err
+}
+
+// readChecked reads the runtime afresh and makes it the shared snapshot.
+// p.mu is held.
+func (p *Provider) readChecked(ctx context.Context) (*snapshot, error) {
+	c := &p.check
 	p.group.mu.Lock()
 	after := p.group.seq
 	p.group.mu.Unlock()
