@@ -124,10 +124,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
 		return 2
 	}
+	if chaos.MidPlanKills < 1 || chaos.APIServerOutage < time.Second {
+		fmt.Fprintln(stderr, "zerodrop lab: --kills must be at least 1 and --apiserver-outage at least 1s")
+		return 2
+	}
 	switch *prov {
 	case "haproxy":
 	case ProviderAzureEmulator:
-		return runAzureCommand(ctx, *scenario, *mode, *faultRate, *jsonPath, *htmlPath, stdout, stderr)
+		return runAzureCommand(ctx, *scenario, *mode, *faultRate, chaos.MidPlanKills, *jsonPath, *htmlPath, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", *prov, ProviderAzureEmulator)
 		return 2
@@ -141,10 +145,6 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "zerodrop lab: recipe durations are whole seconds, not %s\n", d)
 			return 2
 		}
-	}
-	if chaos.MidPlanKills < 1 || chaos.APIServerOutage < time.Second {
-		fmt.Fprintln(stderr, "zerodrop lab: --kills must be at least 1 and --apiserver-outage at least 1s")
-		return 2
 	}
 	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr, Rate: *rate, Recipe: recipe, Chaos: chaos}
 	for _, name := range strings.Split(*scenario, ",") {
