@@ -83,8 +83,9 @@ lab: deps
 # SIGKILLed at the first write of a plan 20 times during rolling updates, and
 # kube-apiserver stopped for 30 s (every mode; each fails unless zerodrop lost
 # nothing); then on the Azure emulator, 20 % of ARM requests failing (412,
-# 429, 500, slow) during churn and restarts, zerodrop beside the
-# upstream-like configuration. CHAOS_FLAGS adds lab flags (e.g. "--json chaos.json").
+# 429, 500, slow) during churn, restarts and 20 leader stops at a plan's
+# first PUT, zerodrop beside the upstream-like configuration. CHAOS_FLAGS adds
+# flags to the first (e.g. "--json chaos.json").
 CHAOS_FLAGS   ?=
 chaos: deps
 	$(GO) run -tags lab ./cmd/zerodrop lab --scenario kill-mid-plan,apiserver-down --mode all --backend both --traffic-policy both $(CHAOS_FLAGS)
