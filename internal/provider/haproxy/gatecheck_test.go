@@ -36,7 +36,9 @@ type served struct {
 	admin  int  // srv_admin_state
 }
 
-func (s served) drained() bool { return s.found && s.admin&adminDrainMask != 0 && s.admin&adminMaintMask == 0 }
+func (s served) drained() bool {
+	return s.found && s.admin&adminDrainMask != 0 && s.admin&adminMaintMask == 0
+}
 
 func (s served) String() string {
 	return fmt.Sprintf("worker %d: server found %v, admin state %#x", s.worker, s.found, s.admin)
