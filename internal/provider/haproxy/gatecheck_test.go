@@ -239,6 +239,31 @@ func converge(p *Provider, desired *model.LoadBalancer) error {
 	return fmt.Errorf("%s never converged: %w", desired.Key, last)
 }
 
+// applyOnce is one drain request: observe, diff, apply, tried again only
+// while Apply fails (a conflict with the concurrent reload); it does not
+// look again after a successful Apply, so what a later reload does to the
+// change is left for the test to see.
+func applyOnce(p *Provider, desired *model.LoadBalancer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var last error
+	for ctx.Err() == nil {
+		obs, err := p.Observe(ctx, desired.Key)
+		if err == nil {
+			plan := model.Diff(obs, desired)
+			if err = p.Apply(ctx, plan); err == nil {
+				return nil
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s never applied: %w", desired.Key, last)
+}
+
 // onlyReaches fails the test when n new connections to addr:port reach a
 // backend outside want.
 func onlyReaches(t *testing.T, addr string, port int32, n int, want ...*backendServer) {

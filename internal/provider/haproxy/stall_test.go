@@ -180,13 +180,14 @@ func TestDrainWhileMasterStopped(t *testing.T) {
 }
 
 // TestReloadsRacingDrains: round after round, a reload (another load
-// balancer's listener added or removed) runs concurrently with the drain of
-// a backend, a runtime-added one in most rounds. For each, the gate answers
-// only once the worker serving new connections — the new one when the reload
-// won the race — has the server in drain, never on the strength of the old
-// worker; after both, the serving worker and the server-state file have
-// every drained server in drain, and new connections reach only the backend
-// left active.
+// balancer's listener added or removed) runs concurrently with one drain
+// request (one successful Apply, not looked at again) of a backend, a
+// runtime-added one in most rounds. For each, the gate answers only once the
+// worker serving new connections — the new one when the reload won the race
+// — has the server in drain, never on the strength of the old worker; after
+// both, the serving worker and the server-state file have every drained
+// server in drain, after one more reload too, and new connections reach
+// only the backend left active.
 func TestReloadsRacingDrains(t *testing.T) {
 	ctx := testContext(t)
 	dir := t.TempDir()
@@ -212,7 +213,7 @@ func TestReloadsRacingDrains(t *testing.T) {
 		}
 		reloaded, drainDone := make(chan error, 1), make(chan error, 1)
 		go func() { reloaded <- converge(p, next) }()
-		go func(w *model.LoadBalancer) { drainDone <- converge(p, w) }(want)
+		go func(w *model.LoadBalancer) { drainDone <- applyOnce(p, w) }(want)
 		await(t, reloaded, fmt.Sprintf("round %d: the reload", i))
 		await(t, drainDone, fmt.Sprintf("round %d: the drain", i))
 		awaitGate(t, answer, bs[i])
@@ -229,6 +230,19 @@ func TestReloadsRacingDrains(t *testing.T) {
 	}
 	if len(workersSeen) < len(bs) {
 		t.Fatalf("workers %v: not every round reloaded", workersSeen)
+	}
+	// One more reload, after every drain: it keeps them all.
+	otherLB.Listeners = []model.Listener{la, lb}
+	if err := converge(p, otherLB); err != nil {
+		t.Fatal(err)
+	}
+	if w := workerPID(t, p); workersSeen[w] {
+		t.Fatalf("worker %d: the last change of %s did not reload", w, other)
+	}
+	for _, b := range bs[1:] {
+		if s, err := readServing(dir, &live, b); err != nil || !s.drained() {
+			t.Fatalf("%s after the last reload: %s (%v)", b.id(), s, err)
+		}
 	}
 	onlyReaches(t, lbAddr, port, 10, bs[0])
 	obs, err := p.Observe(ctx, key)
