@@ -54,3 +54,38 @@ func TestHAProxyGateMasterStopped(t *testing.T) {
 	w.notSent(t, "stall-b")
 	w.onlyTo(t, 10, "stall-a")
 }
+
+// TestHAProxySecondDrainMasterStopped: one pod of the Service is already
+// draining (its drain call answered; a long-lived connection keeps its server
+// in drain) when the HAProxy master stops; then a
+// second pod is deleted. The controller reads the connection counts of the
+// draining one (Backends, which needs the master) and cannot; it must still
+// drain the second pod's server, which needs only the worker, while the
+// master is stopped: a pod whose drain waited for the master would, at its
+// gate's bound, stop while HAProxy still sends it new connections. When the
+// master resumes, the second call answers "drained", after the last instant
+// HAProxy was seen sending that pod new connections.
+func TestHAProxySecondDrainMasterStopped(t *testing.T) {
+	w := newStallWorld(t, "second", 8, "a", "b", "c")
+	// A connection of B's keeps its server draining, not removed.
+	long := w.longTo(t, "second-b")
+	answeredB, stopWatchB := w.deleteAndCall(t, "second-b")
+	w.slice(t, "second-b")
+	drainedAnswer(t, "second-b", answeredB, stopWatchB)
+
+	_, _, resume := w.stopMaster(t)
+	answeredC, stopWatchC := w.deleteAndCall(t, "second-c")
+	w.slice(t, "second-b", "second-c")
+	eventually(t, 90*time.Second, "HAProxy draining pod C with its master stopped", func() (bool, string) {
+		st := w.status(t, "second-c")
+		return st == "DRAIN", st
+	})
+	resume()
+	drainedAnswer(t, "second-c", answeredC, stopWatchC)
+	w.notSent(t, "second-b")
+	w.notSent(t, "second-c")
+	w.onlyTo(t, 10, "second-a")
+	if got, err := long.roundTrip(); err != nil || got != "second-b" {
+		t.Fatalf("pod B's long-lived connection after the master resumed: %q, %v", got, err)
+	}
+}
