@@ -18,9 +18,10 @@ import (
 )
 
 // The tests of the master busy, of reloads racing drains and of a worker
-// killed during a drain (stall_test.go) need to know what HAProxy itself
-// does, not what the Provider under test believes: these helpers talk to the
-// sockets of the state directory on their own connections.
+// killed during a drain (stall_test.go, drainfault_test.go) need to know
+// what HAProxy itself does, not what the Provider under test believes: these
+// helpers talk to the sockets of the state directory on their own
+// connections.
 
 // sockCmd sends one command to a socket of dir and returns the reply.
 func sockCmd(dir, sock, cmd string) (string, error) {
