@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -159,6 +160,29 @@ type stallAnswer struct {
 	code   int
 	result string
 	at     time.Time
+	err    error
+}
+
+// preStopCall makes the pod's preStop httpGet as a kubelet would, until ctx
+// ends. Unlike kubeletPreStop it reports its error instead of failing the
+// test: a call still held when the test fails ends after it.
+func preStopCall(ctx context.Context, pod *corev1.Pod) stallAnswer {
+	h := pod.Spec.Containers[0].Lifecycle.PreStop.HTTPGet
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(h.Host, h.Port.String()), Path: h.Path}
+	if path, query, ok := strings.Cut(h.Path, "?"); ok {
+		u.Path, u.RawQuery = path, query
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return stallAnswer{err: err, at: time.Now()}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return stallAnswer{err: err, at: time.Now()}
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return stallAnswer{code: resp.StatusCode, result: resp.Header.Get(drain.ResultHeader), at: time.Now()}
 }
 
 // deleteAndCall deletes pod name with a long grace period (the gate's bound
@@ -179,9 +203,12 @@ func (w *stallWorld) deleteAndCall(t *testing.T, name string) (answered <-chan s
 		return ok && st.status != "DRAIN" && st.status != "MAINT"
 	})
 	ch := make(chan stallAnswer, 1)
+	callCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
 	go func() {
-		code, result, at := kubeletPreStop(t, pod)
-		ch <- stallAnswer{code, result, at}
+		defer close(done)
+		ch <- preStopCall(callCtx, pod)
 	}()
 	return ch, stopWatch
 }
@@ -196,8 +223,8 @@ func drainedAnswer(t *testing.T, name string, answered <-chan stallAnswer, stopW
 	case <-time.After(90 * time.Second):
 		t.Fatalf("the drain call of %s did not answer", name)
 	}
-	if a.code != http.StatusOK || a.result != "drained" {
-		t.Fatalf("the drain call of %s answered %d %q, want 200 drained", name, a.code, a.result)
+	if a.err != nil || a.code != http.StatusOK || a.result != "drained" {
+		t.Fatalf("the drain call of %s answered %d %q (%v), want 200 drained", name, a.code, a.result, a.err)
 	}
 	if seen := stopWatch(); seen.After(a.at) {
 		t.Fatalf("the drain call of %s answered at %s, but HAProxy still sent it new connections at %s", name, a.at.Format(time.StampMicro), seen.Format(time.StampMicro))
