@@ -82,8 +82,8 @@ func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
 		log.V(1).Info("applied with reload", "plan", plan.String())
 		return nil
 	}
-	if err := p.mirror(ctx); err != nil {
-		return fmt.Errorf("haproxy: apply %s: runtime changes made, configuration not mirrored (retried on the next Observe): %w", plan.Key, err)
+	if err := p.mirrorApplied(ctx, plan.Key, target); err != nil {
+		return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
 	}
 	p.markClean()
 	log.V(1).Info("applied at run time", "plan", plan.String())
