@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -203,7 +204,7 @@ func (r *run) chaosFigures() *ChaosFigures {
 func actAPIServerDown(ctx context.Context, r *run) error {
 	fig := r.chaosFigures()
 	outage := r.lab.opts.Chaos.outage()
-	pid, err := apiserverPID()
+	pid, err := apiserverPID(r.lab.cp.config.Host)
 	if err != nil {
 		return err
 	}
@@ -346,8 +347,18 @@ func lossless(res Result) error {
 }
 
 // apiserverPID finds the kube-apiserver this process started (envtest runs
-// it as a child).
-func apiserverPID() (int, error) {
+// it as a child) that serves host ("https://127.0.0.1:PORT/"): its command line has
+// --secure-port=PORT. Another test's API server, in the same process, does
+// not.
+func apiserverPID(host string) (int, error) {
+	u, err := url.Parse(host)
+	if err != nil {
+		return 0, fmt.Errorf("API server address %q: %w", host, err)
+	}
+	port := u.Port()
+	if port == "" {
+		return 0, fmt.Errorf("API server address %q has no port", host)
+	}
 	self := os.Getpid()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -372,9 +383,18 @@ func apiserverPID() (int, error) {
 		if len(fields) < 2 || s[open+1:end] != "kube-apiserver" {
 			continue
 		}
-		if ppid, _ := strconv.Atoi(fields[1]); ppid == self {
-			return pid, nil
+		if ppid, _ := strconv.Atoi(fields[1]); ppid != self {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, arg := range strings.Split(string(cmdline), "\x00") {
+			if arg == "--secure-port="+port {
+				return pid, nil
+			}
 		}
 	}
-	return 0, fmt.Errorf("no kube-apiserver child of process %d", self)
+	return 0, fmt.Errorf("no kube-apiserver child of process %d serves port %s", self, port)
 }
