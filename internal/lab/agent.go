@@ -508,6 +508,23 @@ func (a *agent) signal(key string, sig syscall.Signal) error {
 	return nil
 }
 
+// finished reports whether the process of the pod key has ended (or the
+// agent no longer runs the pod).
+func (a *agent) finished(key string) bool {
+	a.mu.Lock()
+	rt := a.runtimes[key]
+	a.mu.Unlock()
+	if rt == nil {
+		return true
+	}
+	select {
+	case <-rt.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (a *agent) killAll() {
 	a.mu.Lock()
 	all := a.runtimes

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -49,8 +50,9 @@ const ProviderAzureEmulator = "azure-emulator"
 // HAProxy lab's upstream mode runs the real controller).
 const ModeUpstreamLike Mode = "upstream-like"
 
-// AzureScenarios are the scenarios the emulator lab runs.
-var AzureScenarios = []string{"restart", "churn"}
+// AzureScenarios are the scenarios the emulator lab runs; kill-mid-plan in
+// zerodrop mode only (azure_chaos.go).
+var AzureScenarios = []string{"restart", "churn", scenarioKillMidPlan}
 
 const (
 	azureSub    = "00000000-0000-0000-0000-00000000aa01"
@@ -112,25 +114,31 @@ type AzureOptions struct {
 	// fails once a run's setup is done: 412s, 429s, 500s and slow answers
 	// in equal shares, none twice in a row on one load balancer.
 	FaultRate float64
-	Progress  io.Writer
+	// Kills is how often kill-mid-plan stops the writer (default
+	// DefaultMidPlanKills).
+	Kills    int
+	Progress io.Writer
 }
 
 // runAzureCommand is `zerodrop lab --provider azure-emulator …` after flag
 // parsing; scenario and mode are the flags' values.
-func runAzureCommand(ctx context.Context, scenario, mode string, faultRate float64, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
+func runAzureCommand(ctx context.Context, scenario, mode string, faultRate float64, kills int, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
 	if faultRate < 0 || faultRate >= 1 {
 		fmt.Fprintf(stderr, "zerodrop lab: --azure-fault-rate %v (--provider azure-emulator): want a share from 0 to below 1\n", faultRate)
 		return 2
 	}
-	opts := AzureOptions{Progress: stderr, FaultRate: faultRate}
-	switch {
-	case scenario == "all":
-		opts.Scenarios = AzureScenarios
-	case slices.Contains(AzureScenarios, scenario):
-		opts.Scenarios = []string{scenario}
-	default:
-		fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the restart and churn scenarios, not %q\n", ProviderAzureEmulator, scenario)
-		return 2
+	opts := AzureOptions{Progress: stderr, FaultRate: faultRate, Kills: kills}
+	for _, name := range strings.Split(scenario, ",") {
+		switch name = strings.TrimSpace(name); {
+		case name == "all":
+			opts.Scenarios = append(opts.Scenarios, AzureScenarios...)
+		case slices.Contains(AzureScenarios, name):
+			opts.Scenarios = append(opts.Scenarios, name)
+		default:
+			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the scenarios %s, not %q\n", ProviderAzureEmulator,
+				strings.Join(AzureScenarios, ", "), name)
+			return 2
+		}
 	}
 	switch mode {
 	case "all":
@@ -179,6 +187,9 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []Result, err
 	if opts.ChurnDuration <= 0 {
 		opts.ChurnDuration = 4 * time.Second
 	}
+	if opts.Kills <= 0 {
+		opts.Kills = DefaultMidPlanKills
+	}
 	for _, s := range opts.Scenarios {
 		if !slices.Contains(AzureScenarios, s) {
 			return nil, fmt.Errorf("scenario %q does not run on the Azure emulator (%v)", s, AzureScenarios)
@@ -202,9 +213,13 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []Result, err
 	n := 0
 	for _, sc := range opts.Scenarios {
 		for _, mode := range opts.Modes {
+			if sc == scenarioKillMidPlan && mode != ModeZerodrop {
+				continue // one writer to kill, not two
+			}
 			n++
 			r := &azureRun{cfg: env.Config, c: c, mode: mode, opts: opts, progress: progress,
-				ns: fmt.Sprintf("azure-%d-%s-%s", n, sc, mode), emu: emulator.New(emulator.Options{Seed: uint64(n)})}
+				ns: fmt.Sprintf("azure-%d-%s-%s", n, sc, mode), emu: emulator.New(emulator.Options{Seed: uint64(n)}),
+				noRelease: sc == scenarioKillMidPlan}
 			res, err := r.run(ctx, sc)
 			res.err = err
 			results = append(results, res)
@@ -235,6 +250,9 @@ type azureRun struct {
 	progress  func(string, ...any)
 	svcs      []*azureSvc
 	instances []*azureInstance
+	// noRelease: the managers keep their lease when cancelled, as a killed
+	// process does (kill-mid-plan).
+	noRelease bool
 }
 
 func (r *azureRun) class() string { return "zerodrop.dev/azure-" + r.ns }
@@ -257,6 +275,8 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res Result, err er
 		err = r.restart(ctx, res.Azure)
 	case "churn":
 		err = r.churn(ctx, res.Azure)
+	case scenarioKillMidPlan:
+		err = r.killMidPlan(ctx, res.Azure, &res)
 	}
 	res.DurationSeconds = time.Since(start).Seconds()
 	d := r.emu.Counters().Sub(before)
@@ -551,7 +571,7 @@ func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
 	mgr, err := manager.New(r.cfg, manager.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard(),
 		LeaderElection: leaderElect, LeaderElectionID: "zerodrop-lab-azure", LeaderElectionNamespace: r.ns,
-		LeaderElectionReleaseOnCancel: true, LeaseDuration: &lease, RenewDeadline: &renew, RetryPeriod: &retryPeriod,
+		LeaderElectionReleaseOnCancel: !r.noRelease, LeaseDuration: &lease, RenewDeadline: &renew, RetryPeriod: &retryPeriod,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("create manager: %w", err))

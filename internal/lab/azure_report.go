@@ -20,8 +20,11 @@ func writeAzureTable(w io.Writer, results []Result) {
 			continue
 		}
 		changes := fmt.Sprint(a.Changes)
-		if r.Scenario == "restart" {
+		switch r.Scenario {
+		case "restart":
 			changes = fmt.Sprintf("%d restarts", a.Restarts)
+		case scenarioKillMidPlan:
+			changes = fmt.Sprintf("%d kills, %d changes", a.Restarts, a.Changes)
 		}
 		status := ""
 		if r.err != nil {
@@ -32,4 +35,9 @@ func writeAzureTable(w io.Writer, results []Result) {
 			a.ConvergeSeconds, status)
 	}
 	tw.Flush()
+	for _, r := range results {
+		if len(r.WritesPerRestart) > 0 {
+			fmt.Fprintf(w, "%s %s: PUTs per kill %v\n", r.Scenario, r.Mode, r.WritesPerRestart)
+		}
+	}
 }

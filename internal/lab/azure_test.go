@@ -23,7 +23,7 @@ func TestAzureEmulatorLab(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
-	code := Run(ctx, []string{"--provider", "azure-emulator", "--scenario", "all", "--mode", "all", "--json", jsonPath}, &stdout, &stderr)
+	code := Run(ctx, []string{"--provider", "azure-emulator", "--scenario", "restart,churn", "--mode", "all", "--json", jsonPath}, &stdout, &stderr)
 	took := time.Since(start)
 	t.Logf("lab took %s\n%s\n%s", took.Round(time.Second), stderr.String(), stdout.String())
 	if code != 0 {
@@ -116,5 +116,37 @@ func TestAzureEmulatorLabUsage(t *testing.T) {
 		if !strings.Contains(stderr.String(), "provider") {
 			t.Errorf("%v: the message does not name the provider: %s", args, stderr.String())
 		}
+	}
+}
+
+// TestAzureEmulatorKillMidPlan: the leader stopped inside its first PUT of a
+// plan, its lease held, twice: each time a new leader takes over, the load
+// balancers end up holding exactly what the Services ask for (the lab fails
+// the run otherwise), with no Warning Event.
+func TestAzureEmulatorKillMidPlan(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "lab.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := Run(ctx, []string{"--provider", "azure-emulator", "--scenario", "kill-mid-plan", "--mode", "all", "--kills", "2",
+		"--json", jsonPath}, &stdout, &stderr)
+	t.Logf("%s\n%s", stderr.String(), stdout.String())
+	if code != 0 {
+		t.Fatalf("zerodrop lab exited %d", code)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(raw, &rep); err != nil || len(rep.Scenarios) != 1 || rep.Scenarios[0].Azure == nil {
+		t.Fatalf("report %s: %v (want one run: kill-mid-plan runs in zerodrop mode only)", raw, err)
+	}
+	r := rep.Scenarios[0]
+	if r.Mode != string(ModeZerodrop) || r.Azure.Restarts != 2 || len(r.WritesPerRestart) != 2 {
+		t.Errorf("mode %s, %d kills, PUTs per kill %v; want zerodrop, 2, 2 entries", r.Mode, r.Azure.Restarts, r.WritesPerRestart)
+	}
+	if r.Azure.WarningEvents != 0 {
+		t.Errorf("%d Warning Events, want none", r.Azure.WarningEvents)
 	}
 }

@@ -56,7 +56,8 @@ type ctrlScrape struct {
 	name   string
 	c      counters
 	leader bool
-	gone   bool // the pod was told to stop: no longer a leader candidate
+	gone   bool      // the pod was told to stop: no longer a leader candidate
+	at     time.Time // of the last scrape that answered
 }
 
 // controllers tracks a run's controller pods through their metrics
@@ -207,7 +208,7 @@ func (cs *controllers) scrapePod(p *corev1.Pod) {
 		cs.scrape[p.UID] = s
 	}
 	if err == nil {
-		s.c, s.leader = c, leader
+		s.c, s.leader, s.at = c, leader, time.Now()
 	}
 }
 
@@ -258,6 +259,19 @@ func (cs *controllers) leader() string {
 		}
 	}
 	return ""
+}
+
+// leaderSince reports whether the pod named name said it held the lease in
+// a scrape after t.
+func (cs *controllers) leaderSince(name string, t time.Time) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, s := range cs.scrape {
+		if s.name == name && s.leader && !s.gone && s.at.After(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // fetch reads the provider counters and the leader status of the pod at ip.

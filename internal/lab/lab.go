@@ -56,6 +56,8 @@ type Options struct {
 	Rate int
 	// Recipe is the recipe mode's workload (default DefaultRecipe).
 	Recipe Recipe
+	// Chaos tunes the chaos scenarios (kill-mid-plan, apiserver-down).
+	Chaos ChaosOptions
 }
 
 // lab is the running lab: control plane, node agent, drain Service and
@@ -90,7 +92,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn, or all")
+	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down, or all")
 	mode := fs.String("mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator: upstream-like,zerodrop)")
 	backend := fs.String("backend", BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
 	policy := fs.String("traffic-policy", PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
@@ -103,10 +105,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&recipe.PreStopSleep, "recipe-prestop-sleep", DefaultRecipe.PreStopSleep, "recipe mode: the pods' preStop sleep")
 	fs.DurationVar(&recipe.GracePeriod, "recipe-grace-period", DefaultRecipe.GracePeriod, "recipe mode: terminationGracePeriodSeconds")
 	fs.DurationVar(&recipe.MinReady, "recipe-min-ready", DefaultRecipe.MinReady, "recipe mode: the Deployment's minReadySeconds")
+	var chaos ChaosOptions
+	fs.IntVar(&chaos.MidPlanKills, "kills", DefaultMidPlanKills, "kill-mid-plan: how often to SIGKILL the writer at a plan's first write")
+	fs.DurationVar(&chaos.APIServerOutage, "apiserver-outage", DefaultAPIServerOutage, "apiserver-down: how long kube-apiserver stays stopped")
 	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
 	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: restart and churn only, see docs/lab.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
+		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -119,10 +124,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
 		return 2
 	}
+	if chaos.MidPlanKills < 1 || chaos.APIServerOutage < time.Second {
+		fmt.Fprintln(stderr, "zerodrop lab: --kills must be at least 1 and --apiserver-outage at least 1s")
+		return 2
+	}
 	switch *prov {
 	case "haproxy":
 	case ProviderAzureEmulator:
-		return runAzureCommand(ctx, *scenario, *mode, *faultRate, *jsonPath, *htmlPath, stdout, stderr)
+		return runAzureCommand(ctx, *scenario, *mode, *faultRate, chaos.MidPlanKills, *jsonPath, *htmlPath, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", *prov, ProviderAzureEmulator)
 		return 2
@@ -137,7 +146,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr, Rate: *rate, Recipe: recipe}
+	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr, Rate: *rate, Recipe: recipe, Chaos: chaos}
 	for _, name := range strings.Split(*scenario, ",") {
 		name = strings.TrimSpace(name)
 		if name == "all" {
@@ -279,6 +288,9 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 		for _, v := range scenarioVariants(sc, variants) {
 			for _, mode := range opts.Modes {
 				v := v
+				if sc.modes != nil && !slices.Contains(sc.modes, mode) {
+					continue
+				}
 				if mode.nodeBacked() {
 					// The upstream controller is node-backed by nature
 					// (--backend is zerodrop's): it runs once per traffic

@@ -48,9 +48,16 @@ type Result struct {
 	// (zerodrop_drain_outcome_total; 0 in modes without the gate).
 	DrainDrained  int64 `json:"drain_drained"`
 	DrainDeadline int64 `json:"drain_deadline"`
-	// WritesPerRestart are restart-idle's writes, one entry per restart:
-	// those counted at HAProxy's sockets from that restart to the next.
+	// WritesPerRestart are restart-idle's and kill-mid-plan's writes, one
+	// entry per restart: those counted at HAProxy's sockets from that
+	// restart to the next.
 	WritesPerRestart []int64 `json:"writes_per_restart,omitempty"`
+	// DuplicateBackendSamples counts the state samples (every 250 ms) in
+	// which HAProxy had one address and port twice among the Service's
+	// first port's backends.
+	DuplicateBackendSamples int64 `json:"duplicate_backend_samples"`
+	// Chaos holds the chaos scenarios' own figures (chaos.go).
+	Chaos *ChaosFigures `json:"chaos,omitempty"`
 	// RolloutSeconds is the disruption: from its start to the workload
 	// steady again (0 when the run did not get there).
 	RolloutSeconds  float64 `json:"rollout_seconds"`
@@ -183,6 +190,14 @@ func writeTable(w io.Writer, results []Result, modes []Mode) {
 		if len(r.WritesPerRestart) > 0 {
 			fmt.Fprintf(w, "%s %s: writes per restart %v; WebSockets ended %d (%d closed, %d broken)\n",
 				r.row(), r.column(), r.WritesPerRestart, r.LongConnsClosed+r.LongConnsBroken, r.LongConnsClosed, r.LongConnsBroken)
+		}
+		if c := r.Chaos; c != nil && c.Kills > 0 {
+			fmt.Fprintf(w, "%s %s: %d kills in %d rolling updates, at %v; backend doubled in %d samples\n",
+				r.row(), r.column(), c.Kills, c.Rollouts, c.KillVerbs, r.DuplicateBackendSamples)
+		}
+		if c := r.Chaos; c != nil && c.OutageSeconds > 0 {
+			fmt.Fprintf(w, "%s %s: API server stopped %.1fs; writes during %d, after %d; backends changed in %d samples; leader process ended: %v\n",
+				r.row(), r.column(), c.OutageSeconds, c.WritesDuringOutage, c.WritesAfterRecovery, c.PoolChanges, c.LeaderExited)
 		}
 	}
 }

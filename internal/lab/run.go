@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -111,9 +112,13 @@ type run struct {
 	addr     string // the load balancer's ingress address
 	rec      *recorder
 	cordoned []string
-	// restartWrites are restart-idle's writes per restart.
+	// restartWrites are restart-idle's and kill-mid-plan's writes per
+	// restart.
 	restartWrites []int64
-	stop          context.CancelFunc // the controller scrapes
+	chaos         *ChaosFigures // the chaos scenarios' own figures
+	// dupSamples counts state samples with a backend doubled (sampleStates).
+	dupSamples atomic.Int64
+	stop       context.CancelFunc // the controller scrapes
 
 	mu      sync.Mutex
 	markers []marker

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"syscall"
@@ -29,6 +30,10 @@ type scenario struct {
 	policy string
 	// act disrupts and returns once the workload is steady again.
 	act func(ctx context.Context, r *run) error
+	// modes, when set, are the only modes the scenario runs in.
+	modes []Mode
+	// lossless: a zerodrop run fails unless it lost nothing (see lossless).
+	lossless bool
 }
 
 // scenarios in the order `all` runs them.
@@ -42,11 +47,23 @@ var scenarios = []scenario{
 	{name: "scale-down", about: "3 → 1 replicas", replicas: replicas, act: actScaleDown},
 	{name: "drain-node", about: "cordon a node, evict its pods through the eviction API", replicas: 4, act: actDrainNode},
 	{name: "churn", about: "repeated scale up/down while the Service's annotations and ports flip", replicas: replicas, act: actChurn},
+	// Chaos (make chaos). Killing the writer mid-plan needs a writer whose
+	// plans follow the endpoints: the upstream controller's follow the
+	// nodes, which a rollout leaves alone.
+	{name: scenarioKillMidPlan, about: "the writer SIGKILLed at the first write of a plan, --kills times (default 20), during rolling updates",
+		replicas: replicas, act: actKillMidPlan, modes: []Mode{ModeZerodrop}, lossless: true},
+	{name: scenarioAPIServerDown, about: "kube-apiserver stopped for --apiserver-outage (default 30 s, longer than the leader's lease) while nothing changes",
+		replicas: replicas, act: actAPIServerDown, lossless: true},
 }
 
 // scenarioVariants are the variants sc runs in: all, or, for a scenario
 // bound to a traffic policy, each backend once with that policy.
 func scenarioVariants(sc scenario, all []variant) []variant {
+	if sc.name == scenarioKillMidPlan {
+		// Node mode with Cluster sends to every node whatever the pods do:
+		// a rollout makes no plan, so there is no plan to kill the writer in.
+		all = slices.DeleteFunc(slices.Clone(all), func(v variant) bool { return v == variant{BackendNode, PolicyCluster} })
+	}
 	if sc.policy == "" {
 		return all
 	}
@@ -78,8 +95,14 @@ const settle = 2 * time.Second
 // 40 s per restart (a lease to expire, a replacement to start, idleVerify).
 func (r *run) actTimeout(sc scenario) time.Duration {
 	d := r.steadyTimeout(max(sc.replicas, 4)) + 30*time.Second
-	if sc.name == scenarioRestartIdle {
+	switch sc.name {
+	case scenarioRestartIdle:
 		d += idleRestarts * 40 * time.Second
+	case scenarioKillMidPlan:
+		// A lease to expire, a replacement to start, a rollout to resume.
+		d += time.Duration(r.lab.opts.Chaos.kills()) * 60 * time.Second
+	case scenarioAPIServerDown:
+		d += r.lab.opts.Chaos.outage() + 90*time.Second
 	}
 	return d
 }
@@ -154,6 +177,8 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	res.DrainDrained, res.DrainDeadline = int64(c.drained), int64(c.deadline)
 	res.HookFailures = l.hookFailures(r.ns)
 	res.WritesPerRestart = r.restartWrites
+	res.Chaos = r.chaos
+	res.DuplicateBackendSamples = r.dupSamples.Load()
 	landed, lerr := r.landed()
 	res.ProviderWrites = landed - landedBase
 	if err == nil {
@@ -163,6 +188,9 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	res.timeline = &timeline{Seconds: snap.Seconds, Failures: snap.Failures, Markers: r.markers,
 		LongClosed: snap.LongClosed, Exchanges: snap.Exchanges, Lanes: lanes}
 	l.logFailures(r, snap)
+	if err == nil && sc.lossless && mode == ModeZerodrop {
+		err = lossless(res)
+	}
 	return res, err
 }
 

@@ -36,7 +36,8 @@ const statePeriod = 250 * time.Millisecond
 
 // sampleStates reads the run's backends of the Service's first port from
 // HAProxy every statePeriod until ctx ends and returns each backend's
-// state changes since start, in order of first appearance. A read that
+// state changes since start, in order of first appearance; a sample with a
+// backend doubled counts in r.dupSamples. A read that
 // fails is skipped (the next one catches up).
 func (r *run) sampleStates(ctx context.Context, start time.Time) []backendLane {
 	listener := model.ListenerName(r.ns, appName, corev1.ProtocolTCP, servicePort)
@@ -45,6 +46,9 @@ func (r *run) sampleStates(ctx context.Context, start time.Time) []backendLane {
 	for {
 		if bs, err := r.prov.Backends(ctx, r.key()); err == nil {
 			at := time.Since(start)
+			if duplicates(bs, listener) > 0 {
+				r.dupSamples.Add(1)
+			}
 			seen := map[string]bool{}
 			for _, b := range bs {
 				if b.Listener != listener {

@@ -88,16 +88,30 @@ func (c *Controller) step(ctx context.Context, key string, st *state, observed, 
 	// read.
 	conns := map[string]int64{}
 	var up map[string]bool
-	if hasDraining(observed, desired, keep) || nodeLeaving(observed, desired, keep) {
+	leaving := nodeLeaving(observed, desired, keep)
+	if hasDraining(observed, desired, keep) || leaving {
 		statuses, err := c.opts.Provider.Backends(ctx, key)
-		if err != nil {
+		switch {
+		case err == nil:
+			up = map[string]bool{}
+			for _, s := range statuses {
+				id := s.Listener + "|" + model.Backend{Address: s.Address, Port: s.Port}.ID()
+				conns[id] = s.Connections
+				up[id] = !s.HealthKnown || s.Healthy
+			}
+		case leaving || ctx.Err() != nil:
+			// A node about to leave needs health to keep the last one up.
 			return nil, false, fmt.Errorf("read backend status of %s: %w", key, err)
-		}
-		up = map[string]bool{}
-		for _, s := range statuses {
-			id := s.Listener + "|" + model.Backend{Address: s.Address, Port: s.Port}.ID()
-			conns[id] = s.Connections
-			up[id] = !s.HealthKnown || s.Healthy
+		default:
+			// Only the counts are missing; they decide no more than a
+			// removal before the drain timeout. Without them the draining
+			// backends wait for their timeout, and the rest of the step
+			// goes on: a new drain must not wait for a read that can fail
+			// long (HAProxy's master busy: Backends asks it for the old
+			// workers' connections), or its pod's gate would let the pod
+			// stop at its bound while it still gets new connections.
+			logFrom(ctx).Info("connection counts unreadable; draining backends wait for their drain timeout", "err", err)
+			c.opts.Metrics.ProviderErrors.WithLabelValues(c.opts.Provider.Name(), "backends").Inc()
 		}
 	}
 	now := time.Now()

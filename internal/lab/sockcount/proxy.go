@@ -54,6 +54,8 @@ type Proxy struct {
 
 	// aside is where Interpose moved HAProxy's socket; Close moves it back.
 	aside string
+
+	onWrite func(verb string) // see OnWrite; under mu
 }
 
 // Interpose puts a proxy in place of the HAProxy socket at path: the socket
@@ -130,6 +132,17 @@ func Listen(path, target string) (*Proxy, error) {
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
+}
+
+// OnWrite sets f to be called with each write command's verb as it is
+// counted, before the proxy forwards it to HAProxy; nil removes it. f runs
+// on the connection's goroutine and holds that command until it returns: the
+// lab's chaos scenarios kill the writer from f, so the process dies with its
+// plan's first command landing and the rest of the plan unsent.
+func (p *Proxy) OnWrite(f func(verb string)) {
+	p.mu.Lock()
+	p.onWrite = f
+	p.mu.Unlock()
 }
 
 // Path is the socket the proxy listens on.
@@ -293,11 +306,15 @@ func (p *Proxy) count(command string) {
 		return
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if write {
 		p.counts.Writes++
 		p.counts.WriteVerbs[verb]++
 	} else {
 		p.counts.Reads++
+	}
+	f := p.onWrite
+	p.mu.Unlock()
+	if write && f != nil {
+		f(verb)
 	}
 }

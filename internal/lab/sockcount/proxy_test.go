@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -299,5 +300,69 @@ func TestTransparent(t *testing.T) {
 	// help, 3 in the batch, prompt, 3 show info, quit.
 	if got.Reads != 9 || got.Writes != 0 {
 		t.Fatalf("counts %+v, want 9 reads and no write", got)
+	}
+}
+
+// TestOnWrite: the hook sees each write, and only writes, and holds the
+// command from HAProxy until it returns — what the lab's kill-mid-plan relies
+// on to stop a writer with its plan's first command landing.
+func TestOnWrite(t *testing.T) {
+	dir := startHAProxy(t)
+	real := filepath.Join(dir, "admin.sock")
+	admin := listen(t, filepath.Join(t.TempDir(), "admin.sock"), real)
+	oneShot := func(path, command string) string {
+		c, err := net.DialTimeout("unix", path, 10*time.Second)
+		if err != nil {
+			t.Error(err)
+			return ""
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		fmt.Fprint(c, command)
+		reply, err := io.ReadAll(c)
+		if err != nil {
+			t.Error(err)
+		}
+		return string(reply)
+	}
+	maxconn := func() string {
+		for _, line := range strings.Split(oneShot(real, "show info\n"), "\n") {
+			if v, ok := strings.CutPrefix(line, "Maxconn: "); ok {
+				return v
+			}
+		}
+		t.Fatal("no Maxconn in show info")
+		return ""
+	}
+	before := maxconn()
+	var seen []string
+	entered, release := make(chan struct{}), make(chan struct{})
+	admin.OnWrite(func(verb string) {
+		seen = append(seen, verb)
+		close(entered)
+		<-release
+	})
+	sent := make(chan struct{})
+	go func() { defer close(sent); oneShot(admin.Path(), "show info; set maxconn global 1234\n") }()
+	<-entered
+	// While the hook runs HAProxy has not been sent the command: the
+	// client has no reply and maxconn is unchanged.
+	select {
+	case <-sent:
+		t.Fatal("the client had its reply while the hook still ran")
+	case <-time.After(2 * time.Second):
+	}
+	if got := maxconn(); got != before {
+		t.Fatalf("while the hook ran HAProxy already had maxconn %s (was %s)", got, before)
+	}
+	close(release)
+	<-sent
+	if got := maxconn(); got != "1234" {
+		t.Fatalf("after the write HAProxy has maxconn %s, want 1234", got)
+	}
+	admin.OnWrite(nil)
+	oneShot(admin.Path(), "set maxconn global 1235\n")
+	if want := []string{"set maxconn"}; !slices.Equal(seen, want) {
+		t.Fatalf("hook saw %q, want %q", seen, want)
 	}
 }

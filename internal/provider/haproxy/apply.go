@@ -104,10 +104,11 @@ func (p *Provider) Apply(ctx context.Context, plan model.Plan) error {
 		log.V(1).Info("applied with reload", "plan", plan.String())
 		return nil
 	}
-	// The mirror, too, is shared with the calls writing at the same time.
+	// The mirror, too, is shared with the calls writing at the same time;
+	// it checks that the runtime it mirrored still has key as target.
 	p.mu.Unlock()
 	unlocked = true
-	if err := p.mirrorJoined(ctx, ticket, plan.Key); err != nil {
+	if err := p.mirrorJoined(ctx, ticket, plan.Key, target); err != nil {
 		return fmt.Errorf("haproxy: apply %s: %w", plan.Key, err)
 	}
 	log.V(1).Info("applied at run time", "plan", plan.String())
@@ -229,9 +230,18 @@ func (p *Provider) updateServer(ctx context.Context, pv *proxyView, b model.Back
 		}
 		if maint || drain {
 			// Enabled again (node mode, externalTrafficPolicy Local: a pod
-			// starts on a node whose last one left). Its last check result
+			// starts on a node whose last one left), or an addServer cut
+			// short (its writer killed) finished. Its last check result
 			// may be a stale UP from before; like a new server, it waits
-			// for `rise` passing checks (see addServer).
+			// for `rise` passing checks (see addServer) — which need its
+			// check enabled: an addServer cut short before `enable health`
+			// leaves it off, and `health down` would then hold the server
+			// down for good.
+			if sv.CheckState&checkEnabled == 0 {
+				if err := p.command(ctx, "enable-health", "enable health "+srv, ""); err != nil {
+					return err
+				}
+			}
 			cmds := []string{"set server " + srv + " state ready", "set server " + srv + " health down"}
 			reply, err := p.writeChain(ctx, []string{"set-server", "set-server"}, cmds)
 			if err != nil {

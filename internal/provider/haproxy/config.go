@@ -79,7 +79,16 @@ func render(in renderInput) (cfg, meta []byte, err error) {
 	}
 	b.WriteString("\ndefaults\n")
 	b.WriteString("    mode tcp\n")
-	b.WriteString("    timeout connect 5s\n")
+	// A backend that vanished undrained (a pod stopped when its drain call
+	// failed, a node lost) drops SYNs until a health check marks it down:
+	// each connection to it costs one connect timeout, then a retry on
+	// another backend (redispatch) instead of a failed connection. 1 s is
+	// Linux's initial SYN retransmission time: a backend on the cluster
+	// network answers in well under it, and a client's own timeout is
+	// usually longer than one retry.
+	b.WriteString("    timeout connect 1s\n")
+	b.WriteString("    retries 3\n")
+	b.WriteString("    option redispatch 1\n")
 	fmt.Fprintf(&b, "    timeout client %dms\n", in.IdleTimeout.Milliseconds())
 	fmt.Fprintf(&b, "    timeout server %dms\n", in.IdleTimeout.Milliseconds())
 	b.WriteString("    load-server-state-from-file global\n")

@@ -117,11 +117,12 @@ func (p *Provider) reloadJoined(ctx context.Context, ticket uint64, key string, 
 	return p.join(ctx, ticket, &reloadMember{key: key, target: target, reload: true})
 }
 
-// mirrorJoined mirrors the runtime changes just made for key into the
-// configuration, in the next batch (see reloadMember). The caller must not
+// mirrorJoined mirrors the runtime changes just made for key (making it
+// target) into the configuration, in the next batch (see reloadMember), and
+// checks that the reading mirrored still has them (lostChanges). The caller must not
 // hold p.mu.
-func (p *Provider) mirrorJoined(ctx context.Context, ticket uint64, key string) error {
-	return p.join(ctx, ticket, &reloadMember{key: key})
+func (p *Provider) mirrorJoined(ctx context.Context, ticket uint64, key string, target *model.LoadBalancer) error {
+	return p.join(ctx, ticket, &reloadMember{key: key, target: target})
 }
 
 // join adds m to the open batch (or opens and leads one) and returns m's
@@ -198,10 +199,12 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 	}
 
 	// A successful reload writes the configuration rendered from the
-	// runtime, mirror-only members' changes included.
-	mirrored := false
+	// runtime, mirror-only members' changes included, and reads the runtime
+	// after it (to check them against).
+	var after *snapshot
 	if len(reloads) > 0 {
-		err := p.reloadAll(ctx, reloads)
+		var err error
+		after, err = p.reloadAll(ctx, reloads)
 		switch {
 		case err != nil && len(reloads) > 1 && errors.Is(err, errRejected):
 			// One member's listener may be what HAProxy refused: reload each
@@ -209,21 +212,24 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 			p.log.Info("group reload rejected, reloading its members one by one", "members", len(reloads), "err", err.Error())
 			for _, m := range reloads {
 				m.err = p.reloadTo(ctx, m.key, m.target)
-				mirrored = mirrored || m.err == nil
 			}
 		case err != nil:
 			for _, m := range reloads {
 				m.err = err
 			}
-		default:
-			mirrored = true
 		}
 	}
-	if len(mirrors) > 0 && !mirrored {
-		if err := p.mirror(ctx); err != nil {
+	if len(mirrors) > 0 && after == nil {
+		var err error
+		if after, err = p.mirrorRead(ctx); err != nil {
 			for _, m := range mirrors {
 				m.err = fmt.Errorf("runtime changes made, configuration not mirrored (retried on the next Observe): %w", err)
 			}
+		}
+	}
+	if after != nil {
+		for _, m := range mirrors {
+			m.err = lostChanges(after, m.key, m.target)
 		}
 	}
 	for _, m := range members {
@@ -239,11 +245,13 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 // reloadAll renders the configuration with every member's target and every
 // other load balancer as observed, reloads once, and then verifies each
 // member's key (setting member errors). The error returned is the reload's
-// own, before any member was verified.
-func (p *Provider) reloadAll(ctx context.Context, members []*reloadMember) error {
+// own, before any member was verified; on success it returns the reading
+// taken after the reload, which is true for every key but the members' (their
+// backend states may have been set since).
+func (p *Provider) reloadAll(ctx context.Context, members []*reloadMember) (*snapshot, error) {
 	snap, err := p.snapshot(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lbs := snap.all()
 	for _, m := range members {
@@ -254,14 +262,14 @@ func (p *Provider) reloadAll(ctx context.Context, members []*reloadMember) error
 	}
 	cfg, meta, err := p.render(lbs)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errRejected, err)
+		return nil, fmt.Errorf("%w: %w", errRejected, err)
 	}
 	if err := p.reload(ctx, cfg, meta); err != nil {
-		return err
+		return nil, err
 	}
 	after, err := p.snapshot(ctx)
 	if err != nil {
-		return fmt.Errorf("after reload: %w", err)
+		return nil, fmt.Errorf("after reload: %w", err)
 	}
 	fixed := false
 	for _, m := range members {
@@ -280,7 +288,7 @@ func (p *Provider) reloadAll(ctx context.Context, members []*reloadMember) error
 			}
 		}
 	}
-	return nil
+	return after, nil
 }
 
 // verifyReload checks, after a reload, that HAProxy serves key's frontends

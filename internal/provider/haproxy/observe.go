@@ -461,16 +461,20 @@ func (p *Provider) Backends(ctx context.Context, key string) ([]provider.Backend
 		for _, sv := range pv.Servers {
 			b := sv.backend()
 			// A server whose checks have not run yet is not healthy: the
-			// readiness gate must wait for the first passing checks.
+			// readiness gate must wait for the first passing checks. A
+			// server HAProxy holds down (`set server … health down` with
+			// its checks off: an addServer interrupted before `enable
+			// health`) is known not to serve, checks or not.
 			checked := sv.CheckState&checkEnabled != 0
 			ran := checked && sv.CheckStatus != "" && sv.CheckStatus != "INI" && sv.CheckStatus != "UNK"
+			serving := sv.OpState == opRunning || sv.OpState == opStopping
 			out = append(out, provider.BackendStatus{
 				Listener:    pv.Listener,
 				Address:     b.Address,
 				Port:        b.Port,
 				State:       b.State,
-				Healthy:     ran && (sv.OpState == opRunning || sv.OpState == opStopping),
-				HealthKnown: checked,
+				Healthy:     ran && serving,
+				HealthKnown: checked || !serving,
 				Connections: sv.Scur + old[pv.Name+"/"+sv.Name],
 			})
 		}

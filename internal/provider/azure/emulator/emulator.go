@@ -103,6 +103,7 @@ type Emulator struct {
 	counters Counters
 	ops      map[string]*opTransport
 	opSeq    uint64
+	onWrite  func() // see OnWrite
 
 	factory fake.ServerFactory
 }
@@ -158,6 +159,17 @@ func (e *Emulator) Counters() Counters {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.counters
+}
+
+// OnWrite sets f to be called once each write (a PUT or DELETE that passed
+// its precondition) has changed the emulator's state, before its response
+// goes back; nil removes it. f runs with writes held (keep it short): the
+// lab's kill-mid-plan stops the writer from it, with the write landed and
+// the rest of its plan never sent.
+func (e *Emulator) OnWrite(f func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.onWrite = f
 }
 
 // SetFaults replaces the fault configuration.

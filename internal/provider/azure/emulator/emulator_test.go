@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -213,5 +214,43 @@ func TestConcurrentOperations(t *testing.T) {
 	wg.Wait()
 	if results[0] != "10.0.0.1" || results[1] != "10.0.0.2" {
 		t.Errorf("results = %v: operations were mixed up", results)
+	}
+}
+
+// TestOnWrite: the hook runs once per write that changed state, with the
+// change already visible, and never for a read or a refused write.
+func TestOnWrite(t *testing.T) {
+	emu := emulator.New(emulator.Options{PollSteps: 2})
+	c := newClients(t, emu)
+	ctx := context.Background()
+	var seen []string
+	emu.OnWrite(func() {
+		lb, ok := emu.LoadBalancer(rg, "lb")
+		if !ok {
+			seen = append(seen, "none")
+			return
+		}
+		seen = append(seen, *lb.Etag)
+	})
+	created, err := put(ctx, c, simpleLB(nil), http.Header{"If-None-Match": {"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.lbs.Get(ctx, rg, "lb", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := put(ctx, c, simpleLB(nil), http.Header{"If-None-Match": {"*"}}); status(err) != http.StatusPreconditionFailed {
+		t.Fatalf("create over an existing one: %v, want 412", err)
+	}
+	pool, err := putPool(ctx, c, "10.0.0.1", http.Header{"If-Match": {*created.Etag}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu.OnWrite(nil)
+	if _, err := putPool(ctx, c, "10.0.0.2", http.Header{"If-Match": {*pool.Etag}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{*created.Etag, *pool.Etag}; !slices.Equal(seen, want) {
+		t.Fatalf("hook saw ETags %v, want %v (one per write, after it)", seen, want)
 	}
 }

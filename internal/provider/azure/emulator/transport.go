@@ -135,6 +135,14 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 		e.ops[id] = ot
 		e.mu.Unlock()
 	}
+	if err == nil && resp.StatusCode < http.StatusBadRequest {
+		e.mu.Lock()
+		f := e.onWrite
+		e.mu.Unlock()
+		if f != nil {
+			f()
+		}
+	}
 	return resp, err
 }
 

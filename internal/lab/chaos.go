@@ -1,0 +1,400 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// The chaos scenarios (make chaos): faults in the parts around the load
+// balancer while it serves traffic.
+const (
+	scenarioKillMidPlan   = "kill-mid-plan"
+	scenarioAPIServerDown = "apiserver-down"
+)
+
+// Defaults of the chaos scenarios (Options.Chaos overrides them).
+const (
+	// DefaultMidPlanKills is how often kill-mid-plan kills the writer.
+	DefaultMidPlanKills = 20
+	// DefaultAPIServerOutage is how long apiserver-down keeps the API server
+	// stopped: longer than the controllers' lease (15 s), so every leader
+	// loses it.
+	DefaultAPIServerOutage = 30 * time.Second
+)
+
+// ChaosOptions tune the chaos scenarios; zero values take the defaults.
+type ChaosOptions struct {
+	MidPlanKills    int
+	APIServerOutage time.Duration
+}
+
+func (o ChaosOptions) kills() int {
+	if o.MidPlanKills > 0 {
+		return o.MidPlanKills
+	}
+	return DefaultMidPlanKills
+}
+
+func (o ChaosOptions) outage() time.Duration {
+	if o.APIServerOutage > 0 {
+		return o.APIServerOutage
+	}
+	return DefaultAPIServerOutage
+}
+
+// ChaosFigures are a chaos scenario's own figures.
+type ChaosFigures struct {
+	// Kills is how often kill-mid-plan SIGKILLed the writer, KillVerbs the
+	// write command that landed as it was killed (the rest of that plan
+	// never did), Rollouts how many rolling updates it took to get them.
+	Kills     int      `json:"kills,omitempty"`
+	KillVerbs []string `json:"kill_verbs,omitempty"`
+	Rollouts  int      `json:"rollouts,omitempty"`
+	// OutageSeconds is how long apiserver-down kept kube-apiserver stopped;
+	// WritesDuringOutage the writes that landed at HAProxy meanwhile,
+	// WritesAfterRecovery those from its return until the controllers had
+	// a ready leader and idleVerify more (nothing changed: both should be
+	// 0); PoolChanges the 250 ms samples during the outage whose backends
+	// (address, port, state) differed from before it; LeaderExited whether
+	// the leader's process ended after losing its lease.
+	OutageSeconds       float64 `json:"outage_seconds,omitempty"`
+	WritesDuringOutage  int64   `json:"writes_during_outage"`
+	WritesAfterRecovery int64   `json:"writes_after_recovery"`
+	PoolChanges         int     `json:"pool_changes_during_outage"`
+	LeaderExited        bool    `json:"leader_exited,omitempty"`
+}
+
+// actKillMidPlan SIGKILLs the writer (the leader) at the first write of a
+// plan it sends HAProxy, as an OOM kill or a node failure would, until it has
+// done so MidPlanKills times; rolling updates of the workload make the plans,
+// a new one whenever the last is done. The socket proxy holds that write
+// until the signal is sent (sockcount.Proxy.OnWrite): it lands, and the rest
+// of its plan is never sent. After each kill the lab waits for another
+// replica to take the lease and the killed pod's replacement to be ready.
+// Writes counted from one kill to the next are that restart's: the new
+// leader finishing the interrupted plan and carrying on the rollout.
+func actKillMidPlan(ctx context.Context, r *run) error {
+	want := r.lab.opts.Chaos.kills()
+	fig := r.chaosFigures()
+	var at []int64
+	rolling := false
+	for fig.Kills < want {
+		leader, err := r.waitLeader(ctx, "")
+		if err != nil {
+			return err
+		}
+		fired := make(chan string, 1)
+		var once sync.Once
+		r.onWrite(func(verb string) {
+			once.Do(func() {
+				_ = r.lab.agent.signal(ctrlNamespace+"/"+leader, syscall.SIGKILL)
+				fired <- verb
+			})
+		})
+		verb := ""
+		for verb == "" {
+			if !rolling {
+				if fig.Rollouts >= 2*want {
+					r.onWrite(nil)
+					return fmt.Errorf("kill-mid-plan: %d kills in %d rolling updates, want %d", fig.Kills, fig.Rollouts, want)
+				}
+				if err := r.rolloutRestart(ctx); err != nil {
+					r.onWrite(nil)
+					return err
+				}
+				fig.Rollouts++
+				rolling = true
+			}
+			select {
+			case verb = <-fired:
+			case <-ctx.Done():
+				r.onWrite(nil)
+				return ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+				done, err := r.rolledOut(ctx, replicas)
+				if err != nil {
+					r.onWrite(nil)
+					return err
+				}
+				rolling = !done
+			}
+		}
+		r.onWrite(nil)
+		n, err := r.landed()
+		if err != nil {
+			return err
+		}
+		at = append(at, n)
+		fig.Kills++
+		fig.KillVerbs = append(fig.KillVerbs, verb)
+		r.mark("SIGKILL %s at %q", shortPod(leader), verb)
+		r.ctrls.gone(leader)
+		next, err := r.waitLeader(ctx, leader)
+		if err != nil {
+			return fmt.Errorf("kill %d: %w", fig.Kills, err)
+		}
+		r.mark("leader %s", shortPod(next))
+		if err := r.waitControllersReady(ctx, leader); err != nil {
+			return fmt.Errorf("kill %d: %w", fig.Kills, err)
+		}
+	}
+	if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
+		return err
+	}
+	n, err := r.landed()
+	if err != nil {
+		return err
+	}
+	at = append(at, n)
+	for i := 1; i < len(at); i++ {
+		r.restartWrites = append(r.restartWrites, at[i]-at[i-1])
+	}
+	return nil
+}
+
+// rolledOut reports whether the Deployment's rolling update is done: want
+// updated, ready replicas and no pod terminating.
+func (r *run) rolledOut(ctx context.Context, want int32) (bool, error) {
+	d, err := r.lab.cp.client.AppsV1().Deployments(r.ns).Get(ctx, appName, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	st := d.Status
+	if st.ObservedGeneration < d.Generation || st.Replicas != want || st.UpdatedReplicas != want || st.ReadyReplicas != want {
+		return false, nil
+	}
+	running, terminating := r.lab.agent.counts(r.ns)
+	return running == int(want) && terminating == 0, nil
+}
+
+// onWrite sets f on the proxies in front of both of HAProxy's sockets.
+func (r *run) onWrite(f func(verb string)) {
+	for _, p := range r.socks {
+		p.OnWrite(f)
+	}
+}
+
+func (r *run) chaosFigures() *ChaosFigures {
+	if r.chaos == nil {
+		r.chaos = &ChaosFigures{}
+	}
+	return r.chaos
+}
+
+// actAPIServerDown stops kube-apiserver (SIGSTOP: its connections stay open
+// and nothing answers, as in a network partition) for APIServerOutage, longer
+// than the leader's lease, while nothing else changes, then resumes it. The
+// data plane must serve on untouched: no write lands while the controllers
+// see nothing, no backend leaves; afterwards a leader is back and, nothing
+// having changed, writes nothing.
+func actAPIServerDown(ctx context.Context, r *run) error {
+	fig := r.chaosFigures()
+	outage := r.lab.opts.Chaos.outage()
+	pid, err := apiserverPID(r.lab.cp.config.Host)
+	if err != nil {
+		return err
+	}
+	leader, err := r.waitLeader(ctx, "")
+	if err != nil {
+		return err
+	}
+	before, err := r.poolState(ctx)
+	if err != nil {
+		return err
+	}
+	n0, err := r.landed()
+	if err != nil {
+		return err
+	}
+	r.mark("kube-apiserver stopped for %s", outage)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	// Resumed on every way out: the lab's own clients need it.
+	defer resume()
+	start := time.Now()
+	for time.Since(start) < outage {
+		if !sleepCtx(ctx, statePeriod) {
+			return ctx.Err()
+		}
+		if now, err := r.poolState(ctx); err == nil && now != before {
+			fig.PoolChanges++
+		}
+	}
+	n1, err := r.landed()
+	if err != nil {
+		return err
+	}
+	resume()
+	fig.OutageSeconds = time.Since(start).Seconds()
+	fig.WritesDuringOutage = n1 - n0
+	r.mark("kube-apiserver resumed")
+	// A leader is back once a controller pod that is running and ready
+	// says, since the API server returned, that it holds the lease; the old
+	// leader's process may have ended.
+	back := time.Now()
+	var next string
+	if err := waitFor(ctx, 90*time.Second, "a ready controller holding the lease", func() (bool, string) {
+		next = ""
+		for _, p := range r.ctrls.pods() {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning &&
+				conditionStatus(p, corev1.PodReady) == corev1.ConditionTrue && r.ctrls.leaderSince(p.Name, back) {
+				next = p.Name
+			}
+		}
+		return next != "", "no ready controller pod reports leader_election_master_status 1"
+	}); err != nil {
+		return err
+	}
+	r.mark("leader %s", shortPod(next))
+	if err := r.waitControllersReady(ctx, ""); err != nil {
+		return err
+	}
+	if !sleepCtx(ctx, idleVerify) {
+		return ctx.Err()
+	}
+	n2, err := r.landed()
+	if err != nil {
+		return err
+	}
+	fig.WritesAfterRecovery = n2 - n1
+	fig.LeaderExited = r.lab.agent.finished(ctrlNamespace + "/" + leader)
+	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
+}
+
+// poolState is the run's HAProxy backends as one comparable string.
+func (r *run) poolState(ctx context.Context) (string, error) {
+	bs, err := r.prov.Backends(ctx, r.key())
+	if err != nil {
+		return "", err
+	}
+	out := make([]string, 0, len(bs))
+	for _, b := range bs {
+		out = append(out, fmt.Sprintf("%s %s:%d %s", b.Listener, b.Address, b.Port, b.State))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ","), nil
+}
+
+// duplicates counts the backends of the Service's first port that HAProxy
+// has more than once (the same address and port under two server names).
+func duplicates(bs []provider.BackendStatus, listener string) int {
+	seen := map[string]int{}
+	n := 0
+	for _, b := range bs {
+		if b.Listener != listener {
+			continue
+		}
+		k := fmt.Sprintf("%s:%d", b.Address, b.Port)
+		if seen[k]++; seen[k] == 2 {
+			n++
+		}
+	}
+	return n
+}
+
+// lossless is what a chaos scenario requires of zerodrop, checked once the
+// run is measured: no request failed (but for a stall of the lab's own
+// client), no connection broke, no backend was
+// doubled, and for apiserver-down nothing was written or changed.
+func lossless(res Result) error {
+	var bad []string
+	// A request late only because the lab process itself stalled (its
+	// client woke too late to send it on time) is not zerodrop's: the
+	// report counts it as failed, this check does not.
+	if n := res.FailedRequests - res.RequestsLateStall; n > 0 {
+		bad = append(bad, fmt.Sprintf("%d requests failed", n))
+	}
+	if res.LongConnsBroken > 0 {
+		bad = append(bad, fmt.Sprintf("%d long connections broke", res.LongConnsBroken))
+	}
+	if res.DuplicateBackendSamples > 0 {
+		bad = append(bad, fmt.Sprintf("a backend was doubled in %d samples", res.DuplicateBackendSamples))
+	}
+	if c := res.Chaos; c != nil && res.Scenario == scenarioAPIServerDown {
+		if c.WritesDuringOutage != 0 || c.WritesAfterRecovery != 0 {
+			bad = append(bad, fmt.Sprintf("%d writes during the outage and %d after it, want 0", c.WritesDuringOutage, c.WritesAfterRecovery))
+		}
+		if c.PoolChanges != 0 {
+			bad = append(bad, fmt.Sprintf("the backends changed in %d samples during the outage", c.PoolChanges))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: zerodrop must lose nothing: %s", res.Scenario, strings.Join(bad, "; "))
+}
+
+// apiserverPID finds the kube-apiserver this process started (envtest runs
+// it as a child) that serves host ("https://127.0.0.1:PORT/"): its command line has
+// --secure-port=PORT. Another test's API server, in the same process, does
+// not.
+func apiserverPID(host string) (int, error) {
+	u, err := url.Parse(host)
+	if err != nil {
+		return 0, fmt.Errorf("API server address %q: %w", host, err)
+	}
+	port := u.Port()
+	if port == "" {
+		return 0, fmt.Errorf("API server address %q has no port", host)
+	}
+	self := os.Getpid()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may hold spaces, so split after ')'.
+		s := string(stat)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		fields := strings.Fields(s[end+1:])
+		if len(fields) < 2 || s[open+1:end] != "kube-apiserver" {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(fields[1]); ppid != self {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, arg := range strings.Split(string(cmdline), "\x00") {
+			if arg == "--secure-port="+port {
+				return pid, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no kube-apiserver child of process %d serves port %s", self, port)
+}
