@@ -24,8 +24,8 @@ var errRejected = errors.New("configuration rejected")
 // calls that need one while another is running join one pending batch
 // instead of queueing one each: building thousands of load balancers from
 // nothing then takes tens of reloads, not thousands, and endpoint churn on
-// many load balancers one mirror per batch. How many calls can join is bounded by how many run
-// at once: the controller's workers.
+// many load balancers one mirror per batch. How many calls can join is
+// bounded by how many run at once: the controller's workers.
 //
 // A leader waits, before it takes Provider.mu, for the calls that were
 // already preparing (checking versions, writing backends under Provider.mu)
