@@ -333,16 +333,7 @@ func (r *azureRun) restart(ctx context.Context, a *AzureFigures) error {
 		}
 		// The new writer: the standby that takes over (zerodrop) or the
 		// replacement (upstream-like, whose lease nobody else contends for).
-		err := r.wait(ctx, "a new leader verifies every load balancer", func() string {
-			l := r.leader()
-			if l == nil {
-				return "no leader yet"
-			}
-			if n := metrics.Sum(l.metrics.Reconciles); n < float64(len(azureLBNames)) {
-				return fmt.Sprintf("the new leader reconciled %v load balancers", n)
-			}
-			return azureConverged(r.emu, azureGroup, r.ns, r.svcs)
-		})
+		err := r.waitNewLeader(ctx, leader)
 		if err != nil {
 			return fmt.Errorf("restart %d: %w", i+1, err)
 		}
@@ -351,6 +342,21 @@ func (r *azureRun) restart(ctx context.Context, a *AzureFigures) error {
 		r.settle(ctx)
 	}
 	return nil
+}
+
+// waitNewLeader waits until a leader other than old has reconciled every
+// load balancer and they hold what the Services ask for.
+func (r *azureRun) waitNewLeader(ctx context.Context, old *azureInstance) error {
+	return r.wait(ctx, "a new leader verifies every load balancer", func() string {
+		l := r.leader()
+		if l == nil || l == old {
+			return "no new leader yet"
+		}
+		if n := metrics.Sum(l.metrics.Reconciles); n < float64(len(azureLBNames)) {
+			return fmt.Sprintf("the new leader reconciled %v load balancers", n)
+		}
+		return azureConverged(r.emu, azureGroup, r.ns, r.svcs)
+	})
 }
 
 // churn replaces endpoints of half the Services (one a tick) while

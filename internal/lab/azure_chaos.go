@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"zerodrop.dev/zerodrop/internal/metrics"
 )
 
 // azureKillMidPlan is the emulator lab's kill-mid-plan: the writer (the
@@ -28,59 +26,14 @@ func (r *azureRun) killMidPlan(ctx context.Context, a *AzureFigures, res *Result
 		if leader == nil {
 			return errors.New("no leader to kill")
 		}
-		fired := make(chan struct{})
-		var once sync.Once
-		r.emu.OnWrite(func() {
-			once.Do(func() {
-				leader.kill()
-				close(fired)
-			})
-		})
-		// Endpoint changes make the plans: one endpoint of a churned Service
-		// replaced every 250 ms until the leader has written.
-		tick := time.NewTicker(250 * time.Millisecond)
-		limit := time.After(r.waitLimit())
-		for n := 0; ; n++ {
-			select {
-			case <-fired:
-			case <-ctx.Done():
-				tick.Stop()
-				r.emu.OnWrite(nil)
-				return ctx.Err()
-			case <-limit:
-				tick.Stop()
-				r.emu.OnWrite(nil)
-				return fmt.Errorf("kill %d: the leader wrote nothing within %s", i+1, r.waitLimit())
-			case <-tick.C:
-				svc := churned[n%len(churned)]
-				svc.replaceOne()
-				if err := svc.pushEndpoints(ctx, r.c, r.ns); err != nil {
-					tick.Stop()
-					r.emu.OnWrite(nil)
-					return err
-				}
-				a.Changes++
-				continue
-			}
-			break
+		if err := r.killAtFirstWrite(ctx, leader, churned, a); err != nil {
+			return fmt.Errorf("kill %d: %w", i+1, err)
 		}
-		tick.Stop()
-		r.emu.OnWrite(nil)
 		t0, puts0 := time.Now(), r.emu.Counters().Puts()
 		if _, err := r.start(true); err != nil {
 			return err
 		}
-		err := r.wait(ctx, "a new leader verifies every load balancer", func() string {
-			l := r.leader()
-			if l == nil || l == leader {
-				return "no new leader yet"
-			}
-			if n := metrics.Sum(l.metrics.Reconciles); n < float64(len(azureLBNames)) {
-				return fmt.Sprintf("the new leader reconciled %v load balancers", n)
-			}
-			return azureConverged(r.emu, azureGroup, r.ns, r.svcs)
-		})
-		if err != nil {
+		if err := r.waitNewLeader(ctx, leader); err != nil {
 			return fmt.Errorf("kill %d: %w", i+1, err)
 		}
 		r.settle(ctx)
@@ -89,6 +42,41 @@ func (r *azureRun) killMidPlan(ctx context.Context, a *AzureFigures, res *Result
 		res.WritesPerRestart = append(res.WritesPerRestart, int64(r.emu.Counters().Puts()-puts0))
 	}
 	return nil
+}
+
+// killAtFirstWrite replaces one endpoint of a churned Service every 250 ms,
+// so that the leader plans, until the emulator has the leader's first write,
+// from inside which it kills the leader.
+func (r *azureRun) killAtFirstWrite(ctx context.Context, leader *azureInstance, churned []*azureSvc, a *AzureFigures) error {
+	fired := make(chan struct{})
+	var once sync.Once
+	r.emu.OnWrite(func() {
+		once.Do(func() {
+			leader.kill()
+			close(fired)
+		})
+	})
+	defer r.emu.OnWrite(nil)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	limit := time.After(r.waitLimit())
+	for n := 0; ; n++ {
+		select {
+		case <-fired:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-limit:
+			return fmt.Errorf("the leader wrote nothing within %s", r.waitLimit())
+		case <-tick.C:
+			svc := churned[n%len(churned)]
+			svc.replaceOne()
+			if err := svc.pushEndpoints(ctx, r.c, r.ns); err != nil {
+				return err
+			}
+			a.Changes++
+		}
+	}
 }
 
 // kill cancels the instance without waiting for its manager, its lease left

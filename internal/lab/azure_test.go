@@ -18,30 +18,9 @@ import (
 // upstream-like configuration's --sync=full restart writes, which shows the
 // count can see writes.
 func TestAzureEmulatorLab(t *testing.T) {
-	jsonPath := filepath.Join(t.TempDir(), "lab.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	start := time.Now()
-	code := Run(ctx, []string{"--provider", "azure-emulator", "--scenario", "restart,churn", "--mode", "all", "--json", jsonPath}, &stdout, &stderr)
-	took := time.Since(start)
-	t.Logf("lab took %s\n%s\n%s", took.Round(time.Second), stderr.String(), stdout.String())
-	if code != 0 {
-		t.Fatalf("zerodrop lab exited %d", code)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, raw := runAzureLab(t, "--scenario", "restart,churn", "--mode", "all")
 	got := map[string]Result{}
 	for _, r := range rep.Scenarios {
-		if r.Azure == nil {
-			t.Fatalf("%s/%s has no azure figures: %s", r.Scenario, r.Mode, raw)
-		}
 		got[r.Scenario+"/"+r.Mode] = r
 	}
 	for _, k := range []string{"restart/upstream-like", "restart/zerodrop", "churn/upstream-like", "churn/zerodrop"} {
@@ -72,23 +51,9 @@ func TestAzureEmulatorLab(t *testing.T) {
 // for, no backend lost — and records no Warning Event: the faults are
 // transient.
 func TestAzureEmulatorLabFaults(t *testing.T) {
-	jsonPath := filepath.Join(t.TempDir(), "lab.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	code := Run(ctx, []string{"--provider", "azure-emulator", "--scenario", "churn", "--mode", "zerodrop", "--azure-fault-rate", "0.2",
-		"--json", jsonPath}, &stdout, &stderr)
-	t.Logf("%s\n%s", stderr.String(), stdout.String())
-	if code != 0 {
-		t.Fatalf("zerodrop lab exited %d", code)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(raw, &rep); err != nil || len(rep.Scenarios) != 1 || rep.Scenarios[0].Azure == nil {
-		t.Fatalf("report %s: %v", raw, err)
+	rep, raw := runAzureLab(t, "--scenario", "churn", "--mode", "zerodrop", "--azure-fault-rate", "0.2")
+	if len(rep.Scenarios) != 1 {
+		t.Fatalf("report %s: want one run", raw)
 	}
 	a := rep.Scenarios[0].Azure
 	if a.Faults == 0 {
@@ -124,23 +89,9 @@ func TestAzureEmulatorLabUsage(t *testing.T) {
 // balancers end up holding exactly what the Services ask for (the lab fails
 // the run otherwise), with no Warning Event.
 func TestAzureEmulatorKillMidPlan(t *testing.T) {
-	jsonPath := filepath.Join(t.TempDir(), "lab.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	code := Run(ctx, []string{"--provider", "azure-emulator", "--scenario", "kill-mid-plan", "--mode", "all", "--kills", "2",
-		"--json", jsonPath}, &stdout, &stderr)
-	t.Logf("%s\n%s", stderr.String(), stdout.String())
-	if code != 0 {
-		t.Fatalf("zerodrop lab exited %d", code)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(raw, &rep); err != nil || len(rep.Scenarios) != 1 || rep.Scenarios[0].Azure == nil {
-		t.Fatalf("report %s: %v (want one run: kill-mid-plan runs in zerodrop mode only)", raw, err)
+	rep, raw := runAzureLab(t, "--scenario", "kill-mid-plan", "--mode", "all", "--kills", "2")
+	if len(rep.Scenarios) != 1 {
+		t.Fatalf("report %s: want one run (kill-mid-plan runs in zerodrop mode only)", raw)
 	}
 	r := rep.Scenarios[0]
 	if r.Mode != string(ModeZerodrop) || r.Azure.Restarts != 2 || len(r.WritesPerRestart) != 2 {
@@ -149,4 +100,36 @@ func TestAzureEmulatorKillMidPlan(t *testing.T) {
 	if r.Azure.WarningEvents != 0 {
 		t.Errorf("%d Warning Events, want none", r.Azure.WarningEvents)
 	}
+}
+
+// runAzureLab runs `zerodrop lab --provider azure-emulator` with args and a
+// JSON report, logs what it printed, fails the test if the lab exits
+// non-zero or a run has no Azure figures, and returns the report and its
+// text.
+func runAzureLab(t *testing.T, args ...string) (Report, []byte) {
+	t.Helper()
+	jsonPath := filepath.Join(t.TempDir(), "lab.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := Run(ctx, append([]string{"--provider", "azure-emulator", "--json", jsonPath}, args...), &stdout, &stderr)
+	t.Logf("lab took %s\n%s\n%s", time.Since(start).Round(time.Second), stderr.String(), stdout.String())
+	if code != 0 {
+		t.Fatalf("zerodrop lab exited %d", code)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatalf("report %s: %v", raw, err)
+	}
+	for _, r := range rep.Scenarios {
+		if r.Azure == nil {
+			t.Fatalf("%s/%s has no azure figures: %s", r.Scenario, r.Mode, raw)
+		}
+	}
+	return rep, raw
 }

@@ -97,43 +97,10 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 		if err != nil {
 			return err
 		}
-		fired := make(chan string, 1)
-		var once sync.Once
-		r.onWrite(func(verb string) {
-			once.Do(func() {
-				_ = r.lab.agent.signal(ctrlNamespace+"/"+leader, syscall.SIGKILL)
-				fired <- verb
-			})
-		})
-		verb := ""
-		for verb == "" {
-			if !rolling {
-				if fig.Rollouts >= 2*want {
-					r.onWrite(nil)
-					return fmt.Errorf("kill-mid-plan: %d kills in %d rolling updates, want %d", fig.Kills, fig.Rollouts, want)
-				}
-				if err := r.rolloutRestart(ctx); err != nil {
-					r.onWrite(nil)
-					return err
-				}
-				fig.Rollouts++
-				rolling = true
-			}
-			select {
-			case verb = <-fired:
-			case <-ctx.Done():
-				r.onWrite(nil)
-				return ctx.Err()
-			case <-time.After(500 * time.Millisecond):
-				done, err := r.rolledOut(ctx, replicas)
-				if err != nil {
-					r.onWrite(nil)
-					return err
-				}
-				rolling = !done
-			}
+		verb, err := r.killAtFirstWrite(ctx, leader, want, &rolling)
+		if err != nil {
+			return err
 		}
-		r.onWrite(nil)
 		n, err := r.landed()
 		if err != nil {
 			return err
@@ -160,10 +127,49 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 		return err
 	}
 	at = append(at, n)
-	for i := 1; i < len(at); i++ {
-		r.restartWrites = append(r.restartWrites, at[i]-at[i-1])
-	}
+	r.restartWrites = writesBetween(at)
 	return nil
+}
+
+// killAtFirstWrite SIGKILLs leader from inside the first write that lands
+// at HAProxy's sockets and returns that write's verb. A rolling update makes
+// the plans: one is started whenever none is under way (*rolling), at most
+// 2×want in the scenario.
+func (r *run) killAtFirstWrite(ctx context.Context, leader string, want int, rolling *bool) (string, error) {
+	fig := r.chaosFigures()
+	fired := make(chan string, 1)
+	var once sync.Once
+	r.onWrite(func(verb string) {
+		once.Do(func() {
+			_ = r.lab.agent.signal(ctrlNamespace+"/"+leader, syscall.SIGKILL)
+			fired <- verb
+		})
+	})
+	defer r.onWrite(nil)
+	for {
+		if !*rolling {
+			if fig.Rollouts >= 2*want {
+				return "", fmt.Errorf("kill-mid-plan: %d kills in %d rolling updates, want %d", fig.Kills, fig.Rollouts, want)
+			}
+			if err := r.rolloutRestart(ctx); err != nil {
+				return "", err
+			}
+			fig.Rollouts++
+			*rolling = true
+		}
+		select {
+		case verb := <-fired:
+			return verb, nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+			done, err := r.rolledOut(ctx, replicas)
+			if err != nil {
+				return "", err
+			}
+			*rolling = !done
+		}
+	}
 }
 
 // rolledOut reports whether the Deployment's rolling update is done: want
@@ -346,20 +352,19 @@ func lossless(res Result) error {
 	return fmt.Errorf("%s: zerodrop must lose nothing: %s", res.Scenario, strings.Join(bad, "; "))
 }
 
-// apiserverPID finds the kube-apiserver this process started (envtest runs
-// it as a child) that serves host ("https://127.0.0.1:PORT/"): its command line has
-// --secure-port=PORT. Another test's API server, in the same process, does
-// not.
+// apiserverPID finds the kube-apiserver that serves host
+// ("https://127.0.0.1:PORT/", the one this process started: envtest runs it
+// as a child): its command line has --secure-port=PORT, which another API
+// server on this machine cannot have.
 func apiserverPID(host string) (int, error) {
 	u, err := url.Parse(host)
 	if err != nil {
 		return 0, fmt.Errorf("API server address %q: %w", host, err)
 	}
-	port := u.Port()
-	if port == "" {
+	if u.Port() == "" {
 		return 0, fmt.Errorf("API server address %q has no port", host)
 	}
-	self := os.Getpid()
+	want := "--secure-port=" + u.Port()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
@@ -369,32 +374,14 @@ func apiserverPID(host string) (int, error) {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …; comm may hold spaces, so split after ')'.
-		s := string(stat)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open {
-			continue
-		}
-		fields := strings.Fields(s[end+1:])
-		if len(fields) < 2 || s[open+1:end] != "kube-apiserver" {
-			continue
-		}
-		if ppid, _ := strconv.Atoi(fields[1]); ppid != self {
-			continue
-		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err != nil {
 			continue
 		}
-		for _, arg := range strings.Split(string(cmdline), "\x00") {
-			if arg == "--secure-port="+port {
-				return pid, nil
-			}
+		args := strings.Split(string(cmdline), "\x00")
+		if filepath.Base(args[0]) == "kube-apiserver" && slices.Contains(args, want) {
+			return pid, nil
 		}
 	}
-	return 0, fmt.Errorf("no kube-apiserver child of process %d serves port %s", self, port)
+	return 0, fmt.Errorf("no kube-apiserver runs with %s", want)
 }

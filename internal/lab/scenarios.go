@@ -329,10 +329,18 @@ func actRestartIdle(ctx context.Context, r *run) error {
 		return err
 	}
 	at = append(at, n)
-	for i := 1; i < len(at); i++ {
-		r.restartWrites = append(r.restartWrites, at[i]-at[i-1])
-	}
+	r.restartWrites = writesBetween(at)
 	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
+}
+
+// writesBetween turns the landed-write counts read at each restart (and
+// once at the end) into the writes of each restart.
+func writesBetween(at []int64) []int64 {
+	var out []int64
+	for i := 1; i < len(at); i++ {
+		out = append(out, at[i]-at[i-1])
+	}
+	return out
 }
 
 // actScaleDown scales from 3 to 1 replica.
