@@ -301,53 +301,12 @@ func (p *Provider) command(ctx context.Context, op, cmd, want string) error {
 	return expectReply(cmd, reply, want)
 }
 
-// reloadTo renders the configuration in which key is target (nil: gone) and
-// every other load balancer is as observed, reloads, and verifies key
-// (verifyReload). It is one group member's reload on its own, for when the
-// group's combined configuration was rejected; the caller holds p.mu.
-func (p *Provider) reloadTo(ctx context.Context, key string, target *model.LoadBalancer) error {
-	snap, err := p.snapshot(ctx)
-	if err != nil {
-		return err
-	}
-	lbs := snap.all()
-	delete(lbs, key)
-	if target != nil && len(target.Listeners) > 0 {
-		lbs[key] = target
-	}
-	cfg, meta, err := p.render(lbs)
-	if err != nil {
-		return err
-	}
-	if err := p.reload(ctx, cfg, meta); err != nil {
-		return err
-	}
-	after, err := p.snapshot(ctx)
-	if err != nil {
-		return fmt.Errorf("after reload: %w", err)
-	}
-	if ran, err := p.verifyReload(ctx, after, key, target); err != nil || !ran {
-		return err
-	}
-	return p.mirror(ctx)
-}
-
 // mirror writes what HAProxy runs into the configuration file and the
 // server-state file, without reloading, so that a later reload or a cold
 // start keeps the runtime changes.
 func (p *Provider) mirror(ctx context.Context) error {
-	snap, err := p.snapshot(ctx)
-	if err != nil {
-		return err
-	}
-	cfg, meta, err := p.render(snap.all())
-	if err != nil {
-		return err
-	}
-	if err := p.saveServerState(ctx); err != nil {
-		return err
-	}
-	return p.writeConfig(cfg, meta)
+	_, err := p.mirrorRead(ctx)
+	return err
 }
 
 // markDirty records, before a write, that the configuration file may lag

@@ -211,7 +211,9 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 			// alone, so the others are served and only the bad one fails.
 			p.log.Info("group reload rejected, reloading its members one by one", "members", len(reloads), "err", err.Error())
 			for _, m := range reloads {
-				m.err = p.reloadTo(ctx, m.key, m.target)
+				if _, err := p.reloadAll(ctx, []*reloadMember{m}); err != nil {
+					m.err = err
+				}
 			}
 		case err != nil:
 			for _, m := range reloads {

@@ -8,7 +8,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/provider"
 )
 
-// mirrorRead is mirror, returning the runtime reading it mirrored, so that
+// mirrorRead does mirror's work and returns the runtime reading it mirrored, so that
 // the runtime-only Applies it serves can check it (lostChanges) without a
 // read more.
 func (p *Provider) mirrorRead(ctx context.Context) (*snapshot, error) {
