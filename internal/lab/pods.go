@@ -30,20 +30,22 @@ import (
 // SIGTERM, the grace period and the final kill. Probes and hooks are sent
 // from the node's namespace, as the kubelet sends them.
 type podRuntime struct {
-	key       string // namespace/name
-	uid       types.UID
-	node      string
-	ip        netip.Addr
-	pod       *corev1.Pod
-	env       podEnv
-	netPod    *netlab.Pod
-	client    *http.Client // probes and hooks, from the node's namespace
-	server    *podServer   // a web pod
-	proc      *netlab.Process
-	stopFwd   func() // a process pod's API server forwarder
-	startedAt time.Time
-	notify    func() // the pod's status changed
-	logf      func(format string, args ...any)
+	key    string // namespace/name
+	uid    types.UID
+	node   string
+	ip     netip.Addr
+	pod    *corev1.Pod
+	env    podEnv
+	netPod *netlab.Pod
+	client *http.Client // probes and hooks, from the node's namespace
+	server *podServer   // a web pod
+	// exitOnSIGTERM: the web pod's app has no SIGTERM handling (exitsOnSIGTERM).
+	exitOnSIGTERM bool
+	proc          *netlab.Process
+	stopFwd       func() // a process pod's API server forwarder
+	startedAt     time.Time
+	notify        func() // the pod's status changed
+	logf          func(format string, args ...any)
 
 	cancel context.CancelFunc // probes and hooks
 
@@ -107,6 +109,7 @@ func startPodRuntime(pod *corev1.Pod, netPod *netlab.Pod, env podEnv, notify fun
 			return nil, err
 		}
 		r.server = srv
+		r.exitOnSIGTERM = exitsOnSIGTERM(pod)
 	}
 	for i := range r.pod.Spec.Containers {
 		c := &r.pod.Spec.Containers[i]
@@ -316,6 +319,12 @@ func (r *podRuntime) terminate(grace time.Duration) {
 			}
 			<-r.done
 			r.logf("pod %s stopped (exit %d) %s after deletion", r.key, r.exitCode, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if r.exitOnSIGTERM {
+			r.server.exit()
+			r.logf("pod %s stopped (exit 143: no SIGTERM handling) %s after deletion", r.key, time.Since(start).Round(time.Millisecond))
+			r.finish(143)
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), remaining)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // podServer is a pod's process: one HTTP/1.1 server with keep-alive on the
@@ -83,6 +85,28 @@ func startPodServer(name string, listen func(network, addr string) (net.Listener
 	return s, nil
 }
 
+// The web app's SIGTERM handling is set by its container's environment,
+// as a real app's would be: APP_SIGTERM=exit is an app that does not handle
+// SIGTERM (the Go runtime's default): it exits at once and the kernel closes
+// every connection it holds (exit). Anything else is the graceful shutdown below.
+// `zerodrop lab --app-sigterm` sets it on the lab's Deployment.
+const (
+	appSigtermEnv      = "APP_SIGTERM"
+	appSigtermExit     = "exit"
+	appSigtermGraceful = "graceful"
+)
+
+func exitsOnSIGTERM(pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == appSigtermEnv && e.Value == appSigtermExit {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // announceWait bounds how long a stopping pod waits for its keep-alive
 // clients to take their Connection: close answer (several exchange periods).
 const announceWait = 10 * longPeriod
@@ -147,6 +171,22 @@ func (s *podServer) kill() {
 	}
 	for c := range s.ws {
 		resetConn(c.nc)
+	}
+	s.mu.Unlock()
+	_ = s.srv.Close()
+}
+
+// exit is the process exiting at SIGTERM without handling it: every socket
+// closed as the kernel closes them at exit — a FIN, or a reset where data
+// was unread — with no close frame on a WebSocket and no answer to a request
+// in flight.
+func (s *podServer) exit() {
+	s.mu.Lock()
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	for c := range s.ws {
+		_ = c.nc.Close()
 	}
 	s.mu.Unlock()
 	_ = s.srv.Close()

@@ -273,6 +273,9 @@ func (r *run) deployment(n int32) *appsv1.Deployment {
 			},
 		},
 	}
+	if r.lab.opts.AppExitOnSIGTERM {
+		d.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: appSigtermEnv, Value: appSigtermExit}}
+	}
 	if r.mode == ModeZerodrop || r.mode == ModeRecipe {
 		d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
 			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))}}

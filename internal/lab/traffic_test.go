@@ -213,6 +213,17 @@ func TestLongSessionKill(t *testing.T) {
 	}
 }
 
+// TestLongSessionExit: an app that exits at SIGTERM (--app-sigterm exit)
+// ends its WebSockets with no close frame: broken, not closed.
+func TestLongSessionExit(t *testing.T) {
+	srv, rec, ended := longSessionAgainstPod(t)
+	srv.exit()
+	<-ended
+	if s := rec.snapshot(); s.LongClosed != 0 || s.LongBroken != 1 {
+		t.Fatalf("closed %d, broken %d, want 0 and 1: %v", s.LongClosed, s.LongBroken, s.Failures)
+	}
+}
+
 // longSessionAgainstPod starts a pod server and a long session on its /ws,
 // and returns once three messages were echoed; ended is closed when the
 // session returns.
