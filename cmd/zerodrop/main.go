@@ -13,6 +13,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/check"
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
+	"zerodrop.dev/zerodrop/internal/drainrelay"
 	"zerodrop.dev/zerodrop/internal/version"
 )
 
@@ -21,6 +22,7 @@ const usage = `usage: zerodrop <command> [flags]
 commands:
   controller   run the Service LoadBalancer controller
   check        analyze manifests or a live cluster for rollout safety
+  drain-relay  the drain hook's sidecar in application pods (injected by the webhook)
   lab          real rollouts under real traffic: the upstream controller, the recipe and zerodrop
                (development build only: make lab, or go run -tags lab ./cmd/zerodrop lab)
   version      print the version
@@ -45,6 +47,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return controller.Run(ctx, args[1:], stdout, stderr)
 	case "check":
 		return check.Run(ctx, args[1:], stdin, stdout, stderr)
+	case "drain-relay":
+		return drainrelay.Run(ctx, args[1:], stderr)
 	case "lab":
 		return runLab(ctx, args[1:], stdout, stderr)
 	case "version", "--version":

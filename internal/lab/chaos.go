@@ -338,6 +338,11 @@ func lossless(res Result) error {
 	if res.DuplicateBackendSamples > 0 {
 		bad = append(bad, fmt.Sprintf("a backend was doubled in %d samples", res.DuplicateBackendSamples))
 	}
+	// A failed drain hook (a call cut, refused or at its deadline) let a
+	// pod stop before the load balancer stopped sending to it, lost or not.
+	if res.HookFailures > 0 {
+		bad = append(bad, fmt.Sprintf("%d preStop drain hooks failed", res.HookFailures))
+	}
 	if c := res.Chaos; c != nil && res.Scenario == scenarioAPIServerDown {
 		if c.WritesDuringOutage != 0 || c.WritesAfterRecovery != 0 {
 			bad = append(bad, fmt.Sprintf("%d writes during the outage and %d after it, want 0", c.WritesDuringOutage, c.WritesAfterRecovery))

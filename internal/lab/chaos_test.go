@@ -43,6 +43,7 @@ func TestLossless(t *testing.T) {
 		{"failed beyond the client's stalls", func(r *Result) { r.FailedRequests, r.RequestsLateStall = 5, 2 }, "3 requests failed"},
 		{"broken", func(r *Result) { r.LongConnsBroken = 2 }, "2 long connections broke"},
 		{"doubled", func(r *Result) { r.DuplicateBackendSamples = 3 }, "doubled in 3 samples"},
+		{"hook failed", func(r *Result) { r.HookFailures = 2 }, "2 preStop drain hooks failed"},
 		{"outage write", func(r *Result) { r.Chaos.WritesDuringOutage = 1 }, "1 writes during the outage"},
 		{"recovery write", func(r *Result) { r.Chaos.WritesAfterRecovery = 4 }, "4 after it"},
 		{"pool changed", func(r *Result) { r.Chaos.PoolChanges = 5 }, "changed in 5 samples"},

@@ -18,16 +18,24 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
+	"zerodrop.dev/zerodrop/internal/drainrelay"
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
 )
 
 // TestMain lets the test binary stand in for the zerodrop binary: the lab
 // starts its controllers as `<own executable> controller …` (zerodrop) or
-// `<own executable> lab upstream-controller …` (upstream, recipe) with ChildEnv set.
+// `<own executable> lab upstream-controller …` (upstream, recipe) with ChildEnv set,
+// and the drain relay sidecars of web pods as `<own executable> drain-relay …`.
 func TestMain(m *testing.M) {
 	if os.Getenv(ChildEnv) == "controller" && len(os.Args) > 1 && os.Args[1] == "controller" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		code := controller.Run(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	if os.Getenv(ChildEnv) == "sidecar" && len(os.Args) > 1 && os.Args[1] == "drain-relay" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := drainrelay.Run(ctx, os.Args[2:], os.Stderr)
 		stop()
 		os.Exit(code)
 	}
@@ -40,8 +48,8 @@ func TestMain(m *testing.M) {
 // TestLabRollout is the lab's smoke test: the rollout scenario in zerodrop
 // mode on the real control plane, HAProxy and loopback pods. The JSON report
 // has the contract's shape and zerodrop loses nothing. (That the lab does
-// count losses is TestLabUpstream's: the upstream controller's rollout loses
-// traffic.)
+// count losses is TestLabUpstream's: its app exits at SIGTERM and breaks
+// WebSockets.)
 func TestLabRollout(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, htmlPath := filepath.Join(dir, "lab.json"), filepath.Join(dir, "lab.html")

@@ -30,15 +30,16 @@ import (
 // SIGTERM, the grace period and the final kill. Probes and hooks are sent
 // from the node's namespace, as the kubelet sends them.
 type podRuntime struct {
-	key    string // namespace/name
-	uid    types.UID
-	node   string
-	ip     netip.Addr
-	pod    *corev1.Pod
-	env    podEnv
-	netPod *netlab.Pod
-	client *http.Client // probes and hooks, from the node's namespace
-	server *podServer   // a web pod
+	key      string // namespace/name
+	uid      types.UID
+	node     string
+	ip       netip.Addr
+	pod      *corev1.Pod
+	env      podEnv
+	netPod   *netlab.Pod
+	client   *http.Client      // probes and hooks, from the node's namespace
+	server   *podServer        // a web pod
+	sidecars []*netlab.Process // a web pod's native sidecars (pods_sidecar.go)
 	// exitOnSIGTERM: the web pod's app has no SIGTERM handling (exitsOnSIGTERM).
 	exitOnSIGTERM bool
 	proc          *netlab.Process
@@ -103,8 +104,13 @@ func startPodRuntime(pod *corev1.Pod, netPod *netlab.Pod, env podEnv, notify fun
 			return nil, err
 		}
 	} else {
+		if err := r.startSidecars(); err != nil {
+			cancel()
+			return nil, err
+		}
 		srv, err := startPodServer(pod.Name, netPod.Listen, r.ip, ports)
 		if err != nil {
+			r.stopSidecars(0)
 			cancel()
 			return nil, err
 		}
@@ -324,6 +330,7 @@ func (r *podRuntime) terminate(grace time.Duration) {
 		if r.exitOnSIGTERM {
 			r.server.exit()
 			r.logf("pod %s stopped (exit 143: no SIGTERM handling) %s after deletion", r.key, time.Since(start).Round(time.Millisecond))
+			r.stopSidecars(max(time.Until(deadline), 2*time.Second))
 			r.finish(143)
 			return
 		}
@@ -336,6 +343,9 @@ func (r *podRuntime) terminate(grace time.Duration) {
 			code = 137
 		}
 		r.logf("pod %s stopped (exit %d) %s after deletion", r.key, code, time.Since(start).Round(time.Millisecond))
+		// Sidecars last, with what is left of the grace period (the
+		// kubelet's minimum of 2 s).
+		r.stopSidecars(max(time.Until(deadline), 2*time.Second))
 		r.finish(code)
 	}()
 }
@@ -348,6 +358,7 @@ func (r *podRuntime) kill() {
 		return
 	}
 	r.server.kill()
+	r.stopSidecars(0)
 	r.finish(137)
 }
 

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"zerodrop.dev/zerodrop/internal/certs"
+	"zerodrop.dev/zerodrop/internal/drainrelay"
 	"zerodrop.dev/zerodrop/internal/webhook"
 )
 
@@ -60,7 +61,10 @@ func startWebhook(ctx context.Context, cfg *rest.Config) (*webhookServer, error)
 		Decoder:   admission.NewDecoder(scheme.Scheme),
 		DrainHost: drainClusterIP,
 		DrainPort: drainPort,
-		Logger:    logr.Discard(),
+		// As the chart installs it (drain.relay.enabled), with the lab's
+		// image name for zerodrop.
+		DrainRelay: &webhook.Relay{Image: controllerImage, Port: drainrelay.DefaultPort},
+		Logger:     logr.Discard(),
 	}}
 	mux := http.NewServeMux()
 	mux.Handle(webhook.DefaultPath, handler)

@@ -31,6 +31,9 @@ type Handler struct {
 	// readiness gate is added, with a warning.
 	DrainHost string
 	DrainPort int32
+	// DrainRelay, when set, injects the drain relay sidecar and points the
+	// hook at it (Relay).
+	DrainRelay *Relay
 	// NewName names generateName pods (default GenerateName).
 	NewName NameFunc
 	Logger  logr.Logger
@@ -81,10 +84,13 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if newName == nil {
 		newName = GenerateName
 	}
-	res := Mutate(mutated, req.Namespace, selecting, Drain{Host: h.DrainHost, Port: h.DrainPort}, newName)
+	res := Mutate(mutated, req.Namespace, selecting, Drain{Host: h.DrainHost, Port: h.DrainPort, Relay: h.DrainRelay}, newName)
 	name := podName(req.Namespace, mutated)
 	if len(res.Unhooked) > 0 && h.DrainHost != "" {
 		warnings = append(warnings, fmt.Sprintf("zerodrop: pod has no name; containers %v get no drain hook", res.Unhooked))
+	}
+	if res.NoRelay != "" {
+		warnings = append(warnings, "zerodrop: no drain relay ("+res.NoRelay+"): the drain hook calls the drain Service directly, and a call cut by a controller replica's end is not made again")
 	}
 	for _, k := range res.Kept {
 		warnings = append(warnings, fmt.Sprintf(
@@ -92,7 +98,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 			k.Container, k.Service))
 		h.recordKept(req, selecting, k, eventPodName(req.Namespace, mutated))
 	}
-	log.V(2).Info("pod admitted", "pod", name, "gate", res.GateAdded, "hooked", res.Hooked, "kept", len(res.Kept), "nameSet", res.NameSet)
+	log.V(2).Info("pod admitted", "pod", name, "gate", res.GateAdded, "hooked", res.Hooked, "relay", res.RelayAdded, "kept", len(res.Kept), "nameSet", res.NameSet)
 	if !res.Changed() {
 		return admission.Allowed("nothing to inject").WithWarnings(warnings...)
 	}

@@ -1,13 +1,18 @@
 package webhook
 
 import (
+	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
 
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
 	"zerodrop.dev/zerodrop/internal/controller/service"
@@ -83,7 +88,24 @@ type Drain struct {
 	// added.
 	Host string
 	Port int32
+	// Relay, when set, puts the drain relay in the pod as a native sidecar
+	// and points the hook at it instead of at the drain Service.
+	Relay *Relay
 }
+
+// Relay is the drain relay sidecar (package drainrelay): the hook calls it
+// on the pod's own address, and it calls the drain Service again whenever a
+// call is cut (the kubelet never retries a hook). It needs native sidecars
+// (restartable init containers: Kubernetes 1.29 and later).
+type Relay struct {
+	// Image is zerodrop's image (`/zerodrop drain-relay`).
+	Image string
+	// Port is the relay's port in the pod.
+	Port int32
+}
+
+// RelayContainer is the name of the injected drain relay sidecar.
+const RelayContainer = "zerodrop-drain-relay"
 
 // Kept is a serving container whose own preStop hook was left in place.
 type Kept struct {
@@ -104,10 +126,15 @@ type Result struct {
 	Unhooked []string
 	// NameSet is true when the pod's name was chosen from its generateName.
 	NameSet bool
+	// RelayAdded is true when the drain relay sidecar was added now.
+	RelayAdded bool
+	// NoRelay says why a pod that gets the hook calls the drain Service
+	// directly although a relay is configured.
+	NoRelay string
 }
 
 // Changed reports whether the pod was modified.
-func (r Result) Changed() bool { return r.GateAdded || len(r.Hooked) > 0 || r.NameSet }
+func (r Result) Changed() bool { return r.GateAdded || len(r.Hooked) > 0 || r.NameSet || r.RelayAdded }
 
 // NameFunc picks a pod name from a generateName base.
 type NameFunc func(base string) string
@@ -165,6 +192,18 @@ func Mutate(pod *corev1.Pod, namespace string, selecting []*corev1.Service, d Dr
 		res.NameSet = true
 	}
 	hook := drainHook(namespace, pod.Name, d)
+	if d.Relay != nil {
+		if why := relayConflict(pod, d.Relay.Port); why != "" {
+			res.NoRelay = why
+		} else {
+			hook = relayHook(namespace, pod.Name, d.Relay.Port)
+			if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == RelayContainer }) {
+				// First, so the relay starts before any other container.
+				pod.Spec.InitContainers = append([]corev1.Container{relayContainer(namespace, pod, d)}, pod.Spec.InitContainers...)
+				res.RelayAdded = true
+			}
+		}
+	}
 	for _, c := range toHook {
 		if c.Lifecycle == nil {
 			c.Lifecycle = &corev1.Lifecycle{}
@@ -185,6 +224,74 @@ func drainHook(namespace, name string, d Drain) *corev1.LifecycleHandler {
 		Host:   d.Host,
 		Scheme: corev1.URISchemeHTTP,
 	}}
+}
+
+// relayHook is the preStop hook that waits on the drain relay: the kubelet
+// calls the pod's own address (an empty host).
+func relayHook(namespace, name string, port int32) *corev1.LifecycleHandler {
+	return &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+		Path:   drain.Path + "?pod=" + namespace + "/" + name,
+		Port:   intstr.FromInt32(port),
+		Scheme: corev1.URISchemeHTTP,
+	}}
+}
+
+// relayConflict says why the relay cannot run in pod, or "": on the host's
+// network its port would be the node's, and a container may already use
+// the port.
+func relayConflict(pod *corev1.Pod, port int32) string {
+	if pod.Spec.HostNetwork {
+		return "the pod uses the host's network"
+	}
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if c.Name == RelayContainer {
+				continue
+			}
+			for _, p := range c.Ports {
+				if p.ContainerPort == port {
+					return fmt.Sprintf("container %s uses the relay's port %d", c.Name, port)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// relayContainer is the drain relay as a native sidecar: restartable, so
+// the kubelet stops it only after the app's containers (and their preStop
+// hooks); its longest wait is the pod's grace period. It needs little and
+// may touch nothing: no root, no privilege, a read-only root filesystem.
+func relayContainer(namespace string, pod *corev1.Pod, d Drain) corev1.Container {
+	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = *g
+	}
+	return corev1.Container{
+		Name:          RelayContainer,
+		Image:         d.Relay.Image,
+		Command:       []string{"/zerodrop"},
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Args: []string{"drain-relay",
+			"--listen", ":" + strconv.Itoa(int(d.Relay.Port)),
+			"--target", "http://" + net.JoinHostPort(d.Host, strconv.Itoa(int(d.Port))),
+			"--pod", namespace + "/" + pod.Name,
+			"--max-wait", strconv.FormatInt(grace, 10) + "s"},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To[int64](65532),
+			RunAsGroup:               ptr.To[int64](65532),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
 }
 
 // isDrainHook recognises a preStop hook that calls a drain endpoint.
@@ -211,7 +318,8 @@ type servingContainer struct {
 func servingContainers(pod *corev1.Pod, selecting []*corev1.Service) []servingContainer {
 	var all []*corev1.Container
 	for i := range pod.Spec.InitContainers {
-		if c := &pod.Spec.InitContainers[i]; c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+		// The drain relay is ours: it serves the hook, not the Services.
+		if c := &pod.Spec.InitContainers[i]; c.Name != RelayContainer && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
 			all = append(all, c)
 		}
 	}

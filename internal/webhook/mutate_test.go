@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -60,6 +61,30 @@ var (
 	byNumber  = lbService("web", haproxyClass, web, port(80, intstr.FromInt32(8080)))
 	byName    = lbService("web", haproxyClass, web, port(80, intstr.FromString("metrics")))
 )
+
+var relayAt = Drain{Host: "10.0.0.9", Port: 9090, Relay: &Relay{Image: "registry.example/zerodrop:v1", Port: 15909}}
+
+// relaySidecar is the drain relay sidecar expected for pod shop/<name>.
+func relaySidecar(name, maxWait string) corev1.Container {
+	return corev1.Container{
+		Name:          "zerodrop-drain-relay",
+		Image:         "registry.example/zerodrop:v1",
+		Command:       []string{"/zerodrop"},
+		Args:          []string{"drain-relay", "--listen", ":15909", "--target", "http://10.0.0.9:9090", "--pod", "shop/" + name, "--max-wait", maxWait},
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532),
+			AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
 
 func TestMutate(t *testing.T) {
 	injected := webPod(func(p *corev1.Pod) {
@@ -203,6 +228,64 @@ func TestMutate(t *testing.T) {
 		want:    webPod(func(p *corev1.Pod) { p.Spec.ReadinessGates = gate }),
 		wantRes: Result{GateAdded: true, Unhooked: []string{"app"}},
 	}, {
+		desc: "relay: the sidecar first among the init containers, the hook on the pod's own address",
+		in: webPod(func(p *corev1.Pod) {
+			p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](45)
+			p.Spec.InitContainers = []corev1.Container{{Name: "migrate"}}
+		}),
+		services: []corev1.Service{byNumber}, drain: relayAt,
+		want: webPod(func(p *corev1.Pod) {
+			p.Name = "web-6d8f-x7k2q"
+			p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](45)
+			p.Spec.ReadinessGates = gate
+			p.Spec.InitContainers = []corev1.Container{relaySidecar("web-6d8f-x7k2q", "45s"), {Name: "migrate"}}
+			p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: "/drain?pod=shop/web-6d8f-x7k2q", Port: intstr.FromInt32(15909), Scheme: corev1.URISchemeHTTP}}}
+		}),
+		wantRes: Result{GateAdded: true, Hooked: []string{"app"}, NameSet: true, RelayAdded: true},
+	}, {
+		desc:     "relay: an undeclared target port hooks every container but not the relay",
+		in:       webPod(func(p *corev1.Pod) { p.Name = "web-0" }),
+		services: []corev1.Service{lbService("web", haproxyClass, web, port(80, intstr.FromInt32(7070)))}, drain: relayAt,
+		want: webPod(func(p *corev1.Pod) {
+			p.Name = "web-0"
+			p.Spec.ReadinessGates = gate
+			p.Spec.InitContainers = []corev1.Container{relaySidecar("web-0", "30s")}
+			for i := range p.Spec.Containers {
+				p.Spec.Containers[i].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+					Path: "/drain?pod=shop/web-0", Port: intstr.FromInt32(15909), Scheme: corev1.URISchemeHTTP}}}
+			}
+		}),
+		wantRes: Result{GateAdded: true, Hooked: []string{"app", "metrics"}, RelayAdded: true},
+	}, {
+		desc: "relay: a container on the relay's port keeps the direct hook",
+		in: webPod(func(p *corev1.Pod) {
+			p.Name = "web-0"
+			p.Spec.Containers[1].Ports[0].ContainerPort = 15909
+		}),
+		services: []corev1.Service{byNumber}, drain: relayAt,
+		want: webPod(func(p *corev1.Pod) {
+			p.Name = "web-0"
+			p.Spec.Containers[1].Ports[0].ContainerPort = 15909
+			p.Spec.ReadinessGates = gate
+			p.Spec.Containers[0].Lifecycle = hook("web-0")
+		}),
+		wantRes: Result{GateAdded: true, Hooked: []string{"app"}, NoRelay: "container metrics uses the relay's port 15909"},
+	}, {
+		desc: "relay: a pod on the host's network keeps the direct hook",
+		in: webPod(func(p *corev1.Pod) {
+			p.Name = "web-0"
+			p.Spec.HostNetwork = true
+		}),
+		services: []corev1.Service{byNumber}, drain: relayAt,
+		want: webPod(func(p *corev1.Pod) {
+			p.Name = "web-0"
+			p.Spec.HostNetwork = true
+			p.Spec.ReadinessGates = gate
+			p.Spec.Containers[0].Lifecycle = hook("web-0")
+		}),
+		wantRes: Result{GateAdded: true, Hooked: []string{"app"}, NoRelay: "the pod uses the host's network"},
+	}, {
 		desc: "no selecting Service: unchanged",
 		in:   webPod(), drain: drainAt,
 		services: []corev1.Service{
@@ -221,7 +304,7 @@ func TestMutate(t *testing.T) {
 			if d := cmp.Diff(tc.wantRes, res); d != "" {
 				t.Errorf("result (-want +got):\n%s", d)
 			}
-			if res.Changed() != (tc.wantRes.GateAdded || len(tc.wantRes.Hooked) > 0 || tc.wantRes.NameSet) {
+			if res.Changed() != (tc.wantRes.GateAdded || len(tc.wantRes.Hooked) > 0 || tc.wantRes.NameSet || tc.wantRes.RelayAdded) {
 				t.Errorf("Changed() = %v", res.Changed())
 			}
 			// Every output is a fixed point.

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"zerodrop.dev/zerodrop/internal/certs"
+	"zerodrop.dev/zerodrop/internal/drainrelay"
 )
 
 // Defaults of Options.
@@ -59,6 +60,13 @@ type Options struct {
 	DrainHost string
 	// DrainPort is the drain Service's port (default 9090).
 	DrainPort int32
+	// DrainRelayImage, when set, is the image of the drain relay sidecar
+	// the webhook adds (zerodrop's own); empty: the hook calls the drain
+	// Service directly.
+	DrainRelayImage string
+	// DrainRelayPort is the relay's port in the pod (default
+	// drainrelay.DefaultPort).
+	DrainRelayPort int32
 	// ManageCerts runs the certificate manager; without it the certificate
 	// files must come from elsewhere (cert-manager, a mounted Secret).
 	ManageCerts bool
@@ -97,6 +105,16 @@ func (o *Options) Flags(fs *pflag.FlagSet) {
 		o.DrainPort = int32(p)
 		return nil
 	})
+	fs.StringVar(&o.DrainRelayImage, "webhook-drain-relay-image", "", "image of the drain relay sidecar injected beside the hook (zerodrop's own; needs Kubernetes 1.29+ native sidecars); empty: the hook calls the drain Service directly")
+	o.DrainRelayPort = drainrelay.DefaultPort
+	fs.Func("webhook-drain-relay-port", fmt.Sprintf("port of the drain relay in the pod (default %d)", drainrelay.DefaultPort), func(s string) error {
+		p, err := strconv.ParseUint(s, 10, 16)
+		if err != nil || p == 0 {
+			return fmt.Errorf("want a port from 1 to 65535, not %q", s)
+		}
+		o.DrainRelayPort = int32(p)
+		return nil
+	})
 }
 
 // Validate checks the options a user sets; Setup calls it, and the
@@ -113,6 +131,17 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--webhook-drain-host %s cannot be a ClusterIP: the kubelet calls it from the node", o.DrainHost)
 	}
 	return nil
+}
+
+func (o Options) relay() *Relay {
+	if o.DrainRelayImage == "" {
+		return nil
+	}
+	port := o.DrainRelayPort
+	if port == 0 {
+		port = drainrelay.DefaultPort
+	}
+	return &Relay{Image: o.DrainRelayImage, Port: port}
 }
 
 // Setup registers the handler at Path on the manager's webhook server and,
@@ -147,13 +176,14 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	}
 	srv := mgr.GetWebhookServer()
 	srv.Register(opts.Path, &admission.Webhook{Handler: &Handler{
-		Reader:    opts.Reader,
-		Decoder:   admission.NewDecoder(mgr.GetScheme()),
-		Recorder:  opts.Recorder,
-		Filter:    Filter{Classes: opts.Classes, IncludeClassless: opts.IncludeClassless},
-		DrainHost: opts.DrainHost,
-		DrainPort: opts.DrainPort,
-		Logger:    log.WithName("admission"),
+		Reader:     opts.Reader,
+		Decoder:    admission.NewDecoder(mgr.GetScheme()),
+		Recorder:   opts.Recorder,
+		Filter:     Filter{Classes: opts.Classes, IncludeClassless: opts.IncludeClassless},
+		DrainHost:  opts.DrainHost,
+		DrainPort:  opts.DrainPort,
+		DrainRelay: opts.relay(),
+		Logger:     log.WithName("admission"),
 	}})
 	if opts.ManageCerts {
 		if err := setupCerts(ctx, mgr, srv, opts.Certs, log.WithName("certs")); err != nil {

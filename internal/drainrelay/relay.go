@@ -1,0 +1,169 @@
+// Package drainrelay is the drain relay: a small HTTP server that runs as a
+// native sidecar (a restartable init container) in every pod the webhook
+// gives the drain hook. The pod's preStop hook calls the relay on the pod's
+// own address; the relay calls the drain endpoint of the controller replicas
+// through the drain Service, and when a call is cut — the replica serving it
+// killed, restarted or unreachable — it calls again, on whichever replica the
+// Service picks next, until one answers or the pod's grace period is over.
+//
+// Why: the kubelet never retries an httpGet preStop hook. Without the relay
+// a drain call cut by a controller replica's end fails the hook, and the
+// kubelet stops the container at once, before any load balancer stopped
+// sending it new connections. The relay outlives the app's containers (the
+// kubelet stops sidecars after them), so it can keep the call alive.
+//
+// The relay only ever asks about its own pod (--pod), so calling it from
+// elsewhere reveals nothing and drains nothing: the drain endpoint itself
+// only waits and reports.
+package drainrelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Path is where the relay is served (the drain endpoint's own path).
+const Path = "/drain"
+
+// resultHeader is the drain endpoint's answer header, passed back as is
+// (drain.ResultHeader; not imported: the relay links no client machinery).
+const resultHeader = "X-Zerodrop-Drain"
+
+// Options configure a relay.
+type Options struct {
+	// Target is the drain endpoint's base URL, e.g. http://10.96.0.90:9090.
+	Target string
+	// Pod is the relay's own pod, namespace/name: the only one it asks
+	// about.
+	Pod string
+	// MaxWait bounds one call, retries included: the pod's grace period
+	// (the kubelet gives up on the hook then anyway).
+	MaxWait time.Duration
+	// Retry is the pause after a failed attempt (default 250ms).
+	Retry time.Duration
+	// Client makes the calls (default: no timeout — a drain call is held
+	// until the pod is drained — and no keep-alive, so each attempt opens
+	// a new connection that the drain Service balances afresh).
+	Client *http.Client
+	Logger *slog.Logger
+}
+
+// Handler serves GET /drain?pod=<namespace>/<name> for its own pod only.
+type Handler struct {
+	opts   Options
+	target string
+}
+
+// NewHandler checks the options and returns the relay's handler.
+func NewHandler(o Options) (*Handler, error) {
+	u, err := url.Parse(o.Target)
+	if err != nil || u.Scheme != "http" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return nil, fmt.Errorf("target %q: want http://HOST:PORT", o.Target)
+	}
+	if ns, name, ok := strings.Cut(o.Pod, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("pod %q: want namespace/name", o.Pod)
+	}
+	if o.MaxWait <= 0 {
+		return nil, fmt.Errorf("max wait %s: want more than 0", o.MaxWait)
+	}
+	if o.Retry <= 0 {
+		o.Retry = 250 * time.Millisecond
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	q := url.Values{"pod": {o.Pod}}
+	return &Handler{opts: o, target: strings.TrimSuffix(o.Target, "/") + Path + "?" + q.Encode()}, nil
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet || r.URL.Path != Path {
+		http.Error(w, "GET "+Path+"?pod=<namespace>/<name>", http.StatusNotFound)
+		return
+	}
+	if pod := r.URL.Query().Get("pod"); pod != "" && pod != h.opts.Pod {
+		http.Error(w, "this relay serves pod "+h.opts.Pod+" only", http.StatusForbidden)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.MaxWait)
+	defer cancel()
+	code, result, body, err := h.call(ctx)
+	if err != nil {
+		// Nothing answered in time: the same answer as the drain
+		// endpoint's at its deadline, so the hook fails the same way.
+		w.Header().Set(resultHeader, "timeout")
+		http.Error(w, "timeout: "+err.Error(), http.StatusGatewayTimeout)
+		return
+	}
+	if result != "" {
+		w.Header().Set(resultHeader, result)
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// call asks the drain endpoint until an answer comes: a call cut before its
+// answer (connection refused, reset, EOF) or answered 503 (the replica is
+// busy or not ready) is made again after Retry, as a new connection. It
+// returns the first other answer, or an error when ctx ends first.
+func (h *Handler) call(ctx context.Context) (code int, result string, body []byte, err error) {
+	log := h.opts.Logger.With("pod", h.opts.Pod)
+	start := time.Now()
+	var last error
+	for attempt := 1; ; attempt++ {
+		code, result, body, err := h.once(ctx)
+		if err == nil && code != http.StatusServiceUnavailable {
+			if attempt > 1 {
+				log.Info("drain call answered after retries", "attempts", attempt, "result", result, "status", code,
+					"waited", time.Since(start).Round(time.Millisecond))
+			}
+			return code, result, body, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("answered %d %s", code, strings.TrimSpace(string(body)))
+		}
+		if ctx.Err() != nil {
+			// The attempt cut by the end of ctx says nothing: report the
+			// one before it.
+			if last == nil {
+				last = err
+			}
+			return 0, "", nil, fmt.Errorf("no answer after %d attempts in %s; last: %w",
+				attempt, time.Since(start).Round(time.Millisecond), last)
+		}
+		last = err
+		log.Info("drain call failed, calling again", "attempt", attempt, "error", last.Error())
+		select {
+		case <-ctx.Done():
+		case <-time.After(h.opts.Retry):
+		}
+	}
+}
+
+func (h *Handler) once(ctx context.Context) (int, string, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.target, nil)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	resp, err := h.opts.Client.Do(req)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	defer resp.Body.Close()
+	// The answers are a word or a sentence; 64 KiB bounds a wrong peer.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, "", nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	return resp.StatusCode, resp.Header.Get(resultHeader), body, nil
+}

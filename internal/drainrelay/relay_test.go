@@ -1,0 +1,183 @@
+package drainrelay
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const pod = "shop/web-1"
+
+// drainServer answers the drain call with what answer returns for the
+// call's number (from 1); answer may cut the connection instead (a replica
+// killed while it held the call).
+func drainServer(t *testing.T, answer func(n int64, w http.ResponseWriter, r *http.Request)) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != Path || r.URL.Query().Get("pod") != pod {
+			t.Errorf("relay called %s, want %s?pod=%s", r.URL, Path, pod)
+		}
+		answer(calls.Add(1), w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &calls
+}
+
+// cut closes the call's connection without an answer, as the kill of the
+// replica holding it does.
+func cut(t *testing.T, w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		t.Errorf("hijack: %v", err)
+		return
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // a reset, as at a SIGKILL with the request unread
+	}
+	_ = conn.Close()
+}
+
+func drained(w http.ResponseWriter) {
+	w.Header().Set(resultHeader, "drained")
+	_, _ = io.WriteString(w, "drained")
+}
+
+func relay(t *testing.T, target string, maxWait time.Duration) *httptest.Server {
+	t.Helper()
+	h, err := NewHandler(Options{Target: target, Pod: pod, MaxWait: maxWait, Retry: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func hook(t *testing.T, url string) (int, string, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("hook call: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get(resultHeader), strings.TrimSpace(string(b))
+}
+
+// A call cut twice (two replicas killed while holding it) and a replica that
+// answers busy: the hook still gets the third replica's answer.
+func TestRelayCallsAgainUntilAnswered(t *testing.T) {
+	target, calls := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) {
+		switch n {
+		case 1, 2:
+			cut(t, w)
+		case 3:
+			http.Error(w, "busy: too many drain calls held", http.StatusServiceUnavailable)
+		default:
+			drained(w)
+		}
+	})
+	r := relay(t, target.URL, time.Minute)
+	code, result, body := hook(t, r.URL+Path+"?pod="+pod)
+	if code != http.StatusOK || result != "drained" || body != "drained" {
+		t.Errorf("hook got %d %q %q, want 200 drained", code, result, body)
+	}
+	if n := calls.Load(); n != 4 {
+		t.Errorf("%d calls to the drain endpoint, want 4", n)
+	}
+}
+
+// Answers other than 503 are the drain endpoint's verdict and pass as they
+// are: at the pod's deadline ("timeout") and a refusal are not retried.
+func TestRelayPassesAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		code   int
+		result string
+	}{
+		{"timeout", http.StatusOK, "timeout"},
+		{"refused", http.StatusNotFound, "refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target, calls := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) {
+				w.Header().Set(resultHeader, tc.result)
+				w.WriteHeader(tc.code)
+				_, _ = io.WriteString(w, tc.result)
+			})
+			code, result, body := hook(t, relay(t, target.URL, time.Minute).URL+Path)
+			if code != tc.code || result != tc.result || body != tc.result || calls.Load() != 1 {
+				t.Errorf("hook got %d %q %q after %d calls, want %d %q once", code, result, body, calls.Load(), tc.code, tc.result)
+			}
+		})
+	}
+}
+
+// Nothing answers within MaxWait: the hook gets the drain endpoint's own
+// "timeout" (its preStop hook fails), not a hang.
+func TestRelayGivesUpAtMaxWait(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // refused from now on
+	code, result, body := hook(t, relay(t, "http://"+addr, 300*time.Millisecond).URL+Path)
+	if code != http.StatusGatewayTimeout || result != "timeout" || !strings.Contains(body, "refused") {
+		t.Errorf("hook got %d %q %q, want 504 timeout naming the last error", code, result, body)
+	}
+}
+
+// The hook's connection ends (the kubelet gave up): the relay stops calling.
+func TestRelayStopsWithItsCaller(t *testing.T) {
+	target, calls := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) { cut(t, w) })
+	h, err := NewHandler(Options{Target: target.URL, Pod: pod, MaxWait: time.Hour, Retry: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptest.NewRequest(http.MethodGet, Path, nil).WithContext(ctx)
+	done := make(chan struct{})
+	go func() { h.ServeHTTP(httptest.NewRecorder(), req); close(done) }()
+	for wait := time.Now().Add(time.Minute); calls.Load() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(wait) {
+			t.Fatal("the relay did not call the drain endpoint twice")
+		}
+	}
+	cancel()
+	<-done
+	n := calls.Load()
+	time.Sleep(50 * time.Millisecond)
+	if m := calls.Load(); m != n {
+		t.Errorf("%d more calls after the caller left", m-n)
+	}
+}
+
+func TestRelayOwnPodOnly(t *testing.T) {
+	target, calls := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) { drained(w) })
+	code, _, _ := hook(t, relay(t, target.URL, time.Minute).URL+Path+"?pod=shop/other")
+	if code != http.StatusForbidden || calls.Load() != 0 {
+		t.Errorf("a call about another pod got %d and made %d drain calls, want 403 and none", code, calls.Load())
+	}
+}
+
+func TestNewHandlerRejects(t *testing.T) {
+	for _, o := range []Options{
+		{Target: "10.96.0.90:9090", Pod: pod, MaxWait: time.Second},
+		{Target: "https://10.96.0.90:9090", Pod: pod, MaxWait: time.Second},
+		{Target: "http://10.96.0.90:9090/x", Pod: pod, MaxWait: time.Second},
+		{Target: "http://10.96.0.90:9090", Pod: "web-1", MaxWait: time.Second},
+		{Target: "http://10.96.0.90:9090", Pod: "shop/", MaxWait: time.Second},
+		{Target: "http://10.96.0.90:9090", Pod: pod},
+	} {
+		if _, err := NewHandler(o); err == nil {
+			t.Errorf("NewHandler(%+v) accepted", o)
+		}
+	}
+}
