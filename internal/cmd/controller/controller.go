@@ -128,6 +128,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HAProxy.AdminSocket, "haproxy-socket", "", "attach to an existing HAProxy: its admin stats socket")
 	fs.StringVar(&c.HAProxy.MasterSocket, "haproxy-master-socket", "", "attach: the master CLI socket (for hitless reloads)")
 	fs.StringVar(&c.HAProxy.ConfigFile, "haproxy-config", "", "attach: the config file zerodrop owns (loaded by that HAProxy)")
+	fs.BoolVar(&c.HAProxy.NoStrictLimits, "haproxy-no-strict-limits", false, "let HAProxy start when it cannot raise its open-file limit to what its listeners and checked servers need (a warning instead of a refused reload)")
 	fs.BoolVar(&c.HAProxy.StopOnClose, "haproxy-stop-on-exit", false, "stop the owned HAProxy when the controller exits (default: keep serving)")
 	c.Azure.flags(fs)
 }

@@ -32,12 +32,13 @@ const maxWeight = 256
 
 // renderInput is everything the configuration is made of.
 type renderInput struct {
-	AdminSocket   string
-	StateFile     string
-	MapFile       string
-	IdleTimeout   time.Duration
-	HardStopAfter time.Duration
-	Proxies       []proxySpec
+	AdminSocket    string
+	StateFile      string
+	MapFile        string
+	IdleTimeout    time.Duration
+	HardStopAfter  time.Duration
+	NoStrictLimits bool
+	Proxies        []proxySpec
 }
 
 // proxySpec is one listener of one load balancer, as it is to be rendered.
@@ -76,6 +77,9 @@ func render(in renderInput) (cfg, meta []byte, err error) {
 	fmt.Fprintf(&b, "    server-state-file %s\n", in.StateFile)
 	if in.HardStopAfter > 0 {
 		fmt.Fprintf(&b, "    hard-stop-after %dms\n", in.HardStopAfter.Milliseconds())
+	}
+	if in.NoStrictLimits {
+		b.WriteString("    no strict-limits\n")
 	}
 	b.WriteString("\ndefaults\n")
 	b.WriteString("    mode tcp\n")

@@ -70,6 +70,12 @@ type Options struct {
 	// HardStopAfter bounds how long an old worker may keep serving its
 	// connections after a reload (HAProxy's hard-stop-after). Zero: no bound.
 	HardStopAfter time.Duration
+	// NoStrictLimits renders `no strict-limits`: HAProxy starts even when
+	// it cannot raise its open-file limit to what it computes it needs (a
+	// descriptor per listener and per checked server besides two per
+	// connection), with a warning, instead of refusing to start. Default
+	// false: a limit too low fails loudly, on every reload.
+	NoStrictLimits bool
 	// ReloadTimeout bounds starting HAProxy and waiting for the new worker
 	// after a reload. Default 10s.
 	ReloadTimeout time.Duration
@@ -229,12 +235,13 @@ func (p *Provider) writeChain(ctx context.Context, ops, commands []string) (stri
 // render renders the configuration for the given load balancers.
 func (p *Provider) render(lbs map[string]*model.LoadBalancer) (cfg, meta []byte, err error) {
 	cfg, meta, err = render(renderInput{
-		AdminSocket:   p.paths.admin,
-		StateFile:     p.paths.state,
-		MapFile:       p.paths.meta,
-		IdleTimeout:   p.opts.IdleTimeout,
-		HardStopAfter: p.opts.HardStopAfter,
-		Proxies:       proxySpecs(lbs),
+		AdminSocket:    p.paths.admin,
+		StateFile:      p.paths.state,
+		MapFile:        p.paths.meta,
+		IdleTimeout:    p.opts.IdleTimeout,
+		HardStopAfter:  p.opts.HardStopAfter,
+		NoStrictLimits: p.opts.NoStrictLimits,
+		Proxies:        proxySpecs(lbs),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("haproxy: %w", err)
