@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -48,9 +49,16 @@ type Options struct {
 	MaxWait time.Duration
 	// Retry is the pause after a failed attempt (default 250ms).
 	Retry time.Duration
-	// Client makes the calls (default: no timeout — a drain call is held
-	// until the pod is drained — and no keep-alive, so each attempt opens
-	// a new connection that the drain Service balances afresh).
+	// DialTimeout bounds one attempt's connect (default 2s). The drain
+	// Service may still send a new connection to a replica that is gone:
+	// its address then drops the SYN rather than refuse it, and without a
+	// bound the connect would wait out the whole grace period.
+	DialTimeout time.Duration
+	// Client makes the calls (default: no overall timeout — a drain call is
+	// held until the pod is drained — DialTimeout per connect, TCP
+	// keep-alive probes that find a peer gone without a word within about
+	// 10 s, and no connection reuse, so each attempt opens a new connection
+	// that the drain Service balances afresh).
 	Client *http.Client
 	Logger *slog.Logger
 }
@@ -76,8 +84,13 @@ func NewHandler(o Options) (*Handler, error) {
 	if o.Retry <= 0 {
 		o.Retry = 250 * time.Millisecond
 	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 2 * time.Second
+	}
 	if o.Client == nil {
-		o.Client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		d := &net.Dialer{Timeout: o.DialTimeout,
+			KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 4 * time.Second, Interval: 2 * time.Second, Count: 3}}
+		o.Client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: d.DialContext}}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -2,12 +2,14 @@ package drainrelay
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -179,5 +181,59 @@ func TestNewHandlerRejects(t *testing.T) {
 		if _, err := NewHandler(o); err == nil {
 			t.Errorf("NewHandler(%+v) accepted", o)
 		}
+	}
+}
+
+// hungListener is a listener whose accept queue is full: Linux drops the
+// SYNs of further connects instead of refusing them, as a pod's address
+// does once the pod is gone.
+func hungListener(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	// Fill the queue; nothing ever accepts.
+	for i := 0; i < 4; i++ {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			return addr // queue full: this connect timed out
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	t.Fatalf("4 connections to %s accepted into a queue of 0: cannot make a connect hang here", addr)
+	return ""
+}
+
+// A connect that hangs (the Service sent it to a replica that is gone) is
+// cut at DialTimeout and made again: several attempts within MaxWait, not
+// one connect waiting out the grace period.
+func TestRelayConnectTimesOut(t *testing.T) {
+	addr := hungListener(t)
+	h, err := NewHandler(Options{Target: "http://" + addr, Pod: pod, MaxWait: 3 * time.Second, Retry: 10 * time.Millisecond, DialTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	code, result, body := hook(t, srv.URL+Path)
+	var attempts int
+	if _, err := fmt.Sscanf(body, "timeout: no answer after %d attempts", &attempts); err != nil || code != http.StatusGatewayTimeout || result != "timeout" {
+		t.Fatalf("hook got %d %q %q, want 504 timeout after some attempts", code, result, body)
+	}
+	if attempts < 2 || !strings.Contains(body, "timeout") {
+		t.Errorf("%d attempts in 3 s (%s): want the hung connect cut and made again", attempts, body)
 	}
 }
