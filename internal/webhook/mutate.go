@@ -261,7 +261,10 @@ func relayConflict(pod *corev1.Pod, port int32) string {
 // relayContainer is the drain relay as a native sidecar: restartable, so
 // the kubelet stops it only after the app's containers (and their preStop
 // hooks); its longest wait is the pod's grace period. It needs little and
-// may touch nothing: no root, no privilege, a read-only root filesystem.
+// may touch nothing: no root, no privilege, a read-only root filesystem
+// (what the restricted Pod Security Standard asks). It has CPU and memory
+// limits as well as requests: a namespace whose ResourceQuota counts limits
+// refuses a pod with a container that has none.
 func relayContainer(namespace string, pod *corev1.Pod, d Drain) corev1.Container {
 	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
@@ -279,7 +282,7 @@ func relayContainer(namespace string, pod *corev1.Pod, d Drain) corev1.Container
 			"--max-wait", strconv.FormatInt(grace, 10) + "s"},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 		},
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             ptr.To(true),
