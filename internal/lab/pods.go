@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,22 +136,7 @@ func (r *podRuntime) startProcess(c *corev1.Container) error {
 		return err
 	}
 	r.stopFwd = stop
-	logFile, err := os.OpenFile(filepath.Join(r.env.logDir, r.pod.Namespace+"_"+r.pod.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		stop()
-		return err
-	}
-	defer logFile.Close()
-	// The kubelet sets HOSTNAME to the pod's name.
-	args := []string{ChildEnv + "=controller", "HOSTNAME=" + r.pod.Name}
-	for _, e := range c.Env {
-		if e.ValueFrom == nil {
-			args = append(args, e.Name+"="+e.Value)
-		}
-	}
-	args = append(append(args, r.env.exe), c.Args...)
-	// env(1) sets the environment and execs: the process keeps its PID.
-	p, err := r.env.lab.Start(r.netPod.Netns, logFile, logFile, "env", args...)
+	p, err := r.startContainerProcess(c, "controller", r.pod.Namespace+"_"+r.pod.Name+".log")
 	if err != nil {
 		stop()
 		return err

@@ -39,7 +39,7 @@ func (r *podRuntime) startSidecars() error {
 			r.stopSidecars(0)
 			return fmt.Errorf("sidecar %s: image %q: the lab runs only %s (zerodrop's) as a sidecar", c.Name, c.Image, controllerImage)
 		}
-		p, err := r.startContainerProcess(c)
+		p, err := r.startContainerProcess(c, "sidecar", r.pod.Namespace+"_"+r.pod.Name+"_"+c.Name+".log")
 		if err != nil {
 			r.stopSidecars(0)
 			return fmt.Errorf("sidecar %s: %w", c.Name, err)
@@ -51,21 +51,25 @@ func (r *podRuntime) startSidecars() error {
 	return nil
 }
 
-// startContainerProcess runs zerodrop's image's container c in the pod's
-// namespace, its log in <pod>_<container>.log.
-func (r *podRuntime) startContainerProcess(c *corev1.Container) (*netlab.Process, error) {
-	logFile, err := os.OpenFile(filepath.Join(r.env.logDir, r.pod.Namespace+"_"+r.pod.Name+"_"+c.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+// startContainerProcess runs a container of zerodrop's image in the pod's
+// namespace: `<the lab's zerodrop> <its args…>` with the container's literal
+// environment and ChildEnv=child (for a test binary's TestMain), its output
+// in the log directory's logName.
+func (r *podRuntime) startContainerProcess(c *corev1.Container, child, logName string) (*netlab.Process, error) {
+	logFile, err := os.OpenFile(filepath.Join(r.env.logDir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close()
-	args := []string{ChildEnv + "=sidecar", "HOSTNAME=" + r.pod.Name}
+	// The kubelet sets HOSTNAME to the pod's name.
+	args := []string{ChildEnv + "=" + child, "HOSTNAME=" + r.pod.Name}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
 			args = append(args, e.Name+"="+e.Value)
 		}
 	}
 	args = append(append(args, r.env.exe), c.Args...)
+	// env(1) sets the environment and execs: the process keeps its PID.
 	return r.env.lab.Start(r.netPod.Netns, logFile, logFile, "env", args...)
 }
 
