@@ -33,6 +33,10 @@ import (
 // Path is where the relay is served (the drain endpoint's own path).
 const Path = "/drain"
 
+// MsgRetry is the log message of an attempt that failed and is made again
+// (the lab counts them).
+const MsgRetry = "drain call failed, calling again"
+
 // resultHeader is the drain endpoint's answer header, passed back as is
 // (drain.ResultHeader; not imported: the relay links no client machinery).
 const resultHeader = "X-Zerodrop-Drain"
@@ -155,7 +159,7 @@ func (h *Handler) call(ctx context.Context) (code int, result string, body []byt
 				attempt, time.Since(start).Round(time.Millisecond), last)
 		}
 		last = err
-		log.Info("drain call failed, calling again", "attempt", attempt, "error", last.Error())
+		log.Info(MsgRetry, "attempt", attempt, "error", last.Error())
 		select {
 		case <-ctx.Done():
 		case <-time.After(h.opts.Retry):

@@ -10,12 +10,12 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"k8s.io/klog/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,9 +28,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"zerodrop.dev/zerodrop/internal/drainrelay"
 	"zerodrop.dev/zerodrop/internal/lab/upstream"
+	"zerodrop.dev/zerodrop/internal/webhook"
 )
 
 // Options configure a lab run.
@@ -324,9 +327,9 @@ func Execute(ctx context.Context, opts Options) (results []Result, err error) {
 				if err != nil {
 					l.progressf("%-10s %-13s %-8s error: %v", sc.name, v, mode, err)
 				} else {
-					l.progressf("%-10s %-13s %-8s done: %d requests, %d failed (%d late, %d by a client stall); %d long conns, %d closed, %d broken; %d writes, %d conflicts; %d hook failures; %.1fs%s",
+					l.progressf("%-10s %-13s %-8s done: %d requests, %d failed (%d late, %d by a client stall); %d long conns, %d closed, %d broken; %d writes, %d conflicts; %d hook failures, %d drain relay retries; %.1fs%s",
 						sc.name, v, mode, res.Requests, res.FailedRequests, res.RequestsLate, res.RequestsLateStall, res.LongConns, res.LongConnsClosed, res.LongConnsBroken,
-						res.ProviderWrites, res.ProviderConflicts, res.HookFailures, res.DurationSeconds, kinds(res.timeline))
+						res.ProviderWrites, res.ProviderConflicts, res.HookFailures, res.DrainRelayRetries, res.DurationSeconds, kinds(res.timeline))
 				}
 				if ctx.Err() != nil {
 					return results, ctx.Err()
@@ -444,6 +447,22 @@ func (l *lab) hookFailures(ns string) int64 {
 	l.curMu.Lock()
 	defer l.curMu.Unlock()
 	return int64(l.hooks[ns])
+}
+
+// relayRetries counts the failed attempts the drain relays of namespace
+// ns's pods made again, from their logs (pods_sidecar.go names them).
+func (l *lab) relayRetries(ns string) int64 {
+	files, _ := filepath.Glob(filepath.Join(l.dir, ns+"_*_"+webhook.RelayContainer+".log"))
+	var n int64
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			l.logf("drain relay log %s: %v", f, err)
+			continue
+		}
+		n += int64(bytes.Count(b, []byte(`"msg":"`+drainrelay.MsgRetry+`"`)))
+	}
+	return n
 }
 
 // klogWriter writes klog's lines into the lab's log.

@@ -89,7 +89,7 @@ func TestLabRollout(t *testing.T) {
 	}
 	fields := []string{"scenario", "mode", "backend", "external_traffic_policy", "frontend", "client_netns", "traffic_start", "traffic_end",
 		"requests", "failed_requests", "requests_late", "requests_late_client_stall", "long_conns", "long_conns_closed", "long_conns_broken",
-		"long_reconnect_p50_ms", "long_reconnect_max_ms", "provider_writes", "controller_reported_writes", "provider_conflicts", "hook_failures",
+		"long_reconnect_p50_ms", "long_reconnect_max_ms", "provider_writes", "controller_reported_writes", "provider_conflicts", "hook_failures", "drain_relay_retries",
 		"drain_drained", "drain_deadline", "duplicate_backend_samples", "rollout_seconds", "duration_seconds"}
 	s := doc["scenarios"][0]
 	var keys []string

@@ -43,6 +43,11 @@ type Result struct {
 	// run, an httpGet that failed or answered other than 2xx, or a drain
 	// call that answered "timeout" (the pod stopped undrained).
 	HookFailures int64 `json:"hook_failures"`
+	// DrainRelayRetries counts the drain relay's attempts that failed and
+	// were made again (a drain call cut, refused or answered busy, most
+	// often by a controller replica's end): each one a preStop hook that
+	// the kubelet alone would have failed.
+	DrainRelayRetries int64 `json:"drain_relay_retries"`
 	// DrainDrained and DrainDeadline count the zerodrop controllers' drain
 	// calls answered drained and at their deadline
 	// (zerodrop_drain_outcome_total; 0 in modes without the gate).

@@ -176,6 +176,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	res.ControllerWrites, res.ProviderConflicts = int64(c.writes), int64(c.conflicts)
 	res.DrainDrained, res.DrainDeadline = int64(c.drained), int64(c.deadline)
 	res.HookFailures = l.hookFailures(r.ns)
+	res.DrainRelayRetries = l.relayRetries(r.ns)
 	res.WritesPerRestart = r.restartWrites
 	res.Chaos = r.chaos
 	res.DuplicateBackendSamples = r.dupSamples.Load()
