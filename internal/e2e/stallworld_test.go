@@ -52,6 +52,7 @@ func (r *readsSeen) Backends(ctx context.Context, key string) ([]provider.Backen
 
 type stallWorld struct {
 	c       client.Client
+	host    string // the API server's address
 	dir     string
 	prov    *haproxy.Provider
 	reads   *readsSeen
@@ -70,7 +71,7 @@ type stallWorld struct {
 func newStallWorld(t *testing.T, app string, subnet int, names ...string) *stallWorld {
 	t.Helper()
 	cfg := testenv.Start(t)
-	w := &stallWorld{c: newClient(t, cfg), dir: t.TempDir(), ns: "default", app: app, port: freePort(t),
+	w := &stallWorld{c: newClient(t, cfg), host: cfg.Host, dir: t.TempDir(), ns: "default", app: app, port: freePort(t),
 		pods: map[string]*corev1.Pod{}, ips: map[string]string{}, servers: map[string]string{}}
 	ctx := context.Background()
 	lbPort := freePort(t)

@@ -3,11 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 // The chaos scenarios (make chaos): faults in the parts around the load
@@ -210,7 +207,7 @@ func (r *run) chaosFigures() *ChaosFigures {
 func actAPIServerDown(ctx context.Context, r *run) error {
 	fig := r.chaosFigures()
 	outage := r.lab.opts.Chaos.outage()
-	pid, err := apiserverPID(r.lab.cp.config.Host)
+	pid, err := testenv.APIServerPID(r.lab.cp.config.Host)
 	if err != nil {
 		return err
 	}
@@ -355,38 +352,4 @@ func lossless(res Result) error {
 		return nil
 	}
 	return fmt.Errorf("%s: zerodrop must lose nothing: %s", res.Scenario, strings.Join(bad, "; "))
-}
-
-// apiserverPID finds the kube-apiserver that serves host
-// ("https://127.0.0.1:PORT/", the one this process started: envtest runs it
-// as a child): its command line has --secure-port=PORT, which another API
-// server on this machine cannot have.
-func apiserverPID(host string) (int, error) {
-	u, err := url.Parse(host)
-	if err != nil {
-		return 0, fmt.Errorf("API server address %q: %w", host, err)
-	}
-	if u.Port() == "" {
-		return 0, fmt.Errorf("API server address %q has no port", host)
-	}
-	want := "--secure-port=" + u.Port()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if filepath.Base(args[0]) == "kube-apiserver" && slices.Contains(args, want) {
-			return pid, nil
-		}
-	}
-	return 0, fmt.Errorf("no kube-apiserver runs with %s", want)
 }
