@@ -9,9 +9,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"zerodrop.dev/zerodrop/internal/testnet"
 )
 
 const pod = "shop/web-1"
@@ -184,44 +185,11 @@ func TestNewHandlerRejects(t *testing.T) {
 	}
 }
 
-// hungListener is a listener whose accept queue is full: Linux drops the
-// SYNs of further connects instead of refusing them, as a pod's address
-// does once the pod is gone.
-func hungListener(t *testing.T) string {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
-	// Fill the queue; nothing ever accepts.
-	for i := 0; i < 4; i++ {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err != nil {
-			return addr // queue full: this connect timed out
-		}
-		t.Cleanup(func() { c.Close() })
-	}
-	t.Fatalf("4 connections to %s accepted into a queue of 0: cannot make a connect hang here", addr)
-	return ""
-}
-
 // A connect that hangs (the Service sent it to a replica that is gone) is
 // cut at DialTimeout and made again: several attempts within MaxWait, not
 // one connect waiting out the grace period.
 func TestRelayConnectTimesOut(t *testing.T) {
-	addr := hungListener(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", testnet.SilentPort(t, "127.0.0.1"))
 	h, err := NewHandler(Options{Target: "http://" + addr, Pod: pod, MaxWait: 3 * time.Second, Retry: 10 * time.Millisecond, DialTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

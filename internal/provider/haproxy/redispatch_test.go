@@ -1,50 +1,12 @@
 package haproxy
 
 import (
-	"fmt"
-	"net"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/testnet"
 )
-
-// silentBackend is a loopback address and port that drops SYNs, as a pod
-// that stopped without being drained (its address gone) or a lost node does:
-// a listener with a backlog of 0 whose accept queue is full and never
-// accepted, so the kernel drops further SYNs.
-func silentBackend(t *testing.T, addr string) int32 {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Close(fd) })
-	ip := net.ParseIP(addr).To4()
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte(ip)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := sa.(*syscall.SockaddrInet4).Port
-	// Fill the accept queue; once it is full a connection attempt hangs.
-	for filled := false; !filled; {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", addr, port), 2*time.Second)
-		if err != nil {
-			filled = true
-			continue
-		}
-		t.Cleanup(func() { c.Close() })
-	}
-	return int32(port)
-}
 
 // TestVanishedBackendRedispatched: a backend that drops SYNs while HAProxy
 // still has it active (nobody drained it, no health check has failed yet)
@@ -56,7 +18,7 @@ func TestVanishedBackendRedispatched(t *testing.T) {
 	p := startOwned(t, dir, &c)
 	good := startBackends(t, 1, "127.0.3")[0]
 	const silentAddr = "127.0.3.9"
-	silent := model.Backend{Address: silentAddr, Port: silentBackend(t, silentAddr), Weight: model.DefaultWeight, State: model.Active}
+	silent := model.Backend{Address: silentAddr, Port: int32(testnet.SilentPort(t, silentAddr)), Weight: model.DefaultWeight, State: model.Active}
 	const key, lbAddr = "default/vanished", "127.0.0.53"
 	port := freePort(t, lbAddr)
 	l := listenerOf(key, "tcp-80", lbAddr, port, nil)
