@@ -28,18 +28,13 @@ import (
 	"net/url"
 	"strings"
 	"time"
-)
 
-// Path is where the relay is served (the drain endpoint's own path).
-const Path = "/drain"
+	"zerodrop.dev/zerodrop/internal/drain"
+)
 
 // MsgRetry is the log message of an attempt that failed and is made again
 // (the lab counts them).
 const MsgRetry = "drain call failed, calling again"
-
-// resultHeader is the drain endpoint's answer header, passed back as is
-// (drain.ResultHeader; not imported: the relay links no client machinery).
-const resultHeader = "X-Zerodrop-Drain"
 
 // Options configure a relay.
 type Options struct {
@@ -67,7 +62,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Handler serves GET /drain?pod=<namespace>/<name> for its own pod only.
+// Handler serves GET /drain?pod=<namespace>/<name> (drain.Path: the drain
+// endpoint's own path) for its own pod only, and passes back the drain
+// endpoint's answer with its drain.ResultHeader.
 type Handler struct {
 	opts   Options
 	target string
@@ -100,12 +97,12 @@ func NewHandler(o Options) (*Handler, error) {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	q := url.Values{"pod": {o.Pod}}
-	return &Handler{opts: o, target: strings.TrimSuffix(o.Target, "/") + Path + "?" + q.Encode()}, nil
+	return &Handler{opts: o, target: strings.TrimSuffix(o.Target, "/") + drain.Path + "?" + q.Encode()}, nil
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet || r.URL.Path != Path {
-		http.Error(w, "GET "+Path+"?pod=<namespace>/<name>", http.StatusNotFound)
+	if r.Method != http.MethodGet || r.URL.Path != drain.Path {
+		http.Error(w, "GET "+drain.Path+"?pod=<namespace>/<name>", http.StatusNotFound)
 		return
 	}
 	if pod := r.URL.Query().Get("pod"); pod != "" && pod != h.opts.Pod {
@@ -118,12 +115,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// Nothing answered in time: the same answer as the drain
 		// endpoint's at its deadline, so the hook fails the same way.
-		w.Header().Set(resultHeader, "timeout")
+		w.Header().Set(drain.ResultHeader, "timeout")
 		http.Error(w, "timeout: "+err.Error(), http.StatusGatewayTimeout)
 		return
 	}
 	if result != "" {
-		w.Header().Set(resultHeader, result)
+		w.Header().Set(drain.ResultHeader, result)
 	}
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
@@ -182,5 +179,5 @@ func (h *Handler) once(ctx context.Context) (int, string, []byte, error) {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return 0, "", nil, fmt.Errorf("reading the answer: %w", err)
 	}
-	return resp.StatusCode, resp.Header.Get(resultHeader), body, nil
+	return resp.StatusCode, resp.Header.Get(drain.ResultHeader), body, nil
 }

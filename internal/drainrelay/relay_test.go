@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"zerodrop.dev/zerodrop/internal/drain"
 	"zerodrop.dev/zerodrop/internal/testnet"
 )
 
@@ -24,8 +25,8 @@ func drainServer(t *testing.T, answer func(n int64, w http.ResponseWriter, r *ht
 	t.Helper()
 	var calls atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != Path || r.URL.Query().Get("pod") != pod {
-			t.Errorf("relay called %s, want %s?pod=%s", r.URL, Path, pod)
+		if r.URL.Path != drain.Path || r.URL.Query().Get("pod") != pod {
+			t.Errorf("relay called %s, want %s?pod=%s", r.URL, drain.Path, pod)
 		}
 		answer(calls.Add(1), w, r)
 	}))
@@ -48,7 +49,7 @@ func cut(t *testing.T, w http.ResponseWriter) {
 }
 
 func drained(w http.ResponseWriter) {
-	w.Header().Set(resultHeader, "drained")
+	w.Header().Set(drain.ResultHeader, "drained")
 	_, _ = io.WriteString(w, "drained")
 }
 
@@ -71,7 +72,7 @@ func hook(t *testing.T, url string) (int, string, string) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header.Get(resultHeader), strings.TrimSpace(string(b))
+	return resp.StatusCode, resp.Header.Get(drain.ResultHeader), strings.TrimSpace(string(b))
 }
 
 // A call cut twice (two replicas killed while holding it) and a replica that
@@ -88,7 +89,7 @@ func TestRelayCallsAgainUntilAnswered(t *testing.T) {
 		}
 	})
 	r := relay(t, target.URL, time.Minute)
-	code, result, body := hook(t, r.URL+Path+"?pod="+pod)
+	code, result, body := hook(t, r.URL+drain.Path+"?pod="+pod)
 	if code != http.StatusOK || result != "drained" || body != "drained" {
 		t.Errorf("hook got %d %q %q, want 200 drained", code, result, body)
 	}
@@ -110,11 +111,11 @@ func TestRelayPassesAnswers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			target, calls := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) {
-				w.Header().Set(resultHeader, tc.result)
+				w.Header().Set(drain.ResultHeader, tc.result)
 				w.WriteHeader(tc.code)
 				_, _ = io.WriteString(w, tc.result)
 			})
-			code, result, body := hook(t, relay(t, target.URL, time.Minute).URL+Path)
+			code, result, body := hook(t, relay(t, target.URL, time.Minute).URL+drain.Path)
 			if code != tc.code || result != tc.result || body != tc.result || calls.Load() != 1 {
 				t.Errorf("hook got %d %q %q after %d calls, want %d %q once", code, result, body, calls.Load(), tc.code, tc.result)
 			}
@@ -131,7 +132,7 @@ func TestRelayGivesUpAtMaxWait(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // refused from now on
-	code, result, body := hook(t, relay(t, "http://"+addr, 300*time.Millisecond).URL+Path)
+	code, result, body := hook(t, relay(t, "http://"+addr, 300*time.Millisecond).URL+drain.Path)
 	if code != http.StatusGatewayTimeout || result != "timeout" || !strings.Contains(body, "refused") {
 		t.Errorf("hook got %d %q %q, want 504 timeout naming the last error", code, result, body)
 	}
@@ -145,7 +146,7 @@ func TestRelayStopsWithItsCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	req := httptest.NewRequest(http.MethodGet, Path, nil).WithContext(ctx)
+	req := httptest.NewRequest(http.MethodGet, drain.Path, nil).WithContext(ctx)
 	done := make(chan struct{})
 	go func() { h.ServeHTTP(httptest.NewRecorder(), req); close(done) }()
 	for wait := time.Now().Add(time.Minute); calls.Load() < 2; time.Sleep(5 * time.Millisecond) {
@@ -164,7 +165,7 @@ func TestRelayStopsWithItsCaller(t *testing.T) {
 
 func TestRelayOwnPodOnly(t *testing.T) {
 	target, calls := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) { drained(w) })
-	code, _, _ := hook(t, relay(t, target.URL, time.Minute).URL+Path+"?pod=shop/other")
+	code, _, _ := hook(t, relay(t, target.URL, time.Minute).URL+drain.Path+"?pod=shop/other")
 	if code != http.StatusForbidden || calls.Load() != 0 {
 		t.Errorf("a call about another pod got %d and made %d drain calls, want 403 and none", code, calls.Load())
 	}
@@ -196,7 +197,7 @@ func TestRelayConnectTimesOut(t *testing.T) {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	code, result, body := hook(t, srv.URL+Path)
+	code, result, body := hook(t, srv.URL+drain.Path)
 	var attempts int
 	if _, err := fmt.Sscanf(body, "timeout: no answer after %d attempts", &attempts); err != nil || code != http.StatusGatewayTimeout || result != "timeout" {
 		t.Fatalf("hook got %d %q %q, want 504 timeout after some attempts", code, result, body)
