@@ -191,12 +191,13 @@ func Mutate(pod *corev1.Pod, namespace string, selecting []*corev1.Service, d Dr
 		pod.Name = newName(pod.GenerateName)
 		res.NameSet = true
 	}
-	hook := drainHook(namespace, pod.Name, d)
+	hook := drainHook(namespace, pod.Name, d.Host, d.Port)
 	if d.Relay != nil {
 		if why := relayConflict(pod, d.Relay.Port); why != "" {
 			res.NoRelay = why
 		} else {
-			hook = relayHook(namespace, pod.Name, d.Relay.Port)
+			// The relay on the pod's own address (an empty host).
+			hook = drainHook(namespace, pod.Name, "", d.Relay.Port)
 			if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == RelayContainer }) {
 				// First, so the relay starts before any other container.
 				pod.Spec.InitContainers = append([]corev1.Container{relayContainer(namespace, pod, d)}, pod.Spec.InitContainers...)
@@ -214,24 +215,16 @@ func Mutate(pod *corev1.Pod, namespace string, selecting []*corev1.Service, d Dr
 	return res
 }
 
-// drainHook is the preStop hook that waits on the drain endpoint.
-func drainHook(namespace, name string, d Drain) *corev1.LifecycleHandler {
+// drainHook is the preStop hook that waits on the drain endpoint at
+// host:port — the drain Service, or the drain relay on the pod's own address
+// when host is empty (the kubelet's default).
+func drainHook(namespace, name, host string, port int32) *corev1.LifecycleHandler {
 	return &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
 		// Namespace and pod names are DNS labels and subdomains: nothing
 		// to escape, and a slash is legal in a query.
 		Path:   drain.Path + "?pod=" + namespace + "/" + name,
-		Port:   intstr.FromInt32(d.Port),
-		Host:   d.Host,
-		Scheme: corev1.URISchemeHTTP,
-	}}
-}
-
-// relayHook is the preStop hook that waits on the drain relay: the kubelet
-// calls the pod's own address (an empty host).
-func relayHook(namespace, name string, port int32) *corev1.LifecycleHandler {
-	return &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
-		Path:   drain.Path + "?pod=" + namespace + "/" + name,
 		Port:   intstr.FromInt32(port),
+		Host:   host,
 		Scheme: corev1.URISchemeHTTP,
 	}}
 }

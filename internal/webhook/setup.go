@@ -97,24 +97,22 @@ func (o *Options) Flags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Certs.ServingValidity, "webhook-cert-validity", certs.DefaultServingValidity, "validity of a new serving certificate (renewed with a third left)")
 	fs.StringVar(&o.DrainHost, "webhook-drain-host", "", "IP address the injected preStop hook calls, required with --webhook: the drain Service's fixed clusterIP")
 	o.DrainPort = DefaultDrainPort
-	fs.Func("webhook-drain-port", "port of the drain Service the hook calls (default 9090)", func(s string) error {
-		p, err := strconv.ParseUint(s, 10, 16)
-		if err != nil || p == 0 {
-			return fmt.Errorf("want a port from 1 to 65535, not %q", s)
-		}
-		o.DrainPort = int32(p)
-		return nil
-	})
+	fs.Func("webhook-drain-port", "port of the drain Service the hook calls (default 9090)", portFlag(&o.DrainPort))
 	fs.StringVar(&o.DrainRelayImage, "webhook-drain-relay-image", "", "image of the drain relay sidecar injected beside the hook (zerodrop's own; needs Kubernetes 1.29+ native sidecars); empty: the hook calls the drain Service directly")
 	o.DrainRelayPort = drainrelay.DefaultPort
-	fs.Func("webhook-drain-relay-port", fmt.Sprintf("port of the drain relay in the pod (default %d)", drainrelay.DefaultPort), func(s string) error {
+	fs.Func("webhook-drain-relay-port", fmt.Sprintf("port of the drain relay in the pod (default %d)", drainrelay.DefaultPort), portFlag(&o.DrainRelayPort))
+}
+
+// portFlag parses a TCP port (1 to 65535) into dst.
+func portFlag(dst *int32) func(string) error {
+	return func(s string) error {
 		p, err := strconv.ParseUint(s, 10, 16)
 		if err != nil || p == 0 {
 			return fmt.Errorf("want a port from 1 to 65535, not %q", s)
 		}
-		o.DrainRelayPort = int32(p)
+		*dst = int32(p)
 		return nil
-	})
+	}
 }
 
 // Validate checks the options a user sets; Setup calls it, and the
