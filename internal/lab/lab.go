@@ -62,8 +62,9 @@ type Options struct {
 	// Chaos tunes the chaos scenarios (kill-mid-plan, apiserver-down).
 	Chaos ChaosOptions
 	// AppExitOnSIGTERM makes the workload an app without SIGTERM handling:
-	// it exits at SIGTERM and every connection it holds is reset (the
-	// default is a graceful shutdown, see podServer.shutdown).
+	// it exits at SIGTERM and every connection it holds is closed as a
+	// process exit closes it (podServer.exit; the default is a graceful
+	// shutdown, podServer.shutdown).
 	AppExitOnSIGTERM bool
 }
 
@@ -115,7 +116,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var chaos ChaosOptions
 	fs.IntVar(&chaos.MidPlanKills, "kills", DefaultMidPlanKills, "kill-mid-plan: how often to SIGKILL the writer at a plan's first write")
 	fs.DurationVar(&chaos.APIServerOutage, "apiserver-outage", DefaultAPIServerOutage, "apiserver-down: how long kube-apiserver stays stopped")
-	appSigterm := fs.String("app-sigterm", appSigtermGraceful, "graceful|exit: the workload's SIGTERM handling — a graceful shutdown, or none (exit at once, every connection reset)")
+	appSigterm := fs.String("app-sigterm", appSigtermGraceful, "graceful|exit: the workload's SIGTERM handling — a graceful shutdown, or none (exit at once, every connection closed without a word)")
 	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
 	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: restart and churn only, see docs/lab.md)")
 	fs.Usage = func() {
