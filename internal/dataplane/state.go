@@ -27,10 +27,32 @@ import (
 // when it has none).
 const BackendsPath = "/v1/backends"
 
-// StateHandler serves prov's backend status read-only. A failed read is a
-// 503 with the error: the caller treats it as no answer and waits.
+// LoadBalancerPath is the state endpoint's other resource: GET
+// /v1/loadbalancer?key=<load balancer key> answers the replica's observed
+// load balancer (model.LoadBalancer) as JSON, or null when it has none. The
+// control role reads it to set a Service's Ready condition and to let a
+// deleted Service's finalizer go.
+const LoadBalancerPath = "/v1/loadbalancer"
+
+// StateHandler serves prov's backend status and load balancers read-only. A
+// failed read is a 503 with the error: the caller treats it as no answer and
+// waits.
 func StateHandler(prov provider.Provider) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+LoadBalancerPath, func(w http.ResponseWriter, r *http.Request) {
+		key := r.URL.Query().Get("key")
+		if key == "" {
+			http.Error(w, "key is required", http.StatusBadRequest)
+			return
+		}
+		lb, err := prov.Observe(r.Context(), key)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(lb)
+	})
 	mux.HandleFunc("GET "+BackendsPath, func(w http.ResponseWriter, r *http.Request) {
 		key := r.URL.Query().Get("key")
 		if key == "" {
@@ -72,9 +94,6 @@ func (r *Remote) Name() string                            { return "haproxy-repl
 func (r *Remote) Unsupported() map[model.Protocol]bool    { return nil }
 func (r *Remote) Apply(context.Context, model.Plan) error { return ErrReadOnly }
 func (r *Remote) Delete(context.Context, string) error    { return ErrReadOnly }
-func (r *Remote) Observe(context.Context, string) (*model.LoadBalancer, error) {
-	return nil, ErrReadOnly
-}
 
 // defaultClient bounds each read: a replica that does not answer makes the
 // gates wait, not hang.
@@ -82,29 +101,68 @@ var defaultClient = &http.Client{Timeout: 5 * time.Second}
 
 // Backends reads the replica's backends of the load balancer key.
 func (r *Remote) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
+	var bs []provider.BackendStatus
+	if err := r.get(ctx, BackendsPath, key, &bs); err != nil {
+		return nil, err
+	}
+	return bs, nil
+}
+
+// Observe reads the replica's load balancer key (nil: it has none).
+func (r *Remote) Observe(ctx context.Context, key string) (*model.LoadBalancer, error) {
+	var lb *model.LoadBalancer
+	if err := r.get(ctx, LoadBalancerPath, key, &lb); err != nil {
+		return nil, err
+	}
+	return lb, nil
+}
+
+// get reads one resource of the state endpoint into out.
+func (r *Remote) get(ctx context.Context, path, key string, out any) error {
 	c := r.Client
 	if c == nil {
 		c = defaultClient
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.BaseURL+BackendsPath+"?key="+url.QueryEscape(key), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.BaseURL+path+"?key="+url.QueryEscape(key), nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("replica %s: %w", r.Replica, err)
+		return fmt.Errorf("replica %s: %w", r.Replica, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return nil, fmt.Errorf("replica %s: %w", r.Replica, err)
+		return fmt.Errorf("replica %s: %w", r.Replica, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("replica %s: %s: %s", r.Replica, resp.Status, body)
+		return fmt.Errorf("replica %s: %s: %s", r.Replica, resp.Status, body)
 	}
-	var bs []provider.BackendStatus
-	if err := json.Unmarshal(body, &bs); err != nil {
-		return nil, fmt.Errorf("replica %s: %w", r.Replica, err)
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("replica %s: %w", r.Replica, err)
 	}
-	return bs, nil
+	return nil
+}
+
+// Fleet stands for the data plane's load balancers in a controller of the
+// control role, which writes none of them: it names the provider (the
+// Services' default class follows it) and the protocols it cannot balance.
+// Reads and writes are refused: the replicas are read one by one (Remote).
+type Fleet struct {
+	ProviderName string
+	Protocols    map[model.Protocol]bool
+}
+
+var _ provider.Provider = Fleet{}
+
+func (f Fleet) Name() string                            { return f.ProviderName }
+func (f Fleet) Unsupported() map[model.Protocol]bool    { return f.Protocols }
+func (f Fleet) Apply(context.Context, model.Plan) error { return ErrReadOnly }
+func (f Fleet) Delete(context.Context, string) error    { return ErrReadOnly }
+func (f Fleet) Observe(context.Context, string) (*model.LoadBalancer, error) {
+	return nil, ErrReadOnly
+}
+func (f Fleet) Backends(context.Context, string) ([]provider.BackendStatus, error) {
+	return nil, ErrReadOnly
 }

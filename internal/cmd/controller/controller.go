@@ -33,6 +33,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/dataplane"
 	"zerodrop.dev/zerodrop/internal/drain"
 	"zerodrop.dev/zerodrop/internal/kubeproxy"
 	"zerodrop.dev/zerodrop/internal/lbtarget"
@@ -86,8 +87,10 @@ type Config struct {
 	LogOutput io.Writer
 
 	HAProxy haproxy.Options
-	Azure   AzureConfig
-	Webhook webhook.Options
+	// DataPlane is this process's part in an HAProxy data plane of replicas.
+	DataPlane RoleConfig
+	Azure     AzureConfig
+	Webhook   webhook.Options
 	// Registerer receives the metrics (default: controller-runtime's registry).
 	Registerer prometheus.Registerer
 }
@@ -123,6 +126,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.RetryPeriod, "retry-period", 2*time.Second, "leader election retry period")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text (klog) or json (one JSON object per line, for log pipelines)")
 	c.Webhook.Flags(fs)
+	c.DataPlane.flags(fs)
 	fs.StringVar(&c.HAProxy.Dir, "haproxy-dir", DefaultHAProxyDir(), "state directory of a locally owned HAProxy")
 	fs.StringVar(&c.HAProxy.Binary, "haproxy-binary", "haproxy", "HAProxy executable")
 	fs.StringVar(&c.HAProxy.AdminSocket, "haproxy-socket", "", "attach to an existing HAProxy: its admin stats socket")
@@ -160,6 +164,9 @@ func (c *Config) Validate() error {
 		if err := c.Webhook.Validate(); err != nil {
 			return err
 		}
+	}
+	if err := c.DataPlane.validate(c); err != nil {
+		return err
 	}
 	switch c.Provider {
 	case "haproxy":
@@ -297,11 +304,14 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		metricsOpts.SecureServing = true
 		metricsOpts.FilterProvider = metricsAuth
 	}
+	role := cfg.DataPlane.role()
 	mgr, err := manager.New(restCfg, manager.Options{
-		Logger:                        log,
-		Metrics:                       metricsOpts,
-		HealthProbeBindAddress:        cfg.ProbeAddr,
-		LeaderElection:                cfg.LeaderElect,
+		Logger:                 log,
+		Metrics:                metricsOpts,
+		HealthProbeBindAddress: cfg.ProbeAddr,
+		// A data-plane replica is the only writer of its own HAProxy: every
+		// one writes, none is elected.
+		LeaderElection:                cfg.LeaderElect && role != service.RoleDataPlane,
 		LeaderElectionID:              cfg.LeaderID,
 		LeaderElectionNamespace:       cfg.LeaderNamespace,
 		LeaderElectionReleaseOnCancel: true,
@@ -335,9 +345,13 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		prov        provider.Provider
 		keyFunc     func(*corev1.Service) string
 		validateSvc func(*corev1.Service) error
+		replicas    *dataplane.Discovery
 	)
-	switch cfg.Provider {
-	case "azure":
+	switch {
+	case role == service.RoleControl:
+		// No HAProxy here: every data-plane replica writes its own.
+		prov, replicas = cfg.DataPlane.fleet(mgr.GetCache(), mgr.GetEventRecorder("zerodrop-data-plane"))
+	case cfg.Provider == "azure":
 		azOpts.Hooks = m.ProviderHooks("azure")
 		azOpts.Log = log.WithName("azure")
 		az, err := newAzure(ctx, cfg.Azure, azOpts)
@@ -365,6 +379,15 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		if err := mgr.Add(restoreLoop(hp, log.WithName("haproxy"))); err != nil {
 			return err
 		}
+		if role == service.RoleDataPlane {
+			if err := mgr.Add(&stateServer{addr: cfg.DataPlane.StateAddr, h: dataplane.StateHandler(hp), log: log.WithName("state")}); err != nil {
+				return err
+			}
+		}
+	}
+	var replicasFunc func(context.Context) ([]lbtarget.Replica, error)
+	if replicas != nil {
+		replicasFunc = replicas.Replicas
 	}
 
 	svcCtrl, err := service.New(ctx, mgr, service.Options{
@@ -380,13 +403,19 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		ValidateService:      validateSvc,
 		ResyncPeriod:         cfg.ResyncPeriod,
 		ImmediateRemoval:     cfg.Immediate,
+		Role:                 role,
+		Replicas:             replicasFunc,
 		Metrics:              m,
 		Logger:               log,
 	})
 	if err != nil {
 		return err
 	}
-	finder := &lbtarget.Finder{Reader: mgr.GetCache(), Services: svcCtrl, Provider: prov, AddressMap: addrMap}
+	finder := &lbtarget.Finder{Reader: mgr.GetCache(), Services: svcCtrl, Provider: prov, AddressMap: addrMap, Replicas: replicasFunc}
+	if role == service.RoleDataPlane {
+		// The gates are the control role's: they read every replica.
+		cfg.ReadinessGate, cfg.DrainAddr = false, ""
+	}
 	if cfg.ReadinessGate {
 		if err := podgate.Setup(mgr, podgate.Options{Finder: finder, Latency: m.GateLatency, Logger: log.WithName("podgate")}); err != nil {
 			return fmt.Errorf("readiness gate: %w", err)
@@ -406,7 +435,7 @@ func RunConfig(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	log.Info("starting", "version", version.String(), "provider", cfg.Provider, "sync", sync, "leaderElection", cfg.LeaderElect)
+	log.Info("starting", "version", version.String(), "provider", cfg.Provider, "role", cfg.DataPlane.Role, "sync", sync, "leaderElection", cfg.LeaderElect && role != service.RoleDataPlane)
 	err = mgr.Start(ctx)
 	// The manager has stopped (and released the lease); pods whose preStop
 	// hook is waiting on this replica still get their answer, from the

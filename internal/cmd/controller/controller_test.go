@@ -82,6 +82,16 @@ func TestValidate(t *testing.T) {
 		{"webhook drain address is a name", []string{"--webhook", "--webhook-drain-host=zerodrop-drain.zerodrop-system.svc"}, "not an IP address"},
 		{"webhook drain address is loopback", []string{"--webhook", "--webhook-drain-host=127.0.0.1"}, "--webhook-drain-host"},
 		{"webhook drain address unspecified", []string{"--webhook", "--webhook-drain-host=::"}, "--webhook-drain-host"},
+		{"role all", []string{"--role=all"}, ""},
+		{"unknown role", []string{"--role=writer"}, "--role must be all, control or data-plane"},
+		{"data-plane role", []string{"--role=data-plane"}, ""},
+		{"data-plane role serving the webhook", []string{"--role=data-plane", "--webhook", "--webhook-drain-host=10.96.0.90"}, "does not serve the webhook"},
+		{"data-plane role without a state endpoint", []string{"--role=data-plane", "--state-bind-address=0"}, "--state-bind-address"},
+		{"data-plane role, azure", append(azureArgs(nil), "--role=data-plane"), "HAProxy's"},
+		{"control role", []string{"--role=control", "--data-plane-namespace=zerodrop", "--data-plane-selector=app.kubernetes.io/component=data-plane"}, ""},
+		{"control role without its replicas", []string{"--role=control"}, "--data-plane-namespace and --data-plane-selector"},
+		{"control role, bad selector", []string{"--role=control", "--data-plane-namespace=zerodrop", "--data-plane-selector=a b"}, "--data-plane-selector"},
+		{"control role, bad state port", []string{"--role=control", "--data-plane-namespace=zerodrop", "--data-plane-selector=a=b", "--data-plane-state-port=0"}, "--data-plane-state-port"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.desc, func(t *testing.T) {

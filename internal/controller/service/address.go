@@ -142,6 +142,9 @@ func (c *Controller) seedAllocator(ctx context.Context) error {
 // else the one it has (status, or what the load balancer really listens on
 // after a crash between apply and status), else a new one.
 func (c *Controller) address(svc *corev1.Service, cfg model.ServiceConfig, observed *model.LoadBalancer) (string, error) {
+	if c.opts.Role == RoleDataPlane {
+		return statusAddress(svc)
+	}
 	if !c.alloc.enabled() {
 		return "", nil
 	}

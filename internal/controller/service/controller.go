@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
@@ -101,9 +102,15 @@ type Options struct {
 	// FailureEventThreshold is how many consecutive failures of one load
 	// balancer make a Warning Event (default 5): transient conflicts stay silent.
 	FailureEventThreshold int
-	Metrics               *metrics.Metrics
-	Recorder              events.EventRecorder
-	Logger                logr.Logger
+	// Role chooses which writes this process makes (default RoleAll).
+	Role Role
+	// Replicas lists the data-plane replicas that count (RoleControl, where
+	// it is required): the leader reads each one's load balancer, to set
+	// Ready and to let a deleted Service's finalizer go.
+	Replicas func(ctx context.Context) ([]lbtarget.Replica, error)
+	Metrics  *metrics.Metrics
+	Recorder events.EventRecorder
+	Logger   logr.Logger
 }
 
 // Controller reconciles the load balancers of LoadBalancer Services.
@@ -128,6 +135,18 @@ type Controller struct {
 func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, error) {
 	if opts.Provider == nil {
 		return nil, fmt.Errorf("service controller: no provider")
+	}
+	switch opts.Role {
+	case RoleAll:
+	case RoleControl:
+		if opts.Replicas == nil {
+			return nil, fmt.Errorf("service controller: role %s needs the data-plane replicas", opts.Role)
+		}
+	case RoleDataPlane:
+		// Addresses are the control role's, read from the Services' status.
+		opts.AddressPool = netip.Prefix{}
+	default:
+		return nil, fmt.Errorf("service controller: unknown role %q", opts.Role)
 	}
 	if opts.LoadBalancerClass == "" {
 		opts.LoadBalancerClass = ClassPrefix + opts.Provider.Name()
@@ -202,8 +221,10 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 	return c, nil
 }
 
-// NeedLeaderElection makes the manager run the workers only in the leader.
-func (c *Controller) NeedLeaderElection() bool { return true }
+// NeedLeaderElection makes the manager run the workers only in the leader,
+// except in a data-plane replica: each is the only writer of its own load
+// balancer.
+func (c *Controller) NeedLeaderElection() bool { return c.opts.Role != RoleDataPlane }
 
 // Start runs the workers until ctx is done.
 func (c *Controller) Start(ctx context.Context) error {

@@ -40,6 +40,10 @@ type state struct {
 	held []model.ServiceInput
 	// leaving Services are deleted or no longer zerodrop's; their listeners go.
 	leaving []*corev1.Service
+	// RoleControl only: unserved are the active Services some data-plane
+	// replica does not serve yet (why), servedBy how many replicas count.
+	unserved map[*corev1.Service]string
+	servedBy int
 }
 
 // reconcileKey reconciles one load balancer; a positive duration asks for
@@ -69,6 +73,9 @@ func (c *Controller) reconcileKey(ctx context.Context, key string) (time.Duratio
 }
 
 func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, error) {
+	if c.opts.Role == RoleControl {
+		return c.reconcileControl(ctx, key)
+	}
 	st, err := c.collect(ctx, key)
 	if err != nil {
 		return resultError, false, err
@@ -96,6 +103,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 	}
 	st.active = dropInvalid(st.active, st.invalid)
 	for _, in := range st.active {
+		if c.opts.Role == RoleDataPlane {
+			break // the control role adds it
+		}
 		if err := c.ensureFinalizer(ctx, in.Service); err != nil {
 			return resultError, false, err
 		}
@@ -156,7 +166,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 		for kind, n := range plan.Counts() {
 			c.opts.Metrics.PlanOps.WithLabelValues(string(kind)).Add(float64(n))
 		}
-		if !c.alloc.enabled() && desired != nil {
+		if !c.alloc.enabled() && desired != nil && c.opts.Role != RoleDataPlane {
 			// The provider assigns frontend addresses (a cloud): read what it
 			// gave, for the Services' status.
 			if observed, err = c.opts.Provider.Observe(ctx, key); err != nil {
@@ -166,6 +176,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 	}
 	if !c.alloc.enabled() {
 		providerAddresses(st.active, observed)
+	}
+	if c.opts.Role == RoleDataPlane {
+		// The control role writes the Services.
+		for svc, err := range st.invalid {
+			logFrom(ctx).V(1).Info("Service not served as asked; its listeners stay as they are", "service", svc.Namespace+"/"+svc.Name, "reason", err.Error())
+		}
+		c.countBackends(key, desired)
+		return result, pending, nil
 	}
 	if err := c.updateStatuses(ctx, st, plan, warnings); err != nil {
 		if apierrors.IsConflict(err) {

@@ -100,11 +100,21 @@ func (c *Controller) updateStatuses(ctx context.Context, st *state, plan model.P
 		}
 		status := svc.Status.DeepCopy()
 		if in.Address != "" {
-			vip := corev1.LoadBalancerIPModeVIP
-			status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: in.Address, IPMode: &vip}}
+			mode := c.ipMode()
+			status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: in.Address, IPMode: &mode}}
 		}
 		ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: "Ensured",
 			Message: "the load balancer serves this Service", ObservedGeneration: svc.Generation}
+		if c.opts.Role == RoleControl {
+			if why, waiting := st.unserved[svc]; waiting {
+				ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonDataPlanePending, why
+			} else {
+				ready.Message = fmt.Sprintf("every data-plane replica that counts (%d) serves this Service", st.servedBy)
+				if !meta.IsStatusConditionTrue(svc.Status.Conditions, ConditionReady) {
+					c.opts.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonEnsured, "Sync", "%s", ready.Message)
+				}
+			}
+		}
 		meta.SetStatusCondition(&status.Conditions, ready)
 		valid := metav1.Condition{Type: ConditionConfigValid, Status: metav1.ConditionTrue, Reason: "Valid",
 			Message: "annotations and ports are valid", ObservedGeneration: svc.Generation}
@@ -227,6 +237,9 @@ func (c *Controller) recordFailure(ctx context.Context, key string, err error) {
 	for _, in := range st.active {
 		c.opts.Recorder.Eventf(in.Service, nil, corev1.EventTypeWarning, ReasonSyncFailed, "Sync",
 			"load balancer sync failed %d times in a row: %v", n, err)
+		if c.opts.Role == RoleDataPlane {
+			continue // the control role writes the Services
+		}
 		status := in.Service.Status.DeepCopy()
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse,
 			Reason: ReasonSyncFailed, Message: truncate(err.Error(), 1000), ObservedGeneration: in.Service.Generation})

@@ -202,7 +202,11 @@ func (p *Provider) Close() error {
 func (p *Provider) Name() string { return Name }
 
 // Unsupported returns UDP and SCTP: open-source HAProxy balances TCP only.
-func (p *Provider) Unsupported() map[model.Protocol]bool {
+func (p *Provider) Unsupported() map[model.Protocol]bool { return UnsupportedProtocols() }
+
+// UnsupportedProtocols is what Unsupported returns, for a process that
+// writes no HAProxy itself (the control role of a data plane of replicas).
+func UnsupportedProtocols() map[model.Protocol]bool {
 	return map[model.Protocol]bool{model.UDP: true, model.SCTP: true}
 }
 

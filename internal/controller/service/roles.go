@@ -1,0 +1,211 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"zerodrop.dev/zerodrop/internal/model"
+)
+
+// Role chooses which writes a controller process makes. One process may make
+// them all (RoleAll); an HAProxy data plane of several replicas splits them,
+// so that each HAProxy has exactly one writer, its own replica's zerodrop
+// process (invariant 2), and the Kubernetes objects have exactly one, the
+// elected controller.
+type Role string
+
+const (
+	// RoleAll: the leader allocates frontend addresses, writes the Services
+	// (status, finalizer, Events) and writes the provider.
+	RoleAll Role = ""
+	// RoleControl: the leader allocates frontend addresses and writes the
+	// Services, and never writes a load balancer: every data-plane replica
+	// (Options.Replicas) writes its own. Ready turns True when every replica
+	// that counts serves the Service; a deleted Service's finalizer goes when
+	// none has a listener of it left.
+	RoleControl Role = "control"
+	// RoleDataPlane: every process (no leader election) writes only its own
+	// load balancer, from the frontend addresses the control role recorded in
+	// the Services' status, and writes nothing to Kubernetes but Events of
+	// persistent failures.
+	RoleDataPlane Role = "data-plane"
+)
+
+// ReasonDataPlanePending is the Ready condition's reason while a data-plane
+// replica that counts does not serve the Service yet.
+const ReasonDataPlanePending = "DataPlanePending"
+
+// errNoAddress: a data-plane replica serves a Service at the address the
+// control role gave it, and there is none yet. The Service is treated like an
+// invalid one (its listeners, if any, stay as they are) until its status has
+// an address; the replica writes no status, so this is only logged.
+var errNoAddress = errors.New("no frontend address in the Service's status yet (the control role allocates it)")
+
+// statusAddress is a data-plane replica's frontend address of svc: the one
+// the control role wrote to its status.
+func statusAddress(svc *corev1.Service) (string, error) {
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		if ing.IP != "" {
+			return ing.IP, nil
+		}
+	}
+	return "", errNoAddress
+}
+
+// ipMode is the ingress' ipMode. With a data plane of replicas the address
+// is the replicas' own (announced by routing, not held by kube-proxy):
+// Proxy (KEP-1860) keeps kube-proxy from capturing traffic to it on the
+// nodes, so it reaches an HAProxy.
+func (c *Controller) ipMode() corev1.LoadBalancerIPMode {
+	if c.opts.Role == RoleControl {
+		return corev1.LoadBalancerIPModeProxy
+	}
+	return corev1.LoadBalancerIPModeVIP
+}
+
+// replicaViews is the load balancer key as every data-plane replica that
+// counts has it, by replica name. A replica that cannot be read is in
+// unread: it still counts, and what it serves is unknown.
+type replicaViews struct {
+	names  []string
+	lbs    map[string]*model.LoadBalancer
+	unread map[string]error
+}
+
+func (c *Controller) readReplicas(ctx context.Context, key string) (*replicaViews, error) {
+	rs, err := c.opts.Replicas(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("data-plane replicas: %w", err)
+	}
+	v := &replicaViews{lbs: map[string]*model.LoadBalancer{}, unread: map[string]error{}}
+	for _, r := range rs {
+		v.names = append(v.names, r.Name)
+		lb, err := r.Provider.Observe(ctx, key)
+		if err != nil {
+			v.unread[r.Name] = err
+			continue
+		}
+		v.lbs[r.Name] = lb
+	}
+	sort.Strings(v.names)
+	return v, nil
+}
+
+// waiting lists the replicas that do not serve every listener of svc in
+// desired at its address, and why; with no replica at all nothing serves it.
+func (v *replicaViews) waiting(svcKey string, desired *model.LoadBalancer) []string {
+	if len(v.names) == 0 {
+		return []string{"no data-plane replica counts"}
+	}
+	var out []string
+	for _, name := range v.names {
+		if err, bad := v.unread[name]; bad {
+			out = append(out, fmt.Sprintf("%s (not answering: %v)", name, err))
+			continue
+		}
+		lb := v.lbs[name]
+		for _, l := range desired.Listeners {
+			if !strings.HasPrefix(l.Name, svcKey+"/") {
+				continue
+			}
+			if o := lb.Listener(l.Name); o == nil || o.Address != l.Address || o.Port != l.Port {
+				out = append(out, name+" (listener "+l.Name+" not there yet)")
+				break
+			}
+		}
+	}
+	return out
+}
+
+// listening lists the replicas that still have a listener of svcKey, or
+// cannot be read (they may).
+func (v *replicaViews) listening(svcKey string) []string {
+	var out []string
+	for _, name := range v.names {
+		if _, bad := v.unread[name]; bad {
+			out = append(out, name+" (not answering)")
+			continue
+		}
+		if lb := v.lbs[name]; lb != nil {
+			for _, l := range lb.Listeners {
+				if strings.HasPrefix(l.Name, svcKey+"/") {
+					out = append(out, name)
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// reconcileControl is RoleControl's reconcile: addresses, finalizers and
+// status, with Ready and the finalizer's removal read from the data-plane
+// replicas. It writes no load balancer.
+func (c *Controller) reconcileControl(ctx context.Context, key string) (string, bool, error) {
+	st, err := c.collect(ctx, key)
+	if err != nil {
+		return resultError, false, err
+	}
+	for i := range st.active {
+		in := &st.active[i]
+		addr, err := c.address(in.Service, in.Config, nil)
+		if err != nil {
+			st.invalid[in.Service] = err
+			continue
+		}
+		in.Address = addr
+	}
+	st.active = dropInvalid(st.active, st.invalid)
+	for _, in := range st.active {
+		if err := c.ensureFinalizer(ctx, in.Service); err != nil {
+			return resultError, false, err
+		}
+	}
+	nodes, err := c.nodes(ctx, st.active)
+	if err != nil {
+		return resultError, false, err
+	}
+	desired, warnings := model.Desired(key, st.active, model.DesiredOptions{
+		Nodes:                nodes,
+		Unsupported:          c.opts.Provider.Unsupported(),
+		AddressMap:           c.opts.BackendAddressMap,
+		KubeProxyHealthzPort: c.opts.KubeProxyHealthzPort,
+	})
+	views, err := c.readReplicas(ctx, key)
+	if err != nil {
+		return resultError, false, err
+	}
+	pending := false
+	st.unserved = map[*corev1.Service]string{}
+	for _, in := range st.active {
+		svcKey := in.Service.Namespace + "/" + in.Service.Name
+		if w := views.waiting(svcKey, desired); len(w) > 0 {
+			st.unserved[in.Service] = "waiting for data-plane replicas: " + strings.Join(w, ", ")
+			pending = true
+		}
+	}
+	st.servedBy = len(views.names)
+	leaving := st.leaving[:0]
+	for _, svc := range st.leaving {
+		if l := views.listening(svc.Namespace + "/" + svc.Name); len(l) > 0 {
+			logFrom(ctx).V(1).Info("deleted Service still has listeners on data-plane replicas; keeping its finalizer", "service", svc.Namespace+"/"+svc.Name, "replicas", l)
+			pending = true
+			continue
+		}
+		leaving = append(leaving, svc)
+	}
+	st.leaving = leaving
+	if err := c.updateStatuses(ctx, st, model.Plan{}, warnings); err != nil {
+		if apierrors.IsConflict(err) {
+			return resultConflict, false, err
+		}
+		return resultError, false, err
+	}
+	return resultNoop, pending, nil
+}
