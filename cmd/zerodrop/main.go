@@ -13,6 +13,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/check"
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
+	"zerodrop.dev/zerodrop/internal/cmd/haproxyrun"
 	"zerodrop.dev/zerodrop/internal/drainrelay"
 	"zerodrop.dev/zerodrop/internal/version"
 )
@@ -23,6 +24,7 @@ commands:
   controller   run the Service LoadBalancer controller
   check        analyze manifests or a live cluster for rollout safety
   drain-relay  the drain hook's sidecar in application pods (injected by the webhook)
+  haproxy      a data-plane replica's HAProxy container: prepare its state directory, then run HAProxy
   lab          real rollouts under real traffic: the upstream controller, the recipe and zerodrop
                (development build only: make lab, or go run -tags lab ./cmd/zerodrop lab)
   version      print the version
@@ -49,6 +51,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return check.Run(ctx, args[1:], stdin, stdout, stderr)
 	case "drain-relay":
 		return drainrelay.Run(ctx, args[1:], stderr)
+	case "haproxy":
+		return haproxyrun.Run(args[1:], stderr)
 	case "lab":
 		return runLab(ctx, args[1:], stdout, stderr)
 	case "version", "--version":

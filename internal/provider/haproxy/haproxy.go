@@ -163,12 +163,9 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	p.batch.window = opts.ReadBatchWindow
 	if external {
-		info, err := p.procs(ctx)
+		info, err := p.awaitExternal(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("haproxy: attach to master socket %s: %w", ps.master, err)
-		}
-		if len(info.Workers) == 0 {
-			return nil, fmt.Errorf("haproxy: master %d has no worker", info.Master)
+			return nil, err
 		}
 		if err := p.waitReady(ctx, info.Workers[0]); err != nil {
 			return nil, err
