@@ -24,9 +24,9 @@ import (
 )
 
 // TestChartLints: `helm lint` finds no error in the chart, with the deploy
-// values and with every optional part on.
+// values, with every optional part on, and with the HAProxy data plane.
 func TestChartLints(t *testing.T) {
-	for _, set := range [][]string{nil, allFeatures} {
+	for _, set := range [][]string{nil, allFeatures, append(haproxyValues, allFeatures...)} {
 		args := []string{"lint", chartDir, "--namespace", namespace, "--values", deployValues}
 		for _, s := range set {
 			args = append(args, "--set", s)
@@ -37,9 +37,10 @@ func TestChartLints(t *testing.T) {
 	}
 }
 
-// TestDeployIsTheChartsRender: deploy/ is exactly what hack/render-deploy.sh
-// renders from the chart now, file for file and byte for byte, and holds no
-// other manifest than the hand-written namespace.yaml.
+// TestDeployIsTheChartsRender: deploy/ (Azure) and deploy/haproxy/ (the
+// HAProxy data plane) are exactly what hack/render-deploy.sh renders from
+// the chart now, file for file and byte for byte, and hold no other
+// manifest than their hand-written namespace.yaml.
 func TestDeployIsTheChartsRender(t *testing.T) {
 	root, helm := repo(t)
 	out := t.TempDir()
@@ -48,30 +49,33 @@ func TestDeployIsTheChartsRender(t *testing.T) {
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("hack/render-deploy.sh: %v\n%s", err, msg)
 	}
-	rendered, _ := filepath.Glob(filepath.Join(out, "*.yaml"))
-	committed, _ := filepath.Glob(filepath.Join(root, "deploy", "*.yaml"))
-	if len(rendered) == 0 {
-		t.Fatal("hack/render-deploy.sh wrote nothing")
-	}
-	for _, f := range rendered {
-		name := filepath.Base(f)
-		want, _ := os.ReadFile(f)
-		got, err := os.ReadFile(filepath.Join(root, "deploy", name))
-		if err != nil {
-			t.Errorf("deploy/%s is missing: run hack/render-deploy.sh", name)
-			continue
+	for _, sub := range []string{".", "haproxy"} {
+		dir := filepath.Join("deploy", sub)
+		rendered, _ := filepath.Glob(filepath.Join(out, sub, "*.yaml"))
+		committed, _ := filepath.Glob(filepath.Join(root, dir, "*.yaml"))
+		if len(rendered) == 0 {
+			t.Fatalf("hack/render-deploy.sh wrote nothing for %s", dir)
 		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("deploy/%s differs from the chart's render (%s): run hack/render-deploy.sh", name, firstDiff(got, want))
+		for _, f := range rendered {
+			name := filepath.Base(f)
+			want, _ := os.ReadFile(f)
+			got, err := os.ReadFile(filepath.Join(root, dir, name))
+			if err != nil {
+				t.Errorf("%s/%s is missing: run hack/render-deploy.sh", dir, name)
+				continue
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s/%s differs from the chart's render (%s): run hack/render-deploy.sh", dir, name, firstDiff(got, want))
+			}
 		}
-	}
-	for _, f := range committed {
-		name := filepath.Base(f)
-		if name == "namespace.yaml" {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
-			t.Errorf("deploy/%s is not rendered from the chart: run hack/render-deploy.sh (it removes stale files)", name)
+		for _, f := range committed {
+			name := filepath.Base(f)
+			if name == "namespace.yaml" {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(out, sub, name)); err != nil {
+				t.Errorf("%s/%s is not rendered from the chart: run hack/render-deploy.sh (it removes stale files)", dir, name)
+			}
 		}
 	}
 }
@@ -101,7 +105,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		set  []string
 		want []string
 	}{
-		{[]string{"provider=haproxy"}, []string{`provider "haproxy" is not installable`, "only provider=azure", "HA data plane", "local use and the lab"}},
+		{[]string{"provider=aws"}, []string{`provider "aws" is not installable`, "provider=azure or provider=haproxy"}},
+		{[]string{"provider=haproxy"}, []string{"missing values for provider=haproxy", "haproxy.addressPool"}},
 		{[]string{"azure.subscriptionID="}, []string{"missing values for provider=azure", "azure.subscriptionID"}},
 		{[]string{"azure.resourceGroup=", "azure.loadBalancers="}, []string{"azure.resourceGroup", "azure.loadBalancers"}},
 		{[]string{"azure.workloadIdentity.clientID="}, []string{"azure.workloadIdentity.clientID"}},

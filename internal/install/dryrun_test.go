@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,8 +59,9 @@ func TestChartDryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, set := range [][]string{nil, allFeatures} {
+	for _, set := range [][]string{nil, allFeatures, haproxyValues} {
 		t.Run(fmt.Sprintf("set=%v", set), func(t *testing.T) {
+			withHAProxy := slices.Contains(set, "provider=haproxy")
 			objs := render(t, set...)
 			kinds := map[string]int{}
 			for _, u := range objs {
@@ -71,8 +75,11 @@ func TestChartDryRun(t *testing.T) {
 			}
 			want := []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
 				"Deployment", "PodDisruptionBudget", "MutatingWebhookConfiguration"}
-			if len(set) > 0 {
+			if slices.Contains(set, allFeatures[0]) {
 				want = append(want, "Issuer", "Certificate", "NetworkPolicy", "ServiceMonitor", "PrometheusRule")
+			}
+			if withHAProxy {
+				want = append(want, "DaemonSet")
 			}
 			for _, k := range want {
 				if kinds[k] == 0 {
@@ -90,6 +97,9 @@ func TestChartDryRun(t *testing.T) {
 			pod.SetGenerateName("zerodrop-")
 			if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
 				t.Errorf("a pod from the Deployment's template is refused: %v", err)
+			}
+			if withHAProxy {
+				dataPlanePodSecurity(ctx, t, admin, c, find(t, objs, "DaemonSet", "zerodrop-data-plane"))
 			}
 		})
 	}
@@ -155,5 +165,42 @@ func installCRDs(ctx context.Context, t *testing.T, c client.Client) {
 			}
 			return false, fmt.Sprintf("conditions %v", conds)
 		})
+	}
+}
+
+// dataPlanePodSecurity: the data plane's pods use the host's network, which
+// the restricted (and baseline) pod security levels refuse — the
+// namespace's level must be privileged, as charts/zerodrop/README.md says.
+// Refused in the restricted release namespace (deploy/namespace.yaml),
+// admitted in one labelled as deploy/haproxy/namespace.yaml is.
+func dataPlanePodSecurity(ctx context.Context, t *testing.T, admin, c client.Client, ds *unstructured.Unstructured) {
+	t.Helper()
+	tmpl, _, _ := unstructured.NestedMap(ds.Object, "spec", "template")
+	pod := &unstructured.Unstructured{Object: tmpl}
+	pod.SetAPIVersion("v1")
+	pod.SetKind("Pod")
+	pod.SetGenerateName("zerodrop-data-plane-")
+	pod.SetNamespace(namespace)
+	if err := c.Create(ctx, pod.DeepCopy(), client.DryRunAll); err == nil || !strings.Contains(err.Error(), "hostNetwork") {
+		t.Errorf("a data-plane pod in the restricted namespace: %v; want refused for hostNetwork", err)
+	}
+	// deploy/haproxy/namespace.yaml's labels, on a namespace of another
+	// name (the release namespace exists, restricted).
+	data, err := os.ReadFile(abs(t, "deploy/haproxy/namespace.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var committed corev1.Namespace
+	if err := yaml.Unmarshal(data, &committed); err != nil {
+		t.Fatal(err)
+	}
+	const privileged = "zerodrop-data-plane-test"
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: privileged, Labels: committed.Labels}}
+	if err := admin.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pod.SetNamespace(privileged)
+	if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
+		t.Errorf("a data-plane pod in a privileged namespace is refused: %v", err)
 	}
 }

@@ -60,18 +60,37 @@ Checks the values before anything renders, so that a missing setting fails
 `helm install` with its name instead of a controller in CrashLoopBackOff.
 */}}
 {{- define "zerodrop.validate" -}}
-{{- if ne (toString .Values.provider) "azure" -}}
-{{- fail (printf "provider %q is not installable with this chart: only provider=azure is. The in-cluster HAProxy install comes with the HA data plane in a later release; the single-process HAProxy mode (zerodrop controller --provider=haproxy) is for local use and the lab." (toString .Values.provider)) -}}
+{{- $provider := toString .Values.provider -}}
+{{- if not (has $provider (list "azure" "haproxy")) -}}
+{{- fail (printf "provider %q is not installable with this chart: provider=azure or provider=haproxy" $provider) -}}
 {{- end -}}
 {{- $missing := list -}}
+{{- if eq $provider "azure" -}}
 {{- if not .Values.azure.subscriptionID }}{{ $missing = append $missing "azure.subscriptionID (the load balancers' subscription, a GUID)" }}{{ end -}}
 {{- if not .Values.azure.resourceGroup }}{{ $missing = append $missing "azure.resourceGroup (the load balancers' resource group)" }}{{ end -}}
 {{- if not (include "zerodrop.loadBalancers" . | trim) }}{{ $missing = append $missing "azure.loadBalancers (the Standard Load Balancer names)" }}{{ end -}}
 {{- if not .Values.azure.subnetID }}{{ $missing = append $missing "azure.subnetID (the frontends' subnet resource ID)" }}{{ end -}}
 {{- if not .Values.azure.location }}{{ $missing = append $missing "azure.location (the region, e.g. westeurope)" }}{{ end -}}
 {{- if and .Values.azure.workloadIdentity.enabled (not .Values.azure.workloadIdentity.clientID) }}{{ $missing = append $missing "azure.workloadIdentity.clientID (the managed identity's client ID; or set azure.workloadIdentity.enabled=false)" }}{{ end -}}
+{{- else -}}
+{{- if not .Values.haproxy.addressPool }}{{ $missing = append $missing "haproxy.addressPool (the CIDR of the frontend addresses, announced to your network)" }}{{ end -}}
+{{- end -}}
 {{- if not .Values.drain.clusterIP }}{{ $missing = append $missing "drain.clusterIP (a fixed, free address of the cluster's service range)" }}{{ end -}}
 {{- if $missing -}}
-{{- fail (printf "missing values for provider=azure: %s" (join ", " $missing)) -}}
+{{- fail (printf "missing values for provider=%s: %s" $provider (join ", " $missing)) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The data plane's name and selector labels (provider=haproxy). */}}
+{{- define "zerodrop.dataPlaneName" -}}
+{{- printf "%s-data-plane" (include "zerodrop.fullname" .) -}}
+{{- end -}}
+
+{{- define "zerodrop.dataPlaneSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "zerodrop.dataPlaneName" . }}
+{{- end -}}
+
+{{/* Is the Azure workload identity in use? */}}
+{{- define "zerodrop.workloadIdentity" -}}
+{{- if and (eq (toString .Values.provider) "azure") .Values.azure.workloadIdentity.enabled -}}true{{- end -}}
 {{- end -}}

@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -29,6 +31,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
@@ -305,7 +308,15 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		metricsOpts.FilterProvider = metricsAuth
 	}
 	role := cfg.DataPlane.role()
+	var cacheOpts cache.Options
+	if role == service.RoleControl {
+		// The gates read the node Leases of the data-plane replicas' nodes:
+		// one namespace, which is all the chart's Role grants.
+		cacheOpts.ByObject = map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {
+			Namespaces: map[string]cache.Config{dataplane.NodeLeaseNamespace: {}}}}
+	}
 	mgr, err := manager.New(restCfg, manager.Options{
+		Cache:                  cacheOpts,
 		Logger:                 log,
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: cfg.ProbeAddr,
