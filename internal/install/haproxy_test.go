@@ -1,6 +1,7 @@
 package install
 
 import (
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,6 +112,16 @@ func TestChartHAProxy(t *testing.T) {
 	if dp.HAProxy.AdminSocket != admin || dp.HAProxy.MasterSocket != master || dp.HAProxy.ConfigFile != cfgFile {
 		t.Errorf("the replica attaches to %s %s %s; its HAProxy container serves %s %s %s",
 			dp.HAProxy.AdminSocket, dp.HAProxy.MasterSocket, dp.HAProxy.ConfigFile, admin, master, cfgFile)
+	}
+	// The server-state file and the listener map, which the configuration
+	// names, go to the state directory too: the HAProxy container reads
+	// them when it restarts.
+	stateDir := dp.HAProxy.Dir
+	if stateDir == "" {
+		stateDir = filepath.Dir(dp.HAProxy.ConfigFile)
+	}
+	if stateDir != dir {
+		t.Errorf("the replica keeps HAProxy's server-state file in %s, not in the HAProxy container's %s", stateDir, dir)
 	}
 	if mountOf(hc, dir) == "" || mountOf(hc, dir) != mountOf(zc, dir) {
 		t.Errorf("the state directory %s is on volume %q in the haproxy container and %q in the controller: want one shared volume",

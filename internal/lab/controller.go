@@ -83,23 +83,29 @@ func newControllers(r *run) *controllers {
 const upstreamCommand = "upstream-controller"
 
 // zerodropArgs are the controller's leader-election and endpoint flags with
-// the run's own class, pool and HAProxy (deploy/ installs the Azure provider
-// only; the webhook runs in the lab process: see docs/lab.md).
+// the run's own class, pool and HAProxy, or its data plane of replicas (the
+// lab does not install from the chart; the webhook runs in the lab process:
+// see docs/lab.md).
 func (cs *controllers) zerodropArgs() []string {
 	r := cs.run
-	return []string{
+	args := []string{
 		"controller",
 		"--kubeconfig=" + r.lab.net.kubeconfig,
 		"--load-balancer-class=" + r.class,
 		"--address-pool=" + frontendPool(r.id),
-		"--haproxy-dir=" + r.dir,
-		"--haproxy-binary=" + r.haproxyBinary(),
+	}
+	if r.dataPlaneEnabled() {
+		args = append(args, r.dataPlaneControlArgs()...)
+	} else {
+		args = append(args, "--haproxy-dir="+r.dir, "--haproxy-binary="+r.haproxyBinary())
+	}
+	return append(args,
 		fmt.Sprintf("--metrics-bind-address=:%d", metricsPort),
 		fmt.Sprintf("--health-probe-bind-address=:%d", probesPort),
 		fmt.Sprintf("--drain-bind-address=:%d", drainPort),
-		"--leader-election-namespace=" + ctrlNamespace,
-		"--leader-election-id=zerodrop-lab-" + strconv.Itoa(r.id),
-	}
+		"--leader-election-namespace="+ctrlNamespace,
+		"--leader-election-id=zerodrop-lab-"+strconv.Itoa(r.id),
+	)
 }
 
 // upstreamArgs run the upstream service controller in its own
@@ -185,6 +191,7 @@ func (cs *controllers) pods() []*corev1.Pod {
 // loop scrapes every running controller pod until ctx ends.
 func (cs *controllers) loop(ctx context.Context) {
 	for sleepCtx(ctx, 250*time.Millisecond) {
+		cs.scrapeDataPlane()
 		for _, p := range cs.pods() {
 			switch {
 			case p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
@@ -198,14 +205,17 @@ func (cs *controllers) loop(ctx context.Context) {
 
 // scrapePod reads one pod's metrics; a pod that does not answer keeps its
 // last figures.
-func (cs *controllers) scrapePod(p *corev1.Pod) {
-	c, leader, err := cs.fetch(p.Status.PodIP)
+func (cs *controllers) scrapePod(p *corev1.Pod) { cs.scrapeAt(p.UID, p.Name, p.Status.PodIP) }
+
+// scrapeAt reads the metrics at ip into the figures kept under key.
+func (cs *controllers) scrapeAt(key types.UID, name, ip string) {
+	c, leader, err := cs.fetch(ip)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	s := cs.scrape[p.UID]
+	s := cs.scrape[key]
 	if s == nil {
-		s = &ctrlScrape{name: p.Name}
-		cs.scrape[p.UID] = s
+		s = &ctrlScrape{name: name}
+		cs.scrape[key] = s
 	}
 	if err == nil {
 		s.c, s.leader, s.at = c, leader, time.Now()

@@ -21,7 +21,9 @@ func (r *run) haproxyBinary() string {
 	return filepath.Join(r.lab.dir, fmt.Sprintf("haproxy-%d.sh", r.id))
 }
 
-func (r *run) writeHAProxyWrapper() error {
+// writeHAProxyWrapper writes the wrapper at path, for HAProxy in the
+// namespace netns.
+func writeHAProxyWrapper(path, netns string) error {
 	script := `#!/bin/sh
 prev=
 for a do
@@ -35,9 +37,9 @@ for a do
 	prev="$a"
 	set -- "$@" "$a"
 done
-exec ip netns exec ` + r.lab.net.lb.Name + ` haproxy "$@"
+exec ip netns exec ` + netns + ` haproxy "$@"
 `
-	return os.WriteFile(r.haproxyBinary(), []byte(script), 0o755)
+	return os.WriteFile(path, []byte(script), 0o755)
 }
 
 // killByArg sends SIGKILL to every process with arg on its command line and

@@ -66,6 +66,10 @@ type Options struct {
 	// process exit closes it (podServer.exit; the default is a graceful
 	// shutdown, podServer.shutdown).
 	AppExitOnSIGTERM bool
+	// DataPlaneReplicas, when 2 or more, gives zerodrop mode an HAProxy data
+	// plane of that many replicas (dataplane.go); 0: one HAProxy written by
+	// the controllers' leader.
+	DataPlaneReplicas int
 }
 
 // lab is the running lab: control plane, node agent, drain Service and
@@ -118,6 +122,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&chaos.APIServerOutage, "apiserver-outage", DefaultAPIServerOutage, "apiserver-down: how long kube-apiserver stays stopped")
 	appSigterm := fs.String("app-sigterm", appSigtermGraceful, "graceful|exit: the workload's SIGTERM handling — a graceful shutdown, or none (exit at once, every connection closed without a word)")
 	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
+	dataPlane := fs.Int("data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
 	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: restart and churn only, see docs/lab.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
@@ -155,7 +160,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr, Rate: *rate, Recipe: recipe, Chaos: chaos}
+	if *dataPlane != 0 && (*dataPlane < 2 || *dataPlane > maxDataPlaneReplicas) {
+		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas %d: want 0, or 2 to %d\n", *dataPlane, maxDataPlaneReplicas)
+		return 2
+	}
+	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr, Rate: *rate, Recipe: recipe, Chaos: chaos, DataPlaneReplicas: *dataPlane}
 	switch *appSigterm {
 	case appSigtermGraceful:
 	case appSigtermExit:
@@ -168,12 +177,18 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		name = strings.TrimSpace(name)
 		if name == "all" {
 			for _, s := range scenarios {
-				opts.Scenarios = append(opts.Scenarios, s.name)
+				if dataPlaneRuns(s.name, *dataPlane) == nil {
+					opts.Scenarios = append(opts.Scenarios, s.name)
+				}
 			}
 			continue
 		}
 		if _, ok := scenarioNamed(name); !ok {
 			fmt.Fprintf(stderr, "zerodrop lab: unknown scenario %q\n", name)
+			return 2
+		}
+		if err := dataPlaneRuns(name, *dataPlane); err != nil {
+			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
 			return 2
 		}
 		opts.Scenarios = append(opts.Scenarios, name)
@@ -385,7 +400,7 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 		return err
 	}
 	l.progressf("making the network: %d nodes, kube-proxy on each, load balancer and client namespaces", labNodes)
-	l.net, err = startNetwork(ctx, l.dir, labNodes, l.cp.config, l.logf)
+	l.net, err = startNetwork(ctx, l.dir, labNodes, max(1, l.opts.DataPlaneReplicas), l.cp.config, l.logf)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -46,14 +48,18 @@ type network struct {
 	// lb runs HAProxy; client runs the traffic; admin is the lab's own
 	// view (metrics scrapes, pod checks) so that neither counts it.
 	lb, client, admin *netlab.Host
-	apiserver         string // host:port of the API server in the root namespace
-	kubeconfig        string // kubeconfig for processes in lab namespaces
-	kubeProxies       []*netlab.Process
+	// lbs are the data-plane replicas' hosts (--data-plane-replicas): lb
+	// first. The client reaches the frontend range through a resilient
+	// nexthop group over them (routeTo chooses its members).
+	lbs         []*netlab.Host
+	apiserver   string // host:port of the API server in the root namespace
+	kubeconfig  string // kubeconfig for processes in lab namespaces
+	kubeProxies []*netlab.Process
 }
 
 // startNetwork makes the namespaces, routes the frontend range, and starts
 // kube-proxy on every node. On error the caller closes what was made.
-func startNetwork(ctx context.Context, dir string, nodes int, cfg *rest.Config, logf func(string, ...any)) (*network, error) {
+func startNetwork(ctx context.Context, dir string, nodes, lbHosts int, cfg *rest.Config, logf func(string, ...any)) (*network, error) {
 	if err := netlab.RemoveStale(); err != nil {
 		logf("netlab: removing a dead run's namespaces: %v", err)
 	}
@@ -75,16 +81,51 @@ func startNetwork(ctx context.Context, dir string, nodes int, cfg *rest.Config, 
 			return n, err
 		}
 	}
-	// The load balancer answers every frontend address (an AnyIP route: the
-	// whole range is local on its loopback); the client reaches them through it.
-	if err := n.lb.Run(ctx, "ip", "addr", "add", frontendNet, "dev", "lo"); err != nil {
+	n.lbs = []*netlab.Host{n.lb}
+	for i := 2; i <= lbHosts; i++ {
+		h, err := nl.AddHost(ctx, fmt.Sprintf("lb%d", i))
+		if err != nil {
+			return n, err
+		}
+		n.lbs = append(n.lbs, h)
+	}
+	// Each load balancer answers every frontend address (an AnyIP route:
+	// the whole range is local on its loopback), as each replica of an
+	// anycast data plane holds every address; the client reaches them
+	// through a nexthop group, as a router with ECMP routes to the replicas
+	// would: hashed on the 5-tuple (fib_multipath_hash_policy 1), and
+	// resilient, so a member taken out moves only its own flows.
+	for i, h := range n.lbs {
+		if err := h.Run(ctx, "ip", "addr", "add", frontendNet, "dev", "lo"); err != nil {
+			return n, err
+		}
+		if err := n.client.Run(ctx, "ip", "nexthop", "add", "id", strconv.Itoa(i+1), "via", h.IP.String(), "dev", "eth0"); err != nil {
+			return n, err
+		}
+	}
+	if err := n.client.Run(ctx, "sysctl", "-qw", "net.ipv4.fib_multipath_hash_policy=1"); err != nil {
 		return n, err
 	}
-	if err := n.client.Run(ctx, "ip", "route", "add", frontendNet, "via", n.lb.IP.String()); err != nil {
+	if err := n.client.Run(ctx, "ip", "nexthop", "add", "id", strconv.Itoa(frontendGroup), "group", "1",
+		"type", "resilient", "buckets", "64"); err != nil {
+		return n, err
+	}
+	if err := n.client.Run(ctx, "ip", "route", "add", frontendNet, "nhid", strconv.Itoa(frontendGroup)); err != nil {
 		return n, err
 	}
 	if n.kubeconfig, err = writeNetnsKubeconfig(cfg, filepath.Join(dir, "kubeconfig-netns")); err != nil {
 		return n, err
+	}
+	// A data-plane replica's zerodrop process runs in its host's namespace.
+	for _, h := range n.lbs[1:] {
+		if _, _, err := nl.Forward(h.Netns, apiserverInNetns, n.apiserver); err != nil {
+			return n, fmt.Errorf("%s: API server forwarder: %w", h.Name, err)
+		}
+	}
+	if lbHosts > 1 {
+		if _, _, err := nl.Forward(n.lb.Netns, apiserverInNetns, n.apiserver); err != nil {
+			return n, fmt.Errorf("%s: API server forwarder: %w", n.lb.Name, err)
+		}
 	}
 	assets, err := testenv.Assets("kube-proxy")
 	if err != nil {
@@ -142,6 +183,37 @@ func (n *network) close() error {
 }
 
 func nodeName(i int) string { return fmt.Sprintf("lab-node-%d", i) }
+
+// frontendGroup is the client's nexthop group to the load balancers.
+const frontendGroup = 100
+
+// routeTo makes the client send the frontend range to the load balancers
+// lbs[i] for i in members. fresh makes the group anew, its buckets spread
+// evenly (between runs, with no traffic); otherwise the group is changed in
+// place, as a router does when a replica's route is withdrawn or announced
+// again: the buckets of a member taken out move to those that stay, and a
+// member added gets only buckets idle for the group's idle timer (120 s),
+// so no established flow moves.
+func (n *network) routeTo(ctx context.Context, fresh bool, members ...int) error {
+	ids := make([]string, len(members))
+	for k, i := range members {
+		ids[k] = strconv.Itoa(i + 1)
+	}
+	group := []string{"id", strconv.Itoa(frontendGroup), "group", strings.Join(ids, "/"), "type", "resilient", "buckets", "64"}
+	if !fresh {
+		return n.client.Run(ctx, "ip", append([]string{"nexthop", "replace"}, group...)...)
+	}
+	if err := n.client.Run(ctx, "ip", "route", "del", frontendNet); err != nil {
+		return err
+	}
+	if err := n.client.Run(ctx, "ip", "nexthop", "del", "id", strconv.Itoa(frontendGroup)); err != nil {
+		return err
+	}
+	if err := n.client.Run(ctx, "ip", append([]string{"nexthop", "add"}, group...)...); err != nil {
+		return err
+	}
+	return n.client.Run(ctx, "ip", "route", "add", frontendNet, "nhid", strconv.Itoa(frontendGroup))
+}
 
 // frontendPool is run k's frontend address pool.
 func frontendPool(k int) string {

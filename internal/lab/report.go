@@ -61,6 +61,13 @@ type Result struct {
 	// which HAProxy had one address and port twice among the Service's
 	// first port's backends.
 	DuplicateBackendSamples int64 `json:"duplicate_backend_samples"`
+	// DataPlaneReplicas is the HAProxy data plane's replicas
+	// (--data-plane-replicas; 0: one HAProxy written by the leader).
+	DataPlaneReplicas int `json:"data_plane_replicas,omitempty"`
+	// DataPlaneSessions are the connections each replica running at the end
+	// accepted (its HAProxy's frontends' stot; -1: not read): how the
+	// client's route spread the traffic.
+	DataPlaneSessions []int64 `json:"data_plane_sessions,omitempty"`
 	// Chaos holds the chaos scenarios' own figures (chaos.go).
 	Chaos *ChaosFigures `json:"chaos,omitempty"`
 	// RolloutSeconds is the disruption: from its start to the workload

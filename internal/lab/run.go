@@ -45,11 +45,13 @@ const (
 	// published recipe (Recipe): a preStop sleep, a longer grace period,
 	// minReadySeconds, maxUnavailable 0 / maxSurge 1 and a PDB.
 	ModeRecipe Mode = "recipe"
-	// ModeZerodrop runs zerodrop's controller as the lab arranges it: two
-	// `zerodrop controller` replicas with leader election and otherwise
-	// default flags, on the run's HAProxy (deploy/ installs the Azure
-	// provider only), as pods of the lab, the webhook in the lab process, and pods with the readiness gate and
-	// drain hook from the real webhook, a PDB and maxUnavailable 0.
+	// ModeZerodrop runs zerodrop's controller as the lab arranges it (not
+	// installed from the chart): two `zerodrop controller` replicas with
+	// leader election and otherwise default flags, on the run's HAProxy or
+	// (--data-plane-replicas) in the control role over a data plane of
+	// replicas, as pods of the lab, the webhook in the lab process, and
+	// pods with the readiness gate and drain hook from the real webhook, a
+	// PDB and maxUnavailable 0.
 	ModeZerodrop Mode = "zerodrop"
 )
 
@@ -108,6 +110,9 @@ type run struct {
 	dir      string
 	prov     *haproxy.Provider
 	socks    []*sockcount.Proxy // in front of HAProxy's admin and master sockets
+	// dataPlane are the run's data-plane replicas (dataplane.go); prov is
+	// then the first one's HAProxy.
+	dataPlane []*dpReplica
 	ctrls    *controllers
 	addr     string // the load balancer's ingress address
 	rec      *recorder
@@ -152,31 +157,28 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("namespace: %w", err)
 	}
-	if err := r.writeHAProxyWrapper(); err != nil {
-		return err
+	if r.dataPlaneEnabled() {
+		if err := r.startDataPlane(ctx); err != nil {
+			return err
+		}
+	} else {
+		if err := writeHAProxyWrapper(r.haproxyBinary(), r.lab.net.lb.Name); err != nil {
+			return err
+		}
+		prov, socks, err := startHAProxy(ctx, r.dir, r.haproxyBinary())
+		r.socks = append(r.socks, socks...)
+		if err != nil {
+			return err
+		}
+		r.prov = prov
+		if r.lab.opts.DataPlaneReplicas >= 2 {
+			// One HAProxy, on the first load balancer's host: the client
+			// sends there only.
+			if err := r.lab.net.routeTo(ctx, true, 0); err != nil {
+				return err
+			}
+		}
 	}
-	// Writes are counted where they land: a proxy in front of each runtime
-	// API socket counts every command the controllers send. The master's is
-	// in place before HAProxy starts (see haproxyBinary); the admin socket's
-	// takes the path HAProxy's configuration names, which reloads keep.
-	if err := os.MkdirAll(r.dir, 0o700); err != nil {
-		return err
-	}
-	master, err := sockcount.Listen(filepath.Join(r.dir, "master.sock"), filepath.Join(r.dir, "master.sock.haproxy"))
-	if err != nil {
-		return err
-	}
-	r.socks = append(r.socks, master)
-	prov, err := haproxy.New(ctx, haproxy.Options{Dir: r.dir, Binary: r.haproxyBinary(), StopOnClose: true, Log: logr.Discard()})
-	if err != nil {
-		return err
-	}
-	r.prov = prov
-	admin, err := sockcount.Interpose(filepath.Join(r.dir, "admin.sock"))
-	if err != nil {
-		return err
-	}
-	r.socks = append(r.socks, admin)
 	r.ctrls = newControllers(r)
 	sctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
@@ -228,6 +230,33 @@ func (r *run) setup(ctx context.Context, want int32) error {
 		return fmt.Errorf("deployment: %w", err)
 	}
 	return r.waitSteady(ctx, want, r.steadyTimeout(want))
+}
+
+// startHAProxy starts the HAProxy of dir through wrapper (haproxyBinary),
+// with the lab's counting proxies in front of its runtime API sockets:
+// writes are counted where they land. The master's is in place before
+// HAProxy starts (see haproxyBinary); the admin socket's takes the path
+// HAProxy's configuration names, which reloads keep. The proxies made are
+// returned also on error, for the caller to close.
+func startHAProxy(ctx context.Context, dir, wrapper string) (*haproxy.Provider, []*sockcount.Proxy, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	master, err := sockcount.Listen(filepath.Join(dir, "master.sock"), filepath.Join(dir, "master.sock.haproxy"))
+	if err != nil {
+		return nil, nil, err
+	}
+	socks := []*sockcount.Proxy{master}
+	prov, err := haproxy.New(ctx, haproxy.Options{Dir: dir, Binary: wrapper, StopOnClose: true, Log: logr.Discard()})
+	if err != nil {
+		return nil, socks, err
+	}
+	admin, err := sockcount.Interpose(filepath.Join(dir, "admin.sock"))
+	if err != nil {
+		_ = prov.Close()
+		return nil, socks, err
+	}
+	return prov, append(socks, admin), nil
 }
 
 // steadyTimeout bounds how long a workload of n replicas may take to be
@@ -393,43 +422,13 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 			}
 			r.addr = net.JoinHostPort(svc.Status.LoadBalancer.Ingress[0].IP, strconv.Itoa(servicePort))
 		}
-		bs, err := r.prov.Backends(ctx, r.key())
-		if err != nil {
-			return false, err.Error()
-		}
-		// IP mode: one backend per pod, all active and up. Node mode: a
-		// backend per node; Cluster: all active and up; Local: up exactly
-		// on the nodes with a pod. zerodrop keeps a node without a local
-		// endpoint registered, drained; the upstream controller keeps it
-		// active, and its probe (the health-check node port) holds it down.
-		local := r.backend == BackendNode && r.policy == PolicyLocal
-		drains := local && r.mode == ModeZerodrop
-		active, up := 0, 0
-		for _, b := range bs {
-			if b.State != model.Active && !drains {
-				return false, fmt.Sprintf("backend %s:%d is %s", b.Address, b.Port, b.State)
-			}
-			if b.State == model.Active {
-				active++
-				if b.Healthy || !b.HealthKnown {
-					up++
+		for _, prov := range r.views() {
+			if ok, why := r.backendsSteady(ctx, prov, want); !ok {
+				if len(r.dataPlane) > 0 {
+					why = "data-plane replica " + prov.name + ": " + why
 				}
+				return false, why
 			}
-		}
-		wantUp := int(want)
-		switch {
-		case local:
-			if wantUp, err = r.podNodes(ctx); err != nil {
-				return false, err.Error()
-			}
-		case r.backend == BackendNode:
-			wantUp = active
-		}
-		if up != wantUp || up == 0 {
-			return false, fmt.Sprintf("HAProxy has %d backends up, want %d", up, wantUp)
-		}
-		if (r.backend == BackendIP || drains) && active != wantUp {
-			return false, fmt.Sprintf("HAProxy has %d active backends, want %d", active, wantUp)
 		}
 		// Under traffic, steady also means the clients have seen no
 		// failure for a while: in node mode HAProxy's backends are the
@@ -448,6 +447,68 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 		}
 		return true, ""
 	})
+}
+
+// view is one HAProxy of the run, named for messages.
+type view struct {
+	name string
+	*haproxy.Provider
+}
+
+// views are the run's HAProxy instances: every data-plane replica's, or the
+// one.
+func (r *run) views() []view {
+	if len(r.dataPlane) == 0 {
+		return []view{{"", r.prov}}
+	}
+	out := make([]view, len(r.dataPlane))
+	for i, d := range r.dataPlane {
+		out[i] = view{strconv.Itoa(d.index), d.prov}
+	}
+	return out
+}
+
+// backendsSteady: prov has exactly the backends the workload of want
+// replicas should have, and why not. IP mode: one backend per pod, all
+// active and up. Node mode: a backend per node; Cluster: all active and up;
+// Local: up exactly on the nodes with a pod. zerodrop keeps a node without a
+// local endpoint registered, drained; the upstream controller keeps it
+// active, and its probe (the health-check node port) holds it down.
+func (r *run) backendsSteady(ctx context.Context, prov view, want int32) (bool, string) {
+	bs, err := prov.Backends(ctx, r.key())
+	if err != nil {
+		return false, err.Error()
+	}
+	local := r.backend == BackendNode && r.policy == PolicyLocal
+	drains := local && r.mode == ModeZerodrop
+	active, up := 0, 0
+	for _, b := range bs {
+		if b.State != model.Active && !drains {
+			return false, fmt.Sprintf("backend %s:%d is %s", b.Address, b.Port, b.State)
+		}
+		if b.State == model.Active {
+			active++
+			if b.Healthy || !b.HealthKnown {
+				up++
+			}
+		}
+	}
+	wantUp := int(want)
+	switch {
+	case local:
+		if wantUp, err = r.podNodes(ctx); err != nil {
+			return false, err.Error()
+		}
+	case r.backend == BackendNode:
+		wantUp = active
+	}
+	if up != wantUp || up == 0 {
+		return false, fmt.Sprintf("HAProxy has %d backends up, want %d", up, wantUp)
+	}
+	if (r.backend == BackendIP || drains) && active != wantUp {
+		return false, fmt.Sprintf("HAProxy has %d active backends, want %d", active, wantUp)
+	}
+	return true, ""
 }
 
 // podNodes counts the nodes the run's pods run on.
@@ -507,8 +568,9 @@ func (r *run) teardown() {
 	if r.stop != nil {
 		r.stop()
 	}
+	r.stopDataPlane()
 	// HAProxy is stopped through its master socket, the proxy still in front.
-	if r.prov != nil {
+	if r.prov != nil && len(r.dataPlane) == 0 {
 		_ = r.prov.Close()
 		// An old worker the master no longer lists (a run with hundreds of
 		// reloads, connections to vanished pods held for the server

@@ -34,7 +34,16 @@ type scenario struct {
 	modes []Mode
 	// lossless: a zerodrop run fails unless it lost nothing (see lossless).
 	lossless bool
+	// dataPlane: the scenario disrupts a data plane of replicas, and runs
+	// only with --data-plane-replicas (and is left out of `all` without).
+	dataPlane bool
 }
+
+// dataPlaneScenarios are the scenarios that run with a data plane of
+// replicas: those whose disruption is the workload's or the data plane's.
+// restart-idle, kill-mid-plan and apiserver-down count the writes of the
+// one HAProxy the leader writes, which a data plane of replicas has not.
+var dataPlaneScenarios = []string{"rollout", "rollout-local", "restart", "scale-down", "drain-node", "churn", scenarioLBReplicaRestart}
 
 // scenarios in the order `all` runs them.
 var scenarios = []scenario{
@@ -54,6 +63,9 @@ var scenarios = []scenario{
 		replicas: replicas, act: actKillMidPlan, modes: []Mode{ModeZerodrop}, lossless: true},
 	{name: scenarioAPIServerDown, about: "kube-apiserver stopped for --apiserver-outage (default 30 s, longer than the leader's lease) while nothing changes",
 		replicas: replicas, act: actAPIServerDown, lossless: true},
+	// The HAProxy data plane of replicas (--data-plane-replicas).
+	{name: scenarioLBReplicaRestart, about: "nothing changes: a data-plane replica's zerodrop process restarted (SIGKILL, SIGTERM) while its HAProxy serves, then another replica replaced as a DaemonSet update does",
+		replicas: replicas, act: actLBReplicaRestart, modes: []Mode{ModeZerodrop}, dataPlane: true},
 }
 
 // scenarioVariants are the variants sc runs in: all, or, for a scenario
@@ -163,6 +175,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	stopTraffic()
 	wg.Wait()
 	res.TrafficEnd = timestamp(time.Now())
+	res.DataPlaneSessions = r.dataPlaneSessions()
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -178,6 +191,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	res.HookFailures = l.hookFailures(r.ns)
 	res.DrainRelayRetries = l.relayRetries(r.ns)
 	res.WritesPerRestart = r.restartWrites
+	res.DataPlaneReplicas = len(r.dataPlane)
 	res.Chaos = r.chaos
 	res.DuplicateBackendSamples = r.dupSamples.Load()
 	landed, lerr := r.landed()

@@ -130,7 +130,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text (klog) or json (one JSON object per line, for log pipelines)")
 	c.Webhook.Flags(fs)
 	c.DataPlane.flags(fs)
-	fs.StringVar(&c.HAProxy.Dir, "haproxy-dir", DefaultHAProxyDir(), "state directory of a locally owned HAProxy")
+	fs.StringVar(&c.HAProxy.Dir, "haproxy-dir", "", "state directory of a locally owned HAProxy (default "+DefaultHAProxyDir()+"); when attaching (--haproxy-socket), where the server-state file and listener map go (default: --haproxy-config's directory, which that HAProxy reads them from)")
 	fs.StringVar(&c.HAProxy.Binary, "haproxy-binary", "haproxy", "HAProxy executable")
 	fs.StringVar(&c.HAProxy.AdminSocket, "haproxy-socket", "", "attach to an existing HAProxy: its admin stats socket")
 	fs.StringVar(&c.HAProxy.MasterSocket, "haproxy-master-socket", "", "attach: the master CLI socket (for hitless reloads)")
@@ -374,6 +374,9 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		prov, keyFunc, validateSvc = az, az.KeyFunc, az.ValidateService
 	default:
 		hcfg := cfg.HAProxy
+		if hcfg.Dir == "" && hcfg.AdminSocket == "" && hcfg.MasterSocket == "" {
+			hcfg.Dir = DefaultHAProxyDir()
+		}
 		hcfg.Hooks = m.ProviderHooks("haproxy")
 		hcfg.Log = log.WithName("haproxy")
 		hp, err := haproxy.New(ctx, hcfg)
