@@ -113,10 +113,10 @@ type run struct {
 	// dataPlane are the run's data-plane replicas (dataplane.go); prov is
 	// then the first one's HAProxy.
 	dataPlane []*dpReplica
-	ctrls    *controllers
-	addr     string // the load balancer's ingress address
-	rec      *recorder
-	cordoned []string
+	ctrls     *controllers
+	addr      string // the load balancer's ingress address
+	rec       *recorder
+	cordoned  []string
 	// restartWrites are restart-idle's and kill-mid-plan's writes per
 	// restart.
 	restartWrites []int64
