@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -84,6 +85,33 @@ func (r *run) dataPlaneEnabled() bool {
 	return r.mode == ModeZerodrop && r.lab.opts.DataPlaneReplicas >= 2
 }
 
+// replicas are the run's data-plane replicas now.
+func (r *run) replicas() []*dpReplica {
+	r.dpMu.Lock()
+	defer r.dpMu.Unlock()
+	return slices.Clone(r.dataPlane)
+}
+
+// setReplica makes d replica d.index of the run (appended when new).
+func (r *run) setReplica(d *dpReplica) {
+	r.dpMu.Lock()
+	defer r.dpMu.Unlock()
+	for i, o := range r.dataPlane {
+		if o.index == d.index {
+			r.dataPlane[i] = d
+			return
+		}
+	}
+	r.dataPlane = append(r.dataPlane, d)
+}
+
+// dropReplica takes d out of the run's replicas (a hard failure).
+func (r *run) dropReplica(d *dpReplica) {
+	r.dpMu.Lock()
+	defer r.dpMu.Unlock()
+	r.dataPlane = slices.DeleteFunc(r.dataPlane, func(o *dpReplica) bool { return o == d })
+}
+
 // startDataPlane starts every replica and routes the client to them all.
 func (r *run) startDataPlane(ctx context.Context) error {
 	if err := os.MkdirAll(r.dir, 0o700); err != nil {
@@ -92,13 +120,15 @@ func (r *run) startDataPlane(ctx context.Context) error {
 	var members []int
 	for i := 0; i < r.lab.opts.DataPlaneReplicas; i++ {
 		d := &dpReplica{index: i, gen: 1, host: r.lab.net.lbs[i]}
-		r.dataPlane = append(r.dataPlane, d)
-		if err := r.startReplica(ctx, d); err != nil {
+		err := r.startReplica(ctx, d)
+		// Published also when it failed: the teardown stops what started.
+		r.setReplica(d)
+		if err != nil {
 			return fmt.Errorf("data-plane replica %d: %w", i, err)
 		}
 		members = append(members, i)
 	}
-	r.prov = r.dataPlane[0].prov
+	r.prov = r.replicas()[0].prov
 	return r.lab.net.routeTo(ctx, true, members...)
 }
 
@@ -112,7 +142,9 @@ func (r *run) startReplica(ctx context.Context, d *dpReplica) error {
 	}
 	prov, socks, err := startHAProxy(ctx, d.dir, wrapper)
 	d.socks = socks
+	r.dpMu.Lock()
 	r.socks = append(r.socks, socks...)
+	r.dpMu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -224,7 +256,7 @@ func (r *run) stopReplica(ctx context.Context, d *dpReplica) error {
 		}
 	}
 	err := r.lab.cp.client.CoreV1().Pods(ctrlNamespace).Delete(ctx, d.pod(r.id), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-	if err != nil {
+	if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -235,12 +267,13 @@ func (r *run) stopReplica(ctx context.Context, d *dpReplica) error {
 func (r *run) stopDataPlane() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, d := range r.dataPlane {
+	reps := r.replicas()
+	for _, d := range reps {
 		if err := r.stopReplica(ctx, d); err != nil {
 			r.lab.logf("%s: stop data-plane replica %d: %v", r.name(), d.index, err)
 		}
 	}
-	if len(r.dataPlane) > 0 {
+	if r.dataPlaneEnabled() {
 		if err := r.lab.net.routeTo(ctx, true, 0); err != nil {
 			r.lab.logf("%s: route to the first load balancer: %v", r.name(), err)
 		}
@@ -260,7 +293,7 @@ func (r *run) dataPlaneControlArgs() []string {
 // scrapeDataPlane reads every running replica process's metrics (writes
 // and conflicts it reports itself), keyed by process.
 func (cs *controllers) scrapeDataPlane() {
-	for _, d := range cs.run.dataPlane {
+	for _, d := range cs.run.replicas() {
 		d.mu.Lock()
 		p, n := d.proc, d.runs
 		d.mu.Unlock()
@@ -285,23 +318,61 @@ const scenarioLBReplicaRestart = "lb-replica-restart"
 // a connection being opened through the replica at the withdrawal completes.
 const withdrawSettle = time.Second
 
+// ReplicaFigures are lb-replica-restart's figures by phase: the requests
+// that failed (late ones included) and the long connections that broke from
+// the phase's start until the workload was steady after it (no failure for
+// 5 s: a failure is counted when its request ends).
+type ReplicaFigures struct {
+	RestartFailed int64 `json:"process_restarts_failed_requests"`
+	RestartBroken int64 `json:"process_restarts_broken_long_conns"`
+	ReplaceFailed int64 `json:"replacement_failed_requests"`
+	ReplaceBroken int64 `json:"replacement_broken_long_conns"`
+	HardFailed    int64 `json:"hard_failure_failed_requests"`
+	HardBroken    int64 `json:"hard_failure_broken_long_conns"`
+	// HardDetectSeconds is how long the killed replica's route stayed
+	// announced (hardDetect).
+	HardDetectSeconds float64 `json:"hard_failure_detect_seconds"`
+}
+
+// hardDetect is how long a hard-failed replica's route stays announced: as
+// BFD with a 1 s interval and a multiplier of 3 would take to withdraw it.
+const hardDetect = 3 * time.Second
+
 // actLBReplicaRestart: nothing changes in the workload while the data plane
-// is disrupted twice. First, replica 0's zerodrop process is restarted,
-// SIGKILL and then SIGTERM, as a crash or an upgrade of its container does,
-// while its HAProxy serves on: each restart's writes counted at that
-// HAProxy's sockets go to writes_per_restart (nothing changed: 0 expected).
-// Then replica 1 is replaced as a DaemonSet update replaces its pod: its
-// route is withdrawn (its flows move to the other replica, which has no
-// state for the established ones), its zerodrop process and HAProxy are
-// stopped and its Pod deleted; a new replica starts from an empty state
-// directory, builds its HAProxy from the Services, and its route is
-// announced again. What that costs is measured, not asserted: failed
-// requests and broken long connections are the replacement's.
+// is disrupted three times; the figures of each phase are in
+// ReplicaFigures. (1) Replica 0's zerodrop process is restarted, SIGKILL and
+// then SIGTERM, as a crash or an upgrade of its container does, while its
+// HAProxy serves on: each restart's writes counted at that HAProxy's sockets
+// go to writes_per_restart (nothing changed: 0 expected). (2) Replica 1 is
+// replaced as a DaemonSet update replaces its pod: its route is withdrawn
+// (its flows move to the other replica, which has no state for the
+// established ones), it is stopped and its Pod deleted; a new replica starts
+// from an empty state directory, builds its HAProxy from the Services, and
+// its route is announced again. (3) Replica 1 fails hard, as its node does:
+// HAProxy and zerodrop SIGKILLed, its route withdrawn hardDetect later, its
+// Pod deleted (standing for the node's Lease expiring, which ends its
+// counting); then a new replica comes up and is announced. What (2) and (3)
+// cost is measured, not asserted.
 func actLBReplicaRestart(ctx context.Context, r *run) error {
-	if len(r.dataPlane) < 2 {
+	reps := r.replicas()
+	if len(reps) < 2 {
 		return fmt.Errorf("%s needs --data-plane-replicas 2 or more", scenarioLBReplicaRestart)
 	}
-	d := r.dataPlane[0]
+	fig := &ReplicaFigures{HardDetectSeconds: hardDetect.Seconds()}
+	r.replicaFigures = fig
+	phase := r.rec.snapshot()
+	// phaseEnd waits until steady and returns the phase's failures.
+	phaseEnd := func() (int64, int64, error) {
+		if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
+			return 0, 0, err
+		}
+		now := r.rec.snapshot()
+		failed, broken := now.Failed-phase.Failed, now.LongBroken-phase.LongBroken
+		phase = now
+		return failed, broken, nil
+	}
+
+	d := reps[0]
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		before := d.landed()
 		p := d.process()
@@ -321,14 +392,13 @@ func actLBReplicaRestart(ctx context.Context, r *run) error {
 		}
 		r.restartWrites = append(r.restartWrites, d.landed()-before)
 	}
-
-	old := r.dataPlane[1]
-	var others []int
-	for _, o := range r.dataPlane {
-		if o != old {
-			others = append(others, o.index)
-		}
+	var err error
+	if fig.RestartFailed, fig.RestartBroken, err = phaseEnd(); err != nil {
+		return err
 	}
+
+	old := reps[1]
+	others := otherMembers(reps, old)
 	r.mark("replica 1: route withdrawn")
 	if err := r.lab.net.routeTo(ctx, false, others...); err != nil {
 		return err
@@ -340,23 +410,69 @@ func actLBReplicaRestart(ctx context.Context, r *run) error {
 		return fmt.Errorf("stop replica 1: %w", err)
 	}
 	r.mark("replica 1: stopped")
-	d = &dpReplica{index: old.index, gen: old.gen + 1, host: old.host}
-	r.dataPlane[1] = d
-	if err := r.startReplica(ctx, d); err != nil {
-		return fmt.Errorf("new replica 1: %w", err)
+	if err := r.replaceReplica(ctx, old, reps); err != nil {
+		return err
 	}
-	if err := waitFor(ctx, 60*time.Second, "the new replica 1 to serve the Service", func() (bool, string) {
-		return r.backendsSteady(ctx, view{"1", d.prov}, replicas)
+	if fig.ReplaceFailed, fig.ReplaceBroken, err = phaseEnd(); err != nil {
+		return err
+	}
+
+	old = r.replicas()[1]
+	r.mark("replica 1: HAProxy and zerodrop SIGKILLed")
+	if p := old.process(); p != nil {
+		p.Signal(syscall.SIGKILL)
+	}
+	killByArg(filepath.Join(old.dir, "haproxy.cfg"))
+	if !sleepCtx(ctx, hardDetect) {
+		return ctx.Err()
+	}
+	r.mark("replica 1: route withdrawn, Pod gone")
+	if err := r.lab.net.routeTo(ctx, false, otherMembers(r.replicas(), old)...); err != nil {
+		return err
+	}
+	r.dropReplica(old)
+	if err := r.stopReplica(ctx, old); err != nil {
+		r.lab.logf("%s: after the hard failure: %v", r.name(), err)
+	}
+	if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
+		return err
+	}
+	if err := r.replaceReplica(ctx, old, r.replicas()); err != nil {
+		return err
+	}
+	fig.HardFailed, fig.HardBroken, err = phaseEnd()
+	return err
+}
+
+// otherMembers are the route members of reps but d.
+func otherMembers(reps []*dpReplica, d *dpReplica) []int {
+	var out []int
+	for _, o := range reps {
+		if o.index != d.index {
+			out = append(out, o.index)
+		}
+	}
+	return out
+}
+
+// replaceReplica starts a new pod for old's replica, waits until it serves
+// the Service, makes it the run's, and announces its route.
+func (r *run) replaceReplica(ctx context.Context, old *dpReplica, reps []*dpReplica) error {
+	d := &dpReplica{index: old.index, gen: old.gen + 1, host: old.host}
+	err := r.startReplica(ctx, d)
+	r.setReplica(d)
+	if err != nil {
+		return fmt.Errorf("new replica %d: %w", d.index, err)
+	}
+	if err := waitFor(ctx, 60*time.Second, fmt.Sprintf("the new replica %d to serve the Service", d.index), func() (bool, string) {
+		return r.backendsSteady(ctx, view{strconv.Itoa(d.index), d.prov}, replicas)
 	}); err != nil {
 		return err
 	}
-	r.mark("replica 1: replaced, route announced")
-	all := append(others, old.index)
-	slices.Sort(all)
-	if err := r.lab.net.routeTo(ctx, false, all...); err != nil {
-		return err
-	}
-	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
+	r.mark("replica %d: new pod serves, route announced", d.index)
+	members := append(otherMembers(reps, d), d.index)
+	slices.Sort(members)
+	return r.lab.net.routeTo(ctx, false, members...)
 }
 
 // maxDataPlaneReplicas bounds --data-plane-replicas.
@@ -381,7 +497,7 @@ func dataPlaneRuns(scenario string, n int) error {
 // replaced during the run counts from its replacement's start.
 func (r *run) dataPlaneSessions() []int64 {
 	var out []int64
-	for _, d := range r.dataPlane {
+	for _, d := range r.replicas() {
 		n, err := frontendSessions(filepath.Join(d.dir, "admin.sock"))
 		if err != nil {
 			r.lab.logf("%s: sessions of replica %d: %v", r.name(), d.index, err)

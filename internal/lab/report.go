@@ -68,6 +68,8 @@ type Result struct {
 	// accepted (its HAProxy's frontends' stot; -1: not read): how the
 	// client's route spread the traffic.
 	DataPlaneSessions []int64 `json:"data_plane_sessions,omitempty"`
+	// ReplicaDisruption holds lb-replica-restart's figures by phase.
+	ReplicaDisruption *ReplicaFigures `json:"replica_disruption,omitempty"`
 	// Chaos holds the chaos scenarios' own figures (chaos.go).
 	Chaos *ChaosFigures `json:"chaos,omitempty"`
 	// RolloutSeconds is the disruption: from its start to the workload

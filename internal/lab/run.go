@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -111,8 +112,10 @@ type run struct {
 	prov     *haproxy.Provider
 	socks    []*sockcount.Proxy // in front of HAProxy's admin and master sockets
 	// dataPlane are the run's data-plane replicas (dataplane.go); prov is
-	// then the first one's HAProxy.
+	// then the first one's HAProxy. lb-replica-restart replaces replicas
+	// and adds counting proxies while others read: both under dpMu.
 	dataPlane []*dpReplica
+	dpMu      sync.Mutex
 	ctrls     *controllers
 	addr      string // the load balancer's ingress address
 	rec       *recorder
@@ -120,7 +123,9 @@ type run struct {
 	// restartWrites are restart-idle's and kill-mid-plan's writes per
 	// restart.
 	restartWrites []int64
-	chaos         *ChaosFigures // the chaos scenarios' own figures
+	// replicaFigures are lb-replica-restart's figures by phase.
+	replicaFigures *ReplicaFigures
+	chaos          *ChaosFigures // the chaos scenarios' own figures
 	// dupSamples counts state samples with a backend doubled (sampleStates).
 	dupSamples atomic.Int64
 	stop       context.CancelFunc // the controller scrapes
@@ -327,7 +332,10 @@ func (r *run) counters() counters { return r.ctrls.counters() }
 // its sockets, and an error when a socket's proxy was bypassed.
 func (r *run) landed() (int64, error) {
 	var n int64
-	for _, p := range r.socks {
+	r.dpMu.Lock()
+	socks := slices.Clone(r.socks)
+	r.dpMu.Unlock()
+	for _, p := range socks {
 		if !p.InPlace() {
 			return 0, fmt.Errorf("HAProxy's socket %s was replaced: writes after that were not counted", p.Path())
 		}
@@ -424,7 +432,7 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 		}
 		for _, prov := range r.views() {
 			if ok, why := r.backendsSteady(ctx, prov, want); !ok {
-				if len(r.dataPlane) > 0 {
+				if prov.name != "" {
 					why = "data-plane replica " + prov.name + ": " + why
 				}
 				return false, why
@@ -458,11 +466,12 @@ type view struct {
 // views are the run's HAProxy instances: every data-plane replica's, or the
 // one.
 func (r *run) views() []view {
-	if len(r.dataPlane) == 0 {
+	reps := r.replicas()
+	if len(reps) == 0 {
 		return []view{{"", r.prov}}
 	}
-	out := make([]view, len(r.dataPlane))
-	for i, d := range r.dataPlane {
+	out := make([]view, len(reps))
+	for i, d := range reps {
 		out[i] = view{strconv.Itoa(d.index), d.prov}
 	}
 	return out
@@ -570,7 +579,7 @@ func (r *run) teardown() {
 	}
 	r.stopDataPlane()
 	// HAProxy is stopped through its master socket, the proxy still in front.
-	if r.prov != nil && len(r.dataPlane) == 0 {
+	if r.prov != nil && !r.dataPlaneEnabled() {
 		_ = r.prov.Close()
 		// An old worker the master no longer lists (a run with hundreds of
 		// reloads, connections to vanished pods held for the server

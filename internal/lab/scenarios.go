@@ -64,7 +64,7 @@ var scenarios = []scenario{
 	{name: scenarioAPIServerDown, about: "kube-apiserver stopped for --apiserver-outage (default 30 s, longer than the leader's lease) while nothing changes",
 		replicas: replicas, act: actAPIServerDown, lossless: true},
 	// The HAProxy data plane of replicas (--data-plane-replicas).
-	{name: scenarioLBReplicaRestart, about: "nothing changes: a data-plane replica's zerodrop process restarted (SIGKILL, SIGTERM) while its HAProxy serves, then another replica replaced as a DaemonSet update does",
+	{name: scenarioLBReplicaRestart, about: "nothing changes: a data-plane replica's zerodrop process restarted (SIGKILL, SIGTERM) while its HAProxy serves; another replica replaced as a DaemonSet update does; then that one failing hard",
 		replicas: replicas, act: actLBReplicaRestart, modes: []Mode{ModeZerodrop}, dataPlane: true},
 }
 
@@ -191,7 +191,8 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode Mode
 	res.HookFailures = l.hookFailures(r.ns)
 	res.DrainRelayRetries = l.relayRetries(r.ns)
 	res.WritesPerRestart = r.restartWrites
-	res.DataPlaneReplicas = len(r.dataPlane)
+	res.DataPlaneReplicas = len(r.replicas())
+	res.ReplicaDisruption = r.replicaFigures
 	res.Chaos = r.chaos
 	res.DuplicateBackendSamples = r.dupSamples.Load()
 	landed, lerr := r.landed()
