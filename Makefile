@@ -105,6 +105,7 @@ lab: deps
 CHAOS_FLAGS   ?=
 chaos: deps
 	$(GO) run -tags lab ./cmd/zerodrop lab --scenario kill-mid-plan,apiserver-down --mode all --backend both --traffic-policy both $(CHAOS_FLAGS)
+	$(GO) run -tags lab ./cmd/zerodrop lab --scenario kill-mid-plan,lb-replica-restart --mode zerodrop --backend both --traffic-policy both --data-plane-replicas 2 $(CHAOS_FLAGS)
 	$(GO) run -tags lab ./cmd/zerodrop lab --provider azure-emulator --scenario all --mode all --azure-fault-rate 0.2
 
 # A shorter walk-through: zerodrop's writes on first start and on restart.

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"zerodrop.dev/zerodrop/internal/lab/sockcount"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/testenv"
 )
@@ -85,6 +86,9 @@ type ChaosFigures struct {
 // Writes counted from one kill to the next are that restart's: the new
 // leader finishing the interrupted plan and carrying on the rollout.
 func actKillMidPlan(ctx context.Context, r *run) error {
+	if r.dataPlaneEnabled() {
+		return actKillMidPlanReplicas(ctx, r)
+	}
 	want := r.lab.opts.Chaos.kills()
 	fig := r.chaosFigures()
 	var at []int64
@@ -94,7 +98,7 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 		if err != nil {
 			return err
 		}
-		verb, err := r.killAtFirstWrite(ctx, leader, want, &rolling)
+		verb, err := r.killAtFirstWrite(ctx, r.socks, func() { _ = r.lab.agent.signal(ctrlNamespace+"/"+leader, syscall.SIGKILL) }, want, &rolling)
 		if err != nil {
 			return err
 		}
@@ -128,21 +132,21 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 	return nil
 }
 
-// killAtFirstWrite SIGKILLs leader from inside the first write that lands
-// at HAProxy's sockets and returns that write's verb. A rolling update makes
-// the plans: one is started whenever none is under way (*rolling), at most
-// 2×want in the scenario.
-func (r *run) killAtFirstWrite(ctx context.Context, leader string, want int, rolling *bool) (string, error) {
+// killAtFirstWrite calls kill (a SIGKILL of the writer) from inside the
+// first write that lands at the sockets' proxies and returns that write's
+// verb. A rolling update makes the plans: one is started whenever none is
+// under way (*rolling), at most 2×want in the scenario.
+func (r *run) killAtFirstWrite(ctx context.Context, socks []*sockcount.Proxy, kill func(), want int, rolling *bool) (string, error) {
 	fig := r.chaosFigures()
 	fired := make(chan string, 1)
 	var once sync.Once
-	r.onWrite(func(verb string) {
+	onWrite(socks, func(verb string) {
 		once.Do(func() {
-			_ = r.lab.agent.signal(ctrlNamespace+"/"+leader, syscall.SIGKILL)
+			kill()
 			fired <- verb
 		})
 	})
-	defer r.onWrite(nil)
+	defer onWrite(socks, nil)
 	for {
 		if !*rolling {
 			if fig.Rollouts >= 2*want {
@@ -184,11 +188,61 @@ func (r *run) rolledOut(ctx context.Context, want int32) (bool, error) {
 	return running == int(want) && terminating == 0, nil
 }
 
-// onWrite sets f on the proxies in front of both of HAProxy's sockets.
-func (r *run) onWrite(f func(verb string)) {
-	for _, p := range r.socks {
+// onWrite sets f on the proxies (in front of HAProxy's sockets).
+func onWrite(socks []*sockcount.Proxy, f func(verb string)) {
+	for _, p := range socks {
 		p.OnWrite(f)
 	}
+}
+
+// actKillMidPlanReplicas is kill-mid-plan on a data plane of replicas,
+// where each replica's zerodrop process writes its own HAProxy: the writer
+// killed is a replica's process, replicas in turn, at the first write of a
+// plan at its HAProxy's sockets; it is started again at once (the kubelet
+// restarts its container) while its HAProxy serves on, and the lab waits
+// until it is ready. Writes counted (at every replica) from one kill to the
+// next are that restart's.
+func actKillMidPlanReplicas(ctx context.Context, r *run) error {
+	want := r.lab.opts.Chaos.kills()
+	fig := r.chaosFigures()
+	var at []int64
+	rolling := false
+	for fig.Kills < want {
+		reps := r.replicas()
+		d := reps[fig.Kills%len(reps)]
+		p := d.process()
+		verb, err := r.killAtFirstWrite(ctx, d.socks, func() { p.Signal(syscall.SIGKILL) }, want, &rolling)
+		if err != nil {
+			return err
+		}
+		n, err := r.landed()
+		if err != nil {
+			return err
+		}
+		at = append(at, n)
+		fig.Kills++
+		fig.KillVerbs = append(fig.KillVerbs, verb)
+		r.mark("SIGKILL replica %d's zerodrop process at %q", d.index, verb)
+		select {
+		case <-p.Done():
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("kill %d: replica %d's zerodrop process did not end", fig.Kills, d.index)
+		}
+		if err := r.startReplicaProcess(ctx, d); err != nil {
+			return fmt.Errorf("kill %d: %w", fig.Kills, err)
+		}
+		r.mark("replica %d: zerodrop process ready", d.index)
+	}
+	if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
+		return err
+	}
+	n, err := r.landed()
+	if err != nil {
+		return err
+	}
+	at = append(at, n)
+	r.restartWrites = writesBetween(at)
+	return nil
 }
 
 func (r *run) chaosFigures() *ChaosFigures {

@@ -40,10 +40,11 @@ type scenario struct {
 }
 
 // dataPlaneScenarios are the scenarios that run with a data plane of
-// replicas: those whose disruption is the workload's or the data plane's.
-// restart-idle, kill-mid-plan and apiserver-down count the writes of the
-// one HAProxy the leader writes, which a data plane of replicas has not.
-var dataPlaneScenarios = []string{"rollout", "rollout-local", "restart", "scale-down", "drain-node", "churn", scenarioLBReplicaRestart}
+// replicas: those whose disruption is the workload's or the data plane's
+// (kill-mid-plan kills the replicas' processes there). restart-idle and
+// apiserver-down are about the leader as the writer of the one HAProxy,
+// which a data plane of replicas has not.
+var dataPlaneScenarios = []string{"rollout", "rollout-local", "restart", "scale-down", "drain-node", "churn", scenarioKillMidPlan, scenarioLBReplicaRestart}
 
 // scenarios in the order `all` runs them.
 var scenarios = []scenario{
