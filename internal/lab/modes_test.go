@@ -75,3 +75,32 @@ func TestTableColumns(t *testing.T) {
 		}
 	}
 }
+
+// TestDataPlaneRuns: which scenarios run with and without a data plane of
+// replicas, and what `all` means with each.
+func TestDataPlaneRuns(t *testing.T) {
+	cases := []struct {
+		scenario string
+		replicas int
+		ok       bool
+	}{
+		{"rollout", 0, true},
+		{"rollout", 2, true},
+		{scenarioKillMidPlan, 2, true},
+		{scenarioLBReplicaRestart, 2, true},
+		{scenarioLBReplicaRestart, 0, false},
+		{scenarioRestartIdle, 2, false},
+		{scenarioAPIServerDown, 2, false},
+		{scenarioRestartIdle, 0, true},
+	}
+	for _, tc := range cases {
+		if err := dataPlaneRuns(tc.scenario, tc.replicas); (err == nil) != tc.ok {
+			t.Errorf("%s with %d replicas: %v, want ok=%v", tc.scenario, tc.replicas, err, tc.ok)
+		}
+	}
+	for _, s := range dataPlaneScenarios {
+		if _, ok := scenarioNamed(s); !ok {
+			t.Errorf("dataPlaneScenarios names %q, which is no scenario", s)
+		}
+	}
+}
