@@ -39,38 +39,36 @@ const LoadBalancerPath = "/v1/loadbalancer"
 // waits.
 func StateHandler(prov provider.Provider) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+LoadBalancerPath, func(w http.ResponseWriter, r *http.Request) {
-		key := r.URL.Query().Get("key")
-		if key == "" {
-			http.Error(w, "key is required", http.StatusBadRequest)
-			return
-		}
-		lb, err := prov.Observe(r.Context(), key)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(lb)
-	})
-	mux.HandleFunc("GET "+BackendsPath, func(w http.ResponseWriter, r *http.Request) {
-		key := r.URL.Query().Get("key")
-		if key == "" {
-			http.Error(w, "key is required", http.StatusBadRequest)
-			return
-		}
-		bs, err := prov.Backends(r.Context(), key)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
+	mux.Handle("GET "+LoadBalancerPath, read(func(ctx context.Context, key string) (any, error) {
+		return prov.Observe(ctx, key)
+	}))
+	mux.Handle("GET "+BackendsPath, read(func(ctx context.Context, key string) (any, error) {
+		bs, err := prov.Backends(ctx, key)
 		if bs == nil {
 			bs = []provider.BackendStatus{}
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(bs)
-	})
+		return bs, err
+	}))
 	return mux
+}
+
+// read serves what get reads of the load balancer named by the key
+// parameter, as JSON.
+func read(get func(ctx context.Context, key string) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.URL.Query().Get("key")
+		if key == "" {
+			http.Error(w, "key is required", http.StatusBadRequest)
+			return
+		}
+		v, err := get(r.Context(), key)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+	})
 }
 
 // ErrReadOnly is what a Remote answers to writes: a replica's load balancer

@@ -185,13 +185,3 @@ func TestHAProxyTrafficScaleAndRestart(t *testing.T) {
 	ctrl3.stop(t)
 	t.Logf("restart writes: incremental %v, full %v", metrics.Sum(m2.ProviderWrites), metrics.Sum(m3.ProviderWrites))
 }
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}

@@ -39,6 +39,7 @@ var (
 	lbService  = testutil.LBService
 	eventually = testutil.Eventually
 	backendsOf = testutil.Backends
+	freePort   = testutil.FreePort
 )
 
 type controller struct {

@@ -76,29 +76,31 @@ type ChaosFigures struct {
 	LeaderExited        bool    `json:"leader_exited,omitempty"`
 }
 
-// actKillMidPlan SIGKILLs the writer (the leader) at the first write of a
-// plan it sends HAProxy, as an OOM kill or a node failure would, until it has
-// done so MidPlanKills times; rolling updates of the workload make the plans,
-// a new one whenever the last is done. The socket proxy holds that write
-// until the signal is sent (sockcount.Proxy.OnWrite): it lands, and the rest
-// of its plan is never sent. After each kill the lab waits for another
-// replica to take the lease and the killed pod's replacement to be ready.
-// Writes counted from one kill to the next are that restart's: the new
-// leader finishing the interrupted plan and carrying on the rollout.
+// actKillMidPlan SIGKILLs the writer (the leader; with a data plane of
+// replicas, a replica's own zerodrop process, the replicas in turn) at the
+// first write of a plan it sends HAProxy, as an OOM kill or a node failure
+// would, until it has done so MidPlanKills times; rolling updates of the
+// workload make the plans, a new one whenever the last is done. The socket
+// proxy holds that write until the signal is sent (sockcount.Proxy.OnWrite):
+// it lands, and the rest of its plan is never sent. After each kill the lab
+// waits until there is a writer again (writer.recover). Writes counted from
+// one kill to the next are that restart's: the new writer finishing the
+// interrupted plan and carrying on the rollout.
 func actKillMidPlan(ctx context.Context, r *run) error {
+	next := r.leaderWriter
 	if r.dataPlaneEnabled() {
-		return actKillMidPlanReplicas(ctx, r)
+		next = r.replicaWriter
 	}
 	want := r.lab.opts.Chaos.kills()
 	fig := r.chaosFigures()
 	var at []int64
 	rolling := false
 	for fig.Kills < want {
-		leader, err := r.waitLeader(ctx, "")
+		w, err := next(ctx, fig.Kills)
 		if err != nil {
 			return err
 		}
-		verb, err := r.killAtFirstWrite(ctx, r.socks, func() { _ = r.lab.agent.signal(ctrlNamespace+"/"+leader, syscall.SIGKILL) }, want, &rolling)
+		verb, err := r.killAtFirstWrite(ctx, w.socks, w.kill, want, &rolling)
 		if err != nil {
 			return err
 		}
@@ -109,14 +111,8 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 		at = append(at, n)
 		fig.Kills++
 		fig.KillVerbs = append(fig.KillVerbs, verb)
-		r.mark("SIGKILL %s at %q", shortPod(leader), verb)
-		r.ctrls.gone(leader)
-		next, err := r.waitLeader(ctx, leader)
-		if err != nil {
-			return fmt.Errorf("kill %d: %w", fig.Kills, err)
-		}
-		r.mark("leader %s", shortPod(next))
-		if err := r.waitControllersReady(ctx, leader); err != nil {
+		r.mark("SIGKILL %s at %q", w.name, verb)
+		if err := w.recover(ctx); err != nil {
 			return fmt.Errorf("kill %d: %w", fig.Kills, err)
 		}
 	}
@@ -130,6 +126,67 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 	at = append(at, n)
 	r.restartWrites = writesBetween(at)
 	return nil
+}
+
+// writer is the process kill-mid-plan kills next: its name, the proxies at
+// the sockets of the HAProxy it writes, how to kill it, and how to wait
+// until the data plane has a writer again.
+type writer struct {
+	name    string
+	socks   []*sockcount.Proxy
+	kill    func()
+	recover func(ctx context.Context) error
+}
+
+// leaderWriter is the controllers' leader, the one writer of the run's
+// HAProxy: after the kill another replica takes the lease and the killed
+// pod's replacement is ready.
+func (r *run) leaderWriter(ctx context.Context, _ int) (writer, error) {
+	leader, err := r.waitLeader(ctx, "")
+	if err != nil {
+		return writer{}, err
+	}
+	return writer{
+		name:  shortPod(leader),
+		socks: r.socks,
+		kill:  func() { _ = r.lab.agent.signal(ctrlNamespace+"/"+leader, syscall.SIGKILL) },
+		recover: func(ctx context.Context) error {
+			r.ctrls.gone(leader)
+			next, err := r.waitLeader(ctx, leader)
+			if err != nil {
+				return err
+			}
+			r.mark("leader %s", shortPod(next))
+			return r.waitControllersReady(ctx, leader)
+		},
+	}, nil
+}
+
+// replicaWriter is a data-plane replica's own zerodrop process, the
+// replicas in turn: after the kill it is started again at once (the kubelet
+// restarts its container) while its HAProxy serves on, and the lab waits
+// until it is ready.
+func (r *run) replicaWriter(_ context.Context, kills int) (writer, error) {
+	reps := r.replicas()
+	d := reps[kills%len(reps)]
+	p := d.process()
+	return writer{
+		name:  fmt.Sprintf("replica %d's zerodrop process", d.index),
+		socks: d.socks,
+		kill:  func() { p.Signal(syscall.SIGKILL) },
+		recover: func(ctx context.Context) error {
+			select {
+			case <-p.Done():
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("replica %d's zerodrop process did not end", d.index)
+			}
+			if err := r.startReplicaProcess(ctx, d); err != nil {
+				return err
+			}
+			r.mark("replica %d: zerodrop process ready", d.index)
+			return nil
+		},
+	}, nil
 }
 
 // killAtFirstWrite calls kill (a SIGKILL of the writer) from inside the
@@ -193,56 +250,6 @@ func onWrite(socks []*sockcount.Proxy, f func(verb string)) {
 	for _, p := range socks {
 		p.OnWrite(f)
 	}
-}
-
-// actKillMidPlanReplicas is kill-mid-plan on a data plane of replicas,
-// where each replica's zerodrop process writes its own HAProxy: the writer
-// killed is a replica's process, replicas in turn, at the first write of a
-// plan at its HAProxy's sockets; it is started again at once (the kubelet
-// restarts its container) while its HAProxy serves on, and the lab waits
-// until it is ready. Writes counted (at every replica) from one kill to the
-// next are that restart's.
-func actKillMidPlanReplicas(ctx context.Context, r *run) error {
-	want := r.lab.opts.Chaos.kills()
-	fig := r.chaosFigures()
-	var at []int64
-	rolling := false
-	for fig.Kills < want {
-		reps := r.replicas()
-		d := reps[fig.Kills%len(reps)]
-		p := d.process()
-		verb, err := r.killAtFirstWrite(ctx, d.socks, func() { p.Signal(syscall.SIGKILL) }, want, &rolling)
-		if err != nil {
-			return err
-		}
-		n, err := r.landed()
-		if err != nil {
-			return err
-		}
-		at = append(at, n)
-		fig.Kills++
-		fig.KillVerbs = append(fig.KillVerbs, verb)
-		r.mark("SIGKILL replica %d's zerodrop process at %q", d.index, verb)
-		select {
-		case <-p.Done():
-		case <-time.After(30 * time.Second):
-			return fmt.Errorf("kill %d: replica %d's zerodrop process did not end", fig.Kills, d.index)
-		}
-		if err := r.startReplicaProcess(ctx, d); err != nil {
-			return fmt.Errorf("kill %d: %w", fig.Kills, err)
-		}
-		r.mark("replica %d: zerodrop process ready", d.index)
-	}
-	if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
-		return err
-	}
-	n, err := r.landed()
-	if err != nil {
-		return err
-	}
-	at = append(at, n)
-	r.restartWrites = writesBetween(at)
-	return nil
 }
 
 func (r *run) chaosFigures() *ChaosFigures {

@@ -6,6 +6,7 @@ package testutil
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -104,4 +105,15 @@ func StopManager(t testing.TB, cancel context.CancelFunc, done <-chan error) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("manager did not stop")
 	}
+}
+
+// FreePort is a TCP port free on 127.0.0.1 a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -120,6 +120,11 @@ func TestStolenLeaseStopsWrites(t *testing.T) {
 
 // providerWrites sums zerodrop_provider_writes_total.
 func providerWrites(t *testing.T, reg *prometheus.Registry) float64 {
+	return counterSum(t, reg, "zerodrop_provider_writes_total")
+}
+
+// counterSum sums the counter name over its labels.
+func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -127,7 +132,7 @@ func providerWrites(t *testing.T, reg *prometheus.Registry) float64 {
 	}
 	var sum float64
 	for _, mf := range mfs {
-		if mf.GetName() != "zerodrop_provider_writes_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {

@@ -108,32 +108,9 @@ func replicaPod(t *testing.T, c client.Client, name, ip string) {
 	}
 }
 
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // reconciles sums zerodrop_reconcile_total: only a leader reconciles.
 func reconciles(t *testing.T, reg *prometheus.Registry) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() == "zerodrop_reconcile_total" {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
+	return counterSum(t, reg, "zerodrop_reconcile_total")
 }
 
 // TestDataPlaneReplicas is issue 17's integration test of the roles: two
@@ -154,7 +131,7 @@ func TestDataPlaneReplicas(t *testing.T) {
 	ctx := context.Background()
 	const ns, name, podIP = "default", "web", "198.18.64.1"
 
-	statePort := freeTCPPort(t)
+	statePort := testutil.FreePort(t)
 	dirs := []string{t.TempDir(), t.TempDir()}
 	addrs := []string{"127.0.93.1", "127.0.93.2"}
 	for _, d := range dirs {
@@ -170,7 +147,7 @@ func TestDataPlaneReplicas(t *testing.T) {
 		cfg := baseConfig(restCfg)
 		cfg.LeaderElect = true
 		cfg.ReadinessGate = true
-		port := freeTCPPort(t)
+		port := testutil.FreePort(t)
 		cfg.DrainAddr = "127.0.0.1:" + strconv.Itoa(port)
 		drainURLs = append(drainURLs, "http://"+cfg.DrainAddr+drain.Path)
 		cfg.DataPlane = RoleConfig{Role: "control", Namespace: "kube-system", Selector: dataPlaneSelector, StatePort: statePort}
