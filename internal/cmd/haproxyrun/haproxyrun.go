@@ -24,24 +24,40 @@ import (
 // containers mount).
 const DefaultDir = "/run/zerodrop/haproxy"
 
+// Config is the command's flags.
+type Config struct {
+	Dir, Binary string
+}
+
+// Parse parses the command's arguments as Run does, without running
+// anything (the install's tests run the chart's container with it).
+func Parse(args []string, out io.Writer) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("zerodrop haproxy", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.Dir, "dir", DefaultDir, "state directory shared with the data-plane replica's zerodrop process (--haproxy-socket DIR/admin.sock --haproxy-master-socket DIR/master.sock --haproxy-config DIR/haproxy.cfg)")
+	fs.StringVar(&c.Binary, "binary", "haproxy", "HAProxy executable")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	return c, nil
+}
+
 // Run parses args, prepares the directory and executes HAProxy; it returns
 // only on failure.
 func Run(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("zerodrop haproxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dir := fs.String("dir", DefaultDir, "state directory shared with the data-plane replica's zerodrop process (--haproxy-socket DIR/admin.sock --haproxy-master-socket DIR/master.sock --haproxy-config DIR/haproxy.cfg)")
-	binary := fs.String("binary", "haproxy", "HAProxy executable")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	c, err := Parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop haproxy: %v\n", err)
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "zerodrop haproxy: unexpected arguments %v\n", fs.Args())
-		return 2
-	}
-	if err := exe(*dir, *binary); err != nil {
+	if err := exe(c.Dir, c.Binary); err != nil {
 		fmt.Fprintf(stderr, "zerodrop haproxy: %v\n", err)
 		return 1
 	}
@@ -49,16 +65,23 @@ func Run(args []string, stderr io.Writer) int {
 }
 
 func exe(dir, binary string) error {
-	if err := haproxy.PrepareContainer(haproxy.Options{Dir: dir}); err != nil {
-		return err
-	}
-	path, err := exec.LookPath(binary)
-	if err != nil {
-		return err
-	}
-	args, err := haproxy.ContainerArgs(dir)
+	path, args, err := Prepare(dir, binary)
 	if err != nil {
 		return err
 	}
 	return syscall.Exec(path, append([]string{binary}, args...), os.Environ())
+}
+
+// Prepare makes dir HAProxy's state directory (haproxy.PrepareContainer)
+// and returns the executable and the arguments the command runs HAProxy
+// with (haproxy.ContainerArgs).
+func Prepare(dir, binary string) (path string, args []string, err error) {
+	if err := haproxy.PrepareContainer(haproxy.Options{Dir: dir}); err != nil {
+		return "", nil, err
+	}
+	if path, err = exec.LookPath(binary); err != nil {
+		return "", nil, err
+	}
+	args, err = haproxy.ContainerArgs(dir)
+	return path, args, err
 }

@@ -1,0 +1,179 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"zerodrop.dev/zerodrop/internal/cmd/controller"
+	"zerodrop.dev/zerodrop/internal/cmd/haproxyrun"
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/testutil"
+)
+
+// TestChartDataPlanePodRuns runs the chart's data-plane pod as rendered, on
+// the real apiserver and a real HAProxy: the haproxy container's command
+// (`zerodrop haproxy`, parsed from its args; the process it execs started
+// here), and the controller container's `zerodrop controller` arguments in
+// process. What is changed: the container's paths, moved from the shared
+// volume's mountPath to a directory of the test; its ports, to free ones
+// (the pod runs on the host's network); metrics over plain HTTP (the API
+// server's authentication of scrapers is not this test's); and the backend
+// address map the loopback tests need (API servers refuse loopback
+// endpoints; see docs/design.md). With a Service whose
+// status has the address the control role gave it, the replica serves the
+// listener there; its server-state file is in the shared directory; and
+// when the HAProxy container is killed and started again, the same
+// listener is served from what the replica wrote.
+func TestChartDataPlanePodRuns(t *testing.T) {
+	ds := typed[appsv1.DaemonSet](t, find(t, render(t, haproxyValues...), "DaemonSet", "zerodrop-data-plane"))
+	hc, zc := ds.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[1]
+	shared := t.TempDir()
+	mount := ""
+	for _, m := range hc.VolumeMounts {
+		if m.Name == "state" {
+			mount = m.MountPath
+		}
+	}
+	if mount == "" {
+		t.Fatal("the haproxy container mounts no state volume")
+	}
+	// localize moves a container's path on the shared volume here, and a
+	// port to a free one.
+	ports := map[string]int{}
+	localize := func(a string) string {
+		a = strings.ReplaceAll(a, mount, shared)
+		for _, flag := range []string{"--state-bind-address", "--metrics-bind-address", "--health-probe-bind-address"} {
+			if strings.HasPrefix(a, flag+"=:") {
+				ports[flag] = testutil.FreePort(t)
+				return fmt.Sprintf("%s=127.0.0.1:%d", flag, ports[flag])
+			}
+		}
+		return a
+	}
+
+	// The haproxy container.
+	hargs := make([]string, 0, len(hc.Args))
+	for _, a := range hc.Args[1:] {
+		hargs = append(hargs, localize(a))
+	}
+	hcfg, err := haproxyrun.Parse(hargs, os.Stderr)
+	if err != nil {
+		t.Fatalf("haproxy container args %q: %v", hc.Args, err)
+	}
+	t.Cleanup(func() { testutil.StopHAProxy(t, hcfg.Dir) })
+	container := func() *exec.Cmd {
+		path, args, err := haproxyrun.Prepare(hcfg.Dir, hcfg.Binary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(path, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-done })
+		return cmd
+	}
+	hproc := container()
+
+	// The controller container, in process.
+	restCfg := testenv.Start(t)
+	zargs := make([]string, 0, len(zc.Args))
+	for _, a := range zc.Args[1:] {
+		zargs = append(zargs, localize(a))
+	}
+	cfg, err := controller.ParseArgs(zargs)
+	if err != nil {
+		t.Fatalf("controller container args %q: %v", zc.Args, err)
+	}
+	cfg.RESTConfig, cfg.Registerer = restCfg, prometheus.NewRegistry()
+	cfg.MetricsSecure = false
+	cfg.AddressMap = "198.18.0.0/15=127.18.0.0/15"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- controller.RunConfig(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("the data-plane process did not stop")
+		}
+	})
+
+	// A Service as the control role leaves it: an address in its status.
+	c := testutil.Client(t, restCfg)
+	const ns, name, addr = "default", "web", "127.0.105.1"
+	svc := testutil.LBService(ns, name, "zerodrop.dev/haproxy", int32(testutil.FreePort(t)), 8080)
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addr}}
+	if err := c.Status().Update(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, testutil.Slice(ns, name, 8080, "198.18.65.1")); err != nil {
+		t.Fatal(err)
+	}
+	admin, master, config, err := haproxy.Paths(hcfg.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := haproxy.New(ctx, haproxy.Options{AdminSocket: admin, MasterSocket: master, ConfigFile: config, Log: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := func() (bool, string) {
+		lb, err := obs.Observe(ctx, ns+"/"+name)
+		if err != nil || lb == nil || len(lb.Listeners) != 1 {
+			return false, fmt.Sprintf("lb=%v err=%v", lb, err)
+		}
+		l := lb.Listeners[0]
+		return l.Address == addr && len(l.Backends) == 1 && l.Backends[0].State == model.Active,
+			fmt.Sprintf("listener at %s, backends %v", l.Address, testutil.Backends(lb))
+	}
+	testutil.Eventually(t, 60*time.Second, "the replica to serve the Service at its status address", served)
+	if _, err := os.Stat(filepath.Join(hcfg.Dir, "server-state")); err != nil {
+		t.Errorf("no server-state file in the shared state directory: %v", err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the state endpoint", func() (bool, string) {
+		err := getOK(fmt.Sprintf("http://127.0.0.1:%d/v1/loadbalancer?key=%s/%s", ports["--state-bind-address"], ns, name))
+		return err == nil, fmt.Sprint(err)
+	})
+
+	// The HAProxy container crashes and the kubelet starts it again.
+	_ = syscall.Kill(-hproc.Process.Pid, syscall.SIGKILL)
+	testutil.Eventually(t, 30*time.Second, "HAProxy gone", func() (bool, string) { return obs.Alive(ctx) != nil, "" })
+	container()
+	testutil.Eventually(t, 60*time.Second, "the restarted HAProxy container to serve the same listener", served)
+}
+
+// getOK GETs url and wants 200.
+func getOK(url string) error {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
+}
