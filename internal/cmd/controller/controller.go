@@ -429,6 +429,15 @@ func RunConfig(ctx context.Context, cfg Config) error {
 	if role == service.RoleDataPlane {
 		// The gates are the control role's: they read every replica.
 		cfg.ReadinessGate, cfg.DrainAddr = false, ""
+		// A replica is ready once its HAProxy serves what the Services ask
+		// (every load balancer reconciled once): a DaemonSet update waits
+		// for it before it replaces the next replica.
+		_ = mgr.AddReadyzCheck("synced", func(*http.Request) error {
+			if !svcCtrl.Synced() {
+				return errors.New("not every load balancer reconciled yet")
+			}
+			return nil
+		})
 	}
 	if cfg.ReadinessGate {
 		if err := podgate.Setup(mgr, podgate.Options{Finder: finder, Latency: m.GateLatency, Logger: log.WithName("podgate")}); err != nil {

@@ -125,6 +125,10 @@ type Controller struct {
 
 	mu       sync.Mutex
 	failures map[string]int
+	// first are the load balancers Start's first pass enqueued that have
+	// not been reconciled without error yet (nil before Start); Synced
+	// reports it empty.
+	first    map[string]bool
 	backends map[string]map[model.BackendState]int // per load balancer, as last written or verified
 	totals   map[model.BackendState]int            // their sum, zerodrop_backends
 }
@@ -238,7 +242,13 @@ func (c *Controller) Start(ctx context.Context) error {
 		return err
 	}
 	log.Info("leading: reconciling load balancers", "sync", c.opts.Sync, "workers", c.opts.Workers)
-	c.enqueueAll(ctx)
+	first := map[string]bool{}
+	for _, key := range c.enqueueAll(ctx) {
+		first[key] = true
+	}
+	c.mu.Lock()
+	c.first = first
+	c.mu.Unlock()
 
 	var wg sync.WaitGroup
 	for i := 0; i < c.opts.Workers; i++ {
@@ -272,6 +282,11 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	// writer of that load balancer. The provider is called outside any lock.
 	defer c.queue.Done(key)
 	again, err := c.reconcileKey(ctx, key)
+	if err == nil {
+		c.mu.Lock()
+		delete(c.first, key)
+		c.mu.Unlock()
+	}
 	var retry *provider.RetryAfterError
 	switch {
 	case err == nil && again > 0:
@@ -304,18 +319,33 @@ func (c *Controller) managed(svc *corev1.Service) bool {
 	return *svc.Spec.LoadBalancerClass == c.opts.LoadBalancerClass
 }
 
-func (c *Controller) enqueueAll(ctx context.Context) {
+// enqueueAll enqueues every load balancer a Service or the provider has,
+// and returns their keys.
+func (c *Controller) enqueueAll(ctx context.Context) []string {
 	var list corev1.ServiceList
 	if err := c.cache.List(ctx, &list); err != nil {
 		c.opts.Logger.Error(err, "list services")
-		return
+		return nil
 	}
+	var keys []string
 	for i := range list.Items {
 		if svc := &list.Items[i]; c.managed(svc) || hasFinalizer(svc) {
-			c.queue.Add(c.opts.KeyFunc(svc))
+			key := c.opts.KeyFunc(svc)
+			c.queue.Add(key)
+			keys = append(keys, key)
 		}
 	}
-	c.enqueueOrphans(ctx)
+	return append(keys, c.enqueueOrphans(ctx)...)
+}
+
+// Synced reports whether every load balancer of Start's first pass has been
+// reconciled once without error: a data-plane replica then serves what the
+// Services ask (its readiness, so that a DaemonSet update waits for it).
+// False before Start and while the caches sync.
+func (c *Controller) Synced() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first != nil && len(c.first) == 0
 }
 
 // watch maps every event to the load balancer key it concerns. Handlers only

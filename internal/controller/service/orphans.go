@@ -57,12 +57,13 @@ func (c *Controller) holdAddresses(lbs map[string]*model.LoadBalancer) {
 // deleted, through the same work item as any other change (invariant 2).
 // It runs only from Start, after the caches have synced (invariant 4), and
 // on every resync.
-func (c *Controller) enqueueOrphans(ctx context.Context) {
+func (c *Controller) enqueueOrphans(ctx context.Context) []string {
 	lbs, err := c.listLoadBalancers(ctx, false)
 	if err != nil {
 		c.opts.Logger.Error(err, "listing the provider's load balancers; orphans are swept at the next resync")
-		return
+		return nil
 	}
+	var keys []string
 	c.holdAddresses(lbs)
 	for key := range lbs {
 		var list corev1.ServiceList
@@ -74,5 +75,7 @@ func (c *Controller) enqueueOrphans(ctx context.Context) {
 			c.opts.Logger.Info("no Service wants this load balancer; removing it", "loadBalancer", key)
 		}
 		c.queue.Add(key)
+		keys = append(keys, key)
 	}
+	return keys
 }
