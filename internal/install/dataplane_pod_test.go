@@ -109,14 +109,7 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- controller.RunConfig(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("the data-plane process did not stop")
-		}
-	})
+	t.Cleanup(func() { testutil.StopManager(t, cancel, done) })
 
 	// A Service as the control role leaves it: an address in its status.
 	c := testutil.Client(t, restCfg)

@@ -245,10 +245,7 @@ func (r *run) stopReplica(ctx context.Context, d *dpReplica) error {
 		_ = p.Stop()
 	}
 	if d.prov != nil {
-		errs = append(errs, d.prov.Close())
-		if n := killByArg(filepath.Join(d.dir, "haproxy.cfg")); n > 0 {
-			r.lab.logf("%s: killed %d HAProxy processes of replica %d left after the master stopped", r.name(), n, d.index)
-		}
+		errs = append(errs, r.stopHAProxy(d.prov, d.dir))
 	}
 	err := r.lab.cp.client.CoreV1().Pods(ctrlNamespace).Delete(ctx, d.pod(r.id), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	if err != nil && !apierrors.IsNotFound(err) {

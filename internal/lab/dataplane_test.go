@@ -1,11 +1,7 @@
 package lab
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -21,36 +17,19 @@ import (
 // replica is measured, not asserted: the connections established through
 // it end, by design.)
 func TestLabDataPlane(t *testing.T) {
-	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "lab.json")
-	workDir := filepath.Join(dir, "work")
-	if err := os.Mkdir(workDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
 	before := rootState(t)
-	var stdout, stderr bytes.Buffer
-	code := Run(ctx, []string{"--scenario", "rollout," + scenarioLBReplicaRestart, "--mode", "zerodrop",
-		"--data-plane-replicas", "2", "--json", jsonPath, "--dir", workDir}, &stdout, &stderr)
-	t.Logf("%s\n%s", stderr.String(), stdout.String())
-	defer func() {
-		if t.Failed() {
-			logEvidence(t, filepath.Join(workDir, "lab.log"))
-		}
-	}()
-	if code != 0 {
-		t.Fatalf("zerodrop lab exited %d", code)
-	}
+	entries := runLab(t, 6*time.Minute, "--scenario", "rollout,"+scenarioLBReplicaRestart, "--mode", "zerodrop",
+		"--data-plane-replicas", "2")
 	if d := cmp.Diff(before, rootState(t)); d != "" {
 		t.Errorf("the lab left something behind in the root namespace or the process table (-before +after):\n%s", d)
 	}
-	raw, err := os.ReadFile(jsonPath)
+	// runLab returns the report's entries as maps; read them as Results.
+	raw, err := json.Marshal(entries)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rep Report
-	if err := json.Unmarshal(raw, &rep); err != nil {
+	if err := json.Unmarshal(raw, &rep.Scenarios); err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Scenarios) != 2 {

@@ -117,14 +117,11 @@ func startNetwork(ctx context.Context, dir string, nodes, lbHosts int, cfg *rest
 		return n, err
 	}
 	// A data-plane replica's zerodrop process runs in its host's namespace.
-	for _, h := range n.lbs[1:] {
-		if _, _, err := nl.Forward(h.Netns, apiserverInNetns, n.apiserver); err != nil {
-			return n, fmt.Errorf("%s: API server forwarder: %w", h.Name, err)
-		}
-	}
 	if lbHosts > 1 {
-		if _, _, err := nl.Forward(n.lb.Netns, apiserverInNetns, n.apiserver); err != nil {
-			return n, fmt.Errorf("%s: API server forwarder: %w", n.lb.Name, err)
+		for _, h := range n.lbs {
+			if _, _, err := nl.Forward(h.Netns, apiserverInNetns, n.apiserver); err != nil {
+				return n, fmt.Errorf("%s: API server forwarder: %w", h.Name, err)
+			}
 		}
 	}
 	assets, err := testenv.Assets("kube-proxy")

@@ -263,6 +263,20 @@ func startHAProxy(ctx context.Context, dir, wrapper string) (*haproxy.Provider, 
 	return prov, append(socks, admin), nil
 }
 
+// stopHAProxy stops the HAProxy of dir that startHAProxy started, through
+// its master socket, the proxy still in front, and returns Close's error.
+// An old worker the master no longer lists (a run with hundreds of reloads,
+// connections to vanished pods held for the server timeout) would outlive
+// it: the lab ends every process of that HAProxy, by the configuration file
+// on its command line.
+func (r *run) stopHAProxy(prov *haproxy.Provider, dir string) error {
+	err := prov.Close()
+	if n := killByArg(filepath.Join(dir, "haproxy.cfg")); n > 0 {
+		r.lab.logf("%s: killed %d HAProxy processes of %s left after the master stopped", r.name(), n, dir)
+	}
+	return err
+}
+
 // steadyTimeout bounds how long a workload of n replicas may take to be
 // steady after a disruption: 120 s, and with the recipe each of the n pods
 // replaced one at a time (minReadySeconds and a readiness probe period on
@@ -443,16 +457,8 @@ func (r *run) teardown() {
 		r.stop()
 	}
 	r.stopDataPlane()
-	// HAProxy is stopped through its master socket, the proxy still in front.
 	if r.prov != nil && !r.dataPlaneEnabled() {
-		_ = r.prov.Close()
-		// An old worker the master no longer lists (a run with hundreds of
-		// reloads, connections to vanished pods held for the server
-		// timeout) would outlive it: the lab ends every process of its
-		// HAProxy, by the configuration file on its command line.
-		if n := killByArg(filepath.Join(r.dir, "haproxy.cfg")); n > 0 {
-			r.lab.logf("%s: killed %d HAProxy processes left after the master stopped", r.name(), n)
-		}
+		_ = r.stopHAProxy(r.prov, r.dir)
 	}
 	for _, p := range r.socks {
 		if err := p.Close(); err != nil {

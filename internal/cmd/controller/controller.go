@@ -308,6 +308,9 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		metricsOpts.FilterProvider = metricsAuth
 	}
 	role := cfg.DataPlane.role()
+	// A data-plane replica is the only writer of its own HAProxy: every
+	// one writes, none is elected.
+	leaderElect := cfg.LeaderElect && role != service.RoleDataPlane
 	var cacheOpts cache.Options
 	if role == service.RoleControl {
 		// The gates read the node Leases of the data-plane replicas' nodes:
@@ -316,13 +319,11 @@ func RunConfig(ctx context.Context, cfg Config) error {
 			Namespaces: map[string]cache.Config{dataplane.NodeLeaseNamespace: {}}}}
 	}
 	mgr, err := manager.New(restCfg, manager.Options{
-		Cache:                  cacheOpts,
-		Logger:                 log,
-		Metrics:                metricsOpts,
-		HealthProbeBindAddress: cfg.ProbeAddr,
-		// A data-plane replica is the only writer of its own HAProxy: every
-		// one writes, none is elected.
-		LeaderElection:                cfg.LeaderElect && role != service.RoleDataPlane,
+		Cache:                         cacheOpts,
+		Logger:                        log,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        cfg.ProbeAddr,
+		LeaderElection:                leaderElect,
 		LeaderElectionID:              cfg.LeaderID,
 		LeaderElectionNamespace:       cfg.LeaderNamespace,
 		LeaderElectionReleaseOnCancel: true,
@@ -458,7 +459,7 @@ func RunConfig(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	log.Info("starting", "version", version.String(), "provider", cfg.Provider, "role", cfg.DataPlane.Role, "sync", sync, "leaderElection", cfg.LeaderElect && role != service.RoleDataPlane)
+	log.Info("starting", "version", version.String(), "provider", cfg.Provider, "role", cfg.DataPlane.Role, "sync", sync, "leaderElection", leaderElect)
 	err = mgr.Start(ctx)
 	// The manager has stopped (and released the lease); pods whose preStop
 	// hook is waiting on this replica still get their answer, from the

@@ -21,7 +21,14 @@ func ContainerArgs(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []string{"-W", "-S", ps.master + ",mode,600", "-f", ps.config}, nil
+	return masterArgs(ps), nil
+}
+
+// masterArgs run HAProxy's master in master-worker mode with its master CLI
+// and configuration in the state directory: ContainerArgs, and the owned
+// HAProxy's command line (with a pid file).
+func masterArgs(ps paths) []string {
+	return []string{"-W", "-S", ps.master + ",mode,600", "-f", ps.config}
 }
 
 // Paths are the files of a state directory the attaching zerodrop process
@@ -44,9 +51,7 @@ func PrepareContainer(opts Options) error {
 	if opts.Dir == "" {
 		return errors.New("haproxy: the state directory is required")
 	}
-	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = 10 * time.Minute
-	}
+	opts = opts.withDefaults()
 	ps, err := resolvePaths(Options{Dir: opts.Dir})
 	if err != nil {
 		return err

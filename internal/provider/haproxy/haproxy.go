@@ -128,18 +128,7 @@ var (
 // New returns a Provider attached to a running HAProxy, starting one first
 // when Options ask for an owned instance and none is running.
 func New(ctx context.Context, opts Options) (*Provider, error) {
-	if opts.Binary == "" {
-		opts.Binary = "haproxy"
-	}
-	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = 10 * time.Minute
-	}
-	if opts.ReloadTimeout <= 0 {
-		opts.ReloadTimeout = 10 * time.Second
-	}
-	if opts.ReadBatchWindow == 0 {
-		opts.ReadBatchWindow = DefaultReadBatchWindow
-	}
+	opts = opts.withDefaults()
 	external := opts.AdminSocket != "" || opts.MasterSocket != ""
 	if external && (opts.AdminSocket == "" || opts.MasterSocket == "" || opts.ConfigFile == "") {
 		return nil, errors.New("haproxy: attaching needs AdminSocket, MasterSocket and ConfigFile")
@@ -176,6 +165,23 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// withDefaults fills the Options left zero that have a default.
+func (opts Options) withDefaults() Options {
+	if opts.Binary == "" {
+		opts.Binary = "haproxy"
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 10 * time.Minute
+	}
+	if opts.ReloadTimeout <= 0 {
+		opts.ReloadTimeout = 10 * time.Second
+	}
+	if opts.ReadBatchWindow == 0 {
+		opts.ReadBatchWindow = DefaultReadBatchWindow
+	}
+	return opts
 }
 
 // Close releases the Provider. With StopOnClose it stops HAProxy (master and

@@ -210,7 +210,7 @@ func (p *Provider) startOrAttach(ctx context.Context) error {
 	// Not exec.CommandContext: the master outlives ctx (and, without
 	// StopOnClose, the controller). Its own session keeps a terminal's
 	// signals away from it.
-	cmd := exec.Command(p.binary, "-W", "-S", p.paths.master+",mode,600", "-f", p.paths.config, "-p", p.paths.pid)
+	cmd := exec.Command(p.binary, append(masterArgs(p.paths), "-p", p.paths.pid)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
