@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 // stderrLogger prints to stderr, which go test shows for a failing package.
@@ -40,15 +41,7 @@ func init() { ctrllog.SetLogger(stderrLogger()) }
 
 const testNS = "zerodrop-system"
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+var freePort = testutil.FreePort
 
 // webhookConfiguration calls https://127.0.0.1:port/mutate for pods of
 // namespaces labelled cert-test=on, with failurePolicy Fail: a certificate

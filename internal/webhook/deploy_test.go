@@ -39,6 +39,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/certs"
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
 	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 const serviceAccount = "system:serviceaccount:zerodrop-system:zerodrop"
@@ -380,12 +381,4 @@ func postReview(hc *http.Client, port int, pod *corev1.Pod, into *admissionv1.Ad
 	return json.NewDecoder(resp.Body).Decode(into)
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+var freePort = testutil.FreePort
