@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -36,8 +37,14 @@ type agent struct {
 	client kubernetes.Interface
 	net    *network
 	nodes  []string
-	exe    string // the zerodrop binary controller pods run
-	dir    string // controller pods' logs
+	// hostNodes are the data plane's nodes (addHostNodes): the
+	// load-balancer hosts, by Node name; their pods use the host network.
+	hostNodes map[string]*netlab.Host
+	// containers runs the chart's pods (pods_containers.go); nil: the lab
+	// runs no chart pods.
+	containers *containerEnv
+	exe        string // the zerodrop binary controller pods run
+	dir        string // controller pods' logs
 	// onStop, when set, is called once for a pod about to be stopped
 	// (before its preStop hooks), while its metrics still answer.
 	onStop func(*corev1.Pod)
@@ -64,8 +71,8 @@ const nodeLeaseNamespace = "kube-node-lease"
 func newAgent(client kubernetes.Interface, net *network, exe, dir string, logf func(string, ...any)) *agent {
 	a := &agent{
 		client: client, net: net, exe: exe, dir: dir, logf: logf,
-		runtimes: map[string]*podRuntime{},
-		boundTo:  map[string]string{}, stopped: make(chan struct{}),
+		runtimes: map[string]*podRuntime{}, hostNodes: map[string]*netlab.Host{},
+		boundTo: map[string]string{}, stopped: make(chan struct{}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "lab-agent"}),
@@ -209,15 +216,33 @@ func (a *agent) sync(ctx context.Context, key string) error {
 	delete(a.boundTo, key)
 	a.mu.Unlock()
 	if rt == nil {
-		node := a.net.nodeFor(pod.Spec.NodeName)
-		// A pod's namespace, with the next address of its node's pod CIDR
-		// (never reused within a lab run).
-		netPod, err := a.net.net.AddPod(ctx, node)
-		if err != nil {
-			return err
+		var netPod *netlab.Pod
+		var env podEnv
+		if h := a.hostNodes[pod.Spec.NodeName]; h != nil {
+			// A data-plane node's pod uses the node's namespace.
+			if !pod.Spec.HostNetwork {
+				return fmt.Errorf("node %s runs host-network pods only", pod.Spec.NodeName)
+			}
+			netPod = &netlab.Pod{Netns: h.Netns, IP: h.IP}
+			env = a.podEnv(h.DialContext, h.IP.String())
+			env.host = true
+		} else {
+			if pod.Spec.HostNetwork {
+				return fmt.Errorf("the lab runs host-network pods on data-plane nodes only")
+			}
+			node := a.net.nodeFor(pod.Spec.NodeName)
+			// A pod's namespace, with the next address of its node's pod
+			// CIDR (never reused within a lab run).
+			if netPod, err = a.net.net.AddPod(ctx, node); err != nil {
+				return err
+			}
+			env = a.podEnv(node.DialContext, node.IP.String())
 		}
-		rt, err = startPodRuntime(pod, netPod, a.podEnv(netPod), func() { a.queue.Add(key) }, a.logf)
+		rt, err = startPodRuntime(pod, netPod, env, func() { a.queue.Add(key) }, a.logf)
 		if err != nil {
+			if env.host {
+				return err
+			}
 			return errors.Join(err, netPod.Close())
 		}
 		a.mu.Lock()
@@ -228,9 +253,11 @@ func (a *agent) sync(ctx context.Context, key string) error {
 	return a.syncStatus(ctx, pod, rt)
 }
 
-// podEnv is what a pod on netPod's node needs.
-func (a *agent) podEnv(netPod *netlab.Pod) podEnv {
-	return podEnv{node: netPod.Node, lab: a.net.net, exe: a.exe, apiserver: a.net.apiserver, logDir: a.dir, hookDone: a.hookDone}
+// podEnv is what a pod on a node needs: dial connects from the node's
+// namespace, whose address is hostIP.
+func (a *agent) podEnv(dial func(ctx context.Context, network, addr string) (net.Conn, error), hostIP string) podEnv {
+	return podEnv{dial: dial, hostIP: hostIP, lab: a.net.net, exe: a.exe, apiserver: a.net.apiserver, logDir: a.dir,
+		hookDone: a.hookDone, containers: a.containers}
 }
 
 func deletionGrace(pod *corev1.Pod) time.Duration {
@@ -270,23 +297,28 @@ func (a *agent) deleteNow(ctx context.Context, pod *corev1.Pod) error {
 	return err
 }
 
-// bind schedules a pod on the schedulable node with the fewest pods of its
-// namespace (a spreading scheduler), through the pods/binding subresource.
+// bind schedules a pod on the node with the fewest pods of its namespace
+// among those it fits (schedule.go; a spreading scheduler), through the
+// pods/binding subresource.
 func (a *agent) bind(ctx context.Context, pod *corev1.Pod) error {
 	a.bindMu.Lock()
 	defer a.bindMu.Unlock()
 	count := map[string]int{}
-	var candidates []string
+	var candidates, refused []string
 	for _, n := range a.nodes {
 		node, err := a.nodeLs.Get(n)
-		if err != nil || node.Spec.Unschedulable {
+		if err != nil {
+			continue
+		}
+		if ok, why := fits(pod, node); !ok {
+			refused = append(refused, n+": "+why)
 			continue
 		}
 		candidates = append(candidates, n)
 		count[n] = 0
 	}
 	if len(candidates) == 0 {
-		return fmt.Errorf("no schedulable node for %s/%s", pod.Namespace, pod.Name)
+		return fmt.Errorf("no node fits %s/%s (%s)", pod.Namespace, pod.Name, strings.Join(refused, "; "))
 	}
 	all, err := a.pods.Pods(pod.Namespace).List(labels.Everything())
 	if err != nil {
@@ -337,8 +369,12 @@ func (a *agent) syncStatus(ctx context.Context, pod *corev1.Pod, rt *podRuntime)
 		st := corev1.ContainerStatus{
 			Name: c.Name, Image: c.Image, ImageID: "lab://" + c.Image,
 			ContainerID: fmt.Sprintf("lab://%s/%s", rt.uid, c.Name), Ready: ready[c.Name], Started: ptr.To(finished.IsZero()),
+			RestartCount: rt.restartCount(c.Name),
 		}
-		if finished.IsZero() {
+		if finished.IsZero() && !rt.running(c.Name) {
+			st.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+			st.Started = ptr.To(false)
+		} else if finished.IsZero() {
 			st.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(rt.startedAt)}
 		} else {
 			reason := "Completed"
@@ -385,12 +421,13 @@ func (a *agent) syncStatus(ctx context.Context, pod *corev1.Pod, rt *podRuntime)
 			break
 		}
 		cur := pod.Status.ContainerStatuses[i]
-		same = cur.Ready == statuses[i].Ready && (cur.State.Terminated == nil) == (statuses[i].State.Terminated == nil)
+		same = cur.Ready == statuses[i].Ready && (cur.State.Terminated == nil) == (statuses[i].State.Terminated == nil) &&
+			cur.RestartCount == statuses[i].RestartCount
 	}
 	if same {
 		return nil
 	}
-	hostIP := a.net.nodeFor(rt.node).IP.String()
+	hostIP := rt.env.hostIP
 	patch := map[string]any{"status": map[string]any{
 		"phase":             phase,
 		"hostIP":            hostIP,
@@ -506,6 +543,19 @@ func (a *agent) signal(key string, sig syscall.Signal) error {
 	rt.logf("pod %s: sent %s", key, sig)
 	rt.proc.Signal(sig)
 	return nil
+}
+
+// signalContainer sends sig to the process group of container name of the
+// chart pod key; the lab's kubelet starts it again as the kubelet would.
+func (a *agent) signalContainer(key, name string, sig syscall.Signal) error {
+	a.mu.Lock()
+	rt := a.runtimes[key]
+	a.mu.Unlock()
+	if rt == nil {
+		return fmt.Errorf("no pod %s runs", key)
+	}
+	rt.logf("pod %s container %s: sent %s", key, name, sig)
+	return rt.signalContainer(name, sig)
 }
 
 // finished reports whether the process of the pod key has ended (or the

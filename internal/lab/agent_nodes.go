@@ -12,18 +12,33 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"zerodrop.dev/zerodrop/internal/lab/netlab"
+	"zerodrop.dev/zerodrop/internal/model"
 )
 
 // registerNode creates (or adopts) a lab Node with its node namespace's IP
 // and pod CIDR and posts a Ready status and Lease, as the kubelet does.
 func (a *agent) registerNode(ctx context.Context, name string) error {
-	nn := a.net.nodeFor(name)
-	cidr := nn.PodCIDR.String()
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "topology.kubernetes.io/zone": "lab",
 		}},
-		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
+	}
+	var ip string
+	if h := a.hostNodes[name]; h != nil {
+		// A data-plane node: host-network pods only (no pod CIDR, no
+		// kube-proxy), labelled for the chart's DaemonSet, tainted so that
+		// nothing else lands there, and not a load balancer backend.
+		ip = h.IP.String()
+		node.Labels[dataPlaneNodeLabel] = "true"
+		node.Labels[model.LabelExcludeFromLB] = "true"
+		node.Spec.Taints = []corev1.Taint{dataPlaneTaint}
+	} else {
+		nn := a.net.nodeFor(name)
+		ip = nn.IP.String()
+		cidr := nn.PodCIDR.String()
+		node.Spec = corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}}
 	}
 	created, err := a.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -45,7 +60,7 @@ func (a *agent) registerNode(ctx context.Context, name string) error {
 			{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", LastHeartbeatTime: now, LastTransitionTime: now},
 			{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", LastHeartbeatTime: now, LastTransitionTime: now},
 		},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nn.IP.String()}, {Type: corev1.NodeHostName, Address: name}},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}},
 		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-lab", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "lab://1"},
 	}
 	// Node controllers of kube-controller-manager (taints, CIDRs) write the
@@ -66,6 +81,26 @@ func (a *agent) registerNode(ctx context.Context, name string) error {
 	}
 	return a.renewLease(ctx, name)
 }
+
+// dataPlaneNodeLabel marks the nodes the chart's data plane runs on (its
+// haproxy.nodeSelector default); dataPlaneTaint keeps other pods off them
+// (the lab's chart values tolerate it).
+const dataPlaneNodeLabel = "zerodrop.dev/data-plane"
+
+var dataPlaneTaint = corev1.Taint{Key: dataPlaneNodeLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}
+
+// addHostNodes makes hosts lab Nodes for the data plane, lab-lb-1, … in
+// order; called before start.
+func (a *agent) addHostNodes(hosts []*netlab.Host) {
+	for i, h := range hosts {
+		name := hostNodeName(i)
+		a.hostNodes[name] = h
+		a.nodes = append(a.nodes, name)
+	}
+}
+
+// hostNodeName is the Node name of the i-th load-balancer host.
+func hostNodeName(i int) string { return fmt.Sprintf("lab-lb-%d", i+1) }
 
 // heartbeats renew each node's Lease and Ready condition every 10 s, as the
 // kubelet does, so that the node lifecycle controller keeps the nodes Ready.

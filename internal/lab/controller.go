@@ -183,6 +183,9 @@ func (cs *controllers) start(ctx context.Context) error {
 
 // pods lists the run's controller pods from the agent's cache.
 func (cs *controllers) pods() []*corev1.Pod {
+	if cs.run.fromChart() {
+		return cs.run.chartPods(cs.run.chartName())
+	}
 	sel := labels.SelectorFromSet(labels.Set{"app": ctrlApp, labelRun: strconv.Itoa(cs.run.id)})
 	pods, _ := cs.run.lab.agent.pods.Pods(ctrlNamespace).List(sel)
 	return pods
@@ -191,7 +194,11 @@ func (cs *controllers) pods() []*corev1.Pod {
 // loop scrapes every running controller pod until ctx ends.
 func (cs *controllers) loop(ctx context.Context) {
 	for sleepCtx(ctx, 250*time.Millisecond) {
-		cs.scrapeDataPlane()
+		if cs.run.fromChart() {
+			cs.scrapeChartDataPlane()
+		} else {
+			cs.scrapeDataPlane()
+		}
 		for _, p := range cs.pods() {
 			switch {
 			case p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:

@@ -22,7 +22,8 @@ import (
 // Deployment rolls through ReplicaSets, Services get EndpointSlices, PDBs get
 // their status (the eviction API reads it), owned objects are collected and
 // node heartbeats are watched.
-const kcmControllers = "deployment,replicaset,endpointslice,disruption,garbagecollector,nodelifecycle"
+// The HAProxy data plane installed from the chart is a DaemonSet.
+const kcmControllers = "deployment,replicaset,daemonset,endpointslice,disruption,garbagecollector,nodelifecycle"
 
 // controlPlane is a real kube-apiserver + etcd (envtest, from the binaries
 // hack/control-plane.sh builds) and a real kube-controller-manager.
@@ -46,7 +47,11 @@ func startControlPlane(ctx context.Context, dir string) (cp *controlPlane, err e
 			started.stop() // cp is nil by now
 		}
 	}()
-	env, err := testenv.RunServiceRange(serviceCIDR)
+	egressFile := filepath.Join(dir, "egress-selector.yaml")
+	if err := egressConfig(egressFile, egressSocket(dir)); err != nil {
+		return nil, err
+	}
+	env, err := testenv.RunWithFlags(serviceCIDR, map[string]string{"egress-selector-config-file": egressFile})
 	if err != nil {
 		return nil, err
 	}

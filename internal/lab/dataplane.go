@@ -50,6 +50,10 @@ type dpReplica struct {
 	dir   string
 	prov  *haproxy.Provider // the lab's view of the replica's HAProxy
 	socks []*sockcount.Proxy
+	// podName and podUID: a replica installed from the chart
+	// (dataplane_chart.go) is its DaemonSet pod.
+	podName string
+	podUID  types.UID
 
 	mu   sync.Mutex
 	proc *netlab.Process // the replica's zerodrop process
@@ -57,6 +61,9 @@ type dpReplica struct {
 }
 
 func (d *dpReplica) pod(runID int) string {
+	if d.podName != "" {
+		return d.podName
+	}
 	return fmt.Sprintf("data-plane-%d-%d-%d", runID, d.index, d.gen)
 }
 
@@ -257,9 +264,32 @@ func (r *run) stopReplica(ctx context.Context, d *dpReplica) error {
 // stopDataPlane ends every replica and routes the client to the first load
 // balancer only, as runs without a data plane of replicas expect.
 func (r *run) stopDataPlane() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	reps := r.replicas()
+	if r.fromChart() {
+		// The counting proxies go first: uninstalling removes the pods'
+		// directories, where they would put HAProxy's sockets back.
+		r.dpMu.Lock()
+		for _, d := range reps {
+			for _, p := range d.socks {
+				if err := p.Close(); err != nil {
+					r.lab.logf("%s: %v", r.name(), err)
+				}
+			}
+			r.socks = slices.DeleteFunc(r.socks, func(p *sockcount.Proxy) bool { return slices.Contains(d.socks, p) })
+		}
+		r.dpMu.Unlock()
+		if err := r.uninstallChart(ctx, 75*time.Second); err != nil {
+			r.lab.logf("%s: uninstall the chart: %v", r.name(), err)
+		}
+		for _, d := range reps {
+			if d.prov != nil {
+				_ = d.prov.Close()
+			}
+		}
+		reps = nil
+	}
 	for _, d := range reps {
 		if err := r.stopReplica(ctx, d); err != nil {
 			r.lab.logf("%s: stop data-plane replica %d: %v", r.name(), d.index, err)

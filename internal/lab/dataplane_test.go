@@ -55,3 +55,45 @@ func TestLabDataPlane(t *testing.T) {
 		t.Errorf("%s: writes per restart of replica 0's zerodrop process %v, want [0 0]: nothing changed", restart.Scenario, restart.WritesPerRestart)
 	}
 }
+
+// TestLabFromChart runs zerodrop mode installed from the chart
+// (--from-chart) over two data-plane replicas: the chart's DaemonSet on the
+// load-balancer hosts' Nodes, its controller Deployment, its webhook
+// (called by the API server through its Service) and its drain Service,
+// every process authenticated as its pod's ServiceAccount. A rolling update
+// loses nothing, every replaced pod is drained through the hook the
+// chart's webhook injected, both replicas carry traffic, and the rollout's
+// writes are counted at the sockets of the chart's HAProxy containers.
+func TestLabFromChart(t *testing.T) {
+	before := rootState(t)
+	entries := runLab(t, 5*time.Minute, "--scenario", "rollout", "--mode", "zerodrop", "--data-plane-replicas", "2", "--from-chart")
+	if d := cmp.Diff(before, rootState(t)); d != "" {
+		t.Errorf("the lab left something behind in the root namespace or the process table (-before +after):\n%s", d)
+	}
+	raw, err := json.Marshal(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []Result
+	if err := json.Unmarshal(raw, &runs); err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 1 {
+		t.Fatalf("want 1 run, got %s", raw)
+	}
+	roll := runs[0]
+	if roll.FailedRequests-roll.RequestsLateStall != 0 || roll.LongConnsBroken != 0 {
+		t.Errorf("rollout installed from the chart lost traffic: %d failed (%d by a client stall), %d broken long connections",
+			roll.FailedRequests, roll.RequestsLateStall, roll.LongConnsBroken)
+	}
+	if roll.DrainDeadline != 0 || roll.DrainDrained < 3 || roll.HookFailures != 0 {
+		t.Errorf("drain calls drained %d, at their deadline %d, hook failures %d; want every replaced pod drained through the chart's hook",
+			roll.DrainDrained, roll.DrainDeadline, roll.HookFailures)
+	}
+	if len(roll.DataPlaneSessions) != 2 || slices.Min(roll.DataPlaneSessions) <= 0 {
+		t.Errorf("connections per replica %v; want both of the chart's replicas to carry traffic", roll.DataPlaneSessions)
+	}
+	if roll.ProviderWrites <= 0 {
+		t.Errorf("%d writes counted at the chart's HAProxy sockets during a rollout", roll.ProviderWrites)
+	}
+}

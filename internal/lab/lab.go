@@ -70,6 +70,9 @@ type Options struct {
 	// plane of that many replicas (dataplane.go); 0: one HAProxy written by
 	// the controllers' leader.
 	DataPlaneReplicas int
+	// FromChart installs zerodrop mode's zerodrop from the chart (chart.go);
+	// it needs DataPlaneReplicas.
+	FromChart bool
 }
 
 // lab is the running lab: control plane, node agent, drain Service and
@@ -83,7 +86,10 @@ type lab struct {
 	net   *network
 	agent *agent
 	hook  *webhookServer
-	runs  int
+	// egress is the API server's path to Service-referenced webhooks
+	// (egress.go).
+	egress *egressProxy
+	runs   int
 
 	curMu   sync.Mutex
 	current *run           // the run under way, for the agent's onStop
@@ -122,6 +128,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&chaos.APIServerOutage, "apiserver-outage", DefaultAPIServerOutage, "apiserver-down: how long kube-apiserver stays stopped")
 	appSigterm := fs.String("app-sigterm", appSigtermGraceful, "graceful|exit: the workload's SIGTERM handling — a graceful shutdown, or none (exit at once, every connection closed without a word)")
 	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
+	fromChart := fs.Bool("from-chart", false, "zerodrop mode: install zerodrop from the repository's chart (helm template, applied per run; the data plane a DaemonSet on the load-balancer hosts), with --data-plane-replicas")
 	dataPlane := fs.Int("data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
 	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: restart and churn only, see docs/lab.md)")
 	fs.Usage = func() {
@@ -164,7 +171,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas %d: want 0, or 2 to %d\n", *dataPlane, maxDataPlaneReplicas)
 		return 2
 	}
-	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr, Rate: *rate, Recipe: recipe, Chaos: chaos, DataPlaneReplicas: *dataPlane}
+	if *fromChart && *dataPlane == 0 {
+		fmt.Fprintf(stderr, "zerodrop lab: --from-chart installs the chart's HAProxy data plane: give --data-plane-replicas 2 to %d\n", maxDataPlaneReplicas)
+		return 2
+	}
+	opts := Options{KeepDir: *keep, Dir: *dir, Progress: stderr, Rate: *rate, Recipe: recipe, Chaos: chaos, DataPlaneReplicas: *dataPlane,
+		FromChart: *fromChart}
 	switch *appSigterm {
 	case appSigtermGraceful:
 	case appSigtermExit:
@@ -177,7 +189,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		name = strings.TrimSpace(name)
 		if name == "all" {
 			for _, s := range scenarios {
-				if dataPlaneRuns(s.name, *dataPlane) == nil {
+				if dataPlaneRuns(s.name, *dataPlane) == nil && chartRuns(s.name, *fromChart) == nil {
 					opts.Scenarios = append(opts.Scenarios, s.name)
 				}
 			}
@@ -187,7 +199,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "zerodrop lab: unknown scenario %q\n", name)
 			return 2
 		}
-		if err := dataPlaneRuns(name, *dataPlane); err != nil {
+		if err := errors.Join(dataPlaneRuns(name, *dataPlane), chartRuns(name, *fromChart)); err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
 			return 2
 		}
@@ -404,8 +416,16 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	agentCtx, cancel := context.WithCancel(context.Background())
+	if l.egress, err = serveEgress(egressSocket(l.dir), l.net.net.Nodes[0].DialContext, l.logf); err != nil {
+		return err
+	}
 	l.agent = newAgent(l.cp.client, l.net, l.opts.Executable, l.dir, l.logf)
+	if l.opts.FromChart {
+		if err := l.prepareChartPods(ctx); err != nil {
+			return err
+		}
+	}
+	agentCtx, cancel := context.WithCancel(context.Background())
 	l.agent.onStop = func(p *corev1.Pod) {
 		if p.Namespace != ctrlNamespace {
 			return
@@ -429,6 +449,14 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 	if err := l.agent.start(agentCtx); err != nil {
 		return err
 	}
+	if l.opts.FromChart {
+		// The chart's webhook and drain Service, per run.
+		if err := l.ctrlNamespace(ctx); err != nil {
+			return err
+		}
+		l.progressf("control plane up: %d nodes and %d data-plane nodes (%s); zerodrop installed from the chart per run", labNodes, len(l.net.lbs), l.net.net.Prefix)
+		return nil
+	}
 	if err := l.startDrainService(ctx); err != nil {
 		return err
 	}
@@ -449,6 +477,9 @@ func (l *lab) stopShared() {
 	if l.agentStop != nil {
 		l.agentStop()
 		l.agent.wait()
+	}
+	if l.egress != nil {
+		l.egress.close()
 	}
 	if err := l.net.close(); err != nil {
 		l.progressf("network teardown: %v", err)

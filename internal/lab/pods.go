@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,7 +43,8 @@ type podRuntime struct {
 	// exitOnSIGTERM: the web pod's app has no SIGTERM handling (exitsOnSIGTERM).
 	exitOnSIGTERM bool
 	proc          *netlab.Process
-	stopFwd       func() // a process pod's API server forwarder
+	containers    []*containerProc // a chart pod's (pods_containers.go)
+	stopFwd       func()           // a process pod's API server forwarder
 	startedAt     time.Time
 	notify        func() // the pod's status changed
 	logf          func(format string, args ...any)
@@ -58,7 +61,8 @@ type podRuntime struct {
 
 // podEnv is what a pod's runtime needs from its node and the lab.
 type podEnv struct {
-	node      *netlab.Node
+	// dial connects from the node's namespace (probes and hooks).
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	lab       *netlab.Lab
 	exe       string // the zerodrop binary of controller pods
 	apiserver string // the API server's address in the root namespace
@@ -67,6 +71,12 @@ type podEnv struct {
 	// could not run, or an httpGet failed, answered other than 2xx, or
 	// answered the drain endpoint's "timeout".
 	hookDone func(pod *corev1.Pod, failed bool)
+	hostIP   string // the node's IP
+	// host is set for a host-network pod: its namespace is the node's,
+	// which the pod's end leaves alone.
+	host bool
+	// containers is how the chart's pods are run (pods_containers.go).
+	containers *containerEnv
 }
 
 // controllerImage marks zerodrop's controller pods: the agent runs their
@@ -88,7 +98,7 @@ func startPodRuntime(pod *corev1.Pod, netPod *netlab.Pod, env podEnv, notify fun
 		key: pod.Namespace + "/" + pod.Name, uid: pod.UID, node: pod.Spec.NodeName,
 		ip: netPod.IP, pod: pod.DeepCopy(), env: env, netPod: netPod,
 		client: &http.Client{
-			Transport:     &http.Transport{DisableKeepAlives: true, DialContext: env.node.DialContext},
+			Transport:     &http.Transport{DisableKeepAlives: true, DialContext: env.dial},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		notify: notify, logf: logf, ready: map[string]bool{}, done: make(chan struct{}),
@@ -96,7 +106,19 @@ func startPodRuntime(pod *corev1.Pod, netPod *netlab.Pod, env podEnv, notify fun
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.startedAt = time.Now()
-	if len(pod.Spec.Containers) == 1 && pod.Spec.Containers[0].Image == controllerImage {
+	if env.containers != nil && chartPod(pod) {
+		if err := r.startContainers(ctx); err != nil {
+			r.stopContainers(0)
+			if r.stopFwd != nil {
+				r.stopFwd()
+			}
+			cancel()
+			return nil, err
+		}
+	} else if env.host {
+		cancel()
+		return nil, fmt.Errorf("a data-plane node runs zerodrop's images only")
+	} else if len(pod.Spec.Containers) == 1 && pod.Spec.Containers[0].Image == controllerImage {
 		if err := r.startProcess(&r.pod.Spec.Containers[0]); err != nil {
 			cancel()
 			return nil, err
@@ -157,6 +179,13 @@ func (r *podRuntime) status() (ready map[string]bool, finished time.Time, exitCo
 	ready = map[string]bool{}
 	for k, v := range r.ready {
 		ready[k] = v && r.finishedAt.IsZero()
+	}
+	for _, cp := range r.containers {
+		select {
+		case <-cp.proc.Done():
+			ready[cp.c.Name] = false
+		default:
+		}
 	}
 	return ready, r.finishedAt, r.exitCode
 }
@@ -225,7 +254,7 @@ func (r *podRuntime) probe(ctx context.Context, c *corev1.Container, p *corev1.P
 		if err != nil {
 			return false
 		}
-		conn, err := r.env.node.DialContext(ctx, "tcp", netip.AddrPortFrom(r.hostOf(p.TCPSocket.Host), uint16(port)).String())
+		conn, err := r.env.dial(ctx, "tcp", netip.AddrPortFrom(r.hostOf(p.TCPSocket.Host), uint16(port)).String())
 		if err != nil {
 			return false
 		}
@@ -299,6 +328,12 @@ func (r *podRuntime) terminate(grace time.Duration) {
 		// The kubelet gives the container at least 2 s after a preStop
 		// hook that used up the grace period.
 		remaining := max(time.Until(deadline), 2*time.Second)
+		if len(r.containers) > 0 {
+			code := r.stopContainers(remaining)
+			r.logf("pod %s stopped (exit %d) %s after deletion", r.key, code, time.Since(start).Round(time.Millisecond))
+			r.finish(code)
+			return
+		}
 		if r.proc != nil {
 			r.proc.Signal(syscall.SIGTERM)
 			select {
@@ -335,6 +370,13 @@ func (r *podRuntime) terminate(grace time.Duration) {
 
 // kill ends the pod at once (the lab's teardown, or a pod that vanished).
 func (r *podRuntime) kill() {
+	if len(r.containers) > 0 {
+		r.mu.Lock()
+		r.terminating = true
+		r.mu.Unlock()
+		r.finish(r.stopContainers(0))
+		return
+	}
 	if r.proc != nil {
 		r.proc.Signal(syscall.SIGKILL)
 		<-r.done
@@ -359,8 +401,16 @@ func (r *podRuntime) finish(code int32) {
 	if r.stopFwd != nil {
 		r.stopFwd()
 	}
-	if err := r.netPod.Close(); err != nil {
-		r.logf("pod %s: remove its namespace: %v", r.key, err)
+	if !r.env.host {
+		if err := r.netPod.Close(); err != nil {
+			r.logf("pod %s: remove its namespace: %v", r.key, err)
+		}
+	}
+	if len(r.containers) > 0 {
+		// Its emptyDir volumes and token go with the pod.
+		if err := os.RemoveAll(r.podDir()); err != nil {
+			r.logf("pod %s: remove its directory: %v", r.key, err)
+		}
 	}
 	close(r.done)
 	r.notify()

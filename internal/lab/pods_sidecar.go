@@ -35,9 +35,9 @@ func sidecars(pod *corev1.Pod) []*corev1.Container {
 // started.
 func (r *podRuntime) startSidecars() error {
 	for _, c := range sidecars(r.pod) {
-		if c.Image != controllerImage {
+		if c.Image != controllerImage && (r.env.containers == nil || !chartImage(c.Image)) {
 			r.stopSidecars(0)
-			return fmt.Errorf("sidecar %s: image %q: the lab runs only %s (zerodrop's) as a sidecar", c.Name, c.Image, controllerImage)
+			return fmt.Errorf("sidecar %s: image %q: the lab runs only zerodrop's image as a sidecar", c.Name, c.Image)
 		}
 		p, err := r.startContainerProcess(c, "sidecar", r.pod.Namespace+"_"+r.pod.Name+"_"+c.Name+".log")
 		if err != nil {
@@ -68,7 +68,12 @@ func (r *podRuntime) startContainerProcess(c *corev1.Container, child, logName s
 			args = append(args, e.Name+"="+e.Value)
 		}
 	}
-	args = append(append(args, r.env.exe), c.Args...)
+	exe := r.env.exe
+	if c.Image != controllerImage {
+		// The chart's image (its drain relay): the production build.
+		exe = filepath.Join(r.env.containers.imageDir, "zerodrop")
+	}
+	args = append(append(args, exe), c.Args...)
 	// env(1) sets the environment and execs: the process keeps its PID.
 	return r.env.lab.Start(r.netPod.Netns, logFile, logFile, "env", args...)
 }

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -115,6 +116,8 @@ type run struct {
 	// and adds counting proxies while others read: both under dpMu.
 	dataPlane []*dpReplica
 	dpMu      sync.Mutex
+	// chartObjs are the run's install of the chart (chart.go).
+	chartObjs []*unstructured.Unstructured
 	ctrls     *controllers
 	addr      string // the load balancer's ingress address
 	rec       *recorder
@@ -161,7 +164,11 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("namespace: %w", err)
 	}
-	if r.dataPlaneEnabled() {
+	if r.fromChart() {
+		if err := r.startChartDataPlane(ctx); err != nil {
+			return err
+		}
+	} else if r.dataPlaneEnabled() {
 		if err := r.startDataPlane(ctx); err != nil {
 			return err
 		}
@@ -186,13 +193,15 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	r.ctrls = newControllers(r)
 	sctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
-	if r.mode == ModeZerodrop {
+	if r.mode == ModeZerodrop && !r.fromChart() {
 		if err := r.lab.selectDrainReplicas(ctx, r.id); err != nil {
 			return err
 		}
 	}
-	if err := r.ctrls.start(ctx); err != nil {
-		return err
+	if !r.fromChart() {
+		if err := r.ctrls.start(ctx); err != nil {
+			return err
+		}
 	}
 	go r.ctrls.loop(sctx)
 	svc := &corev1.Service{
@@ -228,6 +237,11 @@ func (r *run) setup(ctx context.Context, want int32) error {
 		}
 		if _, err := cs.PolicyV1().PodDisruptionBudgets(r.ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("pdb: %w", err)
+		}
+	}
+	if r.fromChart() {
+		if err := r.waitChartWebhook(ctx); err != nil {
+			return err
 		}
 	}
 	if _, err := cs.AppsV1().Deployments(r.ns).Create(ctx, r.deployment(want), metav1.CreateOptions{}); err != nil {

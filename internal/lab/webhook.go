@@ -123,9 +123,8 @@ func (w *webhookServer) close() {
 // selector names one run's replicas at a time (selectDrainReplicas).
 func (l *lab) startDrainService(ctx context.Context) error {
 	cs := l.cp.client
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ctrlNamespace}},
-		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("namespace %s: %w", ctrlNamespace, err)
+	if err := l.ctrlNamespace(ctx); err != nil {
+		return err
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: drainService, Namespace: ctrlNamespace},
@@ -139,6 +138,16 @@ func (l *lab) startDrainService(ctx context.Context) error {
 	}
 	if _, err := cs.CoreV1().Services(ctrlNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("drain service: %w", err)
+	}
+	return nil
+}
+
+// ctrlNamespace creates the controllers' namespace.
+func (l *lab) ctrlNamespace(ctx context.Context) error {
+	_, err := l.cp.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ctrlNamespace}},
+		metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s: %w", ctrlNamespace, err)
 	}
 	return nil
 }

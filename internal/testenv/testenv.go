@@ -104,7 +104,11 @@ func StartEnvServiceRange(t testing.TB, cidr string) *Env {
 }
 
 // RunServiceRange is Run with the given service CIDR.
-func RunServiceRange(cidr string) (*Env, error) {
+func RunServiceRange(cidr string) (*Env, error) { return RunWithFlags(cidr, nil) }
+
+// RunWithFlags is RunServiceRange with more kube-apiserver flags (name
+// without the dashes → value).
+func RunWithFlags(cidr string, flags map[string]string) (*Env, error) {
 	dir, err := Assets("apiserver")
 	if err != nil {
 		return nil, fmt.Errorf("control plane assets: %w", err)
@@ -114,7 +118,11 @@ func RunServiceRange(cidr string) (*Env, error) {
 		ControlPlaneStartTimeout: 90 * time.Second,
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
-	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", cidr)
+	args := env.ControlPlane.GetAPIServer().Configure()
+	args.Set("service-cluster-ip-range", cidr)
+	for k, v := range flags {
+		args.Set(k, v)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start kube-apiserver and etcd: %w", err)
