@@ -98,14 +98,17 @@ lab: deps
 # Faults, with figures (docs/lab.md): on the real-network lab, the writer
 # SIGKILLed at the first write of a plan 20 times during rolling updates, and
 # kube-apiserver stopped for 30 s (every mode; each fails unless zerodrop lost
-# nothing); then on the Azure emulator, 20 % of ARM requests failing (412,
+# nothing); on a data plane of two replicas, each replica's own zerodrop
+# process killed mid-plan, and lb-replica-restart on zerodrop installed from
+# the chart; then on the Azure emulator, 20 % of ARM requests failing (412,
 # 429, 500, slow) during churn, restarts and 20 leader stops at a plan's
 # first PUT, zerodrop beside the upstream-like configuration. CHAOS_FLAGS adds
 # flags to the first (e.g. "--json chaos.json").
 CHAOS_FLAGS   ?=
 chaos: deps
 	$(GO) run -tags lab ./cmd/zerodrop lab --scenario kill-mid-plan,apiserver-down --mode all --backend both --traffic-policy both $(CHAOS_FLAGS)
-	$(GO) run -tags lab ./cmd/zerodrop lab --scenario kill-mid-plan,lb-replica-restart --mode zerodrop --backend both --traffic-policy both --data-plane-replicas 2 $(CHAOS_FLAGS)
+	$(GO) run -tags lab ./cmd/zerodrop lab --scenario kill-mid-plan --mode zerodrop --backend both --traffic-policy both --data-plane-replicas 2 $(CHAOS_FLAGS)
+	$(GO) run -tags lab ./cmd/zerodrop lab --scenario lb-replica-restart --mode zerodrop --backend both --traffic-policy both --data-plane-replicas 2 --from-chart $(CHAOS_FLAGS)
 	$(GO) run -tags lab ./cmd/zerodrop lab --provider azure-emulator --scenario all --mode all --azure-fault-rate 0.2
 
 # A shorter walk-through: zerodrop's writes on first start and on restart.

@@ -64,6 +64,10 @@ type agent struct {
 	stopped   chan struct{}            // closed once every pod process is gone
 
 	bindMu sync.Mutex // one binding decision at a time, like a scheduler
+
+	// down are the nodes failed by failNode: no heartbeats, their pods'
+	// processes dead and not started again, until recoverNode.
+	down map[string]bool
 }
 
 const nodeLeaseNamespace = "kube-node-lease"
@@ -72,7 +76,7 @@ func newAgent(client kubernetes.Interface, net *network, exe, dir string, logf f
 	a := &agent{
 		client: client, net: net, exe: exe, dir: dir, logf: logf,
 		runtimes: map[string]*podRuntime{}, hostNodes: map[string]*netlab.Host{},
-		boundTo: map[string]string{}, stopped: make(chan struct{}),
+		boundTo: map[string]string{}, stopped: make(chan struct{}), down: map[string]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "lab-agent"}),
@@ -181,6 +185,10 @@ func (a *agent) sync(ctx context.Context, key string) error {
 		if pod.DeletionTimestamp != nil {
 			return a.deleteNow(ctx, pod)
 		}
+		return nil
+	}
+	if a.nodeDown(pod.Spec.NodeName) {
+		// Its kubelet is gone with the node: nothing is reported or run.
 		return nil
 	}
 	if pod.DeletionTimestamp != nil {

@@ -114,6 +114,9 @@ func (a *agent) heartbeats(ctx context.Context) {
 		case <-t.C:
 		}
 		for _, name := range a.nodes {
+			if a.nodeDown(name) {
+				continue
+			}
 			if err := a.renewLease(ctx, name); err != nil && ctx.Err() == nil {
 				a.logf("node %s lease: %v", name, err)
 			}
@@ -146,4 +149,57 @@ func (a *agent) renewLease(ctx context.Context, name string) error {
 	lease.Spec.RenewTime = &now
 	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	return err
+}
+
+// nodeDown reports whether failNode failed the node.
+func (a *agent) nodeDown(name string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.down[name]
+}
+
+// failNode fails a node as a power loss would: its heartbeats stop (its
+// Lease expires, the node lifecycle controller marks it unreachable) and
+// its pods' processes are killed, with no kubelet left to start them again
+// or to report anything.
+func (a *agent) failNode(name string) {
+	a.mu.Lock()
+	a.down[name] = true
+	var rts []*podRuntime
+	for _, rt := range a.runtimes {
+		if rt.node == name {
+			rts = append(rts, rt)
+		}
+	}
+	a.mu.Unlock()
+	for _, rt := range rts {
+		rt.crash()
+	}
+	a.logf("node %s failed: %d pods' processes killed, heartbeats stopped", name, len(rts))
+}
+
+// recoverNode brings a failed node back: heartbeats again, and its pods'
+// containers started again, as a rebooted kubelet does.
+func (a *agent) recoverNode(ctx context.Context, name string) error {
+	a.mu.Lock()
+	delete(a.down, name)
+	var rts []*podRuntime
+	for key, rt := range a.runtimes {
+		if rt.node == name {
+			rts = append(rts, rt)
+			defer a.queue.Add(key)
+		}
+	}
+	a.mu.Unlock()
+	// The kubelet posts its status (Ready) and Lease again.
+	if err := a.registerNode(ctx, name); err != nil {
+		return err
+	}
+	for _, rt := range rts {
+		if err := rt.restartContainers(ctx); err != nil {
+			return fmt.Errorf("pod %s: %w", rt.key, err)
+		}
+	}
+	a.logf("node %s back: %d pods' containers started again", name, len(rts))
+	return nil
 }

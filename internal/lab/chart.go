@@ -286,7 +286,7 @@ func (l *lab) prepareChartPods(ctx context.Context) error {
 	}
 	l.agent.addHostNodes(l.net.lbs)
 	l.agent.containers = &containerEnv{imageDir: imageDir, dir: filepath.Join(l.dir, "p"), caFile: caFile,
-		token: l.serviceAccountToken, beforeStart: l.beforeContainer}
+		token: l.serviceAccountToken, beforeStart: l.beforeContainer, afterStop: l.afterChartPod}
 	return nil
 }
 

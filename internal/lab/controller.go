@@ -232,6 +232,11 @@ func (cs *controllers) scrapeAt(key types.UID, name, ip string) {
 // stopping is the agent's call just before a controller pod is told to stop:
 // a last scrape, and the pod is no leader candidate any more.
 func (cs *controllers) stopping(p *corev1.Pod) {
+	if cs.run.fromChart() && p.Labels[labelAppName] == cs.run.dataPlaneName() {
+		// A data-plane pod: its own keys (scrapeDataPlanePod).
+		cs.scrapeDataPlanePod(p)
+		return
+	}
 	if p.Status.PodIP != "" {
 		cs.scrapePod(p)
 	}

@@ -270,23 +270,11 @@ func (r *run) stopDataPlane() {
 	if r.fromChart() {
 		// The counting proxies go first: uninstalling removes the pods'
 		// directories, where they would put HAProxy's sockets back.
-		r.dpMu.Lock()
 		for _, d := range reps {
-			for _, p := range d.socks {
-				if err := p.Close(); err != nil {
-					r.lab.logf("%s: %v", r.name(), err)
-				}
-			}
-			r.socks = slices.DeleteFunc(r.socks, func(p *sockcount.Proxy) bool { return slices.Contains(d.socks, p) })
+			r.retireReplica(d)
 		}
-		r.dpMu.Unlock()
 		if err := r.uninstallChart(ctx, 75*time.Second); err != nil {
 			r.lab.logf("%s: uninstall the chart: %v", r.name(), err)
-		}
-		for _, d := range reps {
-			if d.prov != nil {
-				_ = d.prov.Close()
-			}
 		}
 		reps = nil
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,7 +59,12 @@ func (l *lab) beforeContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if d.dir != "" {
-			return nil // started again: its proxy is in place
+			// Started again: the master CLI's proxy stays (HAProxy binds
+			// the moved path); the new HAProxy binds the admin socket's
+			// path itself, so the old one's proxy is retired and the
+			// controller container's next start interposes again.
+			r.dropAdmin(d)
+			return nil
 		}
 		master, err := sockcount.Listen(filepath.Join(dir, "master.sock"), filepath.Join(dir, "master.sock.haproxy"))
 		if err != nil {
@@ -142,7 +148,8 @@ func (r *run) chartReplica(pod *corev1.Pod) *dpReplica {
 // ready pod on every load-balancer host and the lab views each replica's
 // HAProxy, and routes the client to them all (as the operator's router
 // daemon would announce a replica once it serves).
-func (r *run) startChartDataPlane(ctx context.Context) error {
+// The router stand-in runs until runCtx ends.
+func (r *run) startChartDataPlane(ctx, runCtx context.Context) error {
 	if err := r.installChart(ctx); err != nil {
 		return err
 	}
@@ -174,7 +181,108 @@ func (r *run) startChartDataPlane(ctx context.Context) error {
 	for _, d := range reps {
 		members = append(members, d.index)
 	}
-	return r.lab.net.routeTo(ctx, true, members...)
+	slices.Sort(members)
+	if err := r.setRoutes(ctx, true, members); err != nil {
+		return err
+	}
+	go r.announceLoop(runCtx)
+	return nil
+}
+
+// The router stand-in of a data plane installed from the chart (the
+// operator's BGP daemon or keepalived): a replica's route is withdrawn when
+// its pod starts terminating, withdrawSettle before its containers are told
+// to stop (dataPlaneStopping), and announced once its pod is Ready and the
+// lab views its HAProxy (announceLoop); a failed node's replica is
+// withdrawn by the scenario and not announced again while its node is down.
+
+// setRoutes routes the client to the load-balancer hosts members.
+func (r *run) setRoutes(ctx context.Context, fresh bool, members []int) error {
+	r.routeMu.Lock()
+	defer r.routeMu.Unlock()
+	if !fresh && slices.Equal(members, r.routed) {
+		return nil
+	}
+	if err := r.lab.net.routeTo(ctx, fresh, members...); err != nil {
+		return err
+	}
+	r.mark("client routed to load-balancer hosts %v", members)
+	r.routed = slices.Clone(members)
+	return nil
+}
+
+// serving are the load-balancer hosts whose data-plane pod is Ready, not
+// terminating and viewed by the lab, on a node that is up: those a router
+// daemon checking the replicas would announce.
+func (r *run) serving() []int {
+	var out []int
+	for _, d := range r.replicas() {
+		d.mu.Lock()
+		viewed := d.prov != nil
+		d.mu.Unlock()
+		if !viewed || r.lab.agent.nodeDown(hostNodeName(d.index)) {
+			continue
+		}
+		pod, err := r.lab.agent.pods.Pods(ctrlNamespace).Get(d.podName)
+		if err != nil || pod.DeletionTimestamp != nil || conditionStatus(pod, corev1.PodReady) != corev1.ConditionTrue {
+			continue
+		}
+		out = append(out, d.index)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// withdraw takes host index out of the client's route: the route goes to
+// the other hosts that serve. With none left, the route stays (a nexthop
+// group cannot be empty) and the lab says so.
+func (r *run) withdraw(ctx context.Context, index int) error {
+	members := slices.DeleteFunc(r.serving(), func(i int) bool { return i == index })
+	if len(members) == 0 {
+		r.lab.logf("%s: no other load-balancer host serves: host %d's route stays", r.name(), index)
+		return nil
+	}
+	return r.setRoutes(ctx, false, members)
+}
+
+// dataPlaneStopping is called by the agent when a pod of the run starts
+// terminating, before its containers are stopped: a data-plane pod's route
+// is withdrawn, and the stop waits withdrawSettle.
+func (r *run) dataPlaneStopping(p *corev1.Pod) {
+	if !r.fromChart() || p.Labels[labelAppName] != r.dataPlaneName() {
+		return
+	}
+	for i := range r.lab.net.lbs {
+		if hostNodeName(i) == p.Spec.NodeName {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			r.mark("%s terminating", p.Name)
+			if err := r.withdraw(ctx, i); err != nil {
+				r.lab.logf("%s: withdraw %s's route: %v", r.name(), p.Name, err)
+			}
+			time.Sleep(withdrawSettle)
+		}
+	}
+}
+
+// announceLoop announces the route of every host that serves (serving)
+// and is not routed yet, until ctx ends; withdrawals are dataPlaneStopping's
+// and the scenario's.
+func (r *run) announceLoop(ctx context.Context) {
+	for sleepCtx(ctx, 200*time.Millisecond) {
+		r.routeMu.Lock()
+		members := slices.Clone(r.routed)
+		r.routeMu.Unlock()
+		for _, i := range r.serving() {
+			if !slices.Contains(members, i) {
+				members = append(members, i)
+			}
+		}
+		slices.Sort(members)
+		if err := r.setRoutes(ctx, false, members); err != nil && ctx.Err() == nil {
+			r.lab.logf("%s: announce: %v", r.name(), err)
+		}
+	}
 }
 
 func daemonSetReady(ds *appsv1.DaemonSet, n int) bool {
@@ -194,26 +302,99 @@ func (r *run) chartPods(name string) []*corev1.Pod {
 // by pod and container restarts (a restarted process counts from zero).
 func (cs *controllers) scrapeChartDataPlane() {
 	for _, p := range cs.run.chartPods(cs.run.dataPlaneName()) {
-		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || p.Status.PodIP == "" {
-			continue
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			cs.scrapeDataPlanePod(p)
 		}
-		var restarts int32
-		for _, st := range p.Status.ContainerStatuses {
-			if st.Name == "controller" {
-				restarts = st.RestartCount
-			}
-		}
-		name := fmt.Sprintf("%s/%d", p.Name, restarts)
-		cs.scrapeAt(types.UID(fmt.Sprintf("%s/%d", p.UID, restarts)), name, p.Status.PodIP)
 	}
 }
 
+// scrapeDataPlanePod scrapes one data-plane pod's controller container,
+// keyed by pod and restarts: each process's counters once.
+func (cs *controllers) scrapeDataPlanePod(p *corev1.Pod) {
+	if p.Status.PodIP == "" {
+		return
+	}
+	var restarts int32
+	for _, st := range p.Status.ContainerStatuses {
+		if st.Name == "controller" {
+			restarts = st.RestartCount
+		}
+	}
+	name := fmt.Sprintf("%s/%d", p.Name, restarts)
+	cs.scrapeAt(types.UID(fmt.Sprintf("%s/%d", p.UID, restarts)), name, p.Status.PodIP)
+}
+
 // chartRuns says why scenario cannot run with --from-chart (nil: it can):
-// kill-mid-plan and lb-replica-restart signal and replace the replica
-// processes the lab starts itself (dataplane.go).
+// kill-mid-plan kills the replica processes the lab starts itself
+// (dataplane.go).
 func chartRuns(scenario string, fromChart bool) error {
-	if fromChart && (scenario == scenarioKillMidPlan || scenario == scenarioLBReplicaRestart) {
+	if fromChart && scenario == scenarioKillMidPlan {
 		return fmt.Errorf("scenario %s does not run with --from-chart yet: it drives the data-plane replicas the lab starts itself", scenario)
 	}
 	return nil
+}
+
+// afterChartPod is the agent's containerEnv.afterStop: a data-plane pod of
+// the run that has ended is retired.
+func (l *lab) afterChartPod(pod *corev1.Pod) {
+	l.curMu.Lock()
+	r := l.current
+	l.curMu.Unlock()
+	if r == nil || !r.fromChart() {
+		return
+	}
+	for _, d := range r.replicas() {
+		if d.podUID == pod.UID {
+			r.retireReplica(d)
+		}
+	}
+}
+
+// retireReplica takes a data-plane pod's replica out of the run: its
+// proxies' writes are kept in retiredWrites, the proxies closed (HAProxy's
+// sockets put back), the lab's view closed.
+func (r *run) retireReplica(d *dpReplica) {
+	r.dpMu.Lock()
+	for _, p := range d.socks {
+		r.retiredWrites += int64(p.Counts().Writes)
+		if err := p.Close(); err != nil {
+			r.lab.logf("%s: %v", r.name(), err)
+		}
+	}
+	r.socks = slices.DeleteFunc(r.socks, func(p *sockcount.Proxy) bool { return slices.Contains(d.socks, p) })
+	d.socks = nil
+	r.dataPlane = slices.DeleteFunc(r.dataPlane, func(o *dpReplica) bool { return o == d })
+	r.dpMu.Unlock()
+	d.mu.Lock()
+	prov := d.prov
+	d.prov = nil
+	d.mu.Unlock()
+	if prov != nil {
+		_ = prov.Close()
+	}
+	r.lab.logf("%s: data-plane pod %s retired (replica %d)", r.name(), d.pod(r.id), d.index)
+}
+
+// dropAdmin retires d's admin socket proxy and view (d.mu held) before its
+// HAProxy starts again; the dead HAProxy's socket file goes too, so that
+// the next interposition waits for the new one's.
+func (r *run) dropAdmin(d *dpReplica) {
+	admin := filepath.Join(d.dir, "admin.sock")
+	r.dpMu.Lock()
+	for _, p := range d.socks {
+		if p.Path() == admin {
+			r.retiredWrites += int64(p.Counts().Writes)
+			if err := p.Close(); err != nil {
+				r.lab.logf("%s: %v", r.name(), err)
+			}
+		}
+	}
+	d.socks = slices.DeleteFunc(d.socks, func(p *sockcount.Proxy) bool { return p.Path() == admin })
+	r.socks = slices.DeleteFunc(r.socks, func(p *sockcount.Proxy) bool { return p.Path() == admin })
+	r.dpMu.Unlock()
+	_ = os.Remove(admin)
+	if d.prov != nil {
+		_ = d.prov.Close()
+		d.prov = nil
+	}
 }

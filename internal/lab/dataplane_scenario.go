@@ -59,6 +59,9 @@ const hardDetect = 3 * time.Second
 // counting); then a new replica comes up and is announced. What (2) and (3)
 // cost is measured, not asserted.
 func actLBReplicaRestart(ctx context.Context, r *run) error {
+	if r.fromChart() {
+		return actLBReplicaRestartChart(ctx, r)
+	}
 	reps := r.replicas()
 	if len(reps) < 2 {
 		return fmt.Errorf("%s needs --data-plane-replicas 2 or more", scenarioLBReplicaRestart)

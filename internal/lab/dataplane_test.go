@@ -63,10 +63,15 @@ func TestLabDataPlane(t *testing.T) {
 // every process authenticated as its pod's ServiceAccount. A rolling update
 // loses nothing, every replaced pod is drained through the hook the
 // chart's webhook injected, both replicas carry traffic, and the rollout's
-// writes are counted at the sockets of the chart's HAProxy containers.
+// writes are counted at the sockets of the chart's HAProxy containers; in
+// lb-replica-restart, a data-plane pod's controller container killed and
+// terminated (and started again in place by the kubelet stand-in) writes
+// nothing and loses nothing. (The DaemonSet update's and the node failure's
+// costs are measured, not asserted.)
 func TestLabFromChart(t *testing.T) {
 	before := rootState(t)
-	entries := runLab(t, 5*time.Minute, "--scenario", "rollout", "--mode", "zerodrop", "--data-plane-replicas", "2", "--from-chart")
+	entries := runLab(t, 8*time.Minute, "--scenario", "rollout,"+scenarioLBReplicaRestart, "--mode", "zerodrop",
+		"--data-plane-replicas", "2", "--from-chart")
 	if d := cmp.Diff(before, rootState(t)); d != "" {
 		t.Errorf("the lab left something behind in the root namespace or the process table (-before +after):\n%s", d)
 	}
@@ -78,10 +83,10 @@ func TestLabFromChart(t *testing.T) {
 	if err := json.Unmarshal(raw, &runs); err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 1 {
-		t.Fatalf("want 1 run, got %s", raw)
+	if len(runs) != 2 {
+		t.Fatalf("want 2 runs, got %s", raw)
 	}
-	roll := runs[0]
+	roll, restart := runs[0], runs[1]
 	if roll.FailedRequests-roll.RequestsLateStall != 0 || roll.LongConnsBroken != 0 {
 		t.Errorf("rollout installed from the chart lost traffic: %d failed (%d by a client stall), %d broken long connections",
 			roll.FailedRequests, roll.RequestsLateStall, roll.LongConnsBroken)
@@ -95,5 +100,11 @@ func TestLabFromChart(t *testing.T) {
 	}
 	if roll.ProviderWrites <= 0 {
 		t.Errorf("%d writes counted at the chart's HAProxy sockets during a rollout", roll.ProviderWrites)
+	}
+	if !slices.Equal(restart.WritesPerRestart, []int64{0, 0}) {
+		t.Errorf("%s: writes per restart of replica 0's controller container %v, want [0 0]: nothing changed", restart.Scenario, restart.WritesPerRestart)
+	}
+	if f := restart.ReplicaDisruption; f == nil || f.RestartFailed != 0 || f.RestartBroken != 0 {
+		t.Errorf("%s: the controller container's restarts lost traffic: %+v", restart.Scenario, f)
 	}
 }

@@ -435,6 +435,7 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 		l.curMu.Unlock()
 		if r != nil && r.ctrls != nil && p.Labels[labelRun] == strconv.Itoa(r.id) {
 			r.ctrls.stopping(p)
+			r.dataPlaneStopping(p)
 		}
 	}
 	l.hooks = map[string]int{}

@@ -54,6 +54,7 @@ type podRuntime struct {
 	mu          sync.Mutex
 	ready       map[string]bool // container readiness from the probes
 	terminating bool
+	crashed     bool // its node failed (crash)
 	finishedAt  time.Time
 	exitCode    int32
 	done        chan struct{} // closed once the process is gone
@@ -407,6 +408,9 @@ func (r *podRuntime) finish(code int32) {
 		}
 	}
 	if len(r.containers) > 0 {
+		if f := r.env.containers.afterStop; f != nil {
+			f(r.pod)
+		}
 		// Its emptyDir volumes and token go with the pod.
 		if err := os.RemoveAll(r.podDir()); err != nil {
 			r.logf("pod %s: remove its directory: %v", r.key, err)

@@ -52,6 +52,9 @@ type containerEnv struct {
 	// beforeStart, when set, runs before each start of a container, with a
 	// function that maps a path in the container to the host's.
 	beforeStart func(ctx context.Context, pod *corev1.Pod, c *corev1.Container, hostPath func(string) (string, bool)) error
+	// afterStop, when set, runs once the pod's containers are gone, before
+	// its directory is removed.
+	afterStop func(pod *corev1.Pod)
 }
 
 // chartImages are the repositories of zerodrop's images (any registry and
@@ -208,7 +211,7 @@ func (r *podRuntime) supervise(cp *containerProc, p *netlab.Process) {
 	<-p.Done()
 	code := p.ExitCode()
 	r.mu.Lock()
-	stopping := r.terminating || !r.finishedAt.IsZero()
+	stopping := r.terminating || !r.finishedAt.IsZero() || r.crashed
 	cp.restarts++
 	n := cp.restarts
 	r.mu.Unlock()
@@ -221,7 +224,7 @@ func (r *podRuntime) supervise(cp *containerProc, p *netlab.Process) {
 	r.notify()
 	time.Sleep(backoff)
 	r.mu.Lock()
-	stopping = r.terminating || !r.finishedAt.IsZero()
+	stopping = r.terminating || !r.finishedAt.IsZero() || r.crashed
 	r.mu.Unlock()
 	if stopping {
 		return
@@ -286,6 +289,35 @@ func (r *podRuntime) stopContainers(grace time.Duration) int32 {
 		return 0
 	}
 	return list[0].proc.ExitCode()
+}
+
+// crash kills every container's process group and starts none again (its
+// node failed: the kubelet is gone too), until restartContainers.
+func (r *podRuntime) crash() {
+	r.mu.Lock()
+	r.crashed = true
+	list := slices.Clone(r.containers)
+	r.mu.Unlock()
+	for _, cp := range list {
+		cp.proc.Signal(syscall.SIGKILL)
+		<-cp.proc.Done()
+	}
+}
+
+// restartContainers starts every container again, in order, after crash
+// (the node is back and its kubelet starts the pod's containers again; the
+// pod's volumes are as they were).
+func (r *podRuntime) restartContainers(ctx context.Context) error {
+	r.mu.Lock()
+	r.crashed = false
+	list := slices.Clone(r.containers)
+	r.mu.Unlock()
+	for _, cp := range list {
+		if err := r.startContainer(ctx, cp); err != nil {
+			return fmt.Errorf("container %s: %w", cp.c.Name, err)
+		}
+	}
+	return nil
 }
 
 // signalContainer sends sig to container name's process group.

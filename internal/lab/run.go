@@ -46,8 +46,8 @@ const (
 	// published recipe (Recipe): a preStop sleep, a longer grace period,
 	// minReadySeconds, maxUnavailable 0 / maxSurge 1 and a PDB.
 	ModeRecipe Mode = "recipe"
-	// ModeZerodrop runs zerodrop's controller as the lab arranges it (not
-	// installed from the chart): two `zerodrop controller` replicas with
+	// ModeZerodrop runs zerodrop installed from the chart (--from-chart,
+	// chart.go), or zerodrop's controller as the lab arranges it: two `zerodrop controller` replicas with
 	// leader election and otherwise default flags, on the run's HAProxy or
 	// (--data-plane-replicas) in the control role over a data plane of
 	// replicas, as pods of the lab, the webhook in the lab process, and
@@ -118,10 +118,17 @@ type run struct {
 	dpMu      sync.Mutex
 	// chartObjs are the run's install of the chart (chart.go).
 	chartObjs []*unstructured.Unstructured
-	ctrls     *controllers
-	addr      string // the load balancer's ingress address
-	rec       *recorder
-	cordoned  []string
+	// retiredWrites are the writes counted by proxies of data-plane pods
+	// that are gone (retireReplica), under dpMu.
+	retiredWrites int64
+	// routeMu guards routed, the load-balancer hosts the client's route
+	// has (installed from the chart: the router stand-in's).
+	routeMu  sync.Mutex
+	routed   []int
+	ctrls    *controllers
+	addr     string // the load balancer's ingress address
+	rec      *recorder
+	cordoned []string
 	// restartWrites are restart-idle's and kill-mid-plan's writes per
 	// restart.
 	restartWrites []int64
@@ -164,8 +171,10 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("namespace: %w", err)
 	}
+	sctx, stop := context.WithCancel(context.Background())
+	r.stop = stop
 	if r.fromChart() {
-		if err := r.startChartDataPlane(ctx); err != nil {
+		if err := r.startChartDataPlane(ctx, sctx); err != nil {
 			return err
 		}
 	} else if r.dataPlaneEnabled() {
@@ -191,8 +200,6 @@ func (r *run) setup(ctx context.Context, want int32) error {
 		}
 	}
 	r.ctrls = newControllers(r)
-	sctx, stop := context.WithCancel(context.Background())
-	r.stop = stop
 	if r.mode == ModeZerodrop && !r.fromChart() {
 		if err := r.lab.selectDrainReplicas(ctx, r.id); err != nil {
 			return err
@@ -361,6 +368,7 @@ func (r *run) landed() (int64, error) {
 	var n int64
 	r.dpMu.Lock()
 	socks := slices.Clone(r.socks)
+	n = r.retiredWrites
 	r.dpMu.Unlock()
 	for _, p := range socks {
 		if !p.InPlace() {

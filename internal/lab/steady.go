@@ -59,6 +59,9 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 			r.addr = net.JoinHostPort(svc.Status.LoadBalancer.Ingress[0].IP, strconv.Itoa(servicePort))
 		}
 		for _, prov := range r.views() {
+			if prov.Provider == nil {
+				return false, "data-plane replica " + prov.name + ": its HAProxy is not viewed yet"
+			}
 			if ok, why := r.backendsSteady(ctx, prov, want); !ok {
 				if prov.name != "" {
 					why = "data-plane replica " + prov.name + ": " + why
@@ -91,16 +94,23 @@ type view struct {
 	*haproxy.Provider
 }
 
-// views are the run's HAProxy instances: every data-plane replica's, or the
-// one.
+// views are the run's HAProxy instances: every data-plane replica's (but
+// one on a failed node), or the one.
 func (r *run) views() []view {
 	reps := r.replicas()
 	if len(reps) == 0 {
 		return []view{{"", r.prov}}
 	}
-	out := make([]view, len(reps))
-	for i, d := range reps {
-		out[i] = view{strconv.Itoa(d.index), d.prov}
+	var out []view
+	for _, d := range reps {
+		if r.fromChart() && r.lab.agent.nodeDown(hostNodeName(d.index)) {
+			// Its node failed (lb-replica-restart): no traffic reaches it.
+			continue
+		}
+		d.mu.Lock()
+		prov := d.prov
+		d.mu.Unlock()
+		out = append(out, view{strconv.Itoa(d.index), prov})
 	}
 	return out
 }

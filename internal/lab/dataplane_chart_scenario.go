@@ -1,0 +1,193 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// actLBReplicaRestartChart is lb-replica-restart on a data plane installed
+// from the chart; the same three phases, each done as it happens to the
+// chart's pods:
+//  1. replica 0's controller container (its zerodrop process) is sent
+//     SIGKILL, and after the lab's kubelet started it again (its back-off)
+//     and it is ready, SIGTERM: its HAProxy container serves on;
+//     writes_per_restart has each restart's writes at that HAProxy's
+//     sockets, from the signal to idleVerify after the container is ready;
+//  2. the DaemonSet is updated (a new pod-template annotation, as
+//     `kubectl rollout restart` does): its controller replaces the pods one
+//     at a time (maxUnavailable 1), each leaving pod's route withdrawn as it
+//     starts terminating and each new pod's announced once it is Ready;
+//  3. replica 1's node fails (agent.failNode: both containers killed, no
+//     heartbeats), its route is withdrawn hardDetect later, the lab waits
+//     until the node's Lease has expired (the control role then stops
+//     counting the replica) and the workload is steady, then the node comes
+//     back: its kubelet starts the pod's containers again, from the pod's
+//     volume (the configuration and server-state file the zerodrop process
+//     last wrote), and the route is announced once the pod is Ready.
+func actLBReplicaRestartChart(ctx context.Context, r *run) error {
+	n := r.lab.opts.DataPlaneReplicas
+	fig := &ReplicaFigures{HardDetectSeconds: hardDetect.Seconds()}
+	r.replicaFigures = fig
+	phase := r.rec.snapshot()
+	phaseEnd := func() (int64, int64, error) {
+		if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
+			return 0, 0, err
+		}
+		now := r.rec.snapshot()
+		failed, broken := now.Failed-phase.Failed, now.LongBroken-phase.LongBroken
+		phase = now
+		return failed, broken, nil
+	}
+
+	d := r.replicaAt(0)
+	if d == nil {
+		return fmt.Errorf("no data-plane pod on %s", hostNodeName(0))
+	}
+	key := ctrlNamespace + "/" + d.podName
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		before := d.landed()
+		restarts := r.containerRestarts(d.podName, "controller")
+		r.mark("replica 0: %s its controller container", sig)
+		if err := r.lab.agent.signalContainer(key, "controller", sig); err != nil {
+			return err
+		}
+		// The kubelet's back-off is 10 s, then 20 s.
+		if err := waitFor(ctx, 2*time.Minute, "replica 0's controller container started again and ready", func() (bool, string) {
+			pod, err := r.lab.agent.pods.Pods(ctrlNamespace).Get(d.podName)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, st := range pod.Status.ContainerStatuses {
+				if st.Name == "controller" {
+					return st.RestartCount > restarts && st.Ready, fmt.Sprintf("restarts %d, ready %v", st.RestartCount, st.Ready)
+				}
+			}
+			return false, "no status"
+		}); err != nil {
+			return err
+		}
+		r.mark("replica 0: controller container ready again")
+		if !sleepCtx(ctx, idleVerify) {
+			return ctx.Err()
+		}
+		r.restartWrites = append(r.restartWrites, d.landed()-before)
+	}
+	var err error
+	if fig.RestartFailed, fig.RestartBroken, err = phaseEnd(); err != nil {
+		return err
+	}
+
+	ds := r.lab.cp.client.AppsV1().DaemonSets(ctrlNamespace)
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"lab.zerodrop.dev/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
+	updated, err := ds.Patch(ctx, r.dataPlaneName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("update the data plane's DaemonSet: %w", err)
+	}
+	r.mark("DaemonSet %s updated", r.dataPlaneName())
+	if err := waitFor(ctx, 5*time.Minute, "the DaemonSet update done and every replica routed", func() (bool, string) {
+		cur, err := ds.Get(ctx, r.dataPlaneName(), metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if cur.Status.ObservedGeneration < updated.Generation || !daemonSetReady(cur, n) || int(cur.Status.NumberAvailable) != n {
+			return false, fmt.Sprintf("%d of %d updated, %d ready", cur.Status.UpdatedNumberScheduled, n, cur.Status.NumberReady)
+		}
+		return r.dataPlaneRouted(n)
+	}); err != nil {
+		return err
+	}
+	r.mark("DaemonSet update done")
+	if fig.ReplaceFailed, fig.ReplaceBroken, err = phaseEnd(); err != nil {
+		return err
+	}
+
+	node := hostNodeName(1)
+	r.mark("%s fails: its pod's processes killed, no heartbeats", node)
+	r.lab.agent.failNode(node)
+	if !sleepCtx(ctx, hardDetect) {
+		return ctx.Err()
+	}
+	if err := r.withdraw(ctx, 1); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 2*time.Minute, node+"'s Lease expired", func() (bool, string) {
+		lease, err := r.lab.cp.client.CoordinationV1().Leases(nodeLeaseNamespace).Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return leaseExpired(lease, time.Now()), "held"
+	}); err != nil {
+		return err
+	}
+	r.mark("%s: Lease expired", node)
+	if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
+		return err
+	}
+	if err := r.lab.agent.recoverNode(ctx, node); err != nil {
+		return err
+	}
+	r.mark("%s back: its pod's containers started again", node)
+	if err := waitFor(ctx, 2*time.Minute, "every replica routed again", func() (bool, string) { return r.dataPlaneRouted(n) }); err != nil {
+		return err
+	}
+	fig.HardFailed, fig.HardBroken, err = phaseEnd()
+	return err
+}
+
+// leaseExpired: the Lease was last renewed more than its duration ago.
+func leaseExpired(l *coordinationv1.Lease, now time.Time) bool {
+	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return true
+	}
+	return now.After(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second))
+}
+
+// replicaAt is the replica on load-balancer host index.
+func (r *run) replicaAt(index int) *dpReplica {
+	for _, d := range r.replicas() {
+		if d.index == index {
+			return d
+		}
+	}
+	return nil
+}
+
+// containerRestarts is the restart count of container name of pod.
+func (r *run) containerRestarts(pod, name string) int32 {
+	p, err := r.lab.agent.pods.Pods(ctrlNamespace).Get(pod)
+	if err != nil {
+		return 0
+	}
+	for _, st := range p.Status.ContainerStatuses {
+		if st.Name == name {
+			return st.RestartCount
+		}
+	}
+	return 0
+}
+
+// dataPlaneRouted: n replicas are viewed and Ready, and the client's route
+// has all n hosts.
+func (r *run) dataPlaneRouted(n int) (bool, string) {
+	viewed := 0
+	for _, d := range r.replicas() {
+		d.mu.Lock()
+		ok := d.prov != nil
+		d.mu.Unlock()
+		pod, err := r.lab.agent.pods.Pods(ctrlNamespace).Get(d.podName)
+		if ok && err == nil && pod.DeletionTimestamp == nil && conditionStatus(pod, corev1.PodReady) == corev1.ConditionTrue {
+			viewed++
+		}
+	}
+	r.routeMu.Lock()
+	routed := len(r.routed)
+	r.routeMu.Unlock()
+	return viewed == n && routed == n, fmt.Sprintf("%d of %d replicas ready and viewed, %d routed", viewed, n, routed)
+}
