@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -178,27 +179,35 @@ func (a *agent) failNode(name string) {
 	a.logf("node %s failed: %d pods' processes killed, heartbeats stopped", name, len(rts))
 }
 
-// recoverNode brings a failed node back: heartbeats again, and its pods'
-// containers started again, as a rebooted kubelet does.
+// recoverNode brings a failed node back, as a rebooted kubelet does: its
+// status and Lease again, its pods reported not ready, then their containers
+// started again.
 func (a *agent) recoverNode(ctx context.Context, name string) error {
 	a.mu.Lock()
 	delete(a.down, name)
-	var rts []*podRuntime
+	rts := map[string]*podRuntime{}
 	for key, rt := range a.runtimes {
 		if rt.node == name {
-			rts = append(rts, rt)
-			defer a.queue.Add(key)
+			rts[key] = rt
 		}
 	}
 	a.mu.Unlock()
-	// The kubelet posts its status (Ready) and Lease again.
 	if err := a.registerNode(ctx, name); err != nil {
 		return err
 	}
-	for _, rt := range rts {
-		if err := rt.restartContainers(ctx); err != nil {
-			return fmt.Errorf("pod %s: %w", rt.key, err)
+	for key, rt := range rts {
+		ns, pod, _ := strings.Cut(key, "/")
+		if p, err := a.pods.Pods(ns).Get(pod); err == nil {
+			if err := a.syncStatus(ctx, p, rt); err != nil {
+				return fmt.Errorf("pod %s: %w", key, err)
+			}
 		}
+	}
+	for key, rt := range rts {
+		if err := rt.restartContainers(ctx); err != nil {
+			return fmt.Errorf("pod %s: %w", key, err)
+		}
+		a.queue.Add(key)
 	}
 	a.logf("node %s back: %d pods' containers started again", name, len(rts))
 	return nil

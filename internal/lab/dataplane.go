@@ -54,6 +54,9 @@ type dpReplica struct {
 	// (dataplane_chart.go) is its DaemonSet pod.
 	podName string
 	podUID  types.UID
+	// viewedAt is when the lab last attached its view of the pod's HAProxy
+	// (a node's recovery attaches it again).
+	viewedAt time.Time
 
 	mu   sync.Mutex
 	proc *netlab.Process // the replica's zerodrop process

@@ -100,7 +100,7 @@ func (l *lab) beforeContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 			ConfigFile: filepath.Join(dir, "haproxy.cfg"), Log: logr.Discard()})
 		d.mu.Lock()
 		d.socks = append(d.socks, admin)
-		d.prov = prov
+		d.prov, d.viewedAt = prov, time.Now()
 		d.mu.Unlock()
 		return err
 	}
@@ -213,18 +213,20 @@ func (r *run) setRoutes(ctx context.Context, fresh bool, members []int) error {
 
 // serving are the load-balancer hosts whose data-plane pod is Ready, not
 // terminating and viewed by the lab, on a node that is up: those a router
-// daemon checking the replicas would announce.
+// daemon checking the replicas would announce. Ready counts from a
+// transition after the view: a failed node's pod keeps the Ready its dead
+// kubelet last reported until the node is back and reports again.
 func (r *run) serving() []int {
 	var out []int
 	for _, d := range r.replicas() {
 		d.mu.Lock()
-		viewed := d.prov != nil
+		viewed, since := d.prov != nil, d.viewedAt.Truncate(time.Second)
 		d.mu.Unlock()
 		if !viewed || r.lab.agent.nodeDown(hostNodeName(d.index)) {
 			continue
 		}
 		pod, err := r.lab.agent.pods.Pods(ctrlNamespace).Get(d.podName)
-		if err != nil || pod.DeletionTimestamp != nil || conditionStatus(pod, corev1.PodReady) != corev1.ConditionTrue {
+		if err != nil || pod.DeletionTimestamp != nil || !readySince(pod, since) {
 			continue
 		}
 		out = append(out, d.index)
@@ -397,4 +399,14 @@ func (r *run) dropAdmin(d *dpReplica) {
 		_ = d.prov.Close()
 		d.prov = nil
 	}
+}
+
+// readySince: the pod is Ready, and became so at since or later.
+func readySince(pod *corev1.Pod, since time.Time) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue && !c.LastTransitionTime.Time.Before(since)
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,6 +9,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
+
+	"zerodrop.dev/zerodrop/internal/lab/sockcount"
+	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
 // haproxyBinary is a wrapper that runs HAProxy in the load balancer's
@@ -72,4 +78,45 @@ func killByArg(arg string) int {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return len(pids)
+}
+
+// startHAProxy starts the HAProxy of dir through wrapper (haproxyBinary),
+// with the lab's counting proxies in front of its runtime API sockets:
+// writes are counted where they land. The master's is in place before
+// HAProxy starts (see haproxyBinary); the admin socket's takes the path
+// HAProxy's configuration names, which reloads keep. The proxies made are
+// returned also on error, for the caller to close.
+func startHAProxy(ctx context.Context, dir, wrapper string) (*haproxy.Provider, []*sockcount.Proxy, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	master, err := sockcount.Listen(filepath.Join(dir, "master.sock"), filepath.Join(dir, "master.sock.haproxy"))
+	if err != nil {
+		return nil, nil, err
+	}
+	socks := []*sockcount.Proxy{master}
+	prov, err := haproxy.New(ctx, haproxy.Options{Dir: dir, Binary: wrapper, StopOnClose: true, Log: logr.Discard()})
+	if err != nil {
+		return nil, socks, err
+	}
+	admin, err := sockcount.Interpose(filepath.Join(dir, "admin.sock"))
+	if err != nil {
+		_ = prov.Close()
+		return nil, socks, err
+	}
+	return prov, append(socks, admin), nil
+}
+
+// stopHAProxy stops the HAProxy of dir that startHAProxy started, through
+// its master socket, the proxy still in front, and returns Close's error.
+// An old worker the master no longer lists (a run with hundreds of reloads,
+// connections to vanished pods held for the server timeout) would outlive
+// it: the lab ends every process of that HAProxy, by the configuration file
+// on its command line.
+func (r *run) stopHAProxy(prov *haproxy.Provider, dir string) error {
+	err := prov.Close()
+	if n := killByArg(filepath.Join(dir, "haproxy.cfg")); n > 0 {
+		r.lab.logf("%s: killed %d HAProxy processes of %s left after the master stopped", r.name(), n, dir)
+	}
+	return err
 }

@@ -19,13 +19,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -403,92 +401,8 @@ func oneOrBoth(v, a, b string) ([]string, bool) {
 	return nil, false
 }
 
-// startShared starts what every scenario shares: the control plane, the
-// network with kube-proxy on every node, the node agent, the drain Service
-// and the webhook.
-func (l *lab) startShared(ctx context.Context) (err error) {
-	l.progressf("starting kube-apiserver, etcd and kube-controller-manager")
-	if l.cp, err = startControlPlane(ctx, l.dir); err != nil {
-		return err
-	}
-	l.progressf("making the network: %d nodes, kube-proxy on each, load balancer and client namespaces", labNodes)
-	l.net, err = startNetwork(ctx, l.dir, labNodes, max(1, l.opts.DataPlaneReplicas), l.cp.config, l.logf)
-	if err != nil {
-		return err
-	}
-	if l.egress, err = serveEgress(egressSocket(l.dir), l.net.net.Nodes[0].DialContext, l.logf); err != nil {
-		return err
-	}
-	l.agent = newAgent(l.cp.client, l.net, l.opts.Executable, l.dir, l.logf)
-	if l.opts.FromChart {
-		if err := l.prepareChartPods(ctx); err != nil {
-			return err
-		}
-	}
-	agentCtx, cancel := context.WithCancel(context.Background())
-	l.agent.onStop = func(p *corev1.Pod) {
-		if p.Namespace != ctrlNamespace {
-			return
-		}
-		l.curMu.Lock()
-		r := l.current
-		l.curMu.Unlock()
-		if r != nil && r.ctrls != nil && p.Labels[labelRun] == strconv.Itoa(r.id) {
-			r.ctrls.stopping(p)
-			r.dataPlaneStopping(p)
-		}
-	}
-	l.hooks = map[string]int{}
-	l.agent.hookDone = func(p *corev1.Pod, failed bool) {
-		if failed {
-			l.curMu.Lock()
-			l.hooks[p.Namespace]++
-			l.curMu.Unlock()
-		}
-	}
-	l.agentStop = cancel
-	if err := l.agent.start(agentCtx); err != nil {
-		return err
-	}
-	if l.opts.FromChart {
-		// The chart's webhook and drain Service, per run.
-		if err := l.ctrlNamespace(ctx); err != nil {
-			return err
-		}
-		l.progressf("control plane up: %d nodes and %d data-plane nodes (%s); zerodrop installed from the chart per run", labNodes, len(l.net.lbs), l.net.net.Prefix)
-		return nil
-	}
-	if err := l.startDrainService(ctx); err != nil {
-		return err
-	}
-	if l.hook, err = startWebhook(ctx, l.cp.config); err != nil {
-		return err
-	}
-	l.progressf("control plane up: %d nodes (%s), webhook, drain Service %s:%d", labNodes, l.net.net.Prefix, drainClusterIP, drainPort)
-	return nil
-}
-
 // labNodes is the number of lab nodes.
 const labNodes = 3
-
-// stopShared stops them again, in reverse order; the network last, with
-// every process still in it.
-func (l *lab) stopShared() {
-	l.hook.close()
-	if l.agentStop != nil {
-		l.agentStop()
-		l.agent.wait()
-	}
-	if l.egress != nil {
-		l.egress.close()
-	}
-	if err := l.net.close(); err != nil {
-		l.progressf("network teardown: %v", err)
-	}
-	if l.cp != nil {
-		l.cp.stop()
-	}
-}
 
 // hookFailures is the number of preStop hooks of namespace ns that failed.
 func (l *lab) hookFailures(ns string) int64 {

@@ -297,6 +297,13 @@ func (r *podRuntime) crash() {
 	r.mu.Lock()
 	r.crashed = true
 	list := slices.Clone(r.containers)
+	for _, cp := range list {
+		// The probes start over when the containers do (a container
+		// without one is ready while it runs: status).
+		if cp.c.ReadinessProbe != nil {
+			r.ready[cp.c.Name] = false
+		}
+	}
 	r.mu.Unlock()
 	for _, cp := range list {
 		cp.proc.Signal(syscall.SIGKILL)
