@@ -90,10 +90,13 @@ bench: deps
 # The main job: the disruption lab, the real upstream service controller (with
 # a typical workload, and with the published recipe) and zerodrop side by side
 # under real traffic; by default a rollout in every mode (LAB_FLAGS, e.g.
-# "--scenario all --json lab.json").
+# "--scenario all --json lab.json"), zerodrop installed from the chart with
+# its HAProxy data plane of two replicas (LAB_INSTALL; empty: the lab's own
+# arrangement, one HAProxy, which every scenario runs with).
 LAB_FLAGS     ?=
+LAB_INSTALL   ?= --data-plane-replicas 2 --from-chart
 lab: deps
-	$(GO) run -tags lab ./cmd/zerodrop lab $(LAB_FLAGS)
+	$(GO) run -tags lab ./cmd/zerodrop lab $(LAB_INSTALL) $(LAB_FLAGS)
 
 # Faults, with figures (docs/lab.md): on the real-network lab, the writer
 # SIGKILLed at the first write of a plan 20 times during rolling updates, and
