@@ -247,28 +247,9 @@ func prepareImages(ctx context.Context, dir string) error {
 }
 
 // haproxyImageWrapper is the data-plane image's `haproxy` in the lab: the
-// distribution's HAProxy, with the master CLI socket (`-S PATH,…`) moved to
-// PATH.haproxy, where the lab's counting proxy at PATH forwards (as the
-// wrapper of haproxyproc.go does). A reload runs it again with the moved
-// path, which it leaves alone.
-func haproxyImageWrapper(real string) string {
-	return `#!/bin/sh
-prev=
-for a do
-	shift
-	if [ "$prev" = "-S" ]; then
-		case "$a" in
-		*.haproxy|*.haproxy,*) ;;
-		*,*) a="${a%%,*}.haproxy,${a#*,}" ;;
-		*) a="$a.haproxy" ;;
-		esac
-	fi
-	prev="$a"
-	set -- "$@" "$a"
-done
-exec ` + shellQuote(real) + ` "$@"
-`
-}
+// distribution's HAProxy (at real) behind haproxyWrapper, which moves the
+// master CLI socket to where the lab's counting proxy forwards.
+func haproxyImageWrapper(real string) string { return haproxyWrapper(shellQuote(real)) }
 
 // prepareChartPods readies the lab to run the chart's pods: the images (the
 // production build and the haproxy wrapper), the API server's CA for the

@@ -35,16 +35,7 @@ func actLBReplicaRestartChart(ctx context.Context, r *run) error {
 	n := r.lab.opts.DataPlaneReplicas
 	fig := &ReplicaFigures{HardDetectSeconds: hardDetect.Seconds()}
 	r.replicaFigures = fig
-	phase := r.rec.snapshot()
-	phaseEnd := func() (int64, int64, error) {
-		if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
-			return 0, 0, err
-		}
-		now := r.rec.snapshot()
-		failed, broken := now.Failed-phase.Failed, now.LongBroken-phase.LongBroken
-		phase = now
-		return failed, broken, nil
-	}
+	phaseEnd := r.phases(ctx)
 
 	d := r.replicaAt(0)
 	if d == nil {

@@ -68,17 +68,7 @@ func actLBReplicaRestart(ctx context.Context, r *run) error {
 	}
 	fig := &ReplicaFigures{HardDetectSeconds: hardDetect.Seconds()}
 	r.replicaFigures = fig
-	phase := r.rec.snapshot()
-	// phaseEnd waits until steady and returns the phase's failures.
-	phaseEnd := func() (int64, int64, error) {
-		if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
-			return 0, 0, err
-		}
-		now := r.rec.snapshot()
-		failed, broken := now.Failed-phase.Failed, now.LongBroken-phase.LongBroken
-		phase = now
-		return failed, broken, nil
-	}
+	phaseEnd := r.phases(ctx)
 
 	d := reps[0]
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
@@ -150,6 +140,22 @@ func actLBReplicaRestart(ctx context.Context, r *run) error {
 	}
 	fig.HardFailed, fig.HardBroken, err = phaseEnd()
 	return err
+}
+
+// phases returns lb-replica-restart's phase end: it waits until the
+// workload is steady and returns the requests that failed and the long
+// connections that broke since the previous phase's end (or now).
+func (r *run) phases(ctx context.Context) func() (failed, broken int64, err error) {
+	phase := r.rec.snapshot()
+	return func() (int64, int64, error) {
+		if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
+			return 0, 0, err
+		}
+		now := r.rec.snapshot()
+		failed, broken := now.Failed-phase.Failed, now.LongBroken-phase.LongBroken
+		phase = now
+		return failed, broken, nil
+	}
 }
 
 // otherMembers are the route members of reps but d.

@@ -30,12 +30,20 @@ func (r *run) haproxyBinary() string {
 // writeHAProxyWrapper writes the wrapper at path, for HAProxy in the
 // namespace netns.
 func writeHAProxyWrapper(path, netns string) error {
-	script := `#!/bin/sh
+	return os.WriteFile(path, []byte(haproxyWrapper("ip netns exec "+netns+" haproxy")), 0o755)
+}
+
+// haproxyWrapper is a shell script that runs command with its arguments,
+// the master CLI socket's (`-S PATH,…`) moved to PATH.haproxy; a path
+// already moved (a reload running the wrapper again) is left alone.
+func haproxyWrapper(command string) string {
+	return `#!/bin/sh
 prev=
 for a do
 	shift
 	if [ "$prev" = "-S" ]; then
 		case "$a" in
+		*.haproxy|*.haproxy,*) ;;
 		*,*) a="${a%%,*}.haproxy,${a#*,}" ;;
 		*) a="$a.haproxy" ;;
 		esac
@@ -43,9 +51,8 @@ for a do
 	prev="$a"
 	set -- "$@" "$a"
 done
-exec ip netns exec ` + netns + ` haproxy "$@"
+exec ` + command + ` "$@"
 `
-	return os.WriteFile(path, []byte(script), 0o755)
 }
 
 // killByArg sends SIGKILL to every process with arg on its command line and
