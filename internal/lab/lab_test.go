@@ -243,3 +243,37 @@ func logEvidence(t *testing.T, path string) {
 	}
 	t.Logf("from %s:\n%s", path, strings.Join(lines, "\n"))
 }
+
+// logTail logs the end of the lab's log in workDir (its progress, not the
+// traffic's lines) and the error lines of the controller pods' logs, so that
+// a failed run can be read from the test's output alone.
+func logTail(t *testing.T, workDir string) {
+	raw, err := os.ReadFile(filepath.Join(workDir, "lab.log"))
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	var lines []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.Contains(line, " klog ") && !strings.Contains(line, "s request ") && !strings.Contains(line, "s long ") {
+			lines = append(lines, line)
+		}
+	}
+	t.Logf("the lab log's last lines:\n%s", strings.Join(lines[max(0, len(lines)-80):], "\n"))
+	logs, _ := filepath.Glob(filepath.Join(workDir, "zerodrop-system_*.log"))
+	for _, f := range logs {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var errs []string
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.HasPrefix(line, "E") || strings.Contains(line, `"level":"error"`) {
+				errs = append(errs, line)
+			}
+		}
+		if len(errs) > 0 {
+			t.Logf("%s: %d error lines, the first:\n%s", filepath.Base(f), len(errs), strings.Join(errs[:min(10, len(errs))], "\n"))
+		}
+	}
+}

@@ -64,6 +64,7 @@ func runLab(t *testing.T, timeout time.Duration, args ...string) []map[string]an
 	t.Cleanup(func() {
 		if t.Failed() {
 			logEvidence(t, filepath.Join(workDir, "lab.log"))
+			logTail(t, workDir)
 		}
 	})
 	if code != 0 {
