@@ -381,7 +381,14 @@ func mountScript(r *podRuntime, c *corev1.Container) (string, error) {
 		}
 		done = append(done, mp)
 	}
-	lines = append(lines, `exec "$@"`)
+	// The container's working directory: its workingDir, or the image's
+	// root (not the lab's, which a mount at /tmp may hide: HAProxy fails
+	// to check a configuration when it cannot get back to its directory).
+	wd := c.WorkingDir
+	if wd == "" {
+		wd = "/"
+	}
+	lines = append(lines, "cd "+shellQuote(wd), `exec "$@"`)
 	return strings.Join(lines, "\n"), nil
 }
 

@@ -100,6 +100,9 @@ func TestMountScript(t *testing.T) {
 	}
 	idx("mount -o remount,bind,ro '/tmp/k8s-webhook-server/serving-certs'")
 	idx("mount --bind '/lab/pods/u/sa' /run/secrets/kubernetes.io/serviceaccount")
+	if lines[len(lines)-2] != "cd '/'" {
+		t.Errorf("the container does not start in / (the lab's directory may be under a mount): %q", lines[len(lines)-2])
+	}
 	if lines[len(lines)-1] != `exec "$@"` {
 		t.Errorf("script does not end in exec: %q", lines[len(lines)-1])
 	}
