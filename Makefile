@@ -47,10 +47,13 @@ deps: control-plane helm haproxy network
 test: deps fmt-check
 	$(GO) vet ./...
 	$(GO) vet -tags lab ./cmd/...
-	$(GO) test $(GOTESTFLAGS) ./...
+	$(GO) test $(GOTESTFLAGS) -skip 'TestLabDataPlane|TestLabFromChart' ./...
 	# The upstream service controller races with itself (see
 	# internal/lab/upstream/upstream_test.go): its tests run without -race.
 	$(GO) test -count=1 -timeout 10m -run 'TestUpstreamServiceController|TestLabUpstream|TestLabRestartIdle' ./internal/lab/ ./internal/lab/upstream/
+	# The data-plane labs (four HAProxy and zerodrop processes, the lab's pod
+	# servers in its own process) run alone, not beside other packages.
+	$(GO) test $(GOTESTFLAGS) -run 'TestLabDataPlane|TestLabFromChart' ./internal/lab/
 
 # Pure tests only: no control plane, no HAProxy.
 unit:

@@ -260,15 +260,32 @@ func (p *Provider) waitReady(ctx context.Context, pid int) error {
 	}
 }
 
-// validate runs `haproxy -c` on a configuration file.
+// validate runs `haproxy -c` on a configuration file. Not with -q: that
+// silences HAProxy's alerts too, and the error must say why the file was
+// refused.
 func (p *Provider) validate(ctx context.Context, file string) error {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.ReloadTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, p.binary, "-c", "-q", "-f", file).CombinedOutput()
+	out, err := exec.CommandContext(ctx, p.binary, "-c", "-f", file).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("haproxy: invalid configuration %s: %w: %w: %s", file, errRejected, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("haproxy: invalid configuration %s: %w: %w: %s", file, errRejected, err, alerts(out))
 	}
 	return nil
+}
+
+// alerts are the [ALERT] lines of HAProxy's output (all of it when there
+// are none), on one line.
+func alerts(out []byte) string {
+	var keep []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.Contains(line, "[ALERT]") {
+			keep = append(keep, strings.TrimSpace(line))
+		}
+	}
+	if len(keep) == 0 {
+		return strings.TrimSpace(string(out))
+	}
+	return strings.Join(keep, "; ")
 }
 
 // reload switches HAProxy to a new configuration without dropping a

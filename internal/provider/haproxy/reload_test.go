@@ -155,6 +155,9 @@ func TestInvalidChangesNothing(t *testing.T) {
 	c.take()
 	if err := p.reload(ctx, []byte("global\n    no-such-keyword 1\n"), nil); err == nil {
 		t.Fatal("invalid configuration reloaded")
+	} else if !strings.Contains(err.Error(), "no-such-keyword") {
+		// An operator reads this in the Warning Event: it must say why.
+		t.Errorf("the refusal does not give HAProxy's reason: %v", err)
 	}
 	udp := listenerOf(key, "udp-53", lbAddr, port, bs)
 	udp.Protocol = model.UDP
