@@ -147,9 +147,7 @@ func (r *run) startReplica(ctx context.Context, d *dpReplica) error {
 	}
 	prov, socks, err := startHAProxy(ctx, d.dir, wrapper)
 	d.socks = socks
-	r.dpMu.Lock()
-	r.socks = append(r.socks, socks...)
-	r.dpMu.Unlock()
+	r.addSocks(socks...)
 	if err != nil {
 		return err
 	}

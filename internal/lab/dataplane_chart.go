@@ -117,6 +117,16 @@ func argValue(args []string, name string) string {
 	return ""
 }
 
+// hostIndex is the index of the load-balancer host of Node node (-1: none).
+func (r *run) hostIndex(node string) int {
+	for i := range r.lab.net.lbs {
+		if hostNodeName(i) == node {
+			return i
+		}
+	}
+	return -1
+}
+
 // addSocks records counting proxies for the run's write count.
 func (r *run) addSocks(p ...*sockcount.Proxy) {
 	r.dpMu.Lock()
@@ -134,14 +144,13 @@ func (r *run) chartReplica(pod *corev1.Pod) *dpReplica {
 			return d
 		}
 	}
-	for i, h := range r.lab.net.lbs {
-		if hostNodeName(i) == pod.Spec.NodeName {
-			d := &dpReplica{index: i, gen: 1, host: h, podName: pod.Name, podUID: pod.UID}
-			r.dataPlane = append(r.dataPlane, d)
-			return d
-		}
+	i := r.hostIndex(pod.Spec.NodeName)
+	if i < 0 {
+		return nil
 	}
-	return nil
+	d := &dpReplica{index: i, gen: 1, host: r.lab.net.lbs[i], podName: pod.Name, podUID: pod.UID}
+	r.dataPlane = append(r.dataPlane, d)
+	return d
 }
 
 // startChartDataPlane installs the chart, waits until its DaemonSet has a
@@ -162,27 +171,14 @@ func (r *run) startChartDataPlane(ctx, runCtx context.Context) error {
 		if !daemonSetReady(ds, n) {
 			return false, fmt.Sprintf("%d of %d scheduled, %d ready", ds.Status.CurrentNumberScheduled, ds.Status.DesiredNumberScheduled, ds.Status.NumberReady)
 		}
-		viewed := 0
-		for _, d := range r.replicas() {
-			d.mu.Lock()
-			if d.prov != nil {
-				viewed++
-			}
-			d.mu.Unlock()
-		}
-		return viewed == n, fmt.Sprintf("%d of %d replicas viewed", viewed, n)
+		serving := len(r.serving())
+		return serving == n, fmt.Sprintf("%d of %d replicas serving", serving, n)
 	})
 	if err != nil {
 		return err
 	}
-	reps := r.replicas()
-	r.prov = reps[0].prov
-	var members []int
-	for _, d := range reps {
-		members = append(members, d.index)
-	}
-	slices.Sort(members)
-	if err := r.setRoutes(ctx, true, members); err != nil {
+	r.prov = r.replicas()[0].prov
+	if err := r.setRoutes(ctx, true, r.serving()); err != nil {
 		return err
 	}
 	go r.announceLoop(runCtx)
@@ -254,17 +250,17 @@ func (r *run) dataPlaneStopping(p *corev1.Pod) {
 	if !r.fromChart() || p.Labels[labelAppName] != r.dataPlaneName() {
 		return
 	}
-	for i := range r.lab.net.lbs {
-		if hostNodeName(i) == p.Spec.NodeName {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			r.mark("%s terminating", p.Name)
-			if err := r.withdraw(ctx, i); err != nil {
-				r.lab.logf("%s: withdraw %s's route: %v", r.name(), p.Name, err)
-			}
-			time.Sleep(withdrawSettle)
-		}
+	i := r.hostIndex(p.Spec.NodeName)
+	if i < 0 {
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r.mark("%s terminating", p.Name)
+	if err := r.withdraw(ctx, i); err != nil {
+		r.lab.logf("%s: withdraw %s's route: %v", r.name(), p.Name, err)
+	}
+	time.Sleep(withdrawSettle)
 }
 
 // announceLoop announces the route of every host that serves (serving)
@@ -356,24 +352,12 @@ func (l *lab) afterChartPod(pod *corev1.Pod) {
 // proxies' writes are kept in retiredWrites, the proxies closed (HAProxy's
 // sockets put back), the lab's view closed.
 func (r *run) retireReplica(d *dpReplica) {
+	d.mu.Lock()
+	r.retireSocks(d, func(*sockcount.Proxy) bool { return true })
+	d.mu.Unlock()
 	r.dpMu.Lock()
-	for _, p := range d.socks {
-		r.retiredWrites += int64(p.Counts().Writes)
-		if err := p.Close(); err != nil {
-			r.lab.logf("%s: %v", r.name(), err)
-		}
-	}
-	r.socks = slices.DeleteFunc(r.socks, func(p *sockcount.Proxy) bool { return slices.Contains(d.socks, p) })
-	d.socks = nil
 	r.dataPlane = slices.DeleteFunc(r.dataPlane, func(o *dpReplica) bool { return o == d })
 	r.dpMu.Unlock()
-	d.mu.Lock()
-	prov := d.prov
-	d.prov = nil
-	d.mu.Unlock()
-	if prov != nil {
-		_ = prov.Close()
-	}
 	r.lab.logf("%s: data-plane pod %s retired (replica %d)", r.name(), d.pod(r.id), d.index)
 }
 
@@ -382,19 +366,27 @@ func (r *run) retireReplica(d *dpReplica) {
 // the next interposition waits for the new one's.
 func (r *run) dropAdmin(d *dpReplica) {
 	admin := filepath.Join(d.dir, "admin.sock")
+	r.retireSocks(d, func(p *sockcount.Proxy) bool { return p.Path() == admin })
+	_ = os.Remove(admin)
+}
+
+// retireSocks (d.mu held) takes d's proxies that match out of the run's
+// count — their writes stay counted in retiredWrites — and closes them
+// (HAProxy's sockets put back), and closes the lab's view of d's HAProxy.
+func (r *run) retireSocks(d *dpReplica, match func(*sockcount.Proxy) bool) {
 	r.dpMu.Lock()
 	for _, p := range d.socks {
-		if p.Path() == admin {
-			r.retiredWrites += int64(p.Counts().Writes)
-			if err := p.Close(); err != nil {
-				r.lab.logf("%s: %v", r.name(), err)
-			}
+		if !match(p) {
+			continue
+		}
+		r.retiredWrites += int64(p.Counts().Writes)
+		if err := p.Close(); err != nil {
+			r.lab.logf("%s: %v", r.name(), err)
 		}
 	}
-	d.socks = slices.DeleteFunc(d.socks, func(p *sockcount.Proxy) bool { return p.Path() == admin })
-	r.socks = slices.DeleteFunc(r.socks, func(p *sockcount.Proxy) bool { return p.Path() == admin })
+	r.socks = slices.DeleteFunc(r.socks, func(p *sockcount.Proxy) bool { return match(p) && slices.Contains(d.socks, p) })
+	d.socks = slices.DeleteFunc(d.socks, match)
 	r.dpMu.Unlock()
-	_ = os.Remove(admin)
 	if d.prov != nil {
 		_ = d.prov.Close()
 		d.prov = nil

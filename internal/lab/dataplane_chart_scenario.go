@@ -7,7 +7,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -164,21 +163,12 @@ func (r *run) containerRestarts(pod, name string) int32 {
 	return 0
 }
 
-// dataPlaneRouted: n replicas are viewed and Ready, and the client's route
-// has all n hosts.
+// dataPlaneRouted: n replicas serve (serving: what the router announces),
+// and the client's route has all n hosts.
 func (r *run) dataPlaneRouted(n int) (bool, string) {
-	viewed := 0
-	for _, d := range r.replicas() {
-		d.mu.Lock()
-		ok := d.prov != nil
-		d.mu.Unlock()
-		pod, err := r.lab.agent.pods.Pods(ctrlNamespace).Get(d.podName)
-		if ok && err == nil && pod.DeletionTimestamp == nil && conditionStatus(pod, corev1.PodReady) == corev1.ConditionTrue {
-			viewed++
-		}
-	}
+	serving := len(r.serving())
 	r.routeMu.Lock()
 	routed := len(r.routed)
 	r.routeMu.Unlock()
-	return viewed == n && routed == n, fmt.Sprintf("%d of %d replicas ready and viewed, %d routed", viewed, n, routed)
+	return serving == n && routed == n, fmt.Sprintf("%d of %d replicas serving, %d routed", serving, n, routed)
 }

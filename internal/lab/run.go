@@ -183,7 +183,7 @@ func (r *run) setup(ctx context.Context, want int32) error {
 			return err
 		}
 		prov, socks, err := startHAProxy(ctx, r.dir, r.haproxyBinary())
-		r.socks = append(r.socks, socks...)
+		r.addSocks(socks...)
 		if err != nil {
 			return err
 		}

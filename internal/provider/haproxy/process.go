@@ -268,24 +268,28 @@ func (p *Provider) validate(ctx context.Context, file string) error {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, p.binary, "-c", "-f", file).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("haproxy: invalid configuration %s: %w: %w: %s", file, errRejected, err, alerts(out))
+		return fmt.Errorf("haproxy: invalid configuration %s: %w: %w: %s", file, errRejected, err, alertLines(strings.TrimSpace(string(out)), 0))
 	}
 	return nil
 }
 
-// alerts are the [ALERT] lines of HAProxy's output (all of it when there
-// are none), on one line.
-func alerts(out []byte) string {
-	var keep []string
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if strings.Contains(line, "[ALERT]") {
-			keep = append(keep, strings.TrimSpace(line))
+// alertLines are the [ALERT] lines of HAProxy's output text, the last
+// `last` of them (all when last is 0), on one line; text itself when it has
+// none.
+func alertLines(text string, last int) string {
+	var alerts []string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "[ALERT]") {
+			alerts = append(alerts, line)
 		}
 	}
-	if len(keep) == 0 {
-		return strings.TrimSpace(string(out))
+	if len(alerts) == 0 {
+		return text
 	}
-	return strings.Join(keep, "; ")
+	if last > 0 && len(alerts) > last {
+		alerts = alerts[len(alerts)-last:]
+	}
+	return strings.Join(alerts, "; ")
 }
 
 // reload switches HAProxy to a new configuration without dropping a
@@ -411,22 +415,7 @@ func (p *Provider) logTail() string {
 
 // logAlerts is the last alerts of the owned master's log (why a start or a
 // reload failed), or its tail when it has none.
-func (p *Provider) logAlerts() string {
-	tail := p.logTail()
-	var alerts []string
-	for _, line := range strings.Split(tail, "\n") {
-		if strings.HasPrefix(line, "[ALERT]") {
-			alerts = append(alerts, line)
-		}
-	}
-	if len(alerts) == 0 {
-		return tail
-	}
-	if len(alerts) > 5 {
-		alerts = alerts[len(alerts)-5:]
-	}
-	return strings.Join(alerts, "; ")
-}
+func (p *Provider) logAlerts() string { return alertLines(p.logTail(), 5) }
 
 // stop ends the HAProxy master and its workers: SIGTERM, then SIGKILL for
 // whatever is left after the timeout.
