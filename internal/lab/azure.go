@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -100,6 +101,11 @@ type AzureFigures struct {
 	// hold what the Services ask for; restart, the longest time from stopping
 	// the writer until a new one has verified every load balancer.
 	ConvergeSeconds float64 `json:"converge_seconds"`
+	// kill-mid-plan, per kill: the writes that changed the load balancers
+	// from the new leader's takeover until they converged, and the range
+	// the diff at takeover called for (azureWriteBounds).
+	WritesLanded    []int    `json:"writes_landed_per_kill,omitempty"`
+	WritesCalledFor [][2]int `json:"writes_called_for_per_kill,omitempty"`
 }
 
 // AzureOptions configure ExecuteAzure.
@@ -116,8 +122,12 @@ type AzureOptions struct {
 	FaultRate float64
 	// Kills is how often kill-mid-plan stops the writer (default
 	// DefaultMidPlanKills).
-	Kills    int
-	Progress io.Writer
+	Kills int
+	// Executable is the zerodrop binary kill-mid-plan's controller
+	// processes run as (`<Executable> lab azure-controller …`); default
+	// os.Executable().
+	Executable string
+	Progress   io.Writer
 }
 
 // runAzureCommand is `zerodrop lab --provider azure-emulator …` after flag
@@ -190,6 +200,11 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []Result, err
 	if opts.Kills <= 0 {
 		opts.Kills = DefaultMidPlanKills
 	}
+	if opts.Executable == "" && slices.Contains(opts.Scenarios, scenarioKillMidPlan) {
+		if opts.Executable, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
 	for _, s := range opts.Scenarios {
 		if !slices.Contains(AzureScenarios, s) {
 			return nil, fmt.Errorf("scenario %q does not run on the Azure emulator (%v)", s, AzureScenarios)
@@ -218,9 +233,8 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []Result, err
 			}
 			n++
 			r := &azureRun{cfg: env.Config, c: c, mode: mode, opts: opts, progress: progress,
-				ns: fmt.Sprintf("azure-%d-%s-%s", n, sc, mode), emu: emulator.New(emulator.Options{Seed: uint64(n)}),
-				noRelease: sc == scenarioKillMidPlan}
-			res, err := r.run(ctx, sc)
+				ns: fmt.Sprintf("azure-%d-%s-%s", n, sc, mode), emu: emulator.New(emulator.Options{Seed: uint64(n)})}
+			res, err := r.runIn(ctx, sc)
 			res.err = err
 			results = append(results, res)
 			if err != nil {
@@ -250,9 +264,10 @@ type azureRun struct {
 	progress  func(string, ...any)
 	svcs      []*azureSvc
 	instances []*azureInstance
-	// noRelease: the managers keep their lease when cancelled, as a killed
-	// process does (kill-mid-plan).
-	noRelease bool
+	// procs, when set, runs the controllers as processes (kill-mid-plan:
+	// azure_process.go); countErr is a failure to count their Events.
+	procs    *azureProcs
+	countErr error
 }
 
 func (r *azureRun) class() string { return "zerodrop.dev/azure-" + r.ns }
@@ -286,6 +301,9 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res Result, err er
 	a.ConflictsRetried, a.ConflictsSurfaced = r.retried()-beforeRetried, r.surfaced()-beforeSurfaced
 	a.Faults = d.InjectedConflicts + d.Throttled + d.ServerErrors + d.Slow
 	a.WarningEvents = r.warnings() - beforeWarnings
+	if err == nil {
+		err = r.countErr
+	}
 	return res, err
 }
 
@@ -352,7 +370,7 @@ func (r *azureRun) waitNewLeader(ctx context.Context, old *azureInstance) error 
 		if l == nil || l == old {
 			return "no new leader yet"
 		}
-		if n := metrics.Sum(l.metrics.Reconciles); n < float64(len(azureLBNames)) {
+		if n := l.counters().reconciles; n < float64(len(azureLBNames)) {
 			return fmt.Sprintf("the new leader reconciled %v load balancers", n)
 		}
 		return azureConverged(r.emu, azureGroup, r.ns, r.svcs)
@@ -439,6 +457,9 @@ func (r *azureRun) wait(ctx context.Context, what string, cond func() string) er
 		if msg == "" {
 			return nil
 		}
+		if err := r.procsGone(); err != nil {
+			return fmt.Errorf("%s: %s: %w", what, msg, err)
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not within %s: %s: %s", limit, what, msg)
 		}
@@ -463,7 +484,7 @@ func (r *azureRun) settle(ctx context.Context) {
 	for time.Since(since) < azureIdle && ctx.Err() == nil && time.Now().Before(end) {
 		n := 0.0
 		for _, in := range r.instances {
-			n += metrics.Sum(in.metrics.Reconciles)
+			n += in.counters().reconciles
 		}
 		if n != last {
 			last, since = n, time.Now()
@@ -474,12 +495,19 @@ func (r *azureRun) settle(ctx context.Context) {
 
 func (r *azureRun) retried() (n int64) {
 	for _, in := range r.instances {
-		n += int64(metrics.Sum(in.metrics.ProviderConflicts))
+		n += int64(in.counters().conflicts)
 	}
 	return n
 }
 
+// warnings and surfaced count Warning Events, and those that surfaced a
+// conflict: as recorded in process, or as the API server has them from
+// controller processes.
 func (r *azureRun) warnings() (n int64) {
+	if r.procs != nil {
+		n, _ = r.apiWarnings()
+		return n
+	}
 	for _, in := range r.instances {
 		n += in.warnings.Load()
 	}
@@ -487,6 +515,10 @@ func (r *azureRun) warnings() (n int64) {
 }
 
 func (r *azureRun) surfaced() (n int64) {
+	if r.procs != nil {
+		_, n = r.apiWarnings()
+		return n
+	}
 	for _, in := range r.instances {
 		n += in.surfaced.Load()
 	}
@@ -499,10 +531,8 @@ func (r *azureRun) leader() *azureInstance {
 		if in.stopped.Load() || in.exited.Load() || !in.leaderElect {
 			continue
 		}
-		select {
-		case <-in.elected:
+		if in.leads() {
 			return in
-		default:
 		}
 	}
 	return nil
@@ -514,15 +544,18 @@ func (r *azureRun) stopAll() {
 	}
 }
 
-// azureInstance is one controller "process": its own provider (and cache of
-// ARM documents), manager, metrics and Event counter.
+// azureInstance is one controller: in the lab process, with its own
+// provider (and cache of ARM documents), manager, metrics and Event
+// counter; or a process of its own (proc).
 type azureInstance struct {
 	leaderElect bool
 	metrics     *metrics.Metrics
 	surfaced    atomic.Int64
 	warnings    atomic.Int64
 	elected     <-chan struct{}
-	cancel      context.CancelFunc
+	proc        *azureProc
+	// cancel ends the manager, or SIGTERMs the process.
+	cancel context.CancelFunc
 	done        chan error
 	stopped     atomic.Bool
 	// exited is set when the manager has returned by itself (a leader that
@@ -532,9 +565,10 @@ type azureInstance struct {
 	stopLimit time.Duration
 }
 
-// stop cancels the instance and waits for its manager to return, so that a
-// replacement never runs beside a writer still finishing; the bound only
-// keeps a hung manager from hanging the lab.
+// stop cancels the instance and waits for its manager (or process) to
+// return, so that a replacement never runs beside a writer still
+// finishing; the bound only keeps a hung manager from hanging the lab (a
+// process is then SIGKILLed).
 func (in *azureInstance) stop() {
 	if in.stopped.Swap(true) {
 		return
@@ -543,6 +577,35 @@ func (in *azureInstance) stop() {
 	select {
 	case <-in.done:
 	case <-time.After(in.stopLimit):
+		if in.proc != nil {
+			in.proc.kill()
+			<-in.done
+		}
+	}
+}
+
+// counters are the instance's reconciles and retried conflicts so far (a
+// process that ended: its last scrape).
+func (in *azureInstance) counters() counters {
+	if in.proc != nil {
+		c, _ := in.proc.scrape(in.exited.Load())
+		return c
+	}
+	return counters{conflicts: metrics.Sum(in.metrics.ProviderConflicts), reconciles: metrics.Sum(in.metrics.Reconciles)}
+}
+
+// leads tells whether the instance has been elected (a process: reports
+// leader_election_master_status 1 now).
+func (in *azureInstance) leads() bool {
+	if in.proc != nil {
+		_, leader := in.proc.scrape(in.exited.Load())
+		return leader
+	}
+	select {
+	case <-in.elected:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -551,6 +614,9 @@ func (in *azureInstance) stop() {
 // removal, and an Event on every failed sync, as the upstream service
 // controller records SyncLoadBalancerFailed each time.
 func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
+	if r.procs != nil {
+		return r.startProcess(leaderElect)
+	}
 	m, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
@@ -577,7 +643,7 @@ func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
 	mgr, err := manager.New(r.cfg, manager.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard(),
 		LeaderElection: leaderElect, LeaderElectionID: "zerodrop-lab-azure", LeaderElectionNamespace: r.ns,
-		LeaderElectionReleaseOnCancel: !r.noRelease, LeaseDuration: &lease, RenewDeadline: &renew, RetryPeriod: &retryPeriod,
+		LeaderElectionReleaseOnCancel: true, LeaseDuration: &lease, RenewDeadline: &renew, RetryPeriod: &retryPeriod,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("create manager: %w", err))

@@ -9,16 +9,15 @@ import (
 )
 
 // azureKillMidPlan is the emulator lab's kill-mid-plan: the writer (the
-// leader) stopped at the first write of a plan, Chaos.MidPlanKills times.
-// The controllers run in the lab process, so the stop is not a SIGKILL: the
+// leader) SIGKILLed at the first write of a plan, Chaos.MidPlanKills times.
+// The controllers are processes of their own here (azure_process.go); the
 // emulator calls back from inside the leader's first PUT once it has landed
-// (emulator.Emulator.OnWrite), and the callback cancels that controller's
-// context with its lease left held (this run's managers do not release it on
-// cancel), so its plan goes no further and the standby takes over only when
-// the lease expires, as after a kill. A replacement starts, as a ReplicaSet's
-// would. Each kill counts until a new leader has verified every load
-// balancer and they hold exactly what the Services ask for; the PUTs from
-// the kill to then are that restart's.
+// (emulator.Emulator.OnWrite), before its answer goes back, and the
+// callback SIGKILLs that process: its plan goes no further, its lease stays
+// held, and the standby takes over when the lease expires. A replacement
+// starts, as a ReplicaSet's would. Each kill counts until a new leader has
+// verified every load balancer and they hold exactly what the Services ask
+// for; the PUTs from the kill to then are that restart's.
 func (r *azureRun) killMidPlan(ctx context.Context, a *AzureFigures, res *Result) error {
 	churned := r.svcs[:max(1, len(r.svcs)/2)]
 	for i := 0; i < r.opts.Kills; i++ {
@@ -33,6 +32,17 @@ func (r *azureRun) killMidPlan(ctx context.Context, a *AzureFigures, res *Result
 		if _, err := r.start(true); err != nil {
 			return err
 		}
+		// What the new leader's diff will call for: the state once every
+		// write the killed one sent has landed (its lease, still held, keeps
+		// any other writer out meanwhile).
+		if err := r.waitKilledWritesLanded(ctx, leader); err != nil {
+			return fmt.Errorf("kill %d: %w", i+1, err)
+		}
+		lo, hi, err := azureWriteBounds(r.emu, azureGroup, r.ns, r.svcs)
+		if err != nil {
+			return fmt.Errorf("kill %d: %w", i+1, err)
+		}
+		writes0 := r.emu.Counters().Writes
 		if err := r.waitNewLeader(ctx, leader); err != nil {
 			return fmt.Errorf("kill %d: %w", i+1, err)
 		}
@@ -40,8 +50,29 @@ func (r *azureRun) killMidPlan(ctx context.Context, a *AzureFigures, res *Result
 		a.ConvergeSeconds = max(a.ConvergeSeconds, time.Since(t0).Seconds())
 		a.Restarts++
 		res.WritesPerRestart = append(res.WritesPerRestart, int64(r.emu.Counters().Puts()-puts0))
+		landed := r.emu.Counters().Writes - writes0
+		a.WritesLanded = append(a.WritesLanded, landed)
+		a.WritesCalledFor = append(a.WritesCalledFor, [2]int{lo, hi})
+		if landed < lo || landed > hi {
+			return fmt.Errorf("kill %d: the new leader's writes changed the load balancers %d times; the diff at its takeover called for %d to %d",
+				i+1, landed, lo, hi)
+		}
 	}
 	return nil
+}
+
+// waitKilledWritesLanded waits until the killed leader's process has ended
+// and no write it sent is still being answered.
+func (r *azureRun) waitKilledWritesLanded(ctx context.Context, killed *azureInstance) error {
+	return r.wait(ctx, "the killed leader's writes to land", func() string {
+		if !killed.exited.Load() {
+			return "its process has not ended"
+		}
+		if n := r.emu.WritesInFlight(); n > 0 {
+			return fmt.Sprintf("%d writes in flight", n)
+		}
+		return ""
+	})
 }
 
 // killAtFirstWrite replaces one endpoint of a churned Service every 250 ms,
@@ -79,9 +110,9 @@ func (r *azureRun) killAtFirstWrite(ctx context.Context, leader *azureInstance, 
 	}
 }
 
-// kill cancels the instance without waiting for its manager, its lease left
-// held (see azureRun.noRelease): it leads no more.
+// kill SIGKILLs the instance's process without waiting for it (it runs
+// inside the emulator's write): it leads no more, its lease left held.
 func (in *azureInstance) kill() {
 	in.stopped.Store(true)
-	in.cancel()
+	in.proc.kill()
 }

@@ -39,5 +39,9 @@ func writeAzureTable(w io.Writer, results []Result) {
 		if len(r.WritesPerRestart) > 0 {
 			fmt.Fprintf(w, "%s %s: PUTs per kill %v\n", r.Scenario, r.Mode, r.WritesPerRestart)
 		}
+		if a := r.Azure; a != nil && len(a.WritesLanded) > 0 {
+			fmt.Fprintf(w, "%s %s: writes landed per kill %v, called for by the diff at takeover %v\n",
+				r.Scenario, r.Mode, a.WritesLanded, a.WritesCalledFor)
+		}
 	}
 }

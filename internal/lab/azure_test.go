@@ -84,8 +84,9 @@ func TestAzureEmulatorLabUsage(t *testing.T) {
 	}
 }
 
-// TestAzureEmulatorKillMidPlan: the leader stopped inside its first PUT of a
-// plan, its lease held, twice: each time a new leader takes over, the load
+// TestAzureEmulatorKillMidPlan: the leader's process SIGKILLed inside its
+// first PUT of a plan, its lease held, twice: each time a new leader takes
+// over, its writes are what the diff at takeover calls for and the load
 // balancers end up holding exactly what the Services ask for (the lab fails
 // the run otherwise), with no Warning Event.
 func TestAzureEmulatorKillMidPlan(t *testing.T) {
@@ -99,6 +100,11 @@ func TestAzureEmulatorKillMidPlan(t *testing.T) {
 	}
 	if r.Azure.WarningEvents != 0 {
 		t.Errorf("%d Warning Events, want none", r.Azure.WarningEvents)
+	}
+	// The lab fails a kill whose writes fall outside what the diff called
+	// for; here only that each kill was measured.
+	if len(r.Azure.WritesLanded) != 2 || len(r.Azure.WritesCalledFor) != 2 {
+		t.Errorf("writes landed %v, called for %v: want one entry per kill", r.Azure.WritesLanded, r.Azure.WritesCalledFor)
 	}
 }
 
@@ -132,4 +138,30 @@ func runAzureLab(t *testing.T, args ...string) (Report, []byte) {
 		}
 	}
 	return rep, raw
+}
+
+// TestPoolWriteBounds: the writes a pool's diff calls for.
+func TestPoolWriteBounds(t *testing.T) {
+	const up, down = "None", "Down"
+	for _, tc := range []struct {
+		name   string
+		have   map[string]string
+		want   []string
+		lo, hi int
+	}{
+		{"holds what it should", map[string]string{"a": up, "b": up}, []string{"a", "b"}, 0, 0},
+		{"one to add", map[string]string{"a": up}, []string{"a", "b"}, 1, 1},
+		{"one to drain and remove", map[string]string{"a": up, "b": up}, []string{"a"}, 2, 2},
+		{"already draining: removal only", map[string]string{"a": up, "b": down}, []string{"a"}, 1, 1},
+		{"replaced: add and drain, then remove", map[string]string{"a": up, "b": up}, []string{"a", "c"}, 2, 2},
+		{"two leaving: removed together or apart", map[string]string{"a": up, "b": down, "c": up}, []string{"a", "d"}, 2, 3},
+		{"wanted one back in service", map[string]string{"a": down}, []string{"a"}, 1, 1},
+		{"empty to empty", map[string]string{}, nil, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if lo, hi := poolWriteBounds(tc.have, tc.want); lo != tc.lo || hi != tc.hi {
+				t.Errorf("poolWriteBounds(%v, %v) = [%d, %d], want [%d, %d]", tc.have, tc.want, lo, hi, tc.lo, tc.hi)
+			}
+		})
+	}
 }

@@ -244,3 +244,86 @@ func lastSegment(id *string) string {
 	s := ptr.Deref(id, "")
 	return s[strings.LastIndexByte(s, '/')+1:]
 }
+
+// azureWriteBounds is what the diff between the emulated load balancers and
+// what the Services ask for calls for, in writes: a load balancer whose
+// rules or probes differ needs one; a pool, one to add what is missing and
+// start draining what should go (admin state Down), and then, once the
+// drain timeout has passed, one more to remove what drained — at least one
+// such write for all its leaving addresses, at most one for each (their
+// drains may end on different polls). A pool that holds what it should
+// needs none. So a writer that rewrites what is already right, or leaves
+// something wrong, falls outside [lo, hi].
+func azureWriteBounds(emu *emulator.Emulator, group, ns string, svcs []*azureSvc) (lo, hi int, err error) {
+	docs := map[string]*armnetwork.LoadBalancer{}
+	lbDiff := map[string]bool{}
+	pools := map[string]bool{}
+	for _, s := range svcs {
+		lb, ok := docs[s.lb]
+		if !ok {
+			if lb, ok = emu.LoadBalancer(group, s.lb); !ok {
+				return 0, 0, fmt.Errorf("load balancer %s does not exist", s.lb)
+			}
+			docs[s.lb] = lb
+		}
+		for _, port := range []int32{80, 443} {
+			rule := fmt.Sprintf("zd-%s.%s.tcp-%d", ns, s.name, port)
+			r := findRule(lb, rule)
+			if !slices.Contains(s.ports(), port) {
+				lbDiff[s.lb] = lbDiff[s.lb] || r != nil
+				continue
+			}
+			if r == nil || r.Properties == nil || r.Properties.BackendAddressPool == nil || r.Properties.Probe == nil ||
+				!strings.HasPrefix(lastSegment(r.Properties.Probe.ID), fmt.Sprintf("%s.%d-", rule, s.intervalMillis())) {
+				lbDiff[s.lb] = true
+				continue
+			}
+			name := lastSegment(r.Properties.BackendAddressPool.ID)
+			if pools[s.lb+"/"+name] {
+				continue
+			}
+			pools[s.lb+"/"+name] = true
+			have := map[string]string{}
+			if pool := findPool(lb, name); pool != nil && pool.Properties != nil {
+				for _, a := range pool.Properties.LoadBalancerBackendAddresses {
+					have[ptr.Deref(a.Properties.IPAddress, "")] = string(ptr.Deref(a.Properties.AdminState, ""))
+				}
+			}
+			l, h := poolWriteBounds(have, s.endpoints)
+			lo, hi = lo+l, hi+h
+		}
+	}
+	for _, d := range lbDiff {
+		if d {
+			lo, hi = lo+1, hi+1
+		}
+	}
+	return lo, hi, nil
+}
+
+// poolWriteBounds is azureWriteBounds for one pool holding have (address
+// → admin state) that should hold want, all in service.
+func poolWriteBounds(have map[string]string, want []string) (lo, hi int) {
+	first, leaving := false, 0
+	for _, a := range want {
+		if st, ok := have[a]; !ok || st != string(armnetwork.LoadBalancerBackendAddressAdminStateNone) {
+			first = true // added, or back in service
+		}
+	}
+	for a, st := range have {
+		if slices.Contains(want, a) {
+			continue
+		}
+		leaving++
+		if st != string(armnetwork.LoadBalancerBackendAddressAdminStateDown) {
+			first = true // its drain starts
+		}
+	}
+	if first {
+		lo, hi = 1, 1
+	}
+	if leaving > 0 {
+		lo, hi = lo+1, hi+leaving
+	}
+	return lo, hi
+}

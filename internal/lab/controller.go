@@ -41,14 +41,16 @@ const (
 
 // counters are a controller's provider figures and its drain calls'
 // outcomes (zerodrop_drain_outcome_total), read from its metrics endpoint.
-type counters struct{ writes, conflicts, drained, deadline float64 }
+type counters struct{ writes, conflicts, drained, deadline, reconciles float64 }
 
 func (c counters) add(o counters) counters {
-	return counters{c.writes + o.writes, c.conflicts + o.conflicts, c.drained + o.drained, c.deadline + o.deadline}
+	return counters{c.writes + o.writes, c.conflicts + o.conflicts, c.drained + o.drained, c.deadline + o.deadline,
+		c.reconciles + o.reconciles}
 }
 
 func (c counters) sub(o counters) counters {
-	return counters{c.writes - o.writes, c.conflicts - o.conflicts, c.drained - o.drained, c.deadline - o.deadline}
+	return counters{c.writes - o.writes, c.conflicts - o.conflicts, c.drained - o.drained, c.deadline - o.deadline,
+		c.reconciles - o.reconciles}
 }
 
 // ctrlScrape is the last scrape of one controller pod.
@@ -309,8 +311,9 @@ func (cs *controllers) fetch(ip string) (counters, bool, error) {
 	return parseMetrics(resp.Body)
 }
 
-// parseMetrics sums zerodrop_provider_writes_total and
-// zerodrop_provider_conflicts_total over their labels and reads
+// parseMetrics sums zerodrop_provider_writes_total,
+// zerodrop_provider_conflicts_total and zerodrop_reconcile_total over their
+// labels and reads
 // leader_election_master_status, from the Prometheus text format.
 func parseMetrics(r io.Reader) (counters, bool, error) {
 	var c counters
@@ -336,6 +339,8 @@ func parseMetrics(r io.Reader) (counters, bool, error) {
 			c.writes += v
 		case "zerodrop_provider_conflicts_total":
 			c.conflicts += v
+		case "zerodrop_reconcile_total":
+			c.reconciles += v
 		case "zerodrop_drain_outcome_total":
 			switch {
 			case strings.Contains(line, `outcome="drained"`):

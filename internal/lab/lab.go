@@ -106,6 +106,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// A controller pod of the upstream and recipe modes.
 		return upstream.Main(args[1:], stderr)
 	}
+	if len(args) > 0 && args[0] == azureCommand {
+		// A controller process of the emulator lab's kill-mid-plan.
+		return azureControllerMain(args[1:], stderr)
+	}
 	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down, or all")

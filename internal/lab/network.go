@@ -220,8 +220,13 @@ func frontendPool(k int) string {
 // writeNetnsKubeconfig writes cfg's credentials for the API server as lab
 // namespaces reach it.
 func writeNetnsKubeconfig(cfg *rest.Config, path string) (string, error) {
+	return writeKubeconfig(cfg, "https://"+apiserverInNetns, path)
+}
+
+// writeKubeconfig writes cfg's credentials for the API server at server.
+func writeKubeconfig(cfg *rest.Config, server, path string) (string, error) {
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["lab"] = &clientcmdapi.Cluster{Server: "https://" + apiserverInNetns, CertificateAuthorityData: cfg.CAData}
+	kc.Clusters["lab"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos["lab"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
 	kc.Contexts["lab"] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "lab"}
 	kc.CurrentContext = "lab"

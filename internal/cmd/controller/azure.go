@@ -31,6 +31,13 @@ type AzureConfig struct {
 	Location      string
 	Owner         string
 	Cloud         string
+
+	// Credential and ClientOptions, when set by a caller of RunConfig,
+	// replace the credential and ARM client options --azure-cloud chooses:
+	// the lab runs this wiring in processes of their own against its ARM
+	// emulator. They are not flags; the command leaves them nil.
+	Credential    azcore.TokenCredential
+	ClientOptions *arm.ClientOptions
 }
 
 // clouds are the values of --azure-cloud.
@@ -128,6 +135,10 @@ func (a *AzureConfig) options() (azure.Options, error) {
 	opts := azure.Options{
 		SubscriptionID: a.SubscriptionID, ResourceGroup: a.ResourceGroup, LoadBalancers: a.names(),
 		SubnetID: a.SubnetID, Location: a.Location, Owner: a.Owner,
+	}
+	if a.Credential != nil || a.ClientOptions != nil {
+		opts.Credential, opts.ClientOptions = a.Credential, a.ClientOptions
+		return opts, nil
 	}
 	if a.Cloud != "public" {
 		c := clouds[a.Cloud]

@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -104,6 +105,8 @@ type Emulator struct {
 	ops      map[string]*opTransport
 	opSeq    uint64
 	onWrite  func() // see OnWrite
+	// writesInFlight: see WritesInFlight.
+	writesInFlight atomic.Int64
 
 	factory fake.ServerFactory
 }
@@ -139,13 +142,16 @@ func New(opts Options) *Emulator {
 	return e
 }
 
+// sdkRetry makes the SDK's retries wait milliseconds instead of seconds.
+var sdkRetry = policy.RetryOptions{RetryDelay: 5 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond}
+
 // ClientOptions route an armnetwork client to the emulator, with SDK retries
 // that wait milliseconds instead of seconds.
 func (e *Emulator) ClientOptions() *arm.ClientOptions {
 	return &arm.ClientOptions{
 		ClientOptions: policy.ClientOptions{
 			Transport: &transport{e: e, shared: fake.NewServerFactoryTransport(&e.factory)},
-			Retry:     policy.RetryOptions{RetryDelay: 5 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond},
+			Retry:     sdkRetry,
 		},
 		DisableRPRegistration: true,
 	}

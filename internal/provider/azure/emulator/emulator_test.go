@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -34,6 +35,24 @@ func newClients(t *testing.T, emu *emulator.Emulator) clients {
 	opts := emu.ClientOptions()
 	opts.Retry.StatusCodes = []int{http.StatusInternalServerError}
 	f, err := armnetwork.NewClientFactory(sub, emu.Credential(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clients{lbs: f.NewLoadBalancersClient(), pools: f.NewLoadBalancerBackendAddressPoolsClient()}
+}
+
+// newRemoteClients are newClients' clients sent over HTTP to the emulator's
+// Handler (emulator.Remote), as a controller in another process uses it.
+func newRemoteClients(t *testing.T, emu *emulator.Emulator) clients {
+	t.Helper()
+	srv := httptest.NewServer(emu.Handler())
+	t.Cleanup(srv.Close)
+	cred, opts, err := emulator.Remote(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Retry.StatusCodes = []int{http.StatusInternalServerError}
+	f, err := armnetwork.NewClientFactory(sub, cred, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,10 +105,20 @@ func status(err error) int {
 }
 
 // TestETags: every write makes a new ETag, shared by the load balancer and
-// its children; If-Match and If-None-Match are enforced with real 412s.
+// its children; If-Match and If-None-Match are enforced with real 412s. The
+// same in process and over HTTP (Handler, Remote): long-running operations
+// polled, headers and error codes carried.
 func TestETags(t *testing.T) {
+	for name, newC := range map[string]func(*testing.T, *emulator.Emulator) clients{
+		"in-process": newClients, "over-http": newRemoteClients,
+	} {
+		t.Run(name, func(t *testing.T) { testETags(t, newC) })
+	}
+}
+
+func testETags(t *testing.T, newC func(*testing.T, *emulator.Emulator) clients) {
 	emu := emulator.New(emulator.Options{PollSteps: 2})
-	c := newClients(t, emu)
+	c := newC(t, emu)
 	ctx := context.Background()
 	created, err := put(ctx, c, simpleLB(nil), http.Header{"If-None-Match": {"*"}})
 	if err != nil {
