@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"testing"
@@ -36,6 +37,7 @@ var (
 	scaleServices  = flag.Int("scale-n", 0, "LoadBalancer Services for BenchmarkScale (0 skips it)")
 	scaleEndpoints = flag.Int("scale-endpoints", 10, "endpoints per Service in BenchmarkScale")
 	scaleWorkers   = flag.Int("scale-workers", 256, "controller workers (--workers) in BenchmarkScale: how many reconciles, and so Apply calls, run at once")
+	scaleProfile   = flag.String("scale-restart-cpuprofile", "", "BenchmarkScale: write a CPU profile of the restart phase (start to every load balancer verified) to `FILE`")
 	scaleNoStrict  = flag.Bool("scale-no-strict-limits", false, "BenchmarkScale: HAProxy with `no strict-limits` (--haproxy-no-strict-limits), for more listeners and checked servers than the open-file limit")
 )
 
@@ -117,8 +119,10 @@ func BenchmarkScale(b *testing.B) {
 
 	// Restart: a new controller verifies everything and writes nothing.
 	resetPeakRSS()
+	stopProfile := startProfile(b, *scaleProfile)
 	restart := scaleStart(b, cfg, dir)
 	restartTook := restart.await(b, n)
+	stopProfile()
 	restartWrites := metrics.Sum(restart.m.ProviderWrites)
 	restartMem := readMem()
 
@@ -400,4 +404,25 @@ func scaleAddrMap() []model.AddressMapping {
 		panic(err)
 	}
 	return m
+}
+
+// startProfile starts a CPU profile into path ("" profiles nothing) and
+// returns what stops it.
+func startProfile(b *testing.B, path string) func() {
+	b.Helper()
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }

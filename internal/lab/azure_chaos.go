@@ -53,6 +53,8 @@ func (r *azureRun) killMidPlan(ctx context.Context, a *AzureFigures, res *Result
 		landed := r.emu.Counters().Writes - writes0
 		a.WritesLanded = append(a.WritesLanded, landed)
 		a.WritesCalledFor = append(a.WritesCalledFor, [2]int{lo, hi})
+		r.progress("%s: kill %d: %d PUTs, %d writes landed, the diff at takeover called for %d to %d",
+			r.ns, i+1, res.WritesPerRestart[i], landed, lo, hi)
 		if landed < lo || landed > hi {
 			return fmt.Errorf("kill %d: the new leader's writes changed the load balancers %d times; the diff at its takeover called for %d to %d",
 				i+1, landed, lo, hi)

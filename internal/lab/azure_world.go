@@ -246,17 +246,21 @@ func lastSegment(id *string) string {
 }
 
 // azureWriteBounds is what the diff between the emulated load balancers and
-// what the Services ask for calls for, in writes: a load balancer whose
-// rules or probes differ needs one; a pool, one to add what is missing and
-// start draining what should go (admin state Down), and then, once the
-// drain timeout has passed, one more to remove what drained — at least one
-// such write for all its leaving addresses, at most one for each (their
-// drains may end on different polls). A pool that holds what it should
-// needs none. So a writer that rewrites what is already right, or leaves
-// something wrong, falls outside [lo, hi].
+// what the Services ask for calls for, in writes. A writer makes one plan,
+// and so one write (a pool's PUT, or the load balancer's when more than a
+// pool changes), per load balancer: one to fix rules and probes, add what is
+// missing and start draining what leaves (admin state Down); then, once the
+// drain timeout has passed, at least one and at most one per leaving address
+// (their drains may end on different polls) to remove what drained. A load
+// balancer that holds what it should needs none. A writer that rewrites
+// what is already right, or leaves something wrong, falls outside [lo, hi].
 func azureWriteBounds(emu *emulator.Emulator, group, ns string, svcs []*azureSvc) (lo, hi int, err error) {
+	type lbDiff struct {
+		first   bool
+		leaving int
+	}
+	diffs := map[string]*lbDiff{}
 	docs := map[string]*armnetwork.LoadBalancer{}
-	lbDiff := map[string]bool{}
 	pools := map[string]bool{}
 	for _, s := range svcs {
 		lb, ok := docs[s.lb]
@@ -264,18 +268,19 @@ func azureWriteBounds(emu *emulator.Emulator, group, ns string, svcs []*azureSvc
 			if lb, ok = emu.LoadBalancer(group, s.lb); !ok {
 				return 0, 0, fmt.Errorf("load balancer %s does not exist", s.lb)
 			}
-			docs[s.lb] = lb
+			docs[s.lb], diffs[s.lb] = lb, &lbDiff{}
 		}
+		d := diffs[s.lb]
 		for _, port := range []int32{80, 443} {
 			rule := fmt.Sprintf("zd-%s.%s.tcp-%d", ns, s.name, port)
 			r := findRule(lb, rule)
 			if !slices.Contains(s.ports(), port) {
-				lbDiff[s.lb] = lbDiff[s.lb] || r != nil
+				d.first = d.first || r != nil
 				continue
 			}
 			if r == nil || r.Properties == nil || r.Properties.BackendAddressPool == nil || r.Properties.Probe == nil ||
 				!strings.HasPrefix(lastSegment(r.Properties.Probe.ID), fmt.Sprintf("%s.%d-", rule, s.intervalMillis())) {
-				lbDiff[s.lb] = true
+				d.first = true
 				continue
 			}
 			name := lastSegment(r.Properties.BackendAddressPool.ID)
@@ -289,25 +294,24 @@ func azureWriteBounds(emu *emulator.Emulator, group, ns string, svcs []*azureSvc
 					have[ptr.Deref(a.Properties.IPAddress, "")] = string(ptr.Deref(a.Properties.AdminState, ""))
 				}
 			}
-			l, h := poolWriteBounds(have, s.endpoints)
-			lo, hi = lo+l, hi+h
+			first, leaving := poolDiff(have, s.endpoints)
+			d.first, d.leaving = d.first || first, d.leaving+leaving
 		}
 	}
-	for _, d := range lbDiff {
-		if d {
-			lo, hi = lo+1, hi+1
-		}
+	for _, d := range diffs {
+		l, h := lbWriteBounds(d.first, d.leaving)
+		lo, hi = lo+l, hi+h
 	}
 	return lo, hi, nil
 }
 
-// poolWriteBounds is azureWriteBounds for one pool holding have (address
-// → admin state) that should hold want, all in service.
-func poolWriteBounds(have map[string]string, want []string) (lo, hi int) {
-	first, leaving := false, 0
+// poolDiff compares a pool holding have (address → admin state) with want,
+// all in service: whether a first write must add an address, put one back
+// in service or start one's drain, and how many addresses leave.
+func poolDiff(have map[string]string, want []string) (first bool, leaving int) {
 	for _, a := range want {
 		if st, ok := have[a]; !ok || st != string(armnetwork.LoadBalancerBackendAddressAdminStateNone) {
-			first = true // added, or back in service
+			first = true
 		}
 	}
 	for a, st := range have {
@@ -316,9 +320,14 @@ func poolWriteBounds(have map[string]string, want []string) (lo, hi int) {
 		}
 		leaving++
 		if st != string(armnetwork.LoadBalancerBackendAddressAdminStateDown) {
-			first = true // its drain starts
+			first = true
 		}
 	}
+	return first, leaving
+}
+
+// lbWriteBounds is azureWriteBounds for one load balancer.
+func lbWriteBounds(first bool, leaving int) (lo, hi int) {
 	if first {
 		lo, hi = 1, 1
 	}
