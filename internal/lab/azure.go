@@ -555,9 +555,9 @@ type azureInstance struct {
 	elected     <-chan struct{}
 	proc        *azureProc
 	// cancel ends the manager, or SIGTERMs the process.
-	cancel context.CancelFunc
-	done        chan error
-	stopped     atomic.Bool
+	cancel  context.CancelFunc
+	done    chan error
+	stopped atomic.Bool
 	// exited is set when the manager has returned by itself (a leader that
 	// lost its lease): it leads no more.
 	exited atomic.Bool
