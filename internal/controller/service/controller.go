@@ -44,6 +44,9 @@ const (
 	ClassPrefix = "zerodrop.dev/"
 
 	serviceKeyIndex = "zerodrop.lbKey"
+	// sliceServiceIndex indexes EndpointSlices by their Service's name
+	// (within their namespace).
+	sliceServiceIndex = "zerodrop.serviceName"
 )
 
 // SyncMode chooses how a reconcile writes.
@@ -215,6 +218,17 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("index services: %w", err)
+	}
+	// A Service's EndpointSlices too: a label selector would be matched
+	// against every slice in the namespace on each reconcile, which at 5,000
+	// Services in one namespace was half the CPU time of a restart.
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, sliceServiceIndex, func(o client.Object) []string {
+		if name := o.GetLabels()[discoveryv1.LabelServiceName]; name != "" {
+			return []string{name}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("index endpointslices: %w", err)
 	}
 	if err := c.watch(ctx); err != nil {
 		return nil, err

@@ -50,7 +50,7 @@ func hasFinalizer(svc *corev1.Service) bool {
 func (c *Controller) slices(ctx context.Context, svc *corev1.Service) ([]*discoveryv1.EndpointSlice, error) {
 	var list discoveryv1.EndpointSliceList
 	if err := c.cache.List(ctx, &list, client.InNamespace(svc.Namespace),
-		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+		client.MatchingFields{sliceServiceIndex: svc.Name}); err != nil {
 		return nil, fmt.Errorf("list endpointslices of %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
 	out := make([]*discoveryv1.EndpointSlice, len(list.Items))

@@ -211,6 +211,9 @@ func firstLine(s string) string {
 // snapshot is what the runtime API showed of every zerodrop proxy.
 type snapshot struct {
 	proxies map[string]*proxyView // by proxy name
+	// byKey has every load balancer's proxies, sorted by name: one snapshot
+	// serves thousands of Observe calls, which must not each scan them all.
+	byKey map[string][]*proxyView
 }
 
 // proxyView is one zerodrop proxy as observed.
@@ -280,6 +283,13 @@ func buildSnapshot(stat []statRow, servers []serverStateRow, meta map[string]str
 		st := status[row.Backend+"/"+row.Name]
 		pv.Servers = append(pv.Servers, serverView{serverStateRow: row, Status: st.Status, CheckStatus: st.CheckStatus, Scur: st.Scur})
 	}
+	s.byKey = map[string][]*proxyView{}
+	for _, pv := range s.proxies {
+		s.byKey[pv.Key] = append(s.byKey[pv.Key], pv)
+	}
+	for _, pvs := range s.byKey {
+		sort.Slice(pvs, func(i, j int) bool { return pvs[i].Name < pvs[j].Name })
+	}
 	return s
 }
 
@@ -298,14 +308,7 @@ func splitStatAddr(addr string) (string, int32) {
 
 // proxiesOf returns the proxies of one load balancer, sorted by name.
 func (s *snapshot) proxiesOf(key string) []*proxyView {
-	var out []*proxyView
-	for _, pv := range s.proxies {
-		if pv.Key == key {
-			out = append(out, pv)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	return s.byKey[key]
 }
 
 // proxy returns the proxy that serves listener of key, or nil.
@@ -351,18 +354,10 @@ func lbOf(key string, pvs []*proxyView) *model.LoadBalancer {
 	return lb
 }
 
-// all is every load balancer HAProxy serves, by key. The proxies are
-// grouped by key in one pass: asking loadBalancer for each key would scan
-// every proxy once per key, which at thousands of load balancers costs more
-// than the reads.
+// all is every load balancer HAProxy serves, by key.
 func (s *snapshot) all() map[string]*model.LoadBalancer {
-	byKey := map[string][]*proxyView{}
-	for _, pv := range s.proxies {
-		byKey[pv.Key] = append(byKey[pv.Key], pv)
-	}
-	out := make(map[string]*model.LoadBalancer, len(byKey))
-	for key, pvs := range byKey {
-		sort.Slice(pvs, func(i, j int) bool { return pvs[i].Name < pvs[j].Name })
+	out := make(map[string]*model.LoadBalancer, len(s.byKey))
+	for key, pvs := range s.byKey {
 		out[key] = lbOf(key, pvs)
 	}
 	return out
