@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -37,6 +38,7 @@ var (
 	scaleServices  = flag.Int("scale-n", 0, "LoadBalancer Services for BenchmarkScale (0 skips it)")
 	scaleEndpoints = flag.Int("scale-endpoints", 10, "endpoints per Service in BenchmarkScale")
 	scaleWorkers   = flag.Int("scale-workers", 256, "controller workers (--workers) in BenchmarkScale: how many reconciles, and so Apply calls, run at once")
+	scaleHeap      = flag.String("scale-build-memprofile", "", "BenchmarkScale: write a heap profile at the end of the build (every load balancer served) to `FILE`")
 	scaleProfile   = flag.String("scale-restart-cpuprofile", "", "BenchmarkScale: write a CPU profile of the restart phase (start to every load balancer verified) to `FILE`")
 	scaleNoStrict  = flag.Bool("scale-no-strict-limits", false, "BenchmarkScale: HAProxy with `no strict-limits` (--haproxy-no-strict-limits), for more listeners and checked servers than the open-file limit")
 )
@@ -114,6 +116,7 @@ func BenchmarkScale(b *testing.B) {
 	buildReloads := metrics.Sum(build.m.ProviderWrites.WithLabelValues("haproxy", "reload"))
 	buildWrites := metrics.Sum(build.m.ProviderWrites)
 	buildMem := readMem()
+	writeHeapProfile(b, *scaleHeap)
 	build.stop(b)
 	buildErrs := build.errs.take()
 
@@ -207,7 +210,9 @@ func scaleStart(b *testing.B, cfg *rest.Config, dir string) *scaleController {
 		cancel()
 		b.Fatal(err)
 	}
-	mgr, err := manager.New(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard()})
+	mgr, err := manager.New(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard(),
+		// As the command's RunConfig sets it.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()}})
 	if err != nil {
 		cancel()
 		b.Fatal(err)
@@ -424,5 +429,21 @@ func startProfile(b *testing.B, path string) func() {
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+	}
+}
+
+// writeHeapProfile writes the heap profile to path ("" writes nothing).
+func writeHeapProfile(b *testing.B, path string) {
+	b.Helper()
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
 	}
 }

@@ -311,7 +311,10 @@ func RunConfig(ctx context.Context, cfg Config) error {
 	// A data-plane replica is the only writer of its own HAProxy: every
 	// one writes, none is elected.
 	leaderElect := cfg.LeaderElect && role != service.RoleDataPlane
-	var cacheOpts cache.Options
+	// Nothing here reads managedFields: without them every cached Service,
+	// EndpointSlice and Pod is smaller (a write leaves the server's as they
+	// are).
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	if role == service.RoleControl {
 		// The gates read the node Leases of the data-plane replicas' nodes:
 		// one namespace, which is all the chart's Role grants.

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -66,10 +65,8 @@ type statRow struct {
 // parseStat parses `show stat` CSV, locating columns by the header.
 func parseStat(text string) ([]statRow, error) {
 	text = strings.TrimPrefix(strings.TrimLeft(text, "\n"), "# ")
-	r := csv.NewReader(strings.NewReader(text))
-	r.FieldsPerRecord = -1
-	r.LazyQuotes = true
-	header, err := r.Read()
+	headerLine, rest, _ := strings.Cut(text, "\n")
+	header, err := csvLine(headerLine)
 	if err != nil {
 		return nil, fmt.Errorf("show stat: header: %w", err)
 	}
@@ -77,40 +74,83 @@ func parseStat(text string) ([]statRow, error) {
 	for i, h := range header {
 		col[h] = i
 	}
-	for _, need := range []string{"pxname", "svname", "type", "status", "scur", "check_status", "addr"} {
-		if _, ok := col[need]; !ok {
+	// The columns used, in the order of statFields; slot maps a column to
+	// its place there.
+	statFields := []string{"pxname", "svname", "type", "status", "scur", "check_status", "addr"}
+	slot := make([]int, len(header))
+	for i := range slot {
+		slot[i] = -1
+	}
+	for k, need := range statFields {
+		i, ok := col[need]
+		if !ok {
 			return nil, fmt.Errorf("show stat: no %q column in %q", need, strings.Join(header, ","))
 		}
+		slot[i] = k
 	}
+	// Thousands of rows of about 80 columns, read on every snapshot: a row
+	// without quotes is split in place and only the used columns kept
+	// (copied, so that the reading itself can be freed); a quoted one goes
+	// through the CSV reader.
 	var rows []statRow
-	for {
-		rec, err := r.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("show stat: %w", err)
-		}
-		if len(rec) == 1 && rec[0] == "" {
+	f := make([]string, len(statFields))
+	for rest != "" {
+		var line string
+		line, rest, _ = strings.Cut(rest, "\n")
+		if line == "" {
 			continue
 		}
-		get := func(name string) string {
-			if i := col[name]; i < len(rec) {
-				return rec[i]
+		clear(f)
+		if strings.IndexByte(line, '"') < 0 {
+			pickFields(line, slot, f)
+		} else {
+			rec, err := csvLine(line)
+			if err != nil {
+				return nil, fmt.Errorf("show stat: %w", err)
 			}
-			return ""
+			for i, v := range rec {
+				if i < len(slot) && slot[i] >= 0 {
+					f[slot[i]] = v
+				}
+			}
 		}
-		typ, err := strconv.Atoi(get("type"))
+		typ, err := strconv.Atoi(f[2])
 		if err != nil {
-			return nil, fmt.Errorf("show stat: %s/%s: type %q", get("pxname"), get("svname"), get("type"))
+			return nil, fmt.Errorf("show stat: %s/%s: type %q", f[0], f[1], f[2])
 		}
-		scur, _ := strconv.ParseInt(get("scur"), 10, 64)
+		scur, _ := strconv.ParseInt(f[4], 10, 64)
 		rows = append(rows, statRow{
-			Proxy: get("pxname"), Name: get("svname"), Type: typ, Status: get("status"), Scur: scur,
-			CheckStatus: strings.TrimPrefix(get("check_status"), "* "), Addr: get("addr"),
+			Proxy: strings.Clone(f[0]), Name: strings.Clone(f[1]), Type: typ, Status: strings.Clone(f[3]), Scur: scur,
+			CheckStatus: strings.Clone(strings.TrimPrefix(f[5], "* ")), Addr: strings.Clone(f[6]),
 		})
 	}
 	return rows, nil
+}
+
+// csvLine reads one CSV record.
+func csvLine(line string) ([]string, error) {
+	r := csv.NewReader(strings.NewReader(line))
+	r.FieldsPerRecord = -1
+	r.LazyQuotes = true
+	return r.Read()
+}
+
+// pickFields sets out[slot[i]] to column i of a CSV line without quotes,
+// for every column with a slot.
+func pickFields(line string, slot []int, out []string) {
+	for i := 0; i < len(slot); i++ {
+		end := strings.IndexByte(line, ',')
+		if end < 0 {
+			end = len(line)
+		}
+		if slot[i] >= 0 {
+			out[slot[i]] = line[:end]
+		}
+		if end == len(line) {
+			return
+		}
+		line = line[end+1:]
+	}
 }
 
 // serverStateRow is one row of `show servers state`.

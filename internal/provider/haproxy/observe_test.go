@@ -67,6 +67,27 @@ func TestParseStat(t *testing.T) {
 	if rows[2].Type != statListener || rows[2].Addr != "127.0.0.50:18080" {
 		t.Errorf("listener row %+v", rows[2])
 	}
+	// A quoted column with a comma (an agent's or a check's description)
+	// before the used ones, a row cut short, and rows around them split in
+	// place: each row gets its own columns.
+	mixed := "# pxname,svname,desc,type,status,scur,check_status,addr\n" +
+		"p1,s1,plain,2,UP,3,L4OK,10.0.0.1:80\n" +
+		"p2,s2,\"a, \"\"quoted\"\" one\",2,DOWN,0,* L4CON,10.0.0.2:80\n" +
+		"p3,s3,short,2\n" +
+		"p4,s4,,3,OPEN,7,,127.0.0.9:443\n"
+	got, err := parseStat(mixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRows := []statRow{
+		{Proxy: "p1", Name: "s1", Type: statServer, Status: "UP", Scur: 3, CheckStatus: "L4OK", Addr: "10.0.0.1:80"},
+		{Proxy: "p2", Name: "s2", Type: statServer, Status: "DOWN", Scur: 0, CheckStatus: "L4CON", Addr: "10.0.0.2:80"},
+		{Proxy: "p3", Name: "s3", Type: statServer},
+		{Proxy: "p4", Name: "s4", Type: statListener, Status: "OPEN", Scur: 7, Addr: "127.0.0.9:443"},
+	}
+	if diff := cmp.Diff(wantRows, got); diff != "" {
+		t.Errorf("mixed rows (-want +got):\n%s", diff)
+	}
 	for _, bad := range []string{"", "# pxname,svname\nx,y\n", "# pxname,svname,type,status,scur,check_status,addr\nx,y,notanumber,,,,\n"} {
 		if _, err := parseStat(bad); err == nil {
 			t.Errorf("parseStat(%q) accepted", bad)
