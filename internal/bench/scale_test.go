@@ -192,7 +192,7 @@ func BenchmarkScale(b *testing.B) {
 type scaleController struct {
 	// cache is the controller's own informer cache, which the build's wait
 	// reads.
-	cache  client.Reader
+	cache  cache.Cache
 	errs   *errorLog
 	m      *metrics.Metrics
 	prov   *haproxy.Provider
@@ -270,6 +270,11 @@ func (r *scaleController) await(b *testing.B, n int) time.Duration {
 func (r *scaleController) awaitBuilt(b *testing.B, n int) time.Duration {
 	b.Helper()
 	deadline := r.start.Add(60 * time.Minute)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if !r.cache.WaitForCacheSync(ctx) {
+		b.Fatal("the controller's cache did not sync")
+	}
 	for {
 		var list corev1.ServiceList
 		if err := r.cache.List(context.Background(), &list, client.InNamespace(scaleNS), client.UnsafeDisableDeepCopy); err != nil {
