@@ -275,7 +275,8 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res Result, err er
 	if r.opts.FaultRate > 0 {
 		r.emu.SetFaults(emulator.Faults{Rate: r.opts.FaultRate, Cooldown: 3, SlowDelay: 50 * time.Millisecond})
 	}
-	before, beforeRetried, beforeSurfaced, beforeWarnings := r.emu.Counters(), r.retried(), r.surfaced(), r.warnings()
+	before, beforeRetried := r.emu.Counters(), r.retried()
+	beforeWarnings, beforeSurfaced := r.warningEvents()
 	start := time.Now()
 	switch scenario {
 	case "restart":
@@ -290,9 +291,10 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res Result, err er
 	res.ProviderWrites, res.ProviderConflicts = int64(d.Puts()), int64(d.PreconditionFailed)
 	a := res.Azure
 	a.LBPuts, a.PoolPuts, a.Gets, a.PreconditionFailed = d.LBPuts, d.PoolPuts, d.Gets, d.PreconditionFailed
-	a.ConflictsRetried, a.ConflictsSurfaced = r.retried()-beforeRetried, r.surfaced()-beforeSurfaced
+	warnings, surfaced := r.warningEvents()
+	a.ConflictsRetried, a.ConflictsSurfaced = r.retried()-beforeRetried, surfaced-beforeSurfaced
 	a.Faults = d.InjectedConflicts + d.Throttled + d.ServerErrors + d.Slow
-	a.WarningEvents = r.warnings() - beforeWarnings
+	a.WarningEvents = warnings - beforeWarnings
 	if err == nil {
 		err = r.countErr
 	}
@@ -492,29 +494,18 @@ func (r *azureRun) retried() (n int64) {
 	return n
 }
 
-// warnings and surfaced count Warning Events, and those that surfaced a
+// warningEvents counts the Warning Events, and those that surfaced a
 // conflict: as recorded in process, or as the API server has them from
-// controller processes.
-func (r *azureRun) warnings() (n int64) {
+// controller processes (one reading of both).
+func (r *azureRun) warningEvents() (warnings, surfaced int64) {
 	if r.procs != nil {
-		n, _ = r.apiWarnings()
-		return n
+		return r.apiWarnings()
 	}
 	for _, in := range r.instances {
-		n += in.warnings.Load()
+		warnings += in.warnings.Load()
+		surfaced += in.surfaced.Load()
 	}
-	return n
-}
-
-func (r *azureRun) surfaced() (n int64) {
-	if r.procs != nil {
-		_, n = r.apiWarnings()
-		return n
-	}
-	for _, in := range r.instances {
-		n += in.surfaced.Load()
-	}
-	return n
+	return warnings, surfaced
 }
 
 // leader is the running leader-elected controller that leads, if any.

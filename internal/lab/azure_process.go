@@ -87,8 +87,8 @@ func (r *azureRun) runIn(ctx context.Context, scenario string) (Result, error) {
 
 // azureProcs is what a run needs to start controller processes.
 type azureProcs struct {
-	executable, dir, kubeconfig, emulatorURL string
-	srv                                      *http.Server
+	dir, kubeconfig, emulatorURL string
+	srv                          *http.Server
 }
 
 // serveEmulator serves the run's emulator on a loopback port and writes a
@@ -109,7 +109,7 @@ func (r *azureRun) serveEmulator(dir string) error {
 		_ = srv.Close()
 		return err
 	}
-	r.procs = &azureProcs{executable: r.opts.Executable, dir: dir, kubeconfig: kc,
+	r.procs = &azureProcs{dir: dir, kubeconfig: kc,
 		emulatorURL: "http://" + ln.Addr().String(), srv: srv}
 	return nil
 }
@@ -137,7 +137,7 @@ func (r *azureRun) startProcess(leaderElect bool) (*azureInstance, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(p.executable, args...)
+	cmd := exec.Command(r.opts.Executable, args...)
 	cmd.Env = append(os.Environ(), ChildEnv+"=controller")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -178,9 +178,8 @@ type azureProc struct {
 	metricsURL string
 	client     *http.Client
 
-	mu     sync.Mutex
-	last   counters
-	leader bool
+	mu   sync.Mutex
+	last counters
 }
 
 // scrape returns the process's counters and whether it leads, read now
@@ -192,18 +191,14 @@ func (p *azureProc) scrape(exited bool) (counters, bool) {
 		defer p.mu.Unlock()
 		return p.last, false
 	}
-	resp, err := p.client.Get(p.metricsURL)
+	c, leader, err := fetchMetrics(p.client, p.metricsURL)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
-		p.leader = false
 		return p.last, false
 	}
-	defer resp.Body.Close()
-	if c, leader, err := parseMetrics(resp.Body); err == nil && resp.StatusCode == http.StatusOK {
-		p.last, p.leader = c, leader
-	}
-	return p.last, p.leader
+	p.last = c
+	return c, leader
 }
 
 // kill SIGKILLs the process group: no lease released, no request finished.

@@ -185,25 +185,20 @@ func azureConverged(emu *emulator.Emulator, group, ns string, svcs []*azureSvc) 
 			docs[s.lb] = lb
 		}
 		for _, port := range []int32{80, 443} {
-			rule := fmt.Sprintf("zd-%s.%s.tcp-%d", ns, s.name, port)
-			r := findRule(lb, rule)
+			rule := ruleName(ns, s, port)
 			if !slices.Contains(s.ports(), port) {
-				if r != nil {
+				if findRule(lb, rule) != nil {
 					return rule + " still exists"
 				}
 				continue
 			}
-			if r == nil || r.Properties == nil || r.Properties.BackendAddressPool == nil || r.Properties.Probe == nil {
-				return rule + " is missing"
-			}
-			if probe := lastSegment(r.Properties.Probe.ID); !strings.HasPrefix(probe, fmt.Sprintf("%s.%d-", rule, s.intervalMillis())) {
-				return fmt.Sprintf("%s probes with %s, want interval %dms", rule, probe, s.intervalMillis())
+			r, problem := checkRule(lb, rule, s)
+			if problem != "" {
+				return problem
 			}
 			var have []string
-			if pool := findPool(lb, lastSegment(r.Properties.BackendAddressPool.ID)); pool != nil && pool.Properties != nil {
-				for _, a := range pool.Properties.LoadBalancerBackendAddresses {
-					have = append(have, fmt.Sprintf("%s=%s", ptr.Deref(a.Properties.IPAddress, ""), ptr.Deref(a.Properties.AdminState, "")))
-				}
+			for _, a := range poolAddresses(lb, lastSegment(r.Properties.BackendAddressPool.ID)) {
+				have = append(have, a[0]+"="+a[1])
 			}
 			var want []string
 			for _, e := range s.endpoints {
@@ -217,6 +212,36 @@ func azureConverged(emu *emulator.Emulator, group, ns string, svcs []*azureSvc) 
 		}
 	}
 	return ""
+}
+
+// ruleName is the name of the rule zerodrop writes for s's port.
+func ruleName(ns string, s *azureSvc, port int32) string {
+	return fmt.Sprintf("zd-%s.%s.tcp-%d", ns, s.name, port)
+}
+
+// checkRule finds rule on lb and says what is wrong with it for s: "" when
+// it has a pool and probes at the interval s asks for.
+func checkRule(lb *armnetwork.LoadBalancer, rule string, s *azureSvc) (*armnetwork.LoadBalancingRule, string) {
+	r := findRule(lb, rule)
+	if r == nil || r.Properties == nil || r.Properties.BackendAddressPool == nil || r.Properties.Probe == nil {
+		return r, rule + " is missing"
+	}
+	if probe := lastSegment(r.Properties.Probe.ID); !strings.HasPrefix(probe, fmt.Sprintf("%s.%d-", rule, s.intervalMillis())) {
+		return r, fmt.Sprintf("%s probes with %s, want interval %dms", rule, probe, s.intervalMillis())
+	}
+	return r, ""
+}
+
+// poolAddresses lists the addresses of pool on lb with their admin states,
+// as they are (a duplicate stays two entries).
+func poolAddresses(lb *armnetwork.LoadBalancer, pool string) [][2]string {
+	var out [][2]string
+	if p := findPool(lb, pool); p != nil && p.Properties != nil {
+		for _, a := range p.Properties.LoadBalancerBackendAddresses {
+			out = append(out, [2]string{ptr.Deref(a.Properties.IPAddress, ""), string(ptr.Deref(a.Properties.AdminState, ""))})
+		}
+	}
+	return out
 }
 
 func findRule(lb *armnetwork.LoadBalancer, name string) *armnetwork.LoadBalancingRule {
@@ -272,14 +297,13 @@ func azureWriteBounds(emu *emulator.Emulator, group, ns string, svcs []*azureSvc
 		}
 		d := diffs[s.lb]
 		for _, port := range []int32{80, 443} {
-			rule := fmt.Sprintf("zd-%s.%s.tcp-%d", ns, s.name, port)
-			r := findRule(lb, rule)
+			rule := ruleName(ns, s, port)
 			if !slices.Contains(s.ports(), port) {
-				d.first = d.first || r != nil
+				d.first = d.first || findRule(lb, rule) != nil
 				continue
 			}
-			if r == nil || r.Properties == nil || r.Properties.BackendAddressPool == nil || r.Properties.Probe == nil ||
-				!strings.HasPrefix(lastSegment(r.Properties.Probe.ID), fmt.Sprintf("%s.%d-", rule, s.intervalMillis())) {
+			r, problem := checkRule(lb, rule, s)
+			if problem != "" {
 				d.first = true
 				continue
 			}
@@ -289,10 +313,8 @@ func azureWriteBounds(emu *emulator.Emulator, group, ns string, svcs []*azureSvc
 			}
 			pools[s.lb+"/"+name] = true
 			have := map[string]string{}
-			if pool := findPool(lb, name); pool != nil && pool.Properties != nil {
-				for _, a := range pool.Properties.LoadBalancerBackendAddresses {
-					have[ptr.Deref(a.Properties.IPAddress, "")] = string(ptr.Deref(a.Properties.AdminState, ""))
-				}
+			for _, a := range poolAddresses(lb, name) {
+				have[a[0]] = a[1]
 			}
 			first, leaving := poolDiff(have, s.endpoints)
 			d.first, d.leaving = d.first || first, d.leaving+leaving

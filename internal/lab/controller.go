@@ -300,7 +300,12 @@ func (cs *controllers) leaderSince(name string, t time.Time) bool {
 
 // fetch reads the provider counters and the leader status of the pod at ip.
 func (cs *controllers) fetch(ip string) (counters, bool, error) {
-	resp, err := cs.client.Get(fmt.Sprintf("http://%s:%d/metrics", ip, metricsPort))
+	return fetchMetrics(cs.client, fmt.Sprintf("http://%s:%d/metrics", ip, metricsPort))
+}
+
+// fetchMetrics reads a controller's counters and leader status at url.
+func fetchMetrics(client *http.Client, url string) (counters, bool, error) {
+	resp, err := client.Get(url)
 	if err != nil {
 		return counters{}, false, err
 	}

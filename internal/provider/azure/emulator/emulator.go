@@ -150,11 +150,17 @@ var sdkRetry = policy.RetryOptions{RetryDelay: 5 * time.Millisecond, MaxRetryDel
 func (e *Emulator) ClientOptions() *arm.ClientOptions {
 	return &arm.ClientOptions{
 		ClientOptions: policy.ClientOptions{
-			Transport: &transport{e: e, shared: fake.NewServerFactoryTransport(&e.factory)},
+			Transport: e.newTransport(),
 			Retry:     sdkRetry,
 		},
 		DisableRPRegistration: true,
 	}
+}
+
+// newTransport is the emulator's transport over a fake server transport of
+// its own.
+func (e *Emulator) newTransport() *transport {
+	return &transport{e: e, shared: fake.NewServerFactoryTransport(&e.factory)}
 }
 
 // Credential is a credential the emulator accepts.

@@ -13,7 +13,6 @@ import (
 	azfake "github.com/Azure/azure-sdk-for-go/sdk/azcore/fake"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
-	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7/fake"
 )
 
 // The emulator over HTTP, for controllers in processes of their own (the
@@ -34,7 +33,7 @@ const (
 // Handler serves the emulator's API as ClientOptions does in process:
 // counting, faults and OnWrite included.
 func (e *Emulator) Handler() http.Handler {
-	t := &transport{e: e, shared: fake.NewServerFactoryTransport(&e.factory)}
+	t := e.newTransport()
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodPut || req.Method == http.MethodDelete {
 			e.writesInFlight.Add(1)
