@@ -416,3 +416,75 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// keyedReader counts the reads of each pod, by namespace/name.
+type keyedReader struct {
+	client.Reader
+	mu   sync.Mutex
+	gets map[string]int
+}
+
+func (r *keyedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.Pod); ok {
+		r.mu.Lock()
+		r.gets[key.String()]++
+		r.mu.Unlock()
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (r *keyedReader) count(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gets[key]
+}
+
+// TestUnknownPodsLeaveSlotsForTerminatingPods: a call naming a pod the cache
+// does not show (terminating, or at all) is held up to CacheLag, re-reading
+// it; calls naming pods that do not exist fill the budget such calls have,
+// and a call for a terminating pod must still be held and answered, not
+// refused busy: the kubelet ignores a hook's answer, so the pod would get
+// SIGTERM undrained.
+func TestUnknownPodsLeaveSlotsForTerminatingPods(t *testing.T) {
+	prov := scripted{backends: func(context.Context) ([]provider.BackendStatus, error) { return draining, nil }}
+	// CacheLag 1 min: a call naming an unknown pod is held until the test
+	// ends it.
+	h, _, _ := gateFixture(t, time.Minute, prov, Options{MaxCalls: 2, CacheLag: time.Minute, PollInterval: 20 * time.Millisecond})
+	reads := &keyedReader{Reader: h.opts.Reader, gets: map[string]int{}}
+	h.opts.Reader = reads
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // before srv.Close: the held calls end
+
+	// Calls naming pods that do not exist, one after the other, until one
+	// is refused busy: the budget of such calls is full (it must be
+	// bounded). A call read its pod twice is held, re-reading it.
+	full := false
+	for i := 0; !full; i++ {
+		if i == 300 {
+			t.Fatal("300 calls naming unknown pods held at once: their budget is not bounded")
+		}
+		key := fmt.Sprintf("ns/ghost-%d", i)
+		answer := make(chan gateAnswer, 1)
+		go func() { answer <- callGate(ctx, srv.URL+Path+"?pod="+key) }()
+		testutil.Eventually(t, 20*time.Second, "the call for "+key+" held or refused", func() (bool, string) {
+			select {
+			case a := <-answer:
+				if a.err != nil || a.code != http.StatusServiceUnavailable {
+					t.Fatalf("call for %s answered %d %q (%v), want held or 503 busy", key, a.code, a.body, a.err)
+				}
+				full = true
+				return true, ""
+			default:
+				n := reads.count(key)
+				return n >= 2, fmt.Sprint(n, " reads of ", key)
+			}
+		})
+	}
+	a := callGate(context.Background(), srv.URL+Path+"?pod=ns/web")
+	if a.err != nil || a.code != http.StatusOK || a.result != "drained" {
+		t.Fatalf("with the budget of calls for unknown pods full, the terminating pod's call got %d %q %q (%v), want 200 drained",
+			a.code, a.result, strings.TrimSpace(a.body), a.err)
+	}
+}
