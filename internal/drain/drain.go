@@ -53,9 +53,15 @@ type Options struct {
 	// kubelet runs the hook as soon as it sees the deletion, and this
 	// replica's cache may see it a moment later (default 5s).
 	CacheLag time.Duration
-	// MaxCalls bounds the calls held at once (default 1000); a call over it
-	// is refused at once with 503.
+	// MaxCalls bounds the calls held at once for pods found terminating
+	// (default 1000); a call over it is refused at once with 503.
 	MaxCalls int
+	// MaxUnfoundCalls bounds the calls held at once whose pod is not found
+	// terminating yet, each re-reading it for up to CacheLag (default
+	// DefaultMaxUnfoundCalls, never more than MaxCalls); a call over it is
+	// refused at once with 503. A budget of their own: calls naming pods
+	// that do not exist cannot take the slots of terminating pods' calls.
+	MaxUnfoundCalls int
 	// KubeProxy reads the nodes' kube-proxy /healthz (node mode: a pod
 	// reached through kube-proxy is safe from new connections once every
 	// kube-proxy that may send to it has synced after its deletion). Nil:
@@ -77,10 +83,17 @@ type Options struct {
 	Logger  logr.Logger
 }
 
+// DefaultMaxUnfoundCalls is the default of Options.MaxUnfoundCalls: above
+// the pods one node can hold (the kubelet's default --max-pods is 110), so
+// that a node drained at once, whose pods' calls may all come before this
+// replica's cache shows their deletion, fits in it.
+const DefaultMaxUnfoundCalls = 256
+
 // Handler serves GET /drain?pod=<namespace>/<name>[&uid=<uid>].
 type Handler struct {
-	opts  Options
-	slots chan struct{} // one per call held; full: refuse
+	opts    Options
+	slots   chan struct{} // one per call held for a terminating pod; full: refuse
+	unfound chan struct{} // one per call held whose pod is not found yet; full: refuse
 
 	mu    sync.Mutex
 	polls map[types.UID]*poll // the one wait loop of each pod being waited on
@@ -119,13 +132,17 @@ func NewHandler(opts Options) *Handler {
 	if opts.MaxCalls <= 0 {
 		opts.MaxCalls = 1000
 	}
+	if opts.MaxUnfoundCalls <= 0 {
+		opts.MaxUnfoundCalls = DefaultMaxUnfoundCalls
+	}
+	opts.MaxUnfoundCalls = min(opts.MaxUnfoundCalls, opts.MaxCalls)
 	if opts.KubeProxyMargin <= 0 {
 		opts.KubeProxyMargin = 2 * time.Second
 	}
 	if opts.KubeProxyFallback <= 0 {
 		opts.KubeProxyFallback = 10 * time.Second
 	}
-	return &Handler{opts: opts, slots: make(chan struct{}, opts.MaxCalls),
+	return &Handler{opts: opts, slots: make(chan struct{}, opts.MaxCalls), unfound: make(chan struct{}, opts.MaxUnfoundCalls),
 		polls: map[types.UID]*poll{}, held: map[uint64]time.Time{}}
 }
 
@@ -143,35 +160,60 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := h.opts.Logger.WithValues("pod", ns+"/"+name)
+	uid := types.UID(r.URL.Query().Get("uid"))
+	// The pod is looked up before the call takes a slot: a call whose pod
+	// is not found terminating takes one of the MaxUnfoundCalls, so that
+	// calls naming pods that do not exist, each held CacheLag, cannot fill
+	// the slots of terminating pods' calls.
+	var id uint64
+	defer func() {
+		if id != 0 {
+			h.release(id)
+		}
+	}()
+	pod, err := h.lookup(r.Context(), ns, name, uid)
+	if pod == nil {
+		select {
+		case h.unfound <- struct{}{}:
+		default:
+			log.Info("drain call refused: too many calls held for pods not found", "max", h.opts.MaxUnfoundCalls, "reason", err)
+			h.busy(w)
+			return
+		}
+		// Until it finds its pod, a call is held at most CacheLag.
+		until := time.Now().Add(h.opts.CacheLag + h.opts.PollInterval)
+		id = h.hold(until)
+		h.extend(w, until)
+		pod, err = h.terminating(r.Context(), ns, name, uid)
+		<-h.unfound
+		switch {
+		case r.Context().Err() != nil:
+			h.count("gone")
+			return
+		case errors.Is(err, errRefused):
+			log.Info("drain call refused", "reason", err)
+			h.answer(w, "refused", http.StatusNotFound, "no terminating pod of that name")
+			return
+		case err != nil:
+			log.Error(err, "drain call: cannot read the pod")
+			h.answer(w, "unavailable", http.StatusServiceUnavailable, "unavailable")
+			return
+		}
+	}
 	select {
 	case h.slots <- struct{}{}:
 		defer func() { <-h.slots }()
 	default:
 		log.Info("drain call refused: too many calls held", "max", h.opts.MaxCalls)
-		w.Header().Set("Retry-After", "1")
-		h.answer(w, "busy", http.StatusServiceUnavailable, "busy: too many drain calls held")
-		return
-	}
-	// Until it finds its pod, a call is held at most CacheLag.
-	id := h.hold(time.Now().Add(h.opts.CacheLag + h.opts.PollInterval))
-	defer h.release(id)
-	h.extend(w, time.Now().Add(h.opts.CacheLag+h.opts.PollInterval))
-	pod, err := h.terminating(r.Context(), ns, name, types.UID(r.URL.Query().Get("uid")))
-	switch {
-	case r.Context().Err() != nil:
-		h.count("gone")
-		return
-	case errors.Is(err, errRefused):
-		log.Info("drain call refused", "reason", err)
-		h.answer(w, "refused", http.StatusNotFound, "no terminating pod of that name")
-		return
-	case err != nil:
-		log.Error(err, "drain call: cannot read the pod")
-		h.answer(w, "unavailable", http.StatusServiceUnavailable, "unavailable")
+		h.busy(w)
 		return
 	}
 	deadline := h.deadline(pod)
-	h.rehold(id, deadline)
+	if id == 0 {
+		id = h.hold(deadline)
+	} else {
+		h.rehold(id, deadline)
+	}
 	// The answer is held until the deadline: the server's read and write
 	// timeouts, meant for calls that are answered at once, must not cut it.
 	h.extend(w, deadline)
@@ -199,6 +241,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(ResultHeader, "timeout")
 		h.answer(w, "timeout", http.StatusOK, "timeout")
 	}
+}
+
+// busy refuses a call at once: too many are held.
+func (h *Handler) busy(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	h.answer(w, "busy", http.StatusServiceUnavailable, "busy: too many drain calls held")
 }
 
 func (h *Handler) answer(w http.ResponseWriter, counted string, code int, body string) {
@@ -285,20 +333,9 @@ var errRefused = errors.New("refused")
 func (h *Handler) terminating(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, error) {
 	giveUp := time.Now().Add(h.opts.CacheLag)
 	for {
-		var pod corev1.Pod
-		err := h.opts.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod)
-		switch {
-		case apierrors.IsNotFound(err):
-			err = fmt.Errorf("%w: pod %s/%s not found", errRefused, ns, name)
-		case err != nil:
-			err = fmt.Errorf("get pod %s/%s: %w", ns, name, err)
-		case uid != "" && uid != pod.UID:
-			// The pod of that name is a newer one: the caller is gone.
-			err = fmt.Errorf("%w: pod %s/%s has another uid", errRefused, ns, name)
-		case pod.DeletionTimestamp == nil:
-			err = fmt.Errorf("%w: pod %s/%s is not terminating", errRefused, ns, name)
-		default:
-			return &pod, nil
+		pod, err := h.lookup(ctx, ns, name, uid)
+		if pod != nil {
+			return pod, nil
 		}
 		if time.Now().After(giveUp) {
 			return nil, err
@@ -309,6 +346,25 @@ func (h *Handler) terminating(ctx context.Context, ns, name string, uid types.UI
 		case <-time.After(h.opts.PollInterval):
 		}
 	}
+}
+
+// lookup reads the pod once: the pod when the cache shows it terminating
+// (with uid, when given), else why not (errRefused, or the read's error).
+func (h *Handler) lookup(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, error) {
+	var pod corev1.Pod
+	err := h.opts.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("%w: pod %s/%s not found", errRefused, ns, name)
+	case err != nil:
+		return nil, fmt.Errorf("get pod %s/%s: %w", ns, name, err)
+	case uid != "" && uid != pod.UID:
+		// The pod of that name is a newer one: the caller is gone.
+		return nil, fmt.Errorf("%w: pod %s/%s has another uid", errRefused, ns, name)
+	case pod.DeletionTimestamp == nil:
+		return nil, fmt.Errorf("%w: pod %s/%s is not terminating", errRefused, ns, name)
+	}
+	return &pod, nil
 }
 
 // deadline leaves the container its shutdown budget of the grace period.

@@ -276,7 +276,7 @@ func TestCallsOverTheBoundAreRefused(t *testing.T) {
 	}
 	prov := scripted{backends: func(context.Context) ([]provider.BackendStatus, error) { return registered, nil }}
 	// Grace 30s: a call is held about 25s, unless refused.
-	h, reader, _ := gateFixture(t, 30*time.Second, prov, Options{MaxCalls: 2, Metrics: m})
+	h, _, _ := gateFixture(t, 30*time.Second, prov, Options{MaxCalls: 2, Metrics: m})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -284,8 +284,9 @@ func TestCallsOverTheBoundAreRefused(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		go func() { held <- callGate(ctx, srv.URL+Path+"?pod=ns/web") }()
 	}
+	// A call reads its pod before it takes a slot: wait for the slots.
 	testutil.Eventually(t, 20*time.Second, "two calls held", func() (bool, string) {
-		return reader.gets.Load() >= 2, fmt.Sprint(reader.gets.Load(), " pod reads")
+		return len(h.slots) == 2, fmt.Sprint(len(h.slots), " slots taken")
 	})
 	a := callGate(context.Background(), srv.URL+Path+"?pod=ns/web")
 	if a.err != nil || a.code != http.StatusServiceUnavailable || len(a.body) > 40 {
