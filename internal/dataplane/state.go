@@ -34,13 +34,22 @@ const BackendsPath = "/v1/backends"
 // deleted Service's finalizer go.
 const LoadBalancerPath = "/v1/loadbalancer"
 
+// StateSource is what a replica's state endpoint reads: its load balancers
+// and their backends, read only. Peek is Observe without its side effects
+// (the HAProxy provider's Observe may write its configuration file): a read
+// of the endpoint never makes the replica write.
+type StateSource interface {
+	Peek(ctx context.Context, key string) (*model.LoadBalancer, error)
+	Backends(ctx context.Context, key string) ([]provider.BackendStatus, error)
+}
+
 // StateHandler serves prov's backend status and load balancers read-only. A
 // failed read is a 503 with the error: the caller treats it as no answer and
 // waits.
-func StateHandler(prov provider.Provider) http.Handler {
+func StateHandler(prov StateSource) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+LoadBalancerPath, read(func(ctx context.Context, key string) (any, error) {
-		return prov.Observe(ctx, key)
+		return prov.Peek(ctx, key)
 	}))
 	mux.Handle("GET "+BackendsPath, read(func(ctx context.Context, key string) (any, error) {
 		bs, err := prov.Backends(ctx, key)

@@ -61,16 +61,34 @@ func (p *Provider) shared(ctx context.Context) (*snapshot, error) {
 	b.inflight = call
 	b.mu.Unlock()
 
-	call.snap, call.err = p.snapshot(ctx)
-	b.mu.Lock()
-	b.inflight = nil
-	if call.err == nil && b.writes.Load() == gen {
-		b.snap, b.at, b.gen = call.snap, time.Now(), gen
+	// The read is shared: it runs on a context of its own (the caller's
+	// values, not its cancellation), so a caller that goes away — a state
+	// endpoint client that disconnects — fails only its own wait, never the
+	// others' read (the replica's reconcile among them).
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedReadTimeout)
+	go func() {
+		defer cancel()
+		call.snap, call.err = p.snapshot(rctx)
+		b.mu.Lock()
+		b.inflight = nil
+		if call.err == nil && b.writes.Load() == gen {
+			b.snap, b.at, b.gen = call.snap, time.Now(), gen
+		}
+		b.mu.Unlock()
+		close(call.done)
+	}()
+	select {
+	case <-call.done:
+		return call.snap, call.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	b.mu.Unlock()
-	close(call.done)
-	return call.snap, call.err
 }
+
+// sharedReadTimeout bounds a shared snapshot read, which no caller's
+// context ends: a runtime socket that stops answering fails the read after
+// this long, and the next caller starts a new one.
+const sharedReadTimeout = 30 * time.Second
 
 // offer records a snapshot read afresh (Apply's version check): after a
 // conflict the caller re-reads, and must see at least what Apply saw.

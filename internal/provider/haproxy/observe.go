@@ -469,6 +469,17 @@ func (p *Provider) Observe(ctx context.Context, key string) (*model.LoadBalancer
 	return snap.loadBalancer(key), nil
 }
 
+// Peek is Observe without its side effect: it never retries the mirror
+// into the configuration file. It is what the data-plane state endpoint
+// serves: a read from outside the replica never makes it write.
+func (p *Provider) Peek(ctx context.Context, key string) (*model.LoadBalancer, error) {
+	snap, err := p.shared(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("haproxy: observe %s: %w", key, err)
+	}
+	return snap.loadBalancer(key), nil
+}
+
 // List returns every load balancer HAProxy serves under a zerodrop name
 // (`zd:` proxies), by key, from the shared runtime snapshot.
 func (p *Provider) List(ctx context.Context) (map[string]*model.LoadBalancer, error) {
