@@ -1,13 +1,16 @@
 package drainrelay
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,8 +101,8 @@ func TestRelayCallsAgainUntilAnswered(t *testing.T) {
 	}
 }
 
-// Answers other than 503 are the drain endpoint's verdict and pass as they
-// are: at the pod's deadline ("timeout") and a refusal are not retried.
+// Answers other than 503 and 404 are the drain endpoint's verdict and pass
+// as they are: the answer at the pod's deadline ("timeout") is not retried.
 func TestRelayPassesAnswers(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -107,7 +110,6 @@ func TestRelayPassesAnswers(t *testing.T) {
 		result string
 	}{
 		{"timeout", http.StatusOK, "timeout"},
-		{"refused", http.StatusNotFound, "refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			target, calls := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) {
@@ -204,5 +206,153 @@ func TestRelayConnectTimesOut(t *testing.T) {
 	}
 	if attempts < 2 || !strings.Contains(body, "timeout") {
 		t.Errorf("%d attempts in 3 s (%s): want the hung connect cut and made again", attempts, body)
+	}
+}
+
+func refused(w http.ResponseWriter) {
+	w.Header().Set(drain.ResultHeader, "refused")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = io.WriteString(w, "no terminating pod of that name")
+}
+
+// A replica whose cache lags longer than the drain endpoint's CacheLag (a
+// slow API server, a re-list) refuses the pod with 404; the relay calls
+// again, and the hook gets the answer of a replica that sees the deletion.
+func TestRelayRetriesARefusalWithinTheWindow(t *testing.T) {
+	target, calls := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) {
+		if n <= 3 {
+			refused(w)
+			return
+		}
+		drained(w)
+	})
+	code, result, body := hook(t, relay(t, target.URL, time.Minute).URL+drain.Path+"?pod="+pod)
+	if code != http.StatusOK || result != "drained" || body != "drained" || calls.Load() != 4 {
+		t.Errorf("hook got %d %q %q after %d calls, want 200 drained after 3 refusals", code, result, body, calls.Load())
+	}
+}
+
+// A pod that is not terminating (its container restarted after a liveness
+// failure also runs the preStop hook) is refused for good: the relay gives
+// up with the drain endpoint's 404 once its refusal window (about twice
+// the drain endpoint's CacheLag) has passed, not at MaxWait.
+func TestRelayGivesUpOnARefusalAfterTheWindow(t *testing.T) {
+	target, calls := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) { refused(w) })
+	h, err := NewHandler(Options{Target: target.URL, Pod: pod, MaxWait: 2 * time.Minute, Retry: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	code, result, body := hook(t, srv.URL+drain.Path+"?pod="+pod)
+	if code != http.StatusNotFound || result != "refused" || body != "no terminating pod of that name" {
+		t.Fatalf("hook got %d %q %q after %d calls, want the 404 refusal at the end of the window, before MaxWait", code, result, body, calls.Load())
+	}
+	if n := calls.Load(); n < 2 {
+		t.Errorf("%d call(s) to the drain endpoint, want the refusal called again within the window", n)
+	}
+}
+
+// logLines collects what Run writes to stderr, one slog record per Write.
+type logLines struct {
+	mu    sync.Mutex
+	all   strings.Builder
+	lines chan string
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.all.Write(p)
+	l.mu.Unlock()
+	select {
+	case l.lines <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.all.String()
+}
+
+// runRelay runs `zerodrop drain-relay` (Run) on a free loopback port with
+// args after the target and pod, and returns its address once it serves.
+func runRelay(t *testing.T, target string, args ...string) string {
+	t.Helper()
+	stderr := &logLines{lines: make(chan string, 100)}
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- Run(ctx, append([]string{"--listen", "127.0.0.1:0", "--target", target, "--pod", pod}, args...), stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-exited
+	})
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case line := <-stderr.lines:
+			var rec struct{ Msg, Address string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "serving" && rec.Address != "" {
+				return rec.Address
+			}
+		case code := <-exited:
+			exited <- code
+			t.Fatalf("the relay exited %d before serving: %s", code, stderr.String())
+		case <-timeout:
+			t.Fatalf("the relay did not serve within a minute: %s", stderr.String())
+		}
+	}
+}
+
+// Any pod of the cluster can connect to the relay, which has 64 MiB: a
+// kept-alive connection left idle after its answer is closed by the relay
+// (its default idle timeout is a few seconds).
+func TestRelayServerClosesIdleConnections(t *testing.T) {
+	target, _ := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) { drained(w) })
+	addr := runRelay(t, target.URL)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET %s?pod=%s HTTP/1.1\r\nHost: relay\r\n\r\n", drain.Path, pod)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("answer %d (close %v), want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	// Idle from now on: the relay must close it (EOF), not keep it open.
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle connection after the answer: read got %v, want EOF (closed by the relay)", err)
+	}
+}
+
+// The relay sends its pod's UID (from the downward API, the env var the
+// webhook sets with a fieldRef to metadata.uid), so that the drain endpoint
+// answers about this pod only, not a newer one of the same name.
+func TestRelaySendsItsPodUID(t *testing.T) {
+	t.Setenv("ZERODROP_POD_UID", "5a1c3e9e-0d7b-4a3b-9f1e-6c2b1d0e8f47")
+	uids := make(chan string, 10)
+	target, _ := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) {
+		uids <- r.URL.Query().Get("uid")
+		drained(w)
+	})
+	addr := runRelay(t, target.URL)
+	code, result, _ := hook(t, "http://"+addr+drain.Path+"?pod="+pod)
+	if code != http.StatusOK || result != "drained" {
+		t.Fatalf("hook got %d %q, want 200 drained", code, result)
+	}
+	if got := <-uids; got != "5a1c3e9e-0d7b-4a3b-9f1e-6c2b1d0e8f47" {
+		t.Errorf("the drain endpoint got uid %q, want the pod's 5a1c3e9e-0d7b-4a3b-9f1e-6c2b1d0e8f47", got)
 	}
 }

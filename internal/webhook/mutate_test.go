@@ -67,10 +67,14 @@ var relayAt = Drain{Host: "10.0.0.9", Port: 9090, Relay: &Relay{Image: "registry
 // relaySidecar is the drain relay sidecar expected for pod shop/<name>.
 func relaySidecar(name, maxWait string) corev1.Container {
 	return corev1.Container{
-		Name:          "zerodrop-drain-relay",
-		Image:         "registry.example/zerodrop:v1",
-		Command:       []string{"/zerodrop"},
-		Args:          []string{"drain-relay", "--listen", ":15909", "--target", "http://10.0.0.9:9090", "--pod", "shop/" + name, "--max-wait", maxWait},
+		Name:    "zerodrop-drain-relay",
+		Image:   "registry.example/zerodrop:v1",
+		Command: []string{"/zerodrop"},
+		Args:    []string{"drain-relay", "--listen", ":15909", "--target", "http://10.0.0.9:9090", "--pod", "shop/" + name, "--max-wait", maxWait},
+		// The pod's UID, which the relay sends with its drain calls: it
+		// does not exist yet at admission, the kubelet sets it.
+		Env: []corev1.EnvVar{{Name: "ZERODROP_POD_UID", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.uid"}}}},
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
