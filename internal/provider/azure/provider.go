@@ -59,6 +59,11 @@ type Options struct {
 	// PollFrequency is how often a long-running operation is polled when
 	// ARM sends no Retry-After (default 1s; the SDK allows less only in tests).
 	PollFrequency time.Duration
+	// TryTimeout bounds each try of each ARM request, polls included
+	// (default ClientOptions.Retry.TryTimeout when set, else 30s).
+	TryTimeout time.Duration
+	// PollTimeout bounds the wait for a write ARM has accepted (default 5m).
+	PollTimeout time.Duration
 	// DefaultRetryAfter is the wait for a 429 without Retry-After (default 10s).
 	DefaultRetryAfter time.Duration
 	// BackendsMaxAge is how old a document Backends may answer from (default
