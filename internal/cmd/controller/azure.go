@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
@@ -31,6 +32,10 @@ type AzureConfig struct {
 	Location      string
 	Owner         string
 	Cloud         string
+	// TryTimeout and PollTimeout are azure.Options': the deadline of each
+	// try of an ARM request, and of the wait for a write ARM accepted.
+	TryTimeout  time.Duration
+	PollTimeout time.Duration
 
 	// Credential and ClientOptions, when set by a caller of RunConfig,
 	// replace the credential and ARM client options --azure-cloud chooses:
@@ -56,6 +61,10 @@ func (a *AzureConfig) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&a.Location, "azure-location", "", "azure: region where a missing load balancer is created (e.g. westeurope)")
 	fs.StringVar(&a.Owner, "azure-owner", "zerodrop", "azure: value of the load balancers' ownership tag "+azure.TagOwner+"; give each cluster its own")
 	fs.StringVar(&a.Cloud, "azure-cloud", "public", "azure: public, china or usgovernment")
+	fs.DurationVar(&a.TryTimeout, "azure-try-timeout", azure.DefaultTryTimeout, "azure: deadline of each try of an ARM request, each poll included; "+
+		"a try past it is cancelled and retried like a failed connection (3 retries)")
+	fs.DurationVar(&a.PollTimeout, "azure-poll-timeout", azure.DefaultPollTimeout, "azure: deadline of the wait for a write ARM has accepted "+
+		"(its long-running operation); past it the sync fails and is retried")
 }
 
 var (
@@ -126,6 +135,12 @@ func (a *AzureConfig) validate() error {
 	if _, ok := clouds[a.Cloud]; !ok {
 		errs = append(errs, fmt.Errorf("--azure-cloud %q: want public, china or usgovernment", a.Cloud))
 	}
+	if a.TryTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--azure-try-timeout %s must be positive", a.TryTimeout))
+	}
+	if a.PollTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--azure-poll-timeout %s must be positive", a.PollTimeout))
+	}
 	return errors.Join(errs...)
 }
 
@@ -135,6 +150,7 @@ func (a *AzureConfig) options() (azure.Options, error) {
 	opts := azure.Options{
 		SubscriptionID: a.SubscriptionID, ResourceGroup: a.ResourceGroup, LoadBalancers: a.names(),
 		SubnetID: a.SubnetID, Location: a.Location, Owner: a.Owner,
+		TryTimeout: a.TryTimeout, PollTimeout: a.PollTimeout,
 	}
 	if a.Credential != nil || a.ClientOptions != nil {
 		opts.Credential, opts.ClientOptions = a.Credential, a.ClientOptions

@@ -2,6 +2,7 @@ package azure
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
@@ -11,7 +12,9 @@ import (
 // The ARM calls. Every write carries a precondition (If-Match on the ETag
 // the plan was computed against, or If-None-Match: * to create) and waits
 // for its long-running operation with the SDK's poller; errors go through
-// classify, so 412 and 429 reach the controller as what they mean.
+// classify, so 412 and 429 reach the controller as what they mean. Every
+// request's try is bounded by Options.TryTimeout (the SDK's retry policy);
+// the wait for an accepted write by Options.PollTimeout (wait).
 
 // get reads a load balancer; nil when it does not exist.
 func (p *Provider) get(ctx context.Context, key string) (*armnetwork.LoadBalancer, error) {
@@ -41,10 +44,7 @@ func (p *Provider) putLB(ctx context.Context, key string, lb *armnetwork.LoadBal
 	if err != nil {
 		return p.classify("put load balancer "+key, err)
 	}
-	if _, err := poller.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: p.opts.PollFrequency}); err != nil {
-		return p.classify("wait for load balancer "+key, err)
-	}
-	return nil
+	return wait(ctx, p, poller, "wait for load balancer "+key)
 }
 
 // putPool writes one backend pool with If-Match on the pool's ETag as
@@ -57,10 +57,7 @@ func (p *Provider) putPool(ctx context.Context, key string, pw poolWrite) error 
 	if err != nil {
 		return p.classify("put backend pool "+key+"/"+*pw.pool.Name, err)
 	}
-	if _, err := poller.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: p.opts.PollFrequency}); err != nil {
-		return p.classify("wait for backend pool "+key+"/"+*pw.pool.Name, err)
-	}
-	return nil
+	return wait(ctx, p, poller, "wait for backend pool "+key+"/"+*pw.pool.Name)
 }
 
 func (p *Provider) deleteLB(ctx context.Context, key, etag string) error {
@@ -69,8 +66,22 @@ func (p *Provider) deleteLB(ctx context.Context, key, etag string) error {
 	if err != nil {
 		return p.classify("delete load balancer "+key, err)
 	}
-	if _, err := poller.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: p.opts.PollFrequency}); err != nil {
-		return p.classify("wait for load balancer deletion "+key, err)
+	return wait(ctx, p, poller, "wait for load balancer deletion "+key)
+}
+
+// wait polls a long-running operation ARM has accepted until it ends, for at
+// most Options.PollTimeout. Each poll is an ARM request like any other, so
+// TryTimeout bounds it; the poll deadline bounds the whole wait, which
+// can take far longer than one request should.
+func wait[T any](ctx context.Context, p *Provider, poller *runtime.Poller[T], op string) error {
+	pctx, cancel := context.WithTimeout(ctx, p.opts.PollTimeout)
+	defer cancel()
+	_, err := poller.PollUntilDone(pctx, &runtime.PollUntilDoneOptions{Frequency: p.opts.PollFrequency})
+	if err != nil && ctx.Err() == nil && pctx.Err() != nil {
+		return fmt.Errorf("%s: not done after %s (ARM accepted the write; it may still complete): %w", op, p.opts.PollTimeout, err)
+	}
+	if err != nil {
+		return p.classify(op, err)
 	}
 	return nil
 }

@@ -59,10 +59,19 @@ type Options struct {
 	// PollFrequency is how often a long-running operation is polled when
 	// ARM sends no Retry-After (default 1s; the SDK allows less only in tests).
 	PollFrequency time.Duration
-	// TryTimeout bounds each try of each ARM request, polls included
-	// (default ClientOptions.Retry.TryTimeout when set, else 30s).
+	// TryTimeout bounds each try of every ARM request, each poll of a
+	// long-running operation included (the SDK's per-try timeout,
+	// policy.RetryOptions.TryTimeout; default: ClientOptions.Retry.TryTimeout
+	// when set, else DefaultTryTimeout). A try that has not answered by then
+	// is cancelled and retried like a failed connection, up to the SDK's
+	// MaxRetries (default 3), so a hung connection fails the call instead of
+	// blocking the load balancer's work item.
 	TryTimeout time.Duration
-	// PollTimeout bounds the wait for a write ARM has accepted (default 5m).
+	// PollTimeout bounds the wait for a write ARM has accepted, from ARM's
+	// answer accepting it to its end (default DefaultPollTimeout). It is separate from, and
+	// should be much longer than, TryTimeout: an operation takes many polls,
+	// each bounded by TryTimeout. When it passes the call fails; the write
+	// may still complete in Azure, and the next Observe reads what it did.
 	PollTimeout time.Duration
 	// DefaultRetryAfter is the wait for a 429 without Retry-After (default 10s).
 	DefaultRetryAfter time.Duration
@@ -71,6 +80,12 @@ type Options struct {
 	// observes, so without a bound it would answer from its start-up read.
 	BackendsMaxAge time.Duration
 }
+
+// The defaults of Options.TryTimeout and Options.PollTimeout.
+const (
+	DefaultTryTimeout  = 30 * time.Second
+	DefaultPollTimeout = 5 * time.Minute
+)
 
 // Provider drives Azure load balancers. It is safe for concurrent use on
 // different keys; the controller calls it for one key from one work item.
@@ -107,6 +122,9 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if opts.PollFrequency <= 0 {
 		opts.PollFrequency = time.Second
 	}
+	if opts.PollTimeout <= 0 {
+		opts.PollTimeout = DefaultPollTimeout
+	}
 	if opts.DefaultRetryAfter <= 0 {
 		opts.DefaultRetryAfter = 10 * time.Second
 	}
@@ -129,6 +147,13 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		copts.Retry.StatusCodes = []int{http.StatusRequestTimeout, http.StatusInternalServerError,
 			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout}
 	}
+	switch {
+	case opts.TryTimeout > 0:
+		copts.Retry.TryTimeout = opts.TryTimeout
+	case copts.Retry.TryTimeout <= 0:
+		copts.Retry.TryTimeout = DefaultTryTimeout
+	}
+	opts.TryTimeout = copts.Retry.TryTimeout
 	factory, err := armnetwork.NewClientFactory(opts.SubscriptionID, opts.Credential, copts)
 	if err != nil {
 		return nil, fmt.Errorf("azure: clients: %w", err)
