@@ -81,23 +81,36 @@ func baseConfig(restCfg *rest.Config) Config {
 	}
 }
 
-// dataPlaneReplica runs a data-plane replica: its own HAProxy in dir, its
-// state endpoint at addr.
-func dataPlaneReplica(t *testing.T, restCfg *rest.Config, dir, addr string) *process {
-	cfg := baseConfig(restCfg)
+// dataPlaneServiceAccount is the replicas' ServiceAccount in the tests.
+const dataPlaneServiceAccount = "zerodrop-data-plane"
+
+// dataPlaneReplica runs the data-plane replica of pod kube-system/podName:
+// its own HAProxy in dir, its state endpoint at addr, authenticated as the
+// pod (a token bound to it, as the kubelet's), so that it can obtain its
+// state endpoint certificate.
+func dataPlaneReplica(t *testing.T, restCfg *rest.Config, c client.Client, podName, dir, addr string) *process {
+	t.Helper()
+	var pod corev1.Pod
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: podName}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	cfg := baseConfig(testutil.PodConfig(t, restCfg, &pod))
 	cfg.HAProxy = haproxy.Options{Dir: dir}
 	cfg.DataPlane = RoleConfig{Role: "data-plane", StateAddr: addr}
 	return runProcess(t, cfg)
 }
 
-// replicaPod is the pod the control role finds a replica by: running at ip.
-func replicaPod(t *testing.T, c client.Client, name, ip string) {
+// replicaPod is the pod the control role finds a replica by: running at ip,
+// as the replicas' ServiceAccount.
+func replicaPod(t *testing.T, restCfg *rest.Config, c client.Client, name, ip string) {
 	t.Helper()
 	ctx := context.Background()
+	testutil.AdminServiceAccount(t, restCfg, "kube-system", dataPlaneServiceAccount)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: name,
 			Labels: map[string]string{"app.kubernetes.io/component": "data-plane"}},
-		Spec: corev1.PodSpec{NodeName: "node-" + name, Containers: []corev1.Container{{Name: "haproxy", Image: "haproxy"}}},
+		Spec: corev1.PodSpec{NodeName: "node-" + name, ServiceAccountName: dataPlaneServiceAccount,
+			Containers: []corev1.Container{{Name: "haproxy", Image: "haproxy"}}},
 	}
 	if err := c.Create(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -137,8 +150,8 @@ func TestDataPlaneReplicas(t *testing.T) {
 	for _, d := range dirs {
 		t.Cleanup(func() { testutil.StopHAProxy(t, d) })
 	}
-	replicaPod(t, c, "dp-0", addrs[0])
-	replicaPod(t, c, "dp-1", addrs[1])
+	replicaPod(t, restCfg, c, "dp-0", addrs[0])
+	replicaPod(t, restCfg, c, "dp-1", addrs[1])
 	state := func(i int) string { return net.JoinHostPort(addrs[i], strconv.Itoa(statePort)) }
 
 	var ctl []*process
@@ -186,7 +199,7 @@ func TestDataPlaneReplicas(t *testing.T) {
 		return len(svc.Status.LoadBalancer.Ingress) == 1 && ready != nil && ready.Status == metav1.ConditionFalse &&
 			ready.Reason == service.ReasonDataPlanePending, fmt.Sprintf("ingress=%v ready=%+v", svc.Status.LoadBalancer.Ingress, ready)
 	})
-	dp := []*process{dataPlaneReplica(t, restCfg, dirs[0], state(0)), dataPlaneReplica(t, restCfg, dirs[1], state(1))}
+	dp := []*process{dataPlaneReplica(t, restCfg, c, "dp-0", dirs[0], state(0)), dataPlaneReplica(t, restCfg, c, "dp-1", dirs[1], state(1))}
 
 	// Both replicas serve the Service at the address the leader gave it,
 	// and only then is it Ready.
@@ -244,7 +257,7 @@ func TestDataPlaneReplicas(t *testing.T) {
 	// A replica's zerodrop process restarted with nothing changed writes
 	// nothing to its HAProxy.
 	dp[0].stop(t)
-	dp[0] = dataPlaneReplica(t, restCfg, dirs[0], state(0))
+	dp[0] = dataPlaneReplica(t, restCfg, c, "dp-0", dirs[0], state(0))
 	testutil.Eventually(t, 60*time.Second, "the restarted replica to verify its load balancer", func() (bool, string) {
 		n := reconciles(t, dp[0].reg)
 		return n > 0, fmt.Sprintf("reconciles=%v", n)
@@ -297,7 +310,7 @@ func TestDataPlaneReplicas(t *testing.T) {
 	if _, st := backendState(1); st != model.Active {
 		t.Fatalf("replica 1's backend is %q with its process stopped; want active", st)
 	}
-	dp[1] = dataPlaneReplica(t, restCfg, dirs[1], state(1))
+	dp[1] = dataPlaneReplica(t, restCfg, c, "dp-1", dirs[1], state(1))
 	select {
 	case a := <-answered:
 		if a.err != nil || a.result != "drained" {
@@ -326,7 +339,7 @@ func TestDataPlaneReplicas(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(&svc), &svc); err != nil {
 		t.Fatalf("the Service went while replica 1 still has its listener: %v", err)
 	}
-	dp[1] = dataPlaneReplica(t, restCfg, dirs[1], state(1))
+	dp[1] = dataPlaneReplica(t, restCfg, c, "dp-1", dirs[1], state(1))
 	testutil.Eventually(t, 60*time.Second, "the Service gone, no replica listening", func() (bool, string) {
 		err := c.Get(ctx, client.ObjectKeyFromObject(&svc), &corev1.Service{})
 		lb, oerr := obs[1].Observe(ctx, key)
