@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 )
@@ -30,6 +31,10 @@ func Run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&o.Pod, "pod", "", "this pod, namespace/name (required)")
 	fs.DurationVar(&o.MaxWait, "max-wait", 30*time.Second, "longest a call waits, retries included: the pod's grace period")
 	fs.DurationVar(&o.Retry, "retry", 250*time.Millisecond, "pause after a failed attempt")
+	fs.DurationVar(&o.RefusedWindow, "refused-window", DefaultRefusedWindow, "how long after the hook's call a refusal (404) is called again")
+	readTimeout := fs.Duration("read-timeout", 10*time.Second, "bound on reading a request")
+	writeTimeout := fs.Duration("write-timeout", 10*time.Second, "bound on writing an answer (a call held for the pod is extended to --max-wait)")
+	idleTimeout := fs.Duration("idle-timeout", 5*time.Second, "bound on a kept-alive connection between requests")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -40,6 +45,8 @@ func Run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop drain-relay: unexpected arguments %v\n", fs.Args())
 		return 2
 	}
+	// The pod's UID, from the downward API (the webhook's fieldRef).
+	o.UID = os.Getenv(UIDEnv)
 	o.Logger = slog.New(slog.NewJSONHandler(stderr, nil)).With("logger", "drain-relay")
 	h, err := NewHandler(o)
 	if err != nil {
@@ -51,8 +58,12 @@ func Run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop drain-relay: %v\n", err)
 		return 1
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	o.Logger.Info("serving", "address", ln.Addr().String(), "target", o.Target, "pod", o.Pod)
+	// Any pod can connect, and the relay has 64 MiB: slow or idle
+	// connections must not pile up. The Handler extends the read and write
+	// deadlines of the call it holds to --max-wait.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: *readTimeout, ReadTimeout: *readTimeout,
+		WriteTimeout: *writeTimeout, IdleTimeout: *idleTimeout}
+	o.Logger.Info("serving", "address", ln.Addr().String(), "target", o.Target, "pod", o.Pod, "uid", o.UID)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

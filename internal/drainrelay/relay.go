@@ -12,9 +12,9 @@
 // sending it new connections. The relay outlives the app's containers (the
 // kubelet stops sidecars after them), so it can keep the call alive.
 //
-// The relay only ever asks about its own pod (--pod), so calling it from
-// elsewhere reveals nothing and drains nothing: the drain endpoint itself
-// only waits and reports.
+// The relay only ever asks about its own pod (--pod, and its UID from the
+// downward API), so calling it from elsewhere reveals nothing and drains
+// nothing: the drain endpoint itself only waits and reports.
 package drainrelay
 
 import (
@@ -36,6 +36,18 @@ import (
 // (the lab counts them).
 const MsgRetry = "drain call failed, calling again"
 
+// UIDEnv is the environment variable with the pod's UID: the webhook sets it
+// with a downward API fieldRef to metadata.uid (the UID does not exist yet
+// when the pod is admitted, so it cannot be in the relay's arguments).
+const UIDEnv = "ZERODROP_POD_UID"
+
+// DefaultRefusedWindow is the default of Options.RefusedWindow: twice the
+// drain endpoint's default CacheLag (5 s).
+const DefaultRefusedWindow = 10 * time.Second
+
+// answerSlack is the time an answer takes to be written once decided.
+const answerSlack = 2 * time.Second
+
 // Options configure a relay.
 type Options struct {
 	// Target is the drain endpoint's base URL, e.g. http://10.96.0.90:9090.
@@ -43,11 +55,24 @@ type Options struct {
 	// Pod is the relay's own pod, namespace/name: the only one it asks
 	// about.
 	Pod string
+	// UID is the pod's UID, sent with each call (the drain endpoint then
+	// refuses a newer pod of the same name); empty: not sent.
+	UID string
 	// MaxWait bounds one call, retries included: the pod's grace period
 	// (the kubelet gives up on the hook then anyway).
 	MaxWait time.Duration
 	// Retry is the pause after a failed attempt (default 250ms).
 	Retry time.Duration
+	// RefusedWindow is how long after the hook's call a refusal (404: no
+	// terminating pod of that name) is called again (default
+	// DefaultRefusedWindow). The drain endpoint looks for the pod for its
+	// CacheLag before it refuses, but a replica whose cache lags longer
+	// (a slow API server, a re-list) refuses a pod that is terminating; a
+	// later call may reach one that sees the deletion. Not until MaxWait: a
+	// preStop hook also runs when a container restarts (after a liveness
+	// failure) in a pod that is not terminating, and that restart waits for
+	// the refusal.
+	RefusedWindow time.Duration
 	// DialTimeout bounds one attempt's connect (default 2s). The drain
 	// Service may still send a new connection to a replica that is gone:
 	// its address then drops the SYN rather than refuse it, and without a
@@ -85,6 +110,9 @@ func NewHandler(o Options) (*Handler, error) {
 	if o.Retry <= 0 {
 		o.Retry = 250 * time.Millisecond
 	}
+	if o.RefusedWindow <= 0 {
+		o.RefusedWindow = DefaultRefusedWindow
+	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = 2 * time.Second
 	}
@@ -97,6 +125,9 @@ func NewHandler(o Options) (*Handler, error) {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	q := url.Values{"pod": {o.Pod}}
+	if o.UID != "" {
+		q.Set("uid", o.UID)
+	}
 	return &Handler{opts: o, target: strings.TrimSuffix(o.Target, "/") + drain.Path + "?" + q.Encode()}, nil
 }
 
@@ -109,6 +140,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this relay serves pod "+h.opts.Pod+" only", http.StatusForbidden)
 		return
 	}
+	// The call is held up to MaxWait: the server's read and write timeouts,
+	// meant for calls answered at once, must not cut it (errors: a writer
+	// without deadlines, nothing to extend).
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(h.opts.MaxWait + answerSlack))
+	_ = rc.SetWriteDeadline(time.Now().Add(h.opts.MaxWait + answerSlack))
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.MaxWait)
 	defer cancel()
 	code, result, body, err := h.call(ctx)
@@ -128,15 +165,27 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // call asks the drain endpoint until an answer comes: a call cut before its
 // answer (connection refused, reset, EOF) or answered 503 (the replica is
-// busy or not ready) is made again after Retry, as a new connection. It
-// returns the first other answer, or an error when ctx ends first.
+// busy or not ready) is made again after Retry, as a new connection, and so
+// is one answered 404 (refused) within RefusedWindow of the start. It
+// returns the first other answer (a 404 after the window), or an error when
+// ctx ends first (the last 404, if the last attempt was refused).
 func (h *Handler) call(ctx context.Context) (code int, result string, body []byte, err error) {
 	log := h.opts.Logger.With("pod", h.opts.Pod)
 	start := time.Now()
 	var last error
+	type answer struct {
+		code   int
+		result string
+		body   []byte
+	}
+	// The drain endpoint's last word, when it was a refusal (a cut attempt
+	// says nothing).
+	var refusal *answer
 	for attempt := 1; ; attempt++ {
 		code, result, body, err := h.once(ctx)
-		if err == nil && code != http.StatusServiceUnavailable {
+		retry := err != nil || code == http.StatusServiceUnavailable ||
+			code == http.StatusNotFound && time.Since(start) < h.opts.RefusedWindow
+		if !retry {
 			if attempt > 1 {
 				log.Info("drain call answered after retries", "attempts", attempt, "result", result, "status", code,
 					"waited", time.Since(start).Round(time.Millisecond))
@@ -144,9 +193,17 @@ func (h *Handler) call(ctx context.Context) (code int, result string, body []byt
 			return code, result, body, nil
 		}
 		if err == nil {
+			refusal = nil
+			if code == http.StatusNotFound {
+				refusal = &answer{code, result, body}
+			}
 			err = fmt.Errorf("answered %d %s", code, strings.TrimSpace(string(body)))
 		}
 		if ctx.Err() != nil {
+			if refusal != nil {
+				// Refused to the end: the refusal is the answer.
+				return refusal.code, refusal.result, refusal.body, nil
+			}
 			// The attempt cut by the end of ctx says nothing: report the
 			// one before it.
 			if last == nil {

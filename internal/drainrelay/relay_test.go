@@ -337,6 +337,31 @@ func TestRelayServerClosesIdleConnections(t *testing.T) {
 	}
 }
 
+// serverTimeouts are the relay server's timeouts, short for the tests.
+var serverTimeouts = []string{"--read-timeout", "300ms", "--write-timeout", "300ms", "--idle-timeout", "300ms"}
+
+// The relay's server timeouts are for calls answered at once: a call the
+// drain endpoint holds longer than all of them is still answered.
+func TestRelayHeldCallOutlastsServerTimeouts(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	target, _ := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(arrived) })
+		<-release
+		drained(w)
+	})
+	addr := runRelay(t, target.URL, serverTimeouts...)
+	go func() {
+		<-arrived
+		time.Sleep(time.Second) // past every 300ms timeout of the relay's server
+		close(release)
+	}()
+	code, result, body := hook(t, "http://"+addr+drain.Path+"?pod="+pod)
+	if code != http.StatusOK || result != "drained" || body != "drained" {
+		t.Errorf("held call got %d %q %q, want 200 drained", code, result, body)
+	}
+}
+
 // The relay sends its pod's UID (from the downward API, the env var the
 // webhook sets with a fieldRef to metadata.uid), so that the drain endpoint
 // answers about this pod only, not a newer one of the same name.

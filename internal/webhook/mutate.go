@@ -17,6 +17,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/drain"
+	"zerodrop.dev/zerodrop/internal/drainrelay"
 )
 
 // Names visible to users.
@@ -257,7 +258,10 @@ func relayConflict(pod *corev1.Pod, port int32) string {
 // may touch nothing: no root, no privilege, a read-only root filesystem
 // (what the restricted Pod Security Standard asks). It has CPU and memory
 // limits as well as requests: a namespace whose ResourceQuota counts limits
-// refuses a pod with a container that has none.
+// refuses a pod with a container that has none. The pod's UID, which the
+// relay sends with its calls, comes from the downward API: it does not exist
+// yet at admission, and the kubelet resolves the fieldRef when the container
+// starts.
 func relayContainer(namespace string, pod *corev1.Pod, d Drain) corev1.Container {
 	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
@@ -273,6 +277,8 @@ func relayContainer(namespace string, pod *corev1.Pod, d Drain) corev1.Container
 			"--target", "http://" + net.JoinHostPort(d.Host, strconv.Itoa(int(d.Port))),
 			"--pod", namespace + "/" + pod.Name,
 			"--max-wait", strconv.FormatInt(grace, 10) + "s"},
+		Env: []corev1.EnvVar{{Name: drainrelay.UIDEnv, ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.uid"}}}},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
