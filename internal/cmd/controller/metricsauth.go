@@ -41,6 +41,30 @@ func metricsAuth(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filte
 	}, nil
 }
 
+// reviewCache configures a reviewer's caches.
+type reviewCache struct {
+	// AllowTTL is how long an authenticated token and an allowed decision
+	// are kept, DenyTTL a refused token and a denied decision.
+	AllowTTL, DenyTTL time.Duration
+	// MaxEntries bounds each cache.
+	MaxEntries int
+	// Now is the caches' clock.
+	Now func() time.Time
+}
+
+// reviewer authorizes metrics requests through the API server's reviews.
+type reviewer struct {
+	cs   kubernetes.Interface
+	opts reviewCache
+}
+
+func newReviewer(cs kubernetes.Interface, opts reviewCache) *reviewer {
+	return &reviewer{cs: cs, opts: opts}
+}
+
+// authorize is authorize's, through rv's client.
+func (rv *reviewer) authorize(r *http.Request) (int, string) { return authorize(r, rv.cs) }
+
 // reviewTimeout bounds each review call to the API server.
 const reviewTimeout = 10 * time.Second
 
