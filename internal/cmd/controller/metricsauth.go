@@ -1,10 +1,15 @@
 package controller
 
 import (
+	"container/list"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -22,15 +27,18 @@ import (
 // a non-resource URL: what a ClusterRole with nonResourceURLs /metrics
 // grants). It does what controller-runtime's filters package does, through
 // client-go alone: that package links k8s.io/apiserver, which made the
-// binary 30 MB larger.
+// binary 30 MB larger. Like the delegating authenticator and authorizer
+// behind that package, it caches both reviews (reviewer), so a scraper
+// costs the API server two reviews per allow TTL, not per scrape.
 func metricsAuth(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filter, error) {
 	cs, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("metrics authentication client: %w", err)
 	}
+	rv := newReviewer(cs, reviewCache{})
 	return func(log logr.Logger, next http.Handler) (http.Handler, error) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			code, why := authorize(r, cs)
+			code, why := rv.authorize(r)
 			if code != http.StatusOK {
 				log.V(1).Info("metrics request refused", "code", code, "reason", why, "remote", r.RemoteAddr)
 				http.Error(w, http.StatusText(code), code)
@@ -41,29 +49,73 @@ func metricsAuth(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filte
 	}, nil
 }
 
-// reviewCache configures a reviewer's caches.
+// The defaults of reviewCache.
+const (
+	defaultAllowTTL   = 2 * time.Minute
+	defaultDenyTTL    = 10 * time.Second
+	defaultMaxEntries = 1024
+)
+
+// reviewCache configures a reviewer's caches. Zero values get the defaults.
 type reviewCache struct {
 	// AllowTTL is how long an authenticated token and an allowed decision
-	// are kept, DenyTTL a refused token and a denied decision.
+	// are kept (default 2 min), DenyTTL a token the API server did not
+	// authenticate and a denied decision (default 10 s). So a revoked token
+	// or binding still reads the metrics for up to AllowTTL, and a new
+	// binding takes up to DenyTTL after a refusal.
 	AllowTTL, DenyTTL time.Duration
-	// MaxEntries bounds each cache.
+	// MaxEntries bounds each cache (default 1024); when one is full, its
+	// expired entries go, then its oldest.
 	MaxEntries int
-	// Now is the caches' clock.
+	// Now is the caches' clock (default time.Now).
 	Now func() time.Time
 }
 
-// reviewer authorizes metrics requests through the API server's reviews.
+// reviewer authorizes metrics requests through the API server's reviews,
+// caching their answers: token reviews by a salted SHA-256 of the token (the
+// token itself is never kept), decisions by user (name, UID, groups, extra),
+// path and verb. An API error is never cached.
 type reviewer struct {
-	cs   kubernetes.Interface
-	opts reviewCache
+	cs        kubernetes.Interface
+	opts      reviewCache
+	salt      [32]byte
+	tokens    *ttlCache[tokenReview]
+	decisions *ttlCache[decision]
+}
+
+// tokenReview is what a TokenReview said of a token.
+type tokenReview struct {
+	authenticated bool
+	user          authenticationv1.UserInfo
+	err           string
+}
+
+// decision is what a SubjectAccessReview said.
+type decision struct {
+	allowed bool
+	reason  string
 }
 
 func newReviewer(cs kubernetes.Interface, opts reviewCache) *reviewer {
-	return &reviewer{cs: cs, opts: opts}
+	if opts.AllowTTL <= 0 {
+		opts.AllowTTL = defaultAllowTTL
+	}
+	if opts.DenyTTL <= 0 {
+		opts.DenyTTL = defaultDenyTTL
+	}
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = defaultMaxEntries
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	rv := &reviewer{cs: cs, opts: opts,
+		tokens:    newTTLCache[tokenReview](opts.MaxEntries, opts.Now),
+		decisions: newTTLCache[decision](opts.MaxEntries, opts.Now)}
+	// crypto/rand.Read does not fail (it panics if the system's source does).
+	_, _ = rand.Read(rv.salt[:])
+	return rv
 }
-
-// authorize is authorize's, through rv's client.
-func (rv *reviewer) authorize(r *http.Request) (int, string) { return authorize(r, rv.cs) }
 
 // reviewTimeout bounds each review call to the API server.
 const reviewTimeout = 10 * time.Second
@@ -71,36 +123,150 @@ const reviewTimeout = 10 * time.Second
 // authorize answers 200 for a request that may read, 401 for one without
 // an accepted token, 403 for a user not allowed, 503 when the API server
 // could not be asked; and why.
-func authorize(r *http.Request, cs kubernetes.Interface) (int, string) {
+func (rv *reviewer) authorize(r *http.Request) (int, string) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || strings.TrimSpace(token) == "" {
+	token = strings.TrimSpace(token)
+	if !ok || token == "" {
 		return http.StatusUnauthorized, "no bearer token"
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), reviewTimeout)
 	defer cancel()
-	tr, err := cs.AuthenticationV1().TokenReviews().Create(ctx,
-		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: strings.TrimSpace(token)}}, metav1.CreateOptions{})
+	tr, err := rv.reviewToken(ctx, token)
 	if err != nil {
 		return http.StatusServiceUnavailable, "token review: " + err.Error()
 	}
-	if !tr.Status.Authenticated {
-		return http.StatusUnauthorized, "token not authenticated: " + tr.Status.Error
+	if !tr.authenticated {
+		return http.StatusUnauthorized, "token not authenticated: " + tr.err
 	}
-	u := tr.Status.User
+	verb := strings.ToLower(r.Method)
+	d, err := rv.reviewAccess(ctx, tr.user, r.URL.Path, verb)
+	if err != nil {
+		return http.StatusServiceUnavailable, "subject access review: " + err.Error()
+	}
+	if !d.allowed {
+		return http.StatusForbidden, fmt.Sprintf("%s may not %s %s: %s", tr.user.Username, verb, r.URL.Path, d.reason)
+	}
+	return http.StatusOK, ""
+}
+
+// reviewToken is the TokenReview of token, from the cache when it holds one.
+func (rv *reviewer) reviewToken(ctx context.Context, token string) (tokenReview, error) {
+	h := sha256.New()
+	h.Write(rv.salt[:])
+	h.Write([]byte(token))
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	if v, ok := rv.tokens.get(key); ok {
+		return v, nil
+	}
+	tr, err := rv.cs.AuthenticationV1().TokenReviews().Create(ctx,
+		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	if err != nil {
+		return tokenReview{}, err
+	}
+	v := tokenReview{authenticated: tr.Status.Authenticated, user: tr.Status.User, err: tr.Status.Error}
+	rv.tokens.put(key, v, rv.ttl(v.authenticated))
+	return v, nil
+}
+
+// reviewAccess is the SubjectAccessReview of u's verb on the non-resource
+// path, from the cache when it holds one.
+func (rv *reviewer) reviewAccess(ctx context.Context, u authenticationv1.UserInfo, path, verb string) (decision, error) {
+	// JSON encodes the extra map's keys sorted: one request, one key.
+	b, err := json.Marshal(struct {
+		User       authenticationv1.UserInfo
+		Path, Verb string
+	}{u, path, verb})
+	if err != nil {
+		return decision{}, err
+	}
+	key := sha256.Sum256(b)
+	if d, ok := rv.decisions.get(key); ok {
+		return d, nil
+	}
 	extra := map[string]authorizationv1.ExtraValue{}
 	for k, v := range u.Extra {
 		extra[k] = authorizationv1.ExtraValue(v)
 	}
-	sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+	sar, err := rv.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 		Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
-			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: r.URL.Path, Verb: strings.ToLower(r.Method)},
+			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: verb},
 		}}, metav1.CreateOptions{})
 	if err != nil {
-		return http.StatusServiceUnavailable, "subject access review: " + err.Error()
+		return decision{}, err
 	}
-	if !sar.Status.Allowed {
-		return http.StatusForbidden, fmt.Sprintf("%s may not %s %s: %s", u.Username, strings.ToLower(r.Method), r.URL.Path, sar.Status.Reason)
+	d := decision{allowed: sar.Status.Allowed, reason: sar.Status.Reason}
+	rv.decisions.put(key, d, rv.ttl(d.allowed))
+	return d, nil
+}
+
+func (rv *reviewer) ttl(allowed bool) time.Duration {
+	if allowed {
+		return rv.opts.AllowTTL
 	}
-	return http.StatusOK, ""
+	return rv.opts.DenyTTL
+}
+
+// ttlCache is a bounded map whose entries expire. When it is full, a put
+// drops the expired entries, then the oldest ones.
+type ttlCache[V any] struct {
+	mu      sync.Mutex
+	max     int
+	now     func() time.Time
+	entries map[[sha256.Size]byte]*list.Element
+	order   *list.List // of *ttlEntry[V], oldest first
+}
+
+type ttlEntry[V any] struct {
+	key     [sha256.Size]byte
+	value   V
+	expires time.Time
+}
+
+func newTTLCache[V any](max int, now func() time.Time) *ttlCache[V] {
+	return &ttlCache[V]{max: max, now: now, entries: map[[sha256.Size]byte]*list.Element{}, order: list.New()}
+}
+
+func (c *ttlCache[V]) get(key [sha256.Size]byte) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var zero V
+	el, ok := c.entries[key]
+	if !ok {
+		return zero, false
+	}
+	e := el.Value.(*ttlEntry[V])
+	if !c.now().Before(e.expires) {
+		c.remove(el)
+		return zero, false
+	}
+	return e.value, true
+}
+
+func (c *ttlCache[V]) put(key [sha256.Size]byte, v V, ttl time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.entries[key]; ok {
+		c.remove(el)
+	}
+	now := c.now()
+	if c.order.Len() >= c.max {
+		for el := c.order.Front(); el != nil; {
+			next := el.Next()
+			if !now.Before(el.Value.(*ttlEntry[V]).expires) {
+				c.remove(el)
+			}
+			el = next
+		}
+	}
+	for c.order.Len() >= c.max {
+		c.remove(c.order.Front())
+	}
+	c.entries[key] = c.order.PushBack(&ttlEntry[V]{key: key, value: v, expires: now.Add(ttl)})
+}
+
+func (c *ttlCache[V]) remove(el *list.Element) {
+	delete(c.entries, el.Value.(*ttlEntry[V]).key)
+	c.order.Remove(el)
 }
