@@ -56,7 +56,7 @@ func startReplica(t *testing.T, name string) *replica {
 }
 
 func (r *replica) remote() lbtarget.Replica {
-	return lbtarget.Replica{Name: r.name, Provider: &Remote{Replica: r.name, BaseURL: r.state.URL}}
+	return lbtarget.Replica{Name: r.name, Provider: &Remote{Replica: r.name, BaseURL: r.state.URL, Client: r.state.Client()}}
 }
 
 // write makes the replica's load balancer lb, as its own writer would.

@@ -2,8 +2,10 @@ package dataplane
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 	"sort"
 	"strconv"
 	"sync"
@@ -42,6 +44,10 @@ type Discovery struct {
 	Selector  labels.Selector
 	// Port is the state endpoint's port on each replica's pod address.
 	Port int
+	// TLS gives the client side of the TLS connection to the replica whose
+	// pod has uid: it must accept only that replica's certificate
+	// (stateauth.Authority.TLSConfig).
+	TLS func(uid string) *tls.Config
 	// Recorder, when set, gets a Warning Event on a replica's pod when it
 	// stops counting for its node's Lease (once per pod).
 	Recorder events.EventRecorder
@@ -50,6 +56,35 @@ type Discovery struct {
 
 	mu       sync.Mutex
 	reported map[types.UID]bool
+	clients  map[types.UID]*http.Client
+}
+
+// readTimeout bounds each read of a replica: one that does not answer makes
+// the gates wait, not hang.
+const readTimeout = 5 * time.Second
+
+// clientsFor keeps one HTTP client (and its kept-alive connections) per
+// replica pod that counts, and drops the others'.
+func (d *Discovery) clientsFor(pods []*corev1.Pod) map[types.UID]*http.Client {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	next := make(map[types.UID]*http.Client, len(pods))
+	for _, p := range pods {
+		c := d.clients[p.UID]
+		if c == nil {
+			c = &http.Client{Timeout: readTimeout, Transport: &http.Transport{
+				TLSClientConfig: d.TLS(string(p.UID)), MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second,
+				TLSHandshakeTimeout: readTimeout, ForceAttemptHTTP2: false}}
+		}
+		next[p.UID] = c
+	}
+	for uid, c := range d.clients {
+		if next[uid] == nil {
+			c.CloseIdleConnections()
+		}
+	}
+	d.clients = next
+	return next
 }
 
 // Replicas implements lbtarget.Finder.Replicas.
@@ -62,7 +97,7 @@ func (d *Discovery) Replicas(ctx context.Context) ([]lbtarget.Replica, error) {
 	if d.Now != nil {
 		now = d.Now
 	}
-	var out []lbtarget.Replica
+	var counted []*corev1.Pod
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -76,8 +111,13 @@ func (d *Discovery) Replicas(ctx context.Context) ([]lbtarget.Replica, error) {
 			d.report(p, why)
 			continue
 		}
-		out = append(out, lbtarget.Replica{Name: p.Name, Provider: &Remote{Replica: p.Name,
-			BaseURL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(d.Port))}})
+		counted = append(counted, p)
+	}
+	clients := d.clientsFor(counted)
+	out := make([]lbtarget.Replica, 0, len(counted))
+	for _, p := range counted {
+		out = append(out, lbtarget.Replica{Name: p.Name, Provider: &Remote{Replica: p.Name, Client: clients[p.UID],
+			BaseURL: "https://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(d.Port))}})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

@@ -2,6 +2,8 @@ package dataplane
 
 import (
 	"context"
+	"crypto/tls"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +53,7 @@ func TestReplicasThatCount(t *testing.T) {
 
 	rec := events.NewFakeRecorder(10)
 	d := &Discovery{Reader: c, Namespace: ns, Selector: labels.SelectorFromSet(labels.Set{"app": "dataplane"}), Port: 9100,
-		Recorder: rec, Now: func() time.Time { return now }}
+		Recorder: rec, Now: func() time.Time { return now }, TLS: func(uid string) *tls.Config { return &tls.Config{ServerName: uid} }}
 	for round := 0; round < 2; round++ {
 		rs, err := d.Replicas(ctx)
 		if err != nil {
@@ -59,9 +61,19 @@ func TestReplicasThatCount(t *testing.T) {
 		}
 		var names []string
 		for _, r := range rs {
-			names = append(names, r.Name+"="+r.Provider.(*Remote).BaseURL)
+			rem := r.Provider.(*Remote)
+			names = append(names, r.Name+"="+rem.BaseURL)
+			// Each replica is read with the TLS configuration that
+			// accepts that replica's pod only.
+			var pod corev1.Pod
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: r.Name}, &pod); err != nil {
+				t.Fatal(err)
+			}
+			if tc := rem.Client.Transport.(*http.Transport).TLSClientConfig; tc == nil || tc.ServerName != string(pod.UID) {
+				t.Errorf("replica %s read with TLS config %+v, want the one for its pod UID %s", r.Name, tc, pod.UID)
+			}
 		}
-		want := "dp-no-lease=http://10.1.0.5:9100 dp-running=http://10.1.0.1:9100 dp-terminating=http://10.1.0.6:9100"
+		want := "dp-no-lease=https://10.1.0.5:9100 dp-running=https://10.1.0.1:9100 dp-terminating=https://10.1.0.6:9100"
 		if got := strings.Join(names, " "); got != want {
 			t.Errorf("round %d: replicas %s, want %s", round, got, want)
 		}

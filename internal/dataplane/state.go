@@ -15,7 +15,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"time"
 
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
@@ -88,10 +87,11 @@ var ErrReadOnly = errors.New("dataplane: a replica's load balancer is read-only 
 // implements provider.Provider for reading backends only.
 type Remote struct {
 	// Replica names the replica in messages; BaseURL is its state endpoint
-	// (http://ADDR:PORT).
+	// (https://ADDR:PORT).
 	Replica string
 	BaseURL string
-	// Client is the HTTP client (default: one with a 5 s timeout).
+	// Client is the HTTP client; it must verify the replica (Discovery's
+	// clients accept only the certificate naming the replica's pod).
 	Client *http.Client
 }
 
@@ -101,10 +101,6 @@ func (r *Remote) Name() string                            { return "haproxy-repl
 func (r *Remote) Unsupported() map[model.Protocol]bool    { return nil }
 func (r *Remote) Apply(context.Context, model.Plan) error { return ErrReadOnly }
 func (r *Remote) Delete(context.Context, string) error    { return ErrReadOnly }
-
-// defaultClient bounds each read: a replica that does not answer makes the
-// gates wait, not hang.
-var defaultClient = &http.Client{Timeout: 5 * time.Second}
 
 // Backends reads the replica's backends of the load balancer key.
 func (r *Remote) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
@@ -128,7 +124,7 @@ func (r *Remote) Observe(ctx context.Context, key string) (*model.LoadBalancer, 
 func (r *Remote) get(ctx context.Context, path, key string, out any) error {
 	c := r.Client
 	if c == nil {
-		c = defaultClient
+		return fmt.Errorf("replica %s: no verified client", r.Replica)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.BaseURL+path+"?key="+url.QueryEscape(key), nil)
 	if err != nil {

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
@@ -54,6 +56,9 @@ type dpReplica struct {
 	// (dataplane_chart.go) is its DaemonSet pod.
 	podName string
 	podUID  types.UID
+	// labPodUID is the UID of the Pod object the lab made for a replica of
+	// its own arrangement.
+	labPodUID types.UID
 	// viewedAt is when the lab last attached its view of the pod's HAProxy
 	// (a node's recovery attaches it again).
 	viewedAt time.Time
@@ -117,8 +122,35 @@ func (r *run) dropReplica(d *dpReplica) {
 	r.dataPlane = slices.DeleteFunc(r.dataPlane, func(o *dpReplica) bool { return o == d })
 }
 
+// labDataPlaneServiceAccount is the ServiceAccount of the replicas of the
+// lab's own arrangement, bound to cluster-admin: the lab runs them with
+// the chart's flags, not its RBAC (--from-chart runs those).
+const labDataPlaneServiceAccount = "lab-data-plane"
+
+// dataPlaneAccount makes labDataPlaneServiceAccount, if missing.
+func (r *run) dataPlaneAccount(ctx context.Context) error {
+	cs := r.lab.cp.client
+	_, err := cs.CoreV1().ServiceAccounts(ctrlNamespace).Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ctrlNamespace, Name: labDataPlaneServiceAccount}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("data-plane ServiceAccount: %w", err)
+	}
+	_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: labDataPlaneServiceAccount},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ctrlNamespace, Name: labDataPlaneServiceAccount}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("data-plane ServiceAccount binding: %w", err)
+	}
+	return nil
+}
+
 // startDataPlane starts every replica and routes the client to them all.
 func (r *run) startDataPlane(ctx context.Context) error {
+	if err := r.dataPlaneAccount(ctx); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(r.dir, 0o700); err != nil {
 		return err
 	}
@@ -152,10 +184,12 @@ func (r *run) startReplica(ctx context.Context, d *dpReplica) error {
 		return err
 	}
 	d.prov = prov
-	if err := r.startReplicaProcess(ctx, d); err != nil {
+	// The pod first: the process authenticates as it (a token bound to
+	// it) and its state endpoint's certificate names the pod's UID.
+	if err := r.replicaPod(ctx, d); err != nil {
 		return err
 	}
-	return r.replicaPod(ctx, d)
+	return r.startReplicaProcess(ctx, d)
 }
 
 // replicaArgs are the replica's zerodrop process's: the chart's data-plane
@@ -163,9 +197,12 @@ func (r *run) startReplica(ctx context.Context, d *dpReplica) error {
 func (r *run) replicaArgs(d *dpReplica) []string {
 	return []string{
 		"controller",
-		"--kubeconfig=" + r.lab.net.kubeconfig,
+		"--kubeconfig=" + d.dir + ".kubeconfig",
 		"--load-balancer-class=" + r.class,
 		"--role=data-plane",
+		"--pod-name=" + d.pod(r.id),
+		"--pod-namespace=" + ctrlNamespace,
+		"--pod-uid=" + string(d.labPodUID),
 		"--haproxy-socket=" + filepath.Join(d.dir, "admin.sock"),
 		"--haproxy-master-socket=" + filepath.Join(d.dir, "master.sock"),
 		"--haproxy-config=" + filepath.Join(d.dir, "haproxy.cfg"),
@@ -223,8 +260,9 @@ func (r *run) replicaPod(ctx context.Context, d *dpReplica) error {
 			Labels: map[string]string{labelDataPlane: strconv.Itoa(r.id)}},
 		Spec: corev1.PodSpec{
 			// No lab node: the lab's kubelet runs nothing for it.
-			NodeName:    fmt.Sprintf("lab-lb-%d", d.index+1),
-			HostNetwork: true,
+			NodeName:           fmt.Sprintf("lab-lb-%d", d.index+1),
+			HostNetwork:        true,
+			ServiceAccountName: labDataPlaneServiceAccount,
 			Containers: []corev1.Container{{Name: "haproxy", Image: dataPlaneImage},
 				{Name: "controller", Image: dataPlaneImage}},
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
@@ -233,6 +271,18 @@ func (r *run) replicaPod(ctx context.Context, d *dpReplica) error {
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("data-plane pod %s: %w", pod.Name, err)
+	}
+	d.labPodUID = created.UID
+	// The replica's process authenticates as its pod, with a token bound
+	// to it, as the kubelet's projected token is.
+	token, err := r.lab.serviceAccountToken(ctx, created)
+	if err != nil {
+		return fmt.Errorf("data-plane pod %s: token: %w", pod.Name, err)
+	}
+	kc := rest.AnonymousClientConfig(r.lab.cp.config)
+	kc.BearerToken = token
+	if _, err := writeKubeconfig(kc, "https://"+apiserverInNetns, d.dir+".kubeconfig"); err != nil {
+		return err
 	}
 	ip := d.host.IP.String()
 	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},

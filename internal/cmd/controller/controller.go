@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -257,10 +258,16 @@ func newLogger(cfg Config) logr.Logger {
 	return logr.FromSlogHandler(slog.NewJSONHandler(out, nil))
 }
 
+// setLogger gives controller-runtime its logger once per process: its
+// SetLogger fulfils a process-wide promise and races with itself when
+// called from several goroutines (the tests run several controllers in one
+// process).
+var setLogger sync.Once
+
 // RunConfig runs the controller until ctx is done.
 func RunConfig(ctx context.Context, cfg Config) error {
 	log := newLogger(cfg).WithName("zerodrop")
-	ctrl.SetLogger(log)
+	setLogger.Do(func() { ctrl.SetLogger(log) })
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -365,7 +372,10 @@ func RunConfig(ctx context.Context, cfg Config) error {
 	switch {
 	case role == service.RoleControl:
 		// No HAProxy here: every data-plane replica writes its own.
-		prov, replicas = cfg.DataPlane.fleet(mgr.GetCache(), mgr.GetEventRecorder("zerodrop-data-plane"))
+		var err error
+		if prov, replicas, err = cfg.DataPlane.fleet(mgr, log); err != nil {
+			return err
+		}
 	case cfg.Provider == "azure":
 		azOpts.Hooks = m.ProviderHooks("azure")
 		azOpts.Log = log.WithName("azure")
@@ -398,7 +408,7 @@ func RunConfig(ctx context.Context, cfg Config) error {
 			return err
 		}
 		if role == service.RoleDataPlane {
-			if err := mgr.Add(&stateServer{addr: cfg.DataPlane.StateAddr, h: dataplane.StateHandler(hp), log: log.WithName("state")}); err != nil {
+			if err := cfg.DataPlane.stateEndpoint(mgr, hp, log); err != nil {
 				return err
 			}
 		}

@@ -1,21 +1,20 @@
 package controller
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"time"
+	"os"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/events"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/dataplane"
+	"zerodrop.dev/zerodrop/internal/dataplane/stateauth"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
@@ -33,16 +32,26 @@ type RoleConfig struct {
 	Namespace string
 	Selector  string
 	StatePort int
+	// CASecret names the Secret in Namespace holding the private CA of the
+	// state endpoint's certificates (control role).
+	CASecret string
+	// PodName, PodNamespace and PodUID are the data-plane replica's own pod
+	// (the downward API): its state endpoint certificate names the pod.
+	PodName, PodNamespace, PodUID string
 }
 
 func (r *RoleConfig) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&r.Role, "role", "all", "all: one process allocates addresses, writes the Services and writes its HAProxy; "+
 		"control: the leader allocates addresses and writes the Services, every replica serves the gates, no HAProxy is written (the data-plane replicas write their own); "+
 		"data-plane: write only this replica's own HAProxy (no leader election), from the addresses in the Services' status, and serve its state to the control role")
-	fs.StringVar(&r.StateAddr, "state-bind-address", ":9092", "data-plane role: read-only state endpoint the control role and the gates read (GET /v1/backends, /v1/loadbalancer)")
+	fs.StringVar(&r.StateAddr, "state-bind-address", ":9092", "data-plane role: read-only state endpoint the control role's gates read (GET /v1/backends, /v1/loadbalancer), TLS only, the control role's client certificate required; bind the node's internal address (the chart does)")
+	fs.StringVar(&r.PodName, "pod-name", os.Getenv("POD_NAME"), "data-plane role: this replica's pod name (default $POD_NAME, from the downward API)")
+	fs.StringVar(&r.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "data-plane role: this replica's pod namespace (default $POD_NAMESPACE)")
+	fs.StringVar(&r.PodUID, "pod-uid", os.Getenv("POD_UID"), "data-plane role: this replica's pod UID (default $POD_UID, fieldRef metadata.uid): its state endpoint certificate names it")
 	fs.StringVar(&r.Namespace, "data-plane-namespace", "", "control role: namespace of the data-plane replicas' pods")
 	fs.StringVar(&r.Selector, "data-plane-selector", "", "control role: label selector of the data-plane replicas' pods, e.g. app.kubernetes.io/component=data-plane")
 	fs.IntVar(&r.StatePort, "data-plane-state-port", 9092, "control role: port of the replicas' state endpoint on their pod addresses")
+	fs.StringVar(&r.CASecret, "data-plane-ca-secret", stateauth.DefaultCASecret, "control role: Secret in --data-plane-namespace holding the private CA of the state endpoint's certificates (created when missing)")
 }
 
 func (r *RoleConfig) role() service.Role {
@@ -81,6 +90,9 @@ func (r *RoleConfig) validate(c *Config) error {
 		if r.StateAddr == "" || r.StateAddr == "0" {
 			return errors.New("--role data-plane needs --state-bind-address: the gates read every replica's state")
 		}
+		if r.PodName == "" || r.PodNamespace == "" || r.PodUID == "" {
+			return errors.New("--role data-plane needs its pod's name, namespace and UID (--pod-name, --pod-namespace, --pod-uid, or POD_NAME, POD_NAMESPACE, POD_UID from the downward API): its state endpoint's certificate names the pod")
+		}
 	default:
 		return fmt.Errorf("--role must be all, control or data-plane, not %q", r.Role)
 	}
@@ -88,38 +100,38 @@ func (r *RoleConfig) validate(c *Config) error {
 }
 
 // fleet is the control role's provider and its replicas: the pods that
-// count, each read through its state endpoint.
-func (r *RoleConfig) fleet(reader client.Reader, recorder events.EventRecorder) (provider.Provider, *dataplane.Discovery) {
+// count, each read through its state endpoint over TLS that accepts only
+// that pod's certificate. The authority (the CA, every control replica's
+// client certificate) and the signer (the leader's) are added to mgr.
+func (r *RoleConfig) fleet(mgr ctrl.Manager, log logr.Logger) (provider.Provider, *dataplane.Discovery, error) {
 	sel, _ := labels.Parse(r.Selector) // validate parsed it
-	return dataplane.Fleet{ProviderName: haproxy.Name, Protocols: haproxy.UnsupportedProtocols()},
-		&dataplane.Discovery{Reader: reader, Namespace: r.Namespace, Selector: sel, Port: r.StatePort, Recorder: recorder}
-}
-
-// stateServer serves a data-plane replica's state endpoint in every
-// process (no leader election): the gates read every replica.
-type stateServer struct {
-	addr string
-	h    http.Handler
-	log  logr.Logger
-}
-
-func (s *stateServer) NeedLeaderElection() bool { return false }
-
-func (s *stateServer) Start(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.addr)
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
-		return fmt.Errorf("state endpoint: %w", err)
+		return nil, nil, fmt.Errorf("data-plane CA client: %w", err)
 	}
-	srv := &http.Server{Handler: s.h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	s.log.Info("serving the data-plane state endpoint", "address", ln.Addr().String())
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("state endpoint: %w", err)
+	auth := &stateauth.Authority{Client: c, Namespace: r.Namespace, SecretName: r.CASecret, Log: log.WithName("state-ca")}
+	if err := mgr.Add(auth); err != nil {
+		return nil, nil, err
 	}
-	return nil
+	recorder := mgr.GetEventRecorder("zerodrop-data-plane")
+	signer := &stateauth.Signer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Authority: auth,
+		Namespace: r.Namespace, Selector: sel, Recorder: recorder, Log: log.WithName("state-signer")}
+	if err := signer.SetupWithManager(mgr); err != nil {
+		return nil, nil, fmt.Errorf("data-plane certificate signer: %w", err)
+	}
+	return dataplane.Fleet{ProviderName: haproxy.Name, Protocols: haproxy.UnsupportedProtocols()},
+		&dataplane.Discovery{Reader: mgr.GetCache(), Namespace: r.Namespace, Selector: sel, Port: r.StatePort,
+			Recorder: recorder, TLS: auth.TLSConfig}, nil
+}
+
+// stateEndpoint adds a data-plane replica's state endpoint to mgr: its
+// certificate (requested for its pod through the CSR API) and the TLS
+// server.
+func (r *RoleConfig) stateEndpoint(mgr ctrl.Manager, src dataplane.StateSource, log logr.Logger) error {
+	rep := &stateauth.Replica{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+		PodNamespace: r.PodNamespace, PodName: r.PodName, PodUID: types.UID(r.PodUID), Log: log.WithName("state-cert")}
+	if err := mgr.Add(rep); err != nil {
+		return err
+	}
+	return mgr.Add(&dataplane.Server{Addr: r.StateAddr, Handler: dataplane.StateHandler(src), TLS: rep.TLSConfig(), Log: log.WithName("state")})
 }

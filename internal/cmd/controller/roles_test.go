@@ -96,7 +96,8 @@ func dataPlaneReplica(t *testing.T, restCfg *rest.Config, c client.Client, podNa
 	}
 	cfg := baseConfig(testutil.PodConfig(t, restCfg, &pod))
 	cfg.HAProxy = haproxy.Options{Dir: dir}
-	cfg.DataPlane = RoleConfig{Role: "data-plane", StateAddr: addr}
+	cfg.DataPlane = RoleConfig{Role: "data-plane", StateAddr: addr,
+		PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: string(pod.UID)}
 	return runProcess(t, cfg)
 }
 
