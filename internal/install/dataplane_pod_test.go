@@ -16,6 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/cmd/haproxyrun"
@@ -57,6 +60,7 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 	ports := map[string]int{}
 	localize := func(a string) string {
 		a = strings.ReplaceAll(a, mount, shared)
+		a = strings.ReplaceAll(a, "$(HOST_IP)", "")
 		for _, flag := range []string{"--state-bind-address", "--metrics-bind-address", "--health-probe-bind-address"} {
 			if strings.HasPrefix(a, flag+"=:") {
 				ports[flag] = testutil.FreePort(t)
@@ -95,6 +99,34 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 
 	// The controller container, in process.
 	restCfg := testenv.Start(t)
+	// The replica's pod, as the DaemonSet makes it, and what the downward
+	// API gives its controller container; the process authenticates as the
+	// pod (a token bound to it, as the kubelet's projected token).
+	c := testutil.Client(t, restCfg)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "zerodrop-data-plane-x7k2p", Labels: ds.Spec.Template.Labels},
+		Spec: ds.Spec.Template.Spec}
+	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	testutil.AdminServiceAccount(t, restCfg, namespace, ds.Spec.Template.Spec.ServiceAccountName)
+	if err := c.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range zc.Env {
+		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+			continue
+		}
+		switch e.ValueFrom.FieldRef.FieldPath {
+		case "metadata.name":
+			t.Setenv(e.Name, pod.Name)
+		case "metadata.namespace":
+			t.Setenv(e.Name, pod.Namespace)
+		case "metadata.uid":
+			t.Setenv(e.Name, string(pod.UID))
+		case "status.hostIP", "status.podIP":
+			t.Setenv(e.Name, "127.0.0.1")
+		}
+	}
 	zargs := make([]string, 0, len(zc.Args))
 	for _, a := range zc.Args[1:] {
 		zargs = append(zargs, localize(a))
@@ -103,7 +135,7 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 	if err != nil {
 		t.Fatalf("controller container args %q: %v", zc.Args, err)
 	}
-	cfg.RESTConfig, cfg.Registerer = restCfg, prometheus.NewRegistry()
+	cfg.RESTConfig, cfg.Registerer = testutil.PodConfig(t, restCfg, pod), prometheus.NewRegistry()
 	cfg.MetricsSecure = false
 	cfg.AddressMap = "198.18.0.0/15=127.18.0.0/15"
 	ctx, cancel := context.WithCancel(context.Background())
@@ -112,7 +144,6 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 	t.Cleanup(func() { testutil.StopManager(t, cancel, done) })
 
 	// A Service as the control role leaves it: an address in its status.
-	c := testutil.Client(t, restCfg)
 	const ns, name, addr = "default", "web", "127.0.105.1"
 	svc := testutil.LBService(ns, name, "zerodrop.dev/haproxy", int32(testutil.FreePort(t)), 8080)
 	if err := c.Create(ctx, svc); err != nil {
@@ -146,8 +177,12 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(hcfg.Dir, "server-state")); err != nil {
 		t.Errorf("no server-state file in the shared state directory: %v", err)
 	}
-	testutil.Eventually(t, 30*time.Second, "the state endpoint", func() (bool, string) {
-		err := getOK(fmt.Sprintf("http://127.0.0.1:%d/v1/loadbalancer?key=%s/%s", ports["--state-bind-address"], ns, name))
+	// The state endpoint answers the control role (its CA signed the
+	// replica's certificate for this pod) over TLS.
+	tlsFor := testutil.StateAuthority(t, restCfg, namespace, labels.SelectorFromSet(ds.Spec.Selector.MatchLabels))
+	stateClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsFor(string(pod.UID))}}
+	testutil.Eventually(t, 60*time.Second, "the state endpoint", func() (bool, string) {
+		err := getOK(stateClient, fmt.Sprintf("https://127.0.0.1:%d/v1/loadbalancer?key=%s/%s", ports["--state-bind-address"], ns, name))
 		return err == nil, fmt.Sprint(err)
 	})
 
@@ -158,9 +193,9 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 	testutil.Eventually(t, 60*time.Second, "the restarted HAProxy container to serve the same listener", served)
 }
 
-// getOK GETs url and wants 200.
-func getOK(url string) error {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+// getOK GETs url with c and wants 200.
+func getOK(c *http.Client, url string) error {
+	resp, err := c.Get(url)
 	if err != nil {
 		return err
 	}

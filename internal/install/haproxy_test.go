@@ -28,6 +28,51 @@ var dataPlaneLeastPrivilege = []rbacv1.PolicyRule{
 	{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
 	{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	// Its state endpoint's certificate, asked for through the CSR API.
+	{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"create", "get"}},
+}
+
+// controlLeastPrivilege: the control role's ClusterRole with the HAProxy data
+// plane: leastPrivilege, and approving and signing the replicas' state
+// endpoint certificates (its own signer only).
+var controlLeastPrivilege = append(slices.Clone(leastPrivilege),
+	rbacv1.PolicyRule{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"get", "list", "watch"}},
+	rbacv1.PolicyRule{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests/approval", "certificatesigningrequests/status"}, Verbs: []string{"update"}},
+	rbacv1.PolicyRule{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, ResourceNames: []string{"zerodrop.dev/data-plane-state"}, Verbs: []string{"approve", "sign"}},
+)
+
+// downwardAPI are the values the tests give the containers' fieldRef
+// environment variables, as the kubelet would for a pod on a node.
+var downwardAPI = map[string]string{
+	"metadata.name":      "zerodrop-data-plane-x7k2p",
+	"metadata.namespace": namespace,
+	"metadata.uid":       "6f1c1d0e-0000-4000-8000-000000000001",
+	"status.hostIP":      "192.0.2.10",
+	"status.podIP":       "192.0.2.10",
+}
+
+// containerEnv sets c's downward-API environment variables in the test's
+// environment (the controller's flags default to some) and returns a
+// function that expands $(VAR) references to them in an argument.
+func containerEnv(t *testing.T, c corev1.Container) func(string) string {
+	t.Helper()
+	vals := map[string]string{"POD_NAMESPACE": namespace}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			v, ok := downwardAPI[e.ValueFrom.FieldRef.FieldPath]
+			if !ok {
+				t.Fatalf("container %s: env %s from %s, which the test does not know", c.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
+			}
+			vals[e.Name] = v
+			t.Setenv(e.Name, v)
+		}
+	}
+	return func(a string) string {
+		for k, v := range vals {
+			a = strings.ReplaceAll(a, "$("+k+")", v)
+		}
+		return a
+	}
 }
 
 // containerArgs parses a container's `zerodrop controller` arguments as the
@@ -37,9 +82,10 @@ func containerArgs(t *testing.T, c corev1.Container) controller.Config {
 	if len(c.Args) == 0 || c.Args[0] != "controller" {
 		t.Fatalf("container %s args %q: want the controller subcommand first", c.Name, c.Args)
 	}
+	expand := containerEnv(t, c)
 	args := make([]string, 0, len(c.Args)-1)
 	for _, a := range c.Args[1:] {
-		args = append(args, strings.ReplaceAll(a, "$(POD_NAMESPACE)", namespace))
+		args = append(args, expand(a))
 	}
 	cfg, err := controller.ParseArgs(args)
 	if err != nil {
@@ -95,6 +141,18 @@ func TestChartHAProxy(t *testing.T) {
 	if !strings.HasSuffix(dp.DataPlane.StateAddr, ":"+strconv.Itoa(ctl.DataPlane.StatePort)) {
 		t.Errorf("state endpoint at %q; the controller reads port %d", dp.DataPlane.StateAddr, ctl.DataPlane.StatePort)
 	}
+	// The state endpoint binds the node's internal address (host network),
+	// where the control role dials the pod's IP, not every interface.
+	if want := downwardAPI["status.hostIP"] + ":"; !strings.HasPrefix(dp.DataPlane.StateAddr, want) {
+		t.Errorf("state endpoint at %q: want the node's address %s (status.hostIP)", dp.DataPlane.StateAddr, want)
+	}
+	// Its certificate names the replica's pod: the downward API's.
+	if dp.DataPlane.PodUID != downwardAPI["metadata.uid"] || dp.DataPlane.PodName != downwardAPI["metadata.name"] || dp.DataPlane.PodNamespace != namespace {
+		t.Errorf("replica's pod %s/%s uid %s: want the downward API's", dp.DataPlane.PodNamespace, dp.DataPlane.PodName, dp.DataPlane.PodUID)
+	}
+	if ctl.DataPlane.CASecret == "" {
+		t.Error("the control role names no CA Secret")
+	}
 	// The HAProxy container's directory, as `zerodrop haproxy` takes it.
 	dir := haproxyrun.DefaultDir
 	if len(hc.Args) == 0 || hc.Args[0] != "haproxy" {
@@ -143,8 +201,20 @@ func TestChartHAProxy(t *testing.T) {
 		t.Errorf("ClusterRole zerodrop-data-plane: %s", g)
 	}
 	cr := typed[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "zerodrop"))
-	if g := grantDiff(cr.Rules, leastPrivilege); g != "" {
+	if g := grantDiff(cr.Rules, controlLeastPrivilege); g != "" {
 		t.Errorf("ClusterRole zerodrop: %s", g)
+	}
+	// The control role reads and rotates the state endpoint's CA Secret.
+	role := typed[rbacv1.Role](t, find(t, objs, "Role", "zerodrop"))
+	caGranted := false
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "secrets") && slices.Contains(r.ResourceNames, ctl.DataPlane.CASecret) &&
+			slices.Contains(r.Verbs, "get") && slices.Contains(r.Verbs, "update") {
+			caGranted = true
+		}
+	}
+	if !caGranted {
+		t.Errorf("Role zerodrop grants no get and update on the CA Secret %s: %v", ctl.DataPlane.CASecret, role.Rules)
 	}
 	leases := typed[rbacv1.Role](t, find(t, objs, "Role", "zerodrop-node-leases"))
 	if leases.Namespace != "kube-node-lease" || grantDiff(leases.Rules, []rbacv1.PolicyRule{
