@@ -38,6 +38,23 @@ const ReasonReplicaNotCounted = "DataPlaneReplicaNotCounted"
 // DaemonSet's pods tolerate unreachable nodes, so the pod alone says
 // nothing). A pod without an address yet does not count: nothing reaches
 // its HAProxy.
+//
+// A Lease is judged on this process' clock, never by its renewTime, which
+// the node's clock wrote (a node 40 s behind would look lost while it
+// carries traffic): as the kube node lifecycle controller does, Discovery
+// records, per node, the time on its own clock at which it saw the Lease's
+// renewTime change, and the node is lost once a full lease duration has
+// passed since then without another change seen. Changes are seen when
+// Replicas is called (each gate's read, each reconcile of the control
+// role), so a renewal is timed when it is seen, never earlier: a judgement
+// may come late, never early. A process that has just started (a restarted
+// or new leader, a new replica of the control role) has seen nothing yet:
+// the first sight of a Lease starts its observation, whatever its
+// renewTime, so a node is judged lost only after a full lease duration
+// without a renewal seen by this process. A node already lost when the
+// process starts is declared lost one lease duration after its first look,
+// not at once: the gates wait for its replica meanwhile, they never answer
+// early.
 type Discovery struct {
 	Reader    client.Reader
 	Namespace string
@@ -51,12 +68,21 @@ type Discovery struct {
 	// Recorder, when set, gets a Warning Event on a replica's pod when it
 	// stops counting for its node's Lease (once per pod).
 	Recorder events.EventRecorder
-	// Now is the clock (default time.Now).
+	// Now is the clock (default time.Now): Leases are judged on it.
 	Now func() time.Time
 
 	mu       sync.Mutex
 	reported map[types.UID]bool
 	clients  map[types.UID]*http.Client
+	// leases are the node Leases as last seen, by node name.
+	leases map[string]leaseSeen
+}
+
+// leaseSeen is a node Lease's renewTime as this process last saw it, and
+// when (on this process' clock) it first saw that renewTime.
+type leaseSeen struct {
+	renewTime time.Time
+	at        time.Time
 }
 
 // readTimeout bounds each read of a replica: one that does not answer makes
@@ -98,12 +124,14 @@ func (d *Discovery) Replicas(ctx context.Context) ([]lbtarget.Replica, error) {
 		now = d.Now
 	}
 	var counted []*corev1.Pod
+	nodes := map[string]bool{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		expired, why, err := d.nodeLost(ctx, p.Spec.NodeName, now())
+		nodes[p.Spec.NodeName] = true
+		expired, why, err := d.nodeLost(ctx, p.Spec.NodeName, now)
 		if err != nil {
 			return nil, err
 		}
@@ -113,6 +141,7 @@ func (d *Discovery) Replicas(ctx context.Context) ([]lbtarget.Replica, error) {
 		}
 		counted = append(counted, p)
 	}
+	d.forgetLeases(nodes)
 	clients := d.clientsFor(counted)
 	out := make([]lbtarget.Replica, 0, len(counted))
 	for _, p := range counted {
@@ -123,10 +152,11 @@ func (d *Discovery) Replicas(ctx context.Context) ([]lbtarget.Replica, error) {
 	return out, nil
 }
 
-// nodeLost reports whether node's Lease has expired at now. A node without
-// a Lease (or a pod not scheduled yet) is not lost: the replica keeps
-// counting, and the gates keep asking it.
-func (d *Discovery) nodeLost(ctx context.Context, node string, now time.Time) (bool, string, error) {
+// nodeLost reports whether node's Lease has expired: no change of its
+// renewTime seen for a full lease duration on this process' clock (now,
+// read after the Lease). A node without a Lease (or a pod not scheduled yet)
+// is not lost: the replica keeps counting, and the gates keep asking it.
+func (d *Discovery) nodeLost(ctx context.Context, node string, now func() time.Time) (bool, string, error) {
 	if node == "" {
 		return false, "", nil
 	}
@@ -141,12 +171,38 @@ func (d *Discovery) nodeLost(ctx context.Context, node string, now time.Time) (b
 	if lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
 		return false, "", nil
 	}
-	until := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
-	if now.After(until) {
-		return true, fmt.Sprintf("node %s's Lease expired at %s: the node is lost, and the traffic through this replica with it",
-			node, until.UTC().Format(time.RFC3339)), nil
+	renewed, t := lease.Spec.RenewTime.Time, now()
+	d.mu.Lock()
+	if d.leases == nil {
+		d.leases = map[string]leaseSeen{}
+	}
+	seen, ok := d.leases[node]
+	if !ok || !seen.renewTime.Equal(renewed) {
+		// A renewal (any change: a node whose clock stepped back renews
+		// with an earlier renewTime), or the first sight of this Lease.
+		seen = leaseSeen{renewTime: renewed, at: t}
+		d.leases[node] = seen
+	}
+	d.mu.Unlock()
+	duration := time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
+	if since := t.Sub(seen.at); since > duration {
+		return true, fmt.Sprintf("node %s's Lease expired: no renewal seen for %s (lease duration %s; last renewTime %s, on the node's clock): the node is lost, and the traffic through this replica with it",
+			node, since.Round(time.Second), duration, renewed.UTC().Format(time.RFC3339)), nil
 	}
 	return false, "", nil
+}
+
+// forgetLeases drops what was seen of the Leases of nodes no replica pod is
+// on any more. Should one come back, its observation starts again: later
+// judged lost, never earlier.
+func (d *Discovery) forgetLeases(nodes map[string]bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for node := range d.leases {
+		if !nodes[node] {
+			delete(d.leases, node)
+		}
+	}
 }
 
 // report records, once per pod, that the replica no longer counts.

@@ -25,7 +25,9 @@ import (
 // TestReplicasThatCount, on the real apiserver: a data-plane pod counts while
 // its HAProxy can receive traffic — running with an address, terminating
 // included — and stops counting when it has no address yet, has finished,
-// or its node's Lease has expired (then with one Warning Event).
+// or its node's Lease has expired (then with one Warning Event): no renewal
+// seen for a lease duration on the controller's clock, so a Lease first
+// seen counts, however old its renewTime (TestLeaseJudgedOnControllerClock).
 func TestReplicasThatCount(t *testing.T) {
 	cfg := testenv.Start(t)
 	c := testutil.Client(t, cfg)
@@ -56,7 +58,24 @@ func TestReplicasThatCount(t *testing.T) {
 	rec := events.NewFakeRecorder(10)
 	d := &Discovery{Reader: c, Namespace: ns, Selector: labels.SelectorFromSet(labels.Set{"app": "dataplane"}), Port: 9100,
 		Recorder: rec, Now: func() time.Time { return now }, TLS: func(uid string) *tls.Config { return &tls.Config{ServerName: uid} }}
-	for round := 0; round < 2; round++ {
+	for round := 0; round < 3; round++ {
+		want := "dp-no-lease=https://10.1.0.5:9100 dp-running=https://10.1.0.1:9100 dp-terminating=https://10.1.0.6:9100"
+		if round == 0 {
+			// First sight of node-lost's Lease: it counts until a lease
+			// duration passes on this clock without a renewal.
+			want = "dp-no-lease=https://10.1.0.5:9100 dp-node-lost=https://10.1.0.4:9100 dp-running=https://10.1.0.1:9100 dp-terminating=https://10.1.0.6:9100"
+		} else {
+			// node-fresh's kubelet renews; node-lost's does not.
+			now = now.Add(45 * time.Second)
+			var l coordinationv1.Lease
+			if err := c.Get(ctx, client.ObjectKey{Namespace: NodeLeaseNamespace, Name: "node-fresh"}, &l); err != nil {
+				t.Fatal(err)
+			}
+			l.Spec.RenewTime = &metav1.MicroTime{Time: now}
+			if err := c.Update(ctx, &l); err != nil {
+				t.Fatal(err)
+			}
+		}
 		rs, err := d.Replicas(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -75,7 +94,6 @@ func TestReplicasThatCount(t *testing.T) {
 				t.Errorf("replica %s read with TLS config %+v, want the one for its pod UID %s", r.Name, tc, pod.UID)
 			}
 		}
-		want := "dp-no-lease=https://10.1.0.5:9100 dp-running=https://10.1.0.1:9100 dp-terminating=https://10.1.0.6:9100"
 		if got := strings.Join(names, " "); got != want {
 			t.Errorf("round %d: replicas %s, want %s", round, got, want)
 		}
