@@ -106,7 +106,8 @@ func TestDoubleDashEndsFlags(t *testing.T) {
 	}
 }
 
-// decodeFindings checks the JSON contract: exactly the eight keys, strings but line.
+// decodeFindings checks the JSON contract: exactly the eight keys, strings but
+// line, and the optional "template" (a helm template's "# Source:" path).
 func decodeFindings(t *testing.T, out string) []map[string]any {
 	t.Helper()
 	var doc map[string]json.RawMessage
@@ -127,6 +128,12 @@ func decodeFindings(t *testing.T, out string) []map[string]any {
 	for _, f := range fs {
 		var got []string
 		for k, v := range f {
+			if k == "template" {
+				if s, ok := v.(string); !ok || s == "" {
+					t.Errorf("template is %#v, want a non-empty string when present", v)
+				}
+				continue
+			}
 			got = append(got, k)
 			if k == "line" {
 				if n, ok := v.(float64); !ok || n < 0 || n != float64(int(n)) {
@@ -274,7 +281,7 @@ func TestHelmTemplateOnStdin(t *testing.T) {
 	}
 	r := run(t, string(data), "-o", "json", "-")
 	fs := decodeFindings(t, r.stdout)
-	if r.code != check.ExitFindings || len(fs) == 0 || fs[0]["file"] != "web/templates/deployment.yaml" {
+	if r.code != check.ExitFindings || len(fs) == 0 || fs[0]["file"] != "-" || fs[0]["template"] != "web/templates/deployment.yaml" {
 		t.Fatalf("exit %d, findings %v, stderr %s", r.code, fs, r.stderr)
 	}
 }

@@ -76,8 +76,8 @@ func TestHelmChartRendered(t *testing.T) {
 	}
 }
 
-// helm template output on stdin: findings name the template of each
-// "# Source:" comment, not stdin.
+// helm template output on stdin: findings are on stdin ("-") and name the
+// template of each "# Source:" comment in "template".
 func TestHelmSourceCommentsOnStdin(t *testing.T) {
 	in := "---\n# Source: web/templates/service.yaml\n" + lbService + "---\n# Source: web/templates/deployment.yaml\n" + web
 	fs := decodeFindings(t, run(t, in, "-o", "json", "-").stdout)
@@ -85,8 +85,8 @@ func TestHelmSourceCommentsOnStdin(t *testing.T) {
 		t.Fatal("no findings")
 	}
 	for _, f := range fs {
-		if f["file"] != "web/templates/deployment.yaml" {
-			t.Errorf("%s on %v, want web/templates/deployment.yaml", f["rule"], f["file"])
+		if f["file"] != "-" || f["template"] != "web/templates/deployment.yaml" {
+			t.Errorf("%s on %v (template %v), want - and web/templates/deployment.yaml", f["rule"], f["file"], f["template"])
 		}
 	}
 }

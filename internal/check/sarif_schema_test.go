@@ -82,7 +82,8 @@ func TestSARIFSchemaRejectsInvalidLog(t *testing.T) {
 
 // A real chart rendered by the real helm and piped in the way a user does,
 // `helm template <chart> | zerodrop check -o sarif -`: the SARIF is valid
-// 2.1.0 and places each finding on the template it came from.
+// 2.1.0, places each finding on stdin ("-", relative to %SRCROOT%) at its
+// line, and names the template it came from as a related location.
 func TestHelmTemplatePipedToSARIF(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds helm from the Go module proxy")
@@ -112,35 +113,40 @@ func TestHelmTemplatePipedToSARIF(t *testing.T) {
 	if !ok {
 		t.Fatalf("SARIF log is not an object:\n%s", r.stdout)
 	}
-	uris := map[string][]string{} // rule -> artifact URIs
-	runs, _ := doc["runs"].([]any)
-	for _, run := range runs {
-		results, _ := run.(map[string]any)["results"].([]any)
-		for _, res := range results {
-			res := res.(map[string]any)
-			rule, _ := res["ruleId"].(string)
-			locs, _ := res["locations"].([]any)
-			for _, l := range locs {
-				pl, _ := l.(map[string]any)["physicalLocation"].(map[string]any)
-				al, _ := pl["artifactLocation"].(map[string]any)
-				uri, _ := al["uri"].(string)
-				uris[rule] = append(uris[rule], uri)
+	templates := map[string][]string{} // rule -> related (template) URIs
+	for _, res := range sarifResults(doc) {
+		rule, _ := res["ruleId"].(string)
+		for _, l := range res["locations"].([]any) {
+			pl, _ := l.(map[string]any)["physicalLocation"].(map[string]any)
+			al, _ := pl["artifactLocation"].(map[string]any)
+			if al["uri"] != "-" || al["uriBaseId"] != "%SRCROOT%" {
+				t.Errorf("%s at %v, want uri - (stdin) with uriBaseId %%SRCROOT%%", rule, al)
+			}
+			if reg, _ := pl["region"].(map[string]any); reg == nil {
+				t.Errorf("%s has no region, want its line on stdin", rule)
 			}
 		}
+		rel, _ := res["relatedLocations"].([]any)
+		for _, l := range rel {
+			pl, _ := l.(map[string]any)["physicalLocation"].(map[string]any)
+			al, _ := pl["artifactLocation"].(map[string]any)
+			uri, _ := al["uri"].(string)
+			templates[rule] = append(templates[rule], uri)
+		}
 	}
-	if len(uris["ZD101"]) == 0 {
-		t.Fatalf("no ZD101 (the Deployment has no readinessProbe); results by rule: %v\n%s", uris, r.stdout)
+	if len(templates["ZD101"]) == 0 {
+		t.Fatalf("no ZD101 with a template (the Deployment has no readinessProbe); templates by rule: %v\n%s", templates, r.stdout)
 	}
-	for rule, us := range uris {
+	for rule, us := range templates {
 		for _, u := range us {
 			if u != "shop/templates/deployment.yaml" && u != "shop/templates/service.yaml" {
-				t.Errorf("%s at %q, want a template of the chart (shop/templates/...)", rule, u)
+				t.Errorf("%s from %q, want a template of the chart (shop/templates/...)", rule, u)
 			}
 		}
 	}
-	for _, u := range uris["ZD101"] {
+	for _, u := range templates["ZD101"] {
 		if u != "shop/templates/deployment.yaml" {
-			t.Errorf("ZD101 at %q, want shop/templates/deployment.yaml", u)
+			t.Errorf("ZD101 from %q, want shop/templates/deployment.yaml", u)
 		}
 	}
 }
