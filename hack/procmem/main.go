@@ -1,0 +1,541 @@
+// Command procmem measures the memory of the real `zerodrop controller`
+// process: the binary `go build ./cmd/zerodrop` makes (at -rev), started as its own
+// process with its default flags plus what it needs here, against a real
+// kube-apiserver + etcd (internal/testenv) with -n LoadBalancer Services of
+// -endpoints endpoints each, and a real HAProxy (the controller starts and
+// owns it, --role=all, the default). It reports the process's peak RSS
+// (VmHWM from /proc/PID/status, which covers the process's whole life) and
+// RSS, and the Go heap from its own /metrics, after the build (every Service
+// has its address in its status), after a restart (a new process has
+// verified every load balancer) and after each has been idle for -idle.
+//
+//	go run ./hack/procmem -n 5000 -endpoints 2
+//
+// The figures in charts/zerodrop/README.md and docs/scale.md come from it.
+// It is not part of `make test`.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+	"zerodrop.dev/zerodrop/internal/testenv"
+)
+
+var (
+	services   = flag.Int("n", 500, "LoadBalancer Services")
+	endpoints  = flag.Int("endpoints", 2, "endpoints per Service (nothing listens on them; their checks are refused at once)")
+	kubeFlag   = flag.Bool("kubeconfig-flag", false, "give the controller --kubeconfig (client-go's default client-side limit of 5 requests/s) instead of $KUBECONFIG (controller-runtime's GetConfig: no client-side limit, as in a pod)")
+	goMemLimit = flag.String("gomemlimit", "", "GOMEMLIMIT in the controller's environment (empty: unset, as in a container without a memory limit)")
+	idle       = flag.Duration("idle", 30*time.Second, "how long the process is left idle after the build and after the restart before the second reading")
+	rev        = flag.String("rev", "HEAD", "the commit whose ./cmd/zerodrop is built and measured")
+	timeout    = flag.Duration("timeout", 90*time.Minute, "give up after this long in one phase")
+)
+
+const ns = "procmem"
+
+func main() {
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./hack/procmem [flags] [-- extra zerodrop controller flags]\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if *services < 1 || *services**endpoints > 200*250 {
+		fmt.Fprintf(os.Stderr, "procmem: -n %d × -endpoints %d: want 1 to 50,000 endpoints\n", *services, *endpoints)
+		os.Exit(2)
+	}
+	if err := run(flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "procmem:", err)
+		os.Exit(1)
+	}
+}
+
+func run(extra []string) error {
+	ctx := context.Background()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "zerodrop-procmem-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	bin, commit, err := buildAt(root, *rev, work)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("zerodrop built at commit %s\n", commit)
+	if err := raiseFileLimit(); err != nil {
+		return err
+	}
+
+	env, err := testenv.Run()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Stop() }()
+	user, err := env.AddUser(envtest.User{Name: "procmem", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(work, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		return err
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS = -1
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := parallel(*services, 8, func(i int) error {
+		if err := c.Create(ctx, service(i)); err != nil {
+			return err
+		}
+		return c.Create(ctx, slice(i))
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("created %d Services and EndpointSlices (%d endpoints) in %s\n", *services, *services**endpoints, time.Since(start).Round(time.Second))
+
+	hdir := filepath.Join(work, "haproxy")
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = haproxy.StopDir(sctx, hdir)
+	}()
+	args, metricsURL, err := controllerArgs(hdir, kubeconfig, extra)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("zerodrop %s\n", strings.Join(args, " "))
+
+	// Build: every listener from nothing.
+	p, err := startController(bin, args, kubeconfig, filepath.Join(work, "build.log"))
+	if err != nil {
+		return err
+	}
+	took, err := awaitBuilt(ctx, c, p, *services)
+	if err != nil {
+		p.stop()
+		return err
+	}
+	built := p.read(metricsURL)
+	time.Sleep(*idle)
+	builtIdle := p.read(metricsURL)
+	p.stop()
+	fmt.Printf("build: every Service has its address after %s\n", took.Round(time.Second))
+
+	// Restart: a new process verifies every load balancer.
+	p, err = startController(bin, args, kubeconfig, filepath.Join(work, "restart.log"))
+	if err != nil {
+		return err
+	}
+	rtook, err := awaitVerified(p, metricsURL, *services)
+	if err != nil {
+		p.stop()
+		return err
+	}
+	restarted := p.read(metricsURL)
+	time.Sleep(*idle)
+	restartIdle := p.read(metricsURL)
+	p.stop()
+	fmt.Printf("restart: every load balancer verified after %s\n", rtook.Round(time.Second))
+
+	fmt.Printf("\n%d Services, %d endpoints; the zerodrop controller process at commit %s\n", *services, *services**endpoints, commit)
+	fmt.Println("| phase | peak RSS (VmHWM) | RSS | Go heap in use | Go memory from the OS | GOMEMLIMIT | provider writes (reloads) |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, r := range []struct {
+		name string
+		m    reading
+	}{{"build", built}, {"build, then idle " + idle.String(), builtIdle}, {"restart", restarted}, {"restart, then idle " + idle.String(), restartIdle}} {
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s (%s) |\n", r.name, mib(r.m.hwm), mib(r.m.rss),
+			mibF(r.m.metric("go_memstats_heap_inuse_bytes")), mibF(r.m.metric("go_memstats_sys_bytes")),
+			limit(r.m.metric("go_gc_gomemlimit_bytes")),
+			count(r.m.metric("zerodrop_provider_writes_total")), count(r.m.metric(`zerodrop_provider_writes_total{op="reload"`)))
+	}
+	if w := restarted.metric("zerodrop_provider_writes_total"); w > 0 {
+		return fmt.Errorf("the restart with nothing changed made %v provider writes, want 0", w)
+	}
+	return nil
+}
+
+// buildAt builds ./cmd/zerodrop as committed at rev (a copy made with git
+// archive, so that uncommitted changes in the working tree are not
+// measured) into dir, and returns the binary and the commit's short hash.
+func buildAt(root, rev, dir string) (string, string, error) {
+	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", rev+"^{commit}").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("git rev-parse %s: %w", rev, err)
+	}
+	commit := strings.TrimSpace(string(out))
+	src := filepath.Join(dir, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", "", err
+	}
+	archive := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", root, commit, src)
+	archive.Stderr = os.Stderr
+	if err := archive.Run(); err != nil {
+		return "", "", fmt.Errorf("git archive %s: %w", commit, err)
+	}
+	bin := filepath.Join(dir, "zerodrop")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/zerodrop")
+	build.Dir, build.Stdout, build.Stderr = src, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", "", fmt.Errorf("go build ./cmd/zerodrop at %s: %w", commit, err)
+	}
+	return bin, commit, nil
+}
+
+// controllerArgs are the command's default flags plus what this machine
+// needs: a state directory of its own, an address pool with room for every
+// Service (the default 127.0.100.0/24 holds 254), the bench's endpoint
+// addresses published on loopback (the API server refuses loopback
+// endpoints), and free loopback ports (the defaults may be taken).
+func controllerArgs(hdir, kubeconfig string, extra []string) ([]string, string, error) {
+	var ports [3]int
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, "", err
+		}
+		ports[i] = p
+	}
+	args := []string{"controller",
+		"--haproxy-dir=" + hdir,
+		"--address-pool=127.0.128.0/17",
+		"--backend-address-map=198.18.0.0/15=127.18.0.0/15",
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
+		fmt.Sprintf("--drain-bind-address=127.0.0.1:%d", ports[2]),
+	}
+	if *kubeFlag {
+		args = append(args, "--kubeconfig="+kubeconfig)
+	}
+	return append(args, extra...), fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0]), nil
+}
+
+type process struct {
+	cmd  *exec.Cmd
+	done chan error
+	log  *os.File
+}
+
+func startController(bin string, args []string, kubeconfig, logFile string) (*process, error) {
+	f, err := os.Create(logFile)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMEMLIMIT=") && !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "GOGC=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if !*kubeFlag {
+		cmd.Env = append(cmd.Env, "KUBECONFIG="+kubeconfig)
+	}
+	if *goMemLimit != "" {
+		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+*goMemLimit)
+	}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	p := &process{cmd: cmd, done: make(chan error, 1), log: f}
+	go func() { p.done <- cmd.Wait() }()
+	return p, nil
+}
+
+// exited reports the process's end, if it has ended, with its log's tail.
+func (p *process) exited() error {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		tail, _ := os.ReadFile(p.log.Name())
+		if len(tail) > 4000 {
+			tail = tail[len(tail)-4000:]
+		}
+		return fmt.Errorf("the controller exited (%v):\n%s", err, tail)
+	default:
+		return nil
+	}
+}
+
+func (p *process) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(2 * time.Minute):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.log.Close()
+}
+
+// reading is the process's memory from the kernel and its own metrics.
+type reading struct {
+	hwm, rss uint64
+	metrics  string
+}
+
+func (p *process) read(metricsURL string) reading {
+	var r reading
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			switch f[0] {
+			case "VmHWM:":
+				r.hwm = kb << 10
+			case "VmRSS:":
+				r.rss = kb << 10
+			}
+		}
+	}
+	r.metrics, _ = scrape(metricsURL)
+	return r
+}
+
+// metric sums the samples of the metric whose line starts with prefix (a
+// name, or a name and the start of its labels); -1 when there is none.
+func (r reading) metric(prefix string) float64 {
+	sum, found := 0.0, false
+	sc := bufio.NewScanner(strings.NewReader(r.metrics))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		rest := line[len(prefix):]
+		if !strings.Contains(prefix, "{") && !strings.HasPrefix(rest, "{") && !strings.HasPrefix(rest, " ") {
+			continue // a longer name
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		return -1
+	}
+	return sum
+}
+
+func scrape(url string) (string, error) {
+	hc := &http.Client{Timeout: 10 * time.Second}
+	resp, err := hc.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		b.WriteString(sc.Text())
+		b.WriteByte('\n')
+	}
+	return b.String(), sc.Err()
+}
+
+// awaitBuilt waits until every Service has its load balancer address in its
+// status (written after its load balancer was applied and verified).
+func awaitBuilt(ctx context.Context, c client.Client, p *process, n int) (time.Duration, error) {
+	start := time.Now()
+	for {
+		if err := p.exited(); err != nil {
+			return 0, err
+		}
+		var list corev1.ServiceList
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return 0, err
+		}
+		got := 0
+		for _, s := range list.Items {
+			if len(s.Status.LoadBalancer.Ingress) > 0 {
+				got++
+			}
+		}
+		if got >= n {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > *timeout {
+			return 0, fmt.Errorf("only %d of %d Services have their address after %s", got, n, *timeout)
+		}
+		time.Sleep(5 * time.Second)
+	}
+}
+
+// awaitVerified waits until the process has ended n reconciles
+// (zerodrop_reconcile_total): a restart's verification of every load
+// balancer.
+func awaitVerified(p *process, metricsURL string, n int) (time.Duration, error) {
+	start := time.Now()
+	for {
+		if err := p.exited(); err != nil {
+			return 0, err
+		}
+		if m, err := scrape(metricsURL); err == nil {
+			if got := (reading{metrics: m}).metric("zerodrop_reconcile_total"); got >= float64(n) {
+				return time.Since(start), nil
+			}
+		}
+		if time.Since(start) > *timeout {
+			return 0, fmt.Errorf("not every load balancer verified after %s", *timeout)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func service(i int) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name(i),
+			// Checks of endpoints that refuse every 10 s, not 2 s: the
+			// checks are not what is measured.
+			Annotations: map[string]string{model.AnnotationHealthCheckInterval: "10s"}},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To("zerodrop.dev/haproxy"),
+			// 5,000 Services do not fit the default node-port range.
+			AllocateLoadBalancerNodePorts: ptr.To(false),
+			Selector:                      map[string]string{"app": name(i)},
+			Ports:                         []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+func slice(i int) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name(i), Labels: map[string]string{discoveryv1.LabelServiceName: name(i)}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	for j := 0; j < *endpoints; j++ {
+		k := i**endpoints + j
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("198.18.%d.%d", k/250, k%250+1)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	return s
+}
+
+func name(i int) string { return fmt.Sprintf("svc-%05d", i) }
+
+// raiseFileLimit raises the open-file limit to the hard limit: the
+// controller and the HAProxy it starts inherit it, and HAProxy needs a
+// descriptor per listener and per checked server.
+func raiseFileLimit() error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	need := uint64(*services * (*endpoints + 1))
+	fmt.Printf("open-file limit %d; %d listeners and checked servers\n", lim.Cur, need)
+	if need+1000 > lim.Cur {
+		return fmt.Errorf("%d listeners and checked servers need more descriptors than the limit %d (raise it, or give the controller --haproxy-no-strict-limits after --)", need, lim.Cur)
+	}
+	return nil
+}
+
+func parallel(n, workers int, f func(int) error) error {
+	next := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- fmt.Errorf("item %d: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < n && len(errs) == 0; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	return errors.Join(<-errs)
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+func mibF(v float64) string {
+	if v < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f MiB", v/(1<<20))
+}
+
+func limit(v float64) string {
+	if v < 0 {
+		return "n/a"
+	}
+	if v >= 1<<62 {
+		return "none"
+	}
+	return mibF(v)
+}
+
+func count(v float64) string {
+	if v < 0 {
+		return "0"
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}
