@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build image chaos deps control-plane helm render-deploy haproxy network test unit lint fmt-check bench lab demo clean
+.PHONY: all build image chaos deps control-plane helm render-deploy haproxy network test unit lint fmt-check bench lab demo clean docs
 
 all: build
 
@@ -54,6 +54,12 @@ test: deps fmt-check
 	# The data-plane labs (four HAProxy and zerodrop processes, the lab's pod
 	# servers in its own process) run alone, not beside other packages.
 	$(GO) test $(GOTESTFLAGS) -run 'TestLabDataPlane|TestLabFromChart' ./internal/lab/
+
+# The generated references (docs/flags.md, docs/metrics.md,
+# docs/annotations.md) written anew from the code; TestReferenceDocs fails
+# until they are.
+docs:
+	$(GO) test -count=1 -run TestReferenceDocs ./cmd/zerodrop/ -args -update
 
 # Pure tests only: no control plane, no HAProxy.
 unit:

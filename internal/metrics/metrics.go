@@ -54,7 +54,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"provider", "call"}),
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "zerodrop_reconcile_total",
-			Help: "Load balancer reconciles, by result (noop, applied, invalid, conflict, error, deleted).",
+			Help: "Load balancer reconciles, by result (noop, applied, conflict, error, deleted).",
 		}, []string{"result"}),
 		ReconcileLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "zerodrop_reconcile_duration_seconds",

@@ -26,10 +26,9 @@ const (
 	AnnotationIgnore = AnnotationPrefix + "ignore"
 )
 
-var knownAnnotations = map[string]bool{
-	AnnotationBackendMode: true, AnnotationHealthCheckInterval: true, AnnotationDrainTimeout: true,
-	AnnotationMaxUnavailable: true, AnnotationAddress: true, AnnotationIgnore: true,
-}
+// knownAnnotations is every Service annotation of ServiceAnnotations (its
+// init fills it): the documented ones are the accepted ones.
+var knownAnnotations = map[string]bool{}
 
 // Defaults for the Service options.
 const (
@@ -100,6 +99,12 @@ func ParseServiceConfig(annotations map[string]string) (ServiceConfig, error) {
 			continue
 		}
 		value := annotations[key]
+		// Only the documented annotations are accepted (ServiceAnnotations):
+		// one read here but missing there is refused, and its tests fail.
+		if !knownAnnotations[key] {
+			bad(key, value, "unknown zerodrop annotation")
+			continue
+		}
 		switch key {
 		case AnnotationBackendMode:
 			switch BackendMode(value) {
@@ -132,10 +137,6 @@ func ParseServiceConfig(annotations map[string]string) (ServiceConfig, error) {
 		case AnnotationAddress:
 			cfg.Address = value
 		case AnnotationIgnore:
-		default:
-			if !knownAnnotations[key] {
-				bad(key, value, "unknown zerodrop annotation")
-			}
 		}
 	}
 	if len(problems) > 0 {

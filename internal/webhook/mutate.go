@@ -18,6 +18,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/drain"
 	"zerodrop.dev/zerodrop/internal/drainrelay"
+	"zerodrop.dev/zerodrop/internal/model"
 )
 
 // Names visible to users.
@@ -382,4 +383,13 @@ func servesPort(c *corev1.Container, sp corev1.ServicePort) bool {
 		}
 		return cp.ContainerPort == target
 	})
+}
+
+// Annotations are the webhook's label and annotation a user sets
+// (docs/annotations.md is generated from them).
+var Annotations = []model.AnnotationDoc{
+	{Key: LabelInject, On: "Namespace label", Default: "absent: no injection",
+		Doc: "`enabled` opts the namespace's new pods in: the webhook adds the readiness gate and the drain hook (and the drain relay sidecar) to pods that a zerodrop Service selects."},
+	{Key: AnnotationInject, On: "Pod", Default: "absent: injected when the namespace opts in",
+		Doc: "`false` opts one pod out of injection."},
 }

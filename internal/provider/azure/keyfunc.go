@@ -73,3 +73,10 @@ func rendezvous(id string, names []string) string {
 	}
 	return best
 }
+
+// Annotations are the Azure provider's (docs/annotations.md is generated
+// from them).
+var Annotations = []model.AnnotationDoc{
+	{Key: AnnotationLoadBalancer, On: "Service", Default: "rendezvous hashing over --azure-load-balancers",
+		Doc: "Which of the configured load balancers the Service's frontend lives on; setting it moves the Service (its frontend is deleted and recreated, its address changes)."},
+}

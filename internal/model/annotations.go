@@ -1,0 +1,36 @@
+package model
+
+// AnnotationDoc documents one annotation or label a user sets: docs/annotations.md
+// is generated from the tables (cmd/zerodrop's TestReferenceDocs), so an
+// annotation the code reads and the table lacks fails that test.
+type AnnotationDoc struct {
+	Key string
+	// On is the object it goes on ("Service", "Pod", "Namespace label").
+	On      string
+	Default string
+	Doc     string
+}
+
+// ServiceAnnotations are the zerodrop.dev/ annotations of a Service;
+// ParseServiceConfig accepts exactly these and refuses any other under the
+// prefix (a Warning Event and a condition, invariant 7).
+var ServiceAnnotations = []AnnotationDoc{
+	{AnnotationBackendMode, "Service", string(IPMode),
+		"`ip`: the load balancer's backends are the pods' addresses; `node`: the nodes' addresses at the Service's nodePort (kube-proxy forwards; `externalTrafficPolicy` applies)."},
+	{AnnotationHealthCheckInterval, "Service", DefaultHealthCheckInterval.String(),
+		"Interval of the load balancer's health checks of each backend, 100ms to 1m."},
+	{AnnotationDrainTimeout, "Service", DefaultDrainTimeout.String(),
+		"How long a leaving backend stays in drain (no new connections) before it is removed with connections still open, 0 to 1h."},
+	{AnnotationMaxUnavailable, "Service", DefaultMaxUnavailable.String(),
+		"The share (`25%`) or count (`2`) of serving backends one step of a change may remove."},
+	{AnnotationAddress, "Service", "allocated from the pool",
+		"HAProxy: the frontend address the Service asks for, in the address pool and unused (`spec.loadBalancerIP` is read when this is absent)."},
+	{AnnotationIgnore, "any object", "",
+		"Read by `zerodrop check`: rules to suppress on this object, with a reason (`ZD101: why; ZD301: why`); the controller accepts it."},
+}
+
+func init() {
+	for _, a := range ServiceAnnotations {
+		knownAnnotations[a.Key] = true
+	}
+}
