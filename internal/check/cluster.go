@@ -176,7 +176,7 @@ func pages[L runtime.Object](ns, apiPrefix, resource, kind string,
 				if kind == manifest.KindNamespace {
 					p = path.Join(apiPrefix, resource, m.GetName())
 				}
-				out = append(out, manifest.Object{Source: manifest.Source{File: p}, Kind: kind, Obj: it})
+				out = append(out, manifest.Object{Source: manifest.Source{File: p, Cluster: true}, Kind: kind, Obj: it})
 			}
 			lm, err := meta.ListAccessor(l)
 			if err != nil || lm.GetContinue() == "" {

@@ -29,7 +29,8 @@ func isChart(dir string) bool {
 
 // readChart renders a chart with the helm command (the Helm SDK is not linked
 // in: it would double the binary for one input format). The rendering is one
-// world, and each object is placed on its template file in the chart.
+// world, and each object is placed on its template file in the chart, without
+// a line: the rendering is no file, and its lines are not the template's.
 func readChart(dir string) ([]Object, []error) {
 	helm, err := exec.LookPath("helm")
 	if err != nil {
@@ -49,8 +50,8 @@ func readChart(dir string) ([]Object, []error) {
 	}
 	objs, errs := Parse("helm template "+dir, out)
 	for i := range objs {
-		if s := &objs[i].Source; s.Line == 0 {
-			s.File = chartFile(dir, s.File)
+		if s := &objs[i].Source; s.Template != "" {
+			*s = Source{File: chartFile(dir, s.Template)}
 		}
 	}
 	return objs, errs

@@ -72,8 +72,8 @@ func (s Source) Field(paths ...[]string) int {
 	return s.Line
 }
 
-// Plain drops the locator, so that Sources compare by file and line.
-func (s Source) Plain() Source { return Source{File: s.File, Line: s.Line} }
+// Plain drops the locator, so that Sources compare by their fields.
+func (s Source) Plain() Source { s.loc = nil; return s }
 
 // find walks path from n and returns the node reached and its line: a
 // mapping key's line for a field (where "strategy:" is written), an

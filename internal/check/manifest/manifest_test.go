@@ -59,8 +59,8 @@ func TestParseYAML(t *testing.T) {
 			in: "---\n# Source: web/templates/sa.yaml\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: web\n" +
 				"---\n# Source: web/templates/empty.yaml\n\n---\n# Source: web/templates/svc.yaml\napiVersion: v1\nkind: Service\nmetadata:\n  name: web\n" +
 				"---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n",
-			// The Service is placed on its template, which has no known line.
-			want: []string{"Service web @0", "Deployment web @17"},
+			// The Service keeps its line in the stream (its template is Source.Template).
+			want: []string{"Service web @12", "Deployment web @17"},
 		},
 		{
 			name: "content on the marker line, document end marker, directive",
@@ -116,6 +116,11 @@ func TestParseYAML(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, errs := manifest.Parse("f.yaml", []byte(tc.in))
 			equal(t, "objects", got(objs), tc.want)
+			for _, o := range objs {
+				if o.Source.File != "f.yaml" {
+					t.Errorf("%s on %q, want f.yaml", o.Kind, o.Source.File)
+				}
+			}
 			equal(t, "errors", errLines(errs), tc.wantErrs)
 		})
 	}
@@ -269,5 +274,23 @@ func TestSourceString(t *testing.T) {
 	}
 	if s := (manifest.Source{File: "api/v1/namespaces/x/pods/y"}).String(); s != "api/v1/namespaces/x/pods/y" {
 		t.Errorf("got %q", s)
+	}
+}
+
+// A helm template "# Source:" comment names the object's template; the
+// object keeps the file and line it was read from. The comment applies to its
+// own document only.
+func TestHelmSourceComment(t *testing.T) {
+	in := "---\n# Source: web/templates/svc.yaml\napiVersion: v1\nkind: Service\nmetadata:\n  name: web\n" +
+		"---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n"
+	objs, errs := manifest.Parse(manifest.StdinName, []byte(in))
+	if len(errs) > 0 || len(objs) != 2 {
+		t.Fatalf("objects %v, errors %v", got(objs), errs)
+	}
+	if s := objs[0].Source; s.File != "-" || s.Line != 3 || s.Template != "web/templates/svc.yaml" || s.String() != "stdin:3 (web/templates/svc.yaml)" {
+		t.Errorf("Service source %+v (%s)", s, s)
+	}
+	if s := objs[1].Source; s.Template != "" || s.String() != "stdin:8" {
+		t.Errorf("Pod source %+v (%s), want no template", s, s)
 	}
 }

@@ -41,20 +41,38 @@ const (
 // hostile input cannot recurse without end.
 const maxListDepth = 4
 
-// Source says where an object was read from. Line is 1-based; 0 means the
-// object has no line (it came from a cluster).
+// Source says where an object was read from: the path as given on the
+// command line ("-" for stdin, StdinName) or found walking a directory, and
+// the line there. Line is 1-based; 0 means the object has no line (it came
+// from a cluster, or from a chart directory rendered by helm).
 type Source struct {
 	File string
 	Line int
+	// Template is the chart template a helm template "# Source:" comment
+	// names before the object's document (web/templates/deployment.yaml):
+	// what a user edits, while File and Line say where the rendered text is.
+	Template string
+	// Cluster is set for objects read from a cluster: File is an API path,
+	// not a file.
+	Cluster bool
 	// loc finds lines inside the object (Field); nil when there is no text.
 	loc *locator
 }
 
+// String is file:line for people: stdin is called "stdin", and the template
+// of a "# Source:" comment follows in parentheses.
 func (s Source) String() string {
-	if s.Line <= 0 {
-		return s.File
+	out := s.File
+	if out == StdinName {
+		out = "stdin"
 	}
-	return s.File + ":" + strconv.Itoa(s.Line)
+	if s.Line > 0 {
+		out += ":" + strconv.Itoa(s.Line)
+	}
+	if s.Template != "" {
+		out += " (" + s.Template + ")"
+	}
+	return out
 }
 
 // Object is one decoded object of a known kind. Obj is a pointer to the typed
@@ -88,8 +106,8 @@ type header struct {
 }
 
 // Parse decodes every document of one file. file is used for Source and
-// World; an object after a helm template "# Source:" comment is placed on that
-// template instead, without a line (the rendered line is not the template's).
+// World; an object after a helm template "# Source:" comment keeps its file
+// and line and names that template in Source.Template.
 func Parse(file string, data []byte) ([]Object, []error) {
 	objs, errs := parse(file, data)
 	for i := range objs {
@@ -127,12 +145,8 @@ func parseYAML(file string, data []byte) ([]Object, []error) {
 			return
 		}
 		results[i] = decodeJSON(src, j)
-		if t := docs[i].source; t != "" {
-			// Parse errors keep the rendered stream's file:line, where the
-			// text is; findings go to the template a user edits.
-			for k := range results[i].objs {
-				results[i].objs[k].Source = Source{File: t}
-			}
+		for k := range results[i].objs {
+			results[i].objs[k].Source.Template = docs[i].source
 		}
 	})
 	return collect(results)

@@ -12,8 +12,9 @@ import (
 	"strings"
 )
 
-// StdinName is the file name reported for objects read from "-".
-const StdinName = "stdin"
+// StdinName is the file of objects read from stdin: "-", the path as given
+// on the command line (Source.String calls it "stdin").
+const StdinName = "-"
 
 // Read reads every path: "-" is stdin, a directory is walked recursively for
 // .yaml, .yml and .json files (hidden directories such as .git are skipped),

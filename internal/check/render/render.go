@@ -97,6 +97,8 @@ func plural(n int, word string) string {
 }
 
 // jsonFinding is the contract's finding shape; field order is the contract's.
+// Template, the chart template of a helm template "# Source:" comment, is an
+// addition to it, present only when there is one.
 type jsonFinding struct {
 	Rule      string `json:"rule"`
 	Severity  string `json:"severity"`
@@ -106,6 +108,7 @@ type jsonFinding struct {
 	Container string `json:"container"`
 	Message   string `json:"message"`
 	Fix       string `json:"fix"`
+	Template  string `json:"template,omitempty"`
 }
 
 // JSON prints {"findings":[…]}; an empty report prints an empty array, not
@@ -121,7 +124,7 @@ func JSON(w io.Writer, rep rules.Report) error {
 		}
 		out.Findings = append(out.Findings, jsonFinding{
 			Rule: f.Rule, Severity: string(f.Severity), File: f.Source.File, Line: f.Line, Object: f.Object,
-			Container: f.Container, Message: f.Message, Fix: f.Fix,
+			Container: f.Container, Message: f.Message, Fix: f.Fix, Template: f.Source.Template,
 		})
 	}
 	return encode(w, out)

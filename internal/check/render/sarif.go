@@ -65,6 +65,9 @@ type sarifResult struct {
 	Level     string          `json:"level"`
 	Message   sarifText       `json:"message"`
 	Locations []sarifLocation `json:"locations"`
+	// RelatedLocations holds the chart template of a helm template
+	// "# Source:" comment, the file a user edits.
+	RelatedLocations []sarifLocation `json:"relatedLocations,omitempty"`
 	// Suppressions marks a finding suppressed by zerodrop.dev/ignore.
 	Suppressions []sarifSuppression `json:"suppressions,omitempty"`
 }
@@ -75,8 +78,10 @@ type sarifSuppression struct {
 }
 
 type sarifLocation struct {
+	ID               *int           `json:"id,omitempty"`
 	PhysicalLocation sarifPhysical  `json:"physicalLocation"`
 	LogicalLocations []sarifLogical `json:"logicalLocations,omitempty"`
+	Message          *sarifText     `json:"message,omitempty"`
 }
 
 type sarifPhysical struct {
@@ -86,7 +91,13 @@ type sarifPhysical struct {
 
 type sarifArtifact struct {
 	URI string `json:"uri"`
+	// URIBaseID is %SRCROOT% for a relative path: code scanning resolves
+	// it from the repository root.
+	URIBaseID string `json:"uriBaseId,omitempty"`
 }
+
+// srcRoot is the conventional uriBaseId of the source tree's root.
+const srcRoot = "%SRCROOT%"
 
 type sarifRegion struct {
 	StartLine int `json:"startLine"`
@@ -121,8 +132,12 @@ func SARIF(w io.Writer, rep rules.Report) error {
 	}
 	rep.ResolveLines()
 	for _, f := range rep.Findings {
+		art := sarifArtifact{URI: fileURI(f.Source.File)}
+		if !f.Source.Cluster && !filepath.IsAbs(f.Source.File) {
+			art.URIBaseID = srcRoot
+		}
 		loc := sarifLocation{
-			PhysicalLocation: sarifPhysical{ArtifactLocation: sarifArtifact{URI: fileURI(f.Source.File)}},
+			PhysicalLocation: sarifPhysical{ArtifactLocation: art},
 			LogicalLocations: []sarifLogical{{Name: objectName(f.Object), FullyQualifiedName: f.Object, Kind: "resource"}},
 		}
 		if f.Line > 0 {
@@ -134,6 +149,17 @@ func SARIF(w io.Writer, rep rules.Report) error {
 			Level:     level(f.Severity),
 			Message:   sarifText{Text: f.Message + ". Fix: " + f.Fix + "."},
 			Locations: []sarifLocation{loc},
+		}
+		if t := f.Source.Template; t != "" {
+			// The template's own line is unknown: the rendered text is not
+			// the template's. Its path starts with the chart's name, not
+			// with a directory of the repository, so it has no uriBaseId.
+			id := 1
+			res.RelatedLocations = []sarifLocation{{
+				ID:               &id,
+				PhysicalLocation: sarifPhysical{ArtifactLocation: sarifArtifact{URI: fileURI(t)}},
+				Message:          &sarifText{Text: "rendered from the Helm chart template " + t + " (the # Source: comment before the object)"},
+			}}
 		}
 		if f.Suppressed {
 			res.Suppressions = []sarifSuppression{{Kind: "inSource", Justification: f.Reason}}
