@@ -83,7 +83,8 @@ lint: fmt-check
 # endpoints need `ulimit -Hn` above 60,000, or BENCH_SCALE_NO_STRICT_LIMITS=true
 # to run HAProxy under a lower limit with `no strict-limits`; BENCH_SCALE_PROFILE
 # names a file, absolute or relative to internal/bench, for a CPU profile of
-# its restart phase), e.g. (docs/scale.md):
+# its restart phase, BENCH_SCALE_MEMPROFILE one for a heap profile at the end
+# of its build), e.g. (docs/scale.md):
 #   make bench BENCH_RUN=Scale BENCH_SCALE_N=5000 BENCH_SCALE_ENDPOINTS=2
 #   make bench BENCH_RUN=Azure BENCH_AZURE_N=1000 BENCH_AZURE_LBS=10
 BENCH_RUN           ?= .
@@ -92,12 +93,13 @@ BENCH_SCALE_ENDPOINTS ?= 10
 BENCH_SCALE_WORKERS ?= 256
 BENCH_SCALE_NO_STRICT_LIMITS ?= false
 BENCH_SCALE_PROFILE ?=
+BENCH_SCALE_MEMPROFILE ?=
 BENCH_AZURE_N       ?= 500
 BENCH_AZURE_LBS     ?= 2
 bench: deps
 	$(GO) test -count=1 -timeout 90m -run '^$$' -bench '$(BENCH_RUN)' -benchtime 1x ./internal/bench/ -args -n $(BENCH_N) \
 		-scale-n $(BENCH_SCALE_N) -scale-endpoints $(BENCH_SCALE_ENDPOINTS) -scale-workers $(BENCH_SCALE_WORKERS) -scale-no-strict-limits=$(BENCH_SCALE_NO_STRICT_LIMITS) \
-		-scale-restart-cpuprofile '$(BENCH_SCALE_PROFILE)' -azure-n $(BENCH_AZURE_N) -azure-lbs $(BENCH_AZURE_LBS)
+		-scale-restart-cpuprofile '$(BENCH_SCALE_PROFILE)' -scale-build-memprofile '$(BENCH_SCALE_MEMPROFILE)' -azure-n $(BENCH_AZURE_N) -azure-lbs $(BENCH_AZURE_LBS)
 	$(GO) test -count=1 -run '^$$' -bench . ./internal/check/...
 
 # The main job: the disruption lab, the real upstream service controller (with
