@@ -111,9 +111,12 @@ type Options struct {
 	// it is required): the leader reads each one's load balancer, to set
 	// Ready and to let a deleted Service's finalizer go.
 	Replicas func(ctx context.Context) ([]lbtarget.Replica, error)
-	Metrics  *metrics.Metrics
-	Recorder events.EventRecorder
-	Logger   logr.Logger
+	// ReplicaReadTimeout bounds each read of a data-plane replica
+	// (RoleControl; default 5s).
+	ReplicaReadTimeout time.Duration
+	Metrics            *metrics.Metrics
+	Recorder           events.EventRecorder
+	Logger             logr.Logger
 }
 
 // Controller reconciles the load balancers of LoadBalancer Services.
