@@ -27,6 +27,8 @@ type readLog struct {
 	silent     int // reads of the silent replica in flight
 	maxSilent  int
 	answered   chan string
+	// started[key] is closed when the silent replica's read of key starts.
+	started map[string]chan struct{}
 }
 
 // silentReplica never answers: its state endpoint accepts and says nothing
@@ -40,6 +42,9 @@ type silentReplica struct {
 func (s silentReplica) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
 	l := s.log
 	l.mu.Lock()
+	if !l.inFlight[s.name+" "+key] {
+		close(l.started[key])
+	}
 	l.inFlight[s.name+" "+key] = true
 	l.silent++
 	l.maxSilent = max(l.maxSilent, l.silent)
@@ -52,15 +57,21 @@ func (s silentReplica) Backends(ctx context.Context, key string) ([]provider.Bac
 	return nil, ctx.Err()
 }
 
-// answeringReplica answers at once: the pod's backend is active.
+// answeringReplica answers, once the silent replica's read of the same load
+// balancer is in flight (or ctx ends): the pod's backend is active.
 type answeringReplica struct {
 	provider.Provider
 	silent string
 	log    *readLog
 }
 
-func (a answeringReplica) Backends(_ context.Context, key string) ([]provider.BackendStatus, error) {
+func (a answeringReplica) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
 	l := a.log
+	select {
+	case <-l.started[key]:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	l.mu.Lock()
 	if l.inFlight[a.silent+" "+key] {
 		l.overlapped[key] = true
@@ -80,9 +91,11 @@ func TestTargetsReadsReplicasAtOnce(t *testing.T) {
 	p := pod("10.1.0.1")
 	objs := []client.Object{node(), p, service("web", "web"), service("web2", "web")}
 	reader := fake.NewClientBuilder().WithObjects(objs...).Build()
-	log := &readLog{inFlight: map[string]bool{}, overlapped: map[string]bool{}, answered: make(chan string, 10)}
+	log := &readLog{inFlight: map[string]bool{}, overlapped: map[string]bool{}, answered: make(chan string, 10),
+		started: map[string]chan struct{}{ns + "/web": make(chan struct{}), ns + "/web2": make(chan struct{})}}
 	// The silent replica comes first: read one after another, nothing
-	// after it would ever be read.
+	// after it would ever be read; the answering one answers only while the
+	// silent one's read of the same load balancer is in flight.
 	f := &Finder{Reader: reader, Services: classServices{},
 		Replicas: func(context.Context) ([]Replica, error) {
 			return []Replica{

@@ -48,9 +48,30 @@ type replicaReads struct {
 	aNew      int
 	aMax      int
 	// dp-b's reads, by key, and those made while a read of dp-a for the
-	// same key was in flight.
+	// same key was in flight. While rendezvous is set, dp-b answers a read
+	// only once dp-a's read of the same key has started (aRead[key] closed)
+	// or ctx ends.
 	bReads     map[string]int
 	overlapped map[string]bool
+	rendezvous bool
+	aRead      map[string]chan struct{}
+}
+
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// aReadOf is closed once dp-a's read of key has started.
+func (r *replicaReads) aReadOf(key string) chan struct{} {
+	if r.aRead[key] == nil {
+		r.aRead[key] = make(chan struct{})
+	}
+	return r.aRead[key]
 }
 
 type fakeReplica struct {
@@ -63,6 +84,16 @@ func (f fakeReplica) Observe(ctx context.Context, key string) (*model.LoadBalanc
 	r := f.r
 	if f.name == "dp-b" {
 		r.mu.Lock()
+		if r.rendezvous {
+			ch := r.aReadOf(key)
+			r.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			r.mu.Lock()
+		}
 		r.bReads[key]++
 		if r.aInFlight[key] > 0 {
 			r.overlapped[key] = true
@@ -73,6 +104,9 @@ func (f fakeReplica) Observe(ctx context.Context, key string) (*model.LoadBalanc
 	r.mu.Lock()
 	r.aStarted++
 	r.aInFlight[key]++
+	if ch := r.aReadOf(key); !closed(ch) {
+		close(ch)
+	}
 	counted := r.aStarted > r.mark
 	if counted {
 		r.aNew++
@@ -146,7 +180,8 @@ func TestOneReplicaDoesNotStallServices(t *testing.T) {
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	const ns, class = "default", "zerodrop.dev/memory"
-	r := &replicaReads{c: c, silent: true, aInFlight: map[string]int{}, bReads: map[string]int{}, overlapped: map[string]bool{}}
+	r := &replicaReads{c: c, silent: true, aInFlight: map[string]int{}, bReads: map[string]int{}, overlapped: map[string]bool{},
+		rendezvous: true, aRead: map[string]chan struct{}{}}
 	replicas := func(context.Context) ([]lbtarget.Replica, error) {
 		// dp-a first: read one after another, dp-b would wait behind it.
 		return []lbtarget.Replica{{Name: "dp-a", Provider: fakeReplica{name: "dp-a", r: r}},
@@ -198,7 +233,9 @@ func TestOneReplicaDoesNotStallServices(t *testing.T) {
 	}
 
 	// The first Service gets its address, then its reconcile reads both
-	// replicas: dp-a's read hangs, dp-b's is made meanwhile.
+	// replicas: dp-a's read hangs, dp-b's is made meanwhile (dp-b waits
+	// for dp-a's read to start: read one after another, in either order,
+	// they never meet).
 	create("stall-1")
 	eventually(t, 60*time.Second, "stall-1's address and dp-a's read of it hanging", func() (bool, string) {
 		r.mu.Lock()
@@ -233,6 +270,7 @@ func TestOneReplicaDoesNotStallServices(t *testing.T) {
 	// again on dp-b, while at most one read of dp-a is in flight.
 	r.mu.Lock()
 	r.mark = r.aStarted
+	r.rendezvous = false
 	r.mu.Unlock()
 	if n := r.release(errors.New("read timed out (test)")); n != 2 {
 		t.Errorf("%d of dp-a's reads held when they timed out, want 2 (one per worker)", n)
