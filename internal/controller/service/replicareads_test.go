@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"strings"
 	"sync"
@@ -40,8 +41,8 @@ type replicaReads struct {
 	silent bool         // dp-a holds its reads
 	held   []chan error // dp-a's held reads; each ends with what it is sent
 	// dp-a's reads in flight, by load balancer key, and how many started;
-	// of those started after the mark, how many are in flight and the most
-	// that were at once.
+	// of those started after the mark (none before it is set), how many are
+	// in flight and the most that were at once.
 	aInFlight map[string]int
 	aStarted  int
 	mark      int
@@ -181,7 +182,7 @@ func TestOneReplicaDoesNotStallServices(t *testing.T) {
 	ctx := context.Background()
 	const ns, class = "default", "zerodrop.dev/memory"
 	r := &replicaReads{c: c, silent: true, aInFlight: map[string]int{}, bReads: map[string]int{}, overlapped: map[string]bool{},
-		rendezvous: true, aRead: map[string]chan struct{}{}}
+		rendezvous: true, aRead: map[string]chan struct{}{}, mark: math.MaxInt}
 	replicas := func(context.Context) ([]lbtarget.Replica, error) {
 		// dp-a first: read one after another, dp-b would wait behind it.
 		return []lbtarget.Replica{{Name: "dp-a", Provider: fakeReplica{name: "dp-a", r: r}},
