@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -129,6 +130,9 @@ func (f *Finder) Selecting(ctx context.Context, pod *corev1.Pod) ([]*corev1.Serv
 }
 
 // Targets reports the pod's backends in every load balancer that selects it.
+// The load balancers are read at the same time (each replica's, each
+// Service's): a replica that does not answer costs the call one read's
+// bound (the replica's client timeout, or ctx), not one per read.
 func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error) {
 	svcs, err := f.Selecting(ctx, pod)
 	if err != nil {
@@ -141,8 +145,14 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 	if err != nil {
 		return nil, err
 	}
-	statusByLB := map[string][]provider.BackendStatus{}
-	var out []Target
+	// What each Service asks of the pod, from the caches; then one read per
+	// load balancer and replica, all at once.
+	type selecting struct {
+		svc   *corev1.Service
+		base  Target
+		addrs map[string]bool
+	}
+	sel := make([]selecting, 0, len(svcs))
 	for _, svc := range svcs {
 		// An invalid Service keeps its listeners but its backends follow its
 		// endpoints in the mode its valid annotations give (invariant 7):
@@ -164,23 +174,41 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			lastLocal = nodeOnly && last
 		}
 		key := f.Services.Key(svc)
-		base := Target{Service: svc.Namespace + "/" + svc.Name, LB: key,
+		sel = append(sel, selecting{svc: svc, addrs: addrs, base: Target{Service: svc.Namespace + "/" + svc.Name, LB: key,
 			Node: cfg.Mode == model.NodeMode, NodeOnly: nodeOnly, LastLocal: lastLocal,
-			ChangePublished: published, Connections: -1}
+			ChangePublished: published, Connections: -1}})
+	}
+	type read struct {
+		statuses []provider.BackendStatus
+		err      error
+	}
+	reads := map[string]*read{}
+	var wg sync.WaitGroup
+	for _, s := range sel {
 		for _, view := range views {
-			cacheKey := view.Name + "\x00" + key
-			statuses, seen := statusByLB[cacheKey]
-			if !seen {
-				if statuses, err = view.Provider.Backends(ctx, key); err != nil {
-					if view.Name != "" {
-						return nil, fmt.Errorf("backend status of %s on data-plane replica %s: %w", key, view.Name, err)
-					}
-					return nil, fmt.Errorf("backend status of %s: %w", key, err)
-				}
-				statusByLB[cacheKey] = statuses
+			cacheKey := view.Name + "\x00" + s.base.LB
+			if reads[cacheKey] != nil {
+				continue
 			}
+			rd := &read{}
+			reads[cacheKey] = rd
+			wg.Go(func() { rd.statuses, rd.err = view.Provider.Backends(ctx, s.base.LB) })
+		}
+	}
+	wg.Wait()
+	var out []Target
+	for _, s := range sel {
+		for _, view := range views {
+			rd := reads[view.Name+"\x00"+s.base.LB]
+			if rd.err != nil {
+				if view.Name != "" {
+					return nil, fmt.Errorf("backend status of %s on data-plane replica %s: %w", s.base.LB, view.Name, rd.err)
+				}
+				return nil, fmt.Errorf("backend status of %s: %w", s.base.LB, rd.err)
+			}
+			base := s.base
 			base.Replica = view.Name
-			out = append(out, f.portTargets(svc, base, addrs, statuses)...)
+			out = append(out, f.portTargets(s.svc, base, s.addrs, rd.statuses)...)
 		}
 	}
 	return out, nil

@@ -112,7 +112,9 @@ type Options struct {
 	// Ready and to let a deleted Service's finalizer go.
 	Replicas func(ctx context.Context) ([]lbtarget.Replica, error)
 	// ReplicaReadTimeout bounds each read of a data-plane replica
-	// (RoleControl; default 5s).
+	// (RoleControl; default 5s). The replicas are read at once, and a
+	// replica whose last read failed is not waited for (it counts as not
+	// answering) while one read of it at a time finds when it answers.
 	ReplicaReadTimeout time.Duration
 	Metrics            *metrics.Metrics
 	Recorder           events.EventRecorder
@@ -128,6 +130,8 @@ type Controller struct {
 	alloc   *allocator
 	limiter *rate.Limiter
 	drains  *drainClock
+
+	replicaReads *replicaReads
 
 	mu       sync.Mutex
 	failures map[string]int
@@ -210,6 +214,8 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 		limiter:  rate.NewLimiter(rate.Limit(opts.ReadQPS), opts.ReadBurst),
 		failures: map[string]int{},
 		drains:   newDrainClock(),
+		// RoleControl's reads of the data-plane replicas.
+		replicaReads: newReplicaReads(opts.ReplicaReadTimeout),
 	}
 	// Services are found by load balancer key through an index, so a
 	// reconcile does not scan every Service.

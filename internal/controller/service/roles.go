@@ -78,21 +78,18 @@ type replicaViews struct {
 	unread map[string]error
 }
 
+// readReplicas reads key on every replica that counts, all at once, and
+// without waiting for a replica whose last read failed (replicaReads).
 func (c *Controller) readReplicas(ctx context.Context, key string) (*replicaViews, error) {
 	rs, err := c.opts.Replicas(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("data-plane replicas: %w", err)
 	}
-	v := &replicaViews{lbs: map[string]*model.LoadBalancer{}, unread: map[string]error{}}
+	v := &replicaViews{}
 	for _, r := range rs {
 		v.names = append(v.names, r.Name)
-		lb, err := r.Provider.Observe(ctx, key)
-		if err != nil {
-			v.unread[r.Name] = err
-			continue
-		}
-		v.lbs[r.Name] = lb
 	}
+	v.lbs, v.unread = c.replicaReads.observe(ctx, rs, key)
 	sort.Strings(v.names)
 	return v, nil
 }
@@ -177,30 +174,56 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 		AddressMap:           c.opts.BackendAddressMap,
 		KubeProxyHealthzPort: c.opts.KubeProxyHealthzPort,
 	})
-	views, err := c.readReplicas(ctx, key)
-	if err != nil {
-		return resultError, false, err
-	}
+	// A Service whose status does not carry its address yet is served by
+	// no replica: they take the address from the status. Its status is
+	// written first, Ready False, without reading any replica; the replicas
+	// are read (for the others, and for it on the next look) after.
 	pending := false
 	st.unserved = map[*corev1.Service]string{}
+	var fresh []model.ServiceInput
 	for _, in := range st.active {
-		svcKey := in.Service.Namespace + "/" + in.Service.Name
-		if w := views.waiting(svcKey, desired); len(w) > 0 {
-			st.unserved[in.Service] = "waiting for data-plane replicas: " + strings.Join(w, ", ")
-			pending = true
+		if a, err := statusAddress(in.Service); err != nil || a != in.Address {
+			st.unserved[in.Service] = "waiting for data-plane replicas: they serve the Service at the address in its status, written now"
+			fresh = append(fresh, in)
 		}
 	}
-	st.servedBy = len(views.names)
-	leaving := st.leaving[:0]
-	for _, svc := range st.leaving {
-		if l := views.listening(svc.Namespace + "/" + svc.Name); len(l) > 0 {
-			logFrom(ctx).V(1).Info("deleted Service still has listeners on data-plane replicas; keeping its finalizer", "service", svc.Namespace+"/"+svc.Name, "replicas", l)
-			pending = true
-			continue
+	if len(fresh) > 0 {
+		pending = true
+		first := &state{key: key, active: fresh, unserved: st.unserved}
+		if err := c.updateStatuses(ctx, first, model.Plan{}, warnings); err != nil {
+			if apierrors.IsConflict(err) {
+				return resultConflict, false, err
+			}
+			return resultError, false, err
 		}
-		leaving = append(leaving, svc)
 	}
-	st.leaving = leaving
+	if len(st.active) > len(fresh) || len(st.leaving) > 0 {
+		views, err := c.readReplicas(ctx, key)
+		if err != nil {
+			return resultError, false, err
+		}
+		for _, in := range st.active {
+			if _, isFresh := st.unserved[in.Service]; isFresh {
+				continue
+			}
+			svcKey := in.Service.Namespace + "/" + in.Service.Name
+			if w := views.waiting(svcKey, desired); len(w) > 0 {
+				st.unserved[in.Service] = "waiting for data-plane replicas: " + strings.Join(w, ", ")
+				pending = true
+			}
+		}
+		st.servedBy = len(views.names)
+		leaving := st.leaving[:0]
+		for _, svc := range st.leaving {
+			if l := views.listening(svc.Namespace + "/" + svc.Name); len(l) > 0 {
+				logFrom(ctx).V(1).Info("deleted Service still has listeners on data-plane replicas; keeping its finalizer", "service", svc.Namespace+"/"+svc.Name, "replicas", l)
+				pending = true
+				continue
+			}
+			leaving = append(leaving, svc)
+		}
+		st.leaving = leaving
+	}
 	if err := c.updateStatuses(ctx, st, model.Plan{}, warnings); err != nil {
 		if apierrors.IsConflict(err) {
 			return resultConflict, false, err
