@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"sigs.k8s.io/yaml"
 )
 
-// judgedFile is one manifest of testdata/realworld and every finding
+// judgedFile is one manifest of a real-world corpus and every finding
 // zerodrop check reported on it, each judged by hand (judged.yaml).
 type judgedFile struct {
 	File     string `json:"file"`
@@ -19,22 +20,82 @@ type judgedFile struct {
 		Object    string `json:"object"`
 		Container string `json:"container"`
 		// Judged is true when the finding is a real rollout-safety hazard
-		// for the manifest as written.
-		Judged bool `json:"judged"`
+		// for the manifest as written (testdata/realworld).
+		Judged *bool `json:"judged,omitempty"`
+		// Verdict is "true", "false" or "debatable" (testdata/realworld2,
+		// which also records findings that are real but repeat another, or
+		// depend on what the file does not say).
+		Verdict string `json:"verdict,omitempty"`
 		// Want is "present" or "absent": whether the analyzer reports it
 		// today. A finding judged true must stay present.
 		Want   string `json:"want"`
 		Reason string `json:"reason"`
 	} `json:"findings"`
+	// Hazards says, for each hazard hazards.yaml lists for the file (Item
+	// from 1, in its order), the rule that reports it, or "none" (a miss).
+	Hazards []struct {
+		Item  int    `json:"item"`
+		Found string `json:"found"`
+		// Real is false for an entry that turned out not to be a hazard.
+		Real *bool  `json:"real,omitempty"`
+		Note string `json:"note,omitempty"`
+	} `json:"hazards,omitempty"`
+}
+
+// hazardFile is one manifest's entry in hazards.yaml: the hazards read by
+// hand before the analyzer was run on it.
+type hazardFile struct {
+	File     string `json:"file"`
+	Provider string `json:"provider"`
+	Hazards  []struct {
+		Object    string `json:"object"`
+		Container string `json:"container"`
+		Expect    string `json:"expect"`
+		Sure      any    `json:"sure"` // yes (a YAML 1.1 boolean) or debatable
+		Hazard    string `json:"hazard"`
+	} `json:"hazards"`
+}
+
+// corpusCount sums one corpus's verdicts over the findings reported today.
+type corpusCount struct {
+	reported, truePos, falsePos, debatable int
+	hazards, missed                        int
 }
 
 // TestRealWorldCorpus runs zerodrop check over public manifests nobody here
-// wrote (testdata/realworld/SOURCES) and holds the analyzer to the judgement
-// in judged.yaml: a finding judged true must not disappear, one marked
-// absent must not come back, and every finding reported must have been
-// judged. It logs the precision: findings judged true among those reported.
+// wrote (testdata/realworld and testdata/realworld2, each with its SOURCES)
+// and holds the analyzer to the judgement in each judged.yaml: a finding
+// judged true must not disappear, one marked absent must not come back, and
+// every finding reported must have been judged. Where hazards.yaml lists the
+// hazards read before the analyzer ran, a hazard recorded as found must stay
+// found. It logs each corpus's precision — debatable findings counted as
+// true and as false — and the hazards missed.
 func TestRealWorldCorpus(t *testing.T) {
-	dir := filepath.Join("testdata", "realworld")
+	for _, corpus := range []string{"realworld", "realworld2"} {
+		t.Run(corpus, func(t *testing.T) {
+			c := checkCorpus(t, filepath.Join("testdata", corpus))
+			if c.reported > 0 {
+				judged := c.truePos + c.falsePos
+				t.Logf("%s: %d findings reported: %d true, %d false, %d debatable; precision %.1f %% of those judged true or false (%d of %d), %.1f %% with debatable as true, %.1f %% with debatable as false; debatable %.1f %% of all",
+					corpus, c.reported, c.truePos, c.falsePos, c.debatable,
+					pct(c.truePos, judged), c.truePos, judged,
+					pct(c.truePos+c.debatable, c.reported), pct(c.truePos, c.reported), pct(c.debatable, c.reported))
+			}
+			if c.hazards > 0 {
+				t.Logf("%s: %d hazards read before the run, %d found, %d missed", corpus, c.hazards, c.hazards-c.missed, c.missed)
+			}
+		})
+	}
+}
+
+func pct(n, of int) float64 {
+	if of == 0 {
+		return 0
+	}
+	return 100 * float64(n) / float64(of)
+}
+
+func checkCorpus(t *testing.T, dir string) corpusCount {
 	raw, err := os.ReadFile(filepath.Join(dir, "judged.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -45,14 +106,33 @@ func TestRealWorldCorpus(t *testing.T) {
 	if err := yaml.UnmarshalStrict(raw, &judged); err != nil {
 		t.Fatalf("judged.yaml: %v", err)
 	}
+	hazards := map[string]hazardFile{}
+	if raw, err := os.ReadFile(filepath.Join(dir, "hazards.yaml")); err == nil {
+		var hz struct {
+			Files []hazardFile `json:"files"`
+		}
+		if err := yaml.UnmarshalStrict(raw, &hz); err != nil {
+			t.Fatalf("hazards.yaml: %v", err)
+		}
+		for _, f := range hz.Files {
+			hazards[f.File] = f
+		}
+	}
 	manifests, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(judged.Files) != len(manifests)-1 { // all but judged.yaml itself
-		t.Errorf("judged.yaml lists %d files, testdata/realworld holds %d manifests", len(judged.Files), len(manifests)-1)
+	manifests = slices.DeleteFunc(manifests, func(p string) bool {
+		b := filepath.Base(p)
+		return b == "judged.yaml" || b == "hazards.yaml"
+	})
+	if len(judged.Files) != len(manifests) {
+		t.Errorf("judged.yaml lists %d files, %s holds %d manifests", len(judged.Files), dir, len(manifests))
 	}
-	var reported, truePos, judgedTrue int
+	if len(hazards) > 0 && len(hazards) != len(manifests) {
+		t.Errorf("hazards.yaml lists %d files, %s holds %d manifests", len(hazards), dir, len(manifests))
+	}
+	var c corpusCount
 	for _, jf := range judged.Files {
 		t.Run(jf.File, func(t *testing.T) {
 			r := run(t, "", "-o", "json", "--provider", jf.Provider, filepath.Join(dir, jf.File))
@@ -61,29 +141,40 @@ func TestRealWorldCorpus(t *testing.T) {
 			}
 			got := map[string]bool{}
 			for _, f := range decodeFindings(t, r.stdout) {
-				got[fmt.Sprintf("%s %s %q", f["rule"], f["object"], f["container"])] = true
+				got[findingKey(f["rule"], f["object"], f["container"])] = true
 			}
 			seen := map[string]bool{}
 			for _, j := range jf.Findings {
-				key := fmt.Sprintf("%s %s %q", j.Rule, j.Object, j.Container)
+				key := findingKey(j.Rule, j.Object, j.Container)
 				seen[key] = true
-				if j.Judged {
-					judgedTrue++
+				verdict := j.Verdict
+				switch {
+				case j.Judged != nil && verdict != "":
+					t.Errorf("%s: judged and verdict both set", key)
+				case j.Judged != nil:
+					verdict = fmt.Sprint(*j.Judged)
 				}
 				switch {
+				case verdict != "true" && verdict != "false" && verdict != "debatable":
+					t.Errorf("%s: verdict %q, must be true, false or debatable", key, verdict)
 				case j.Want != "present" && j.Want != "absent":
 					t.Errorf("%s: want %q, must be present or absent", key, j.Want)
-				case j.Judged && j.Want == "absent":
+				case verdict == "true" && j.Want == "absent":
 					t.Errorf("%s is judged true but marked absent: a true finding may not be dropped", key)
 				case j.Want == "present" && !got[key]:
-					t.Errorf("%s (judged %v: %s) disappeared", key, j.Judged, j.Reason)
+					t.Errorf("%s (judged %s: %s) disappeared", key, verdict, j.Reason)
 				case j.Want == "absent" && got[key]:
-					t.Errorf("%s (judged false: %s) is reported again", key, j.Reason)
+					t.Errorf("%s (judged %s: %s) is reported again", key, verdict, j.Reason)
 				}
 				if got[key] {
-					reported++
-					if j.Judged {
-						truePos++
+					c.reported++
+					switch verdict {
+					case "true":
+						c.truePos++
+					case "false":
+						c.falsePos++
+					default:
+						c.debatable++
 					}
 				}
 			}
@@ -92,10 +183,39 @@ func TestRealWorldCorpus(t *testing.T) {
 					t.Errorf("unjudged finding %s: judge it in judged.yaml", key)
 				}
 			}
+			hf, ok := hazards[jf.File]
+			if len(hazards) == 0 {
+				return
+			}
+			if !ok || hf.Provider != jf.Provider {
+				t.Fatalf("hazards.yaml has no entry for %s with provider %s", jf.File, jf.Provider)
+			}
+			if len(jf.Hazards) != len(hf.Hazards) {
+				t.Errorf("judged.yaml accounts for %d hazards, hazards.yaml lists %d", len(jf.Hazards), len(hf.Hazards))
+			}
+			for i, h := range jf.Hazards {
+				if h.Item != i+1 || i >= len(hf.Hazards) {
+					t.Errorf("hazard entry %d has item %d", i+1, h.Item)
+					continue
+				}
+				hz := hf.Hazards[i]
+				if h.Real != nil && !*h.Real {
+					continue
+				}
+				c.hazards++
+				if h.Found == "none" {
+					c.missed++
+					continue
+				}
+				if key := findingKey(h.Found, hz.Object, hz.Container); !got[key] {
+					t.Errorf("hazard %d (%s) was found by %s and is missed now", h.Item, hz.Hazard, key)
+				}
+			}
 		})
 	}
-	if reported > 0 {
-		t.Logf("real-world corpus: %d findings reported, %d judged true: precision %.1f %%; %d of %d findings judged true still reported",
-			reported, truePos, 100*float64(truePos)/float64(reported), truePos, judgedTrue)
-	}
+	return c
+}
+
+func findingKey(rule, object, container any) string {
+	return fmt.Sprintf("%s %s %q", rule, object, container)
 }
