@@ -19,6 +19,9 @@ const (
 // checkProbes is ZD101 and ZD102.
 func (c *check) checkProbes(ctr *corev1.Container) {
 	if ctr.ReadinessProbe == nil {
+		if c.readinessGatedBy(ctr) != "" {
+			return
+		}
 		c.add("ZD101", ctr.Name,
 			fmt.Sprintf("container %q has no readinessProbe: it counts as Ready as soon as it has started, so the load balancer and the rollout treat it as serving before the process accepts connections", ctr.Name),
 			"add a readinessProbe that checks the serving port (httpGet on a readiness endpoint, or tcpSocket on the port)")
