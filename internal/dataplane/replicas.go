@@ -65,6 +65,9 @@ type Discovery struct {
 	// pod has uid: it must accept only that replica's certificate
 	// (stateauth.Authority.TLSConfig).
 	TLS func(uid string) *tls.Config
+	// ReadTimeout bounds each read of a replica (default
+	// DefaultReplicaReadTimeout).
+	ReadTimeout time.Duration
 	// Recorder, when set, gets a Warning Event on a replica's pod when it
 	// stops counting for its node's Lease (once per pod).
 	Recorder events.EventRecorder
@@ -85,9 +88,9 @@ type leaseSeen struct {
 	at        time.Time
 }
 
-// readTimeout bounds each read of a replica: one that does not answer makes
-// the gates wait, not hang.
-const readTimeout = 5 * time.Second
+// DefaultReplicaReadTimeout bounds each read of a replica: one that does not
+// answer makes the gates wait, not hang.
+const DefaultReplicaReadTimeout = 5 * time.Second
 
 // clientsFor keeps one HTTP client (and its kept-alive connections) per
 // replica pod that counts, and drops the others'.
@@ -98,9 +101,13 @@ func (d *Discovery) clientsFor(pods []*corev1.Pod) map[types.UID]*http.Client {
 	for _, p := range pods {
 		c := d.clients[p.UID]
 		if c == nil {
-			c = &http.Client{Timeout: readTimeout, Transport: &http.Transport{
+			timeout := d.ReadTimeout
+			if timeout <= 0 {
+				timeout = DefaultReplicaReadTimeout
+			}
+			c = &http.Client{Timeout: timeout, Transport: &http.Transport{
 				TLSClientConfig: d.TLS(string(p.UID)), MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second,
-				TLSHandshakeTimeout: readTimeout, ForceAttemptHTTP2: false}}
+				TLSHandshakeTimeout: timeout, ForceAttemptHTTP2: false}}
 		}
 		next[p.UID] = c
 	}

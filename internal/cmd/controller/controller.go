@@ -434,6 +434,7 @@ func RunConfig(ctx context.Context, cfg Config) error {
 		ImmediateRemoval:     cfg.Immediate,
 		Role:                 role,
 		Replicas:             replicasFunc,
+		ReplicaReadTimeout:   cfg.DataPlane.ReadTimeout,
 		Metrics:              m,
 		Logger:               log,
 	})

@@ -92,6 +92,7 @@ func TestValidate(t *testing.T) {
 		{"control role", []string{"--role=control", "--data-plane-namespace=zerodrop", "--data-plane-selector=app.kubernetes.io/component=data-plane"}, ""},
 		{"control role without its replicas", []string{"--role=control"}, "--data-plane-namespace and --data-plane-selector"},
 		{"control role, bad selector", []string{"--role=control", "--data-plane-namespace=zerodrop", "--data-plane-selector=a b"}, "--data-plane-selector"},
+		{"control role, bad read timeout", []string{"--role=control", "--data-plane-namespace=zerodrop", "--data-plane-selector=a=b", "--data-plane-read-timeout=-1s"}, "--data-plane-read-timeout"},
 		{"control role, bad state port", []string{"--role=control", "--data-plane-namespace=zerodrop", "--data-plane-selector=a=b", "--data-plane-state-port=0"}, "--data-plane-state-port"},
 	}
 	for _, tc := range cases {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
@@ -32,6 +33,8 @@ type RoleConfig struct {
 	Namespace string
 	Selector  string
 	StatePort int
+	// ReadTimeout bounds each read of a replica's state endpoint.
+	ReadTimeout time.Duration
 	// CASecret names the Secret in Namespace holding the private CA of the
 	// state endpoint's certificates (control role).
 	CASecret string
@@ -51,6 +54,7 @@ func (r *RoleConfig) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&r.Namespace, "data-plane-namespace", "", "control role: namespace of the data-plane replicas' pods")
 	fs.StringVar(&r.Selector, "data-plane-selector", "", "control role: label selector of the data-plane replicas' pods, e.g. app.kubernetes.io/component=data-plane")
 	fs.IntVar(&r.StatePort, "data-plane-state-port", 9092, "control role: port of the replicas' state endpoint on their pod addresses")
+	fs.DurationVar(&r.ReadTimeout, "data-plane-read-timeout", dataplane.DefaultReplicaReadTimeout, "control role: bound of each read of a replica's state endpoint; a replica that does not answer within it counts as not serving (the gates wait)")
 	fs.StringVar(&r.CASecret, "data-plane-ca-secret", stateauth.DefaultCASecret, "control role: Secret in --data-plane-namespace holding the private CA of the state endpoint's certificates (created when missing)")
 }
 
@@ -76,6 +80,9 @@ func (r *RoleConfig) validate(c *Config) error {
 		}
 		if _, err := labels.Parse(r.Selector); err != nil {
 			return fmt.Errorf("--data-plane-selector: %w", err)
+		}
+		if r.ReadTimeout < 0 {
+			return fmt.Errorf("--data-plane-read-timeout %s: want a positive duration (0: the default)", r.ReadTimeout)
 		}
 		if r.StatePort < 1 || r.StatePort > 65535 {
 			return fmt.Errorf("--data-plane-state-port %d: want 1 to 65535", r.StatePort)
@@ -121,7 +128,7 @@ func (r *RoleConfig) fleet(mgr ctrl.Manager, log logr.Logger) (provider.Provider
 	}
 	return dataplane.Fleet{ProviderName: haproxy.Name, Protocols: haproxy.UnsupportedProtocols()},
 		&dataplane.Discovery{Reader: mgr.GetCache(), Namespace: r.Namespace, Selector: sel, Port: r.StatePort,
-			Recorder: recorder, TLS: auth.TLSConfig}, nil
+			Recorder: recorder, TLS: auth.TLSConfig, ReadTimeout: r.ReadTimeout}, nil
 }
 
 // stateEndpoint adds a data-plane replica's state endpoint to mgr: its
