@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +29,33 @@ func (c *check) readinessGatedBy(ctr *corev1.Container) string {
 			return why
 		}
 	}
-	return ""
+	return c.injectedGate(served)
+}
+
+// Dapr's sidecar injector adds daprd to pods annotated dapr.io/enabled:
+// "true". daprd's readinessProbe (/v1.0/healthz on its public port) fails
+// until its runtime has initialised, and initialisation blocks until a TCP
+// connection to dapr.io/app-port succeeds (blockUntilAppIsReady in
+// dapr/dapr pkg/runtime): the pod is not Ready before the app listens there.
+// Istio's istio-proxy (/healthz/ready) and Linkerd's linkerd-proxy (/ready)
+// report only the proxy's own readiness, so they gate nothing.
+const (
+	daprEnabled = "dapr.io/enabled"
+	daprAppPort = "dapr.io/app-port"
+)
+
+// injectedGate returns the webhook-injected sidecar whose readiness waits for
+// one of the served ports, or "".
+func (c *check) injectedGate(served map[int32]bool) string {
+	a := c.w.tmpl.Annotations
+	if a[daprEnabled] != "true" {
+		return ""
+	}
+	port, err := strconv.ParseInt(strings.TrimSpace(a[daprAppPort]), 10, 32)
+	if err != nil || !served[int32(port)] {
+		return ""
+	}
+	return fmt.Sprintf("the daprd sidecar Dapr injects (%s) is ready only once it has connected to the app port %d (%s)", daprEnabled, port, daprAppPort)
 }
 
 // servedPorts are the ports a container listens on as far as the manifest
