@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -66,9 +68,13 @@ func preStopDelay(ctr *corev1.Container, dereg int, injected bool) delay {
 		}
 		return delay{kind: delayUnknown, what: fmt.Sprintf("preStop httpGet %s", h.HTTPGet.Path)}
 	case h.Exec != nil:
-		if s, ok := execSleep(h.Exec.Command); ok {
-			return delay{kind: delaySleep, seconds: s,
-				what: fmt.Sprintf("preStop exec %q", strings.Join(h.Exec.Command, " "))}
+		env := literalEnv(ctr)
+		if s, ok := execSleep(h.Exec.Command, env); ok {
+			what := fmt.Sprintf("preStop exec %q", strings.Join(h.Exec.Command, " "))
+			if used := usedVars(h.Exec.Command, env); len(used) > 0 {
+				what += " with " + strings.Join(used, ", ") + " from the container's env"
+			}
+			return delay{kind: delaySleep, seconds: s, what: what}
 		}
 		return delay{kind: delayUnknown, what: fmt.Sprintf("preStop exec %q", strings.Join(h.Exec.Command, " "))}
 	case h.TCPSocket != nil:
@@ -80,10 +86,42 @@ func preStopDelay(ctr *corev1.Container, dereg int, injected bool) delay {
 // shells whose "-c" script is read for sleeps.
 var shells = map[string]bool{"sh": true, "bash": true, "ash": true, "dash": true, "zsh": true, "ksh": true}
 
+// literalEnv returns the container's environment variables whose value is
+// written in the manifest: those are what a preStop shell script sees. A
+// value from a ConfigMap, a Secret or the downward API, or one that refers to
+// another variable ($(VAR)), is left out: it is unknown here.
+func literalEnv(ctr *corev1.Container) map[string]string {
+	env := map[string]string{}
+	for _, e := range ctr.Env {
+		if e.ValueFrom != nil || strings.Contains(e.Value, "$(") {
+			delete(env, e.Name) // the last definition wins
+			continue
+		}
+		env[e.Name] = e.Value
+	}
+	return env
+}
+
+// usedVars lists, as NAME=value, the variables of env that a shell command
+// refers to, for messages.
+func usedVars(cmd []string, env map[string]string) []string {
+	joined := strings.Join(cmd, " ")
+	var out []string
+	for name, v := range env {
+		if strings.Contains(joined, "$"+name) || strings.Contains(joined, "${"+name+"}") {
+			out = append(out, name+"="+v)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // execSleep recognises `sleep N`, `/bin/sleep N`, `sh -c "sleep N"` and
 // scripts of simple commands such as `sleep 5 && nginx -s quit`. It returns
-// the total time the command sleeps before it can return.
-func execSleep(cmd []string) (float64, bool) {
+// the total time the command sleeps before it can return. A shell script's
+// `sleep $VAR` (or "${VAR}") takes VAR from env; without a shell nothing
+// expands (the kubelet runs the command as written).
+func execSleep(cmd []string, env map[string]string) (float64, bool) {
 	if len(cmd) > 0 && path.Base(cmd[0]) == "env" {
 		cmd = cmd[1:]
 	}
@@ -106,7 +144,7 @@ func execSleep(cmd []string) (float64, bool) {
 			continue
 		}
 		if strings.Contains(a[1:], "c") && i+1 < len(cmd) {
-			return scriptSleep(cmd[i+1])
+			return scriptSleep(cmd[i+1], env)
 		}
 	}
 	return 0, false
@@ -116,8 +154,9 @@ func execSleep(cmd []string) (float64, bool) {
 // A command after "||" may not run and one before "&" or "|" runs in the
 // background or concurrently, so those sleeps do not count. Anything it does
 // not understand ($VARS, loops) makes the delay unknown only if no sleep is
-// found at all: other commands are assumed to take no time.
-func scriptSleep(script string) (float64, bool) {
+// found at all: other commands are assumed to take no time. Operands are
+// unquoted, and $VAR or ${VAR} (outside single quotes) replaced from env.
+func scriptSleep(script string, env map[string]string) (float64, bool) {
 	type seg struct {
 		text      string
 		prev, sep string // separators before and after
@@ -152,12 +191,37 @@ func scriptSleep(script string) (float64, bool) {
 		if len(f) < 2 || path.Base(f[0]) != "sleep" {
 			continue
 		}
-		if n, ok := sleepArgs(f[1:]); ok {
+		args := make([]string, len(f)-1)
+		for i, a := range f[1:] {
+			args[i] = shellWord(a, env)
+		}
+		if n, ok := sleepArgs(args); ok {
 			total += n
 			found = true
 		}
 	}
 	return total, found
+}
+
+// varRef matches a whole-word variable reference: $NAME or ${NAME}.
+var varRef = regexp.MustCompile(`^\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})$`)
+
+// shellWord unquotes one word of a simple command and expands a variable
+// that makes up the whole word; anything else is returned as written (and
+// then fails to parse as a number).
+func shellWord(w string, env map[string]string) string {
+	if len(w) >= 2 && w[0] == '\'' && w[len(w)-1] == '\'' {
+		return w[1 : len(w)-1] // no expansion in single quotes
+	}
+	if len(w) >= 2 && w[0] == '"' && w[len(w)-1] == '"' {
+		w = w[1 : len(w)-1]
+	}
+	if m := varRef.FindStringSubmatch(w); m != nil {
+		if v, ok := env[m[1]+m[2]]; ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return w
 }
 
 // sleepArgs parses sleep's operands as GNU and busybox sleep do: numbers with

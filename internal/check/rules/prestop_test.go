@@ -36,7 +36,7 @@ func TestExecSleep(t *testing.T) {
 		{nil, 0, false},
 	}
 	for _, tc := range tests {
-		got, ok := execSleep(tc.cmd)
+		got, ok := execSleep(tc.cmd, nil)
 		if ok != tc.ok || got != tc.want {
 			t.Errorf("execSleep(%q) = %v, %v; want %v, %v", tc.cmd, got, ok, tc.want, tc.ok)
 		}
