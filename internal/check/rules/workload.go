@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"zerodrop.dev/zerodrop/internal/check/timing"
 )
 
 // Readiness gates the rules recognise, and the signals that a webhook or
@@ -224,10 +226,19 @@ func pdbAllows(minAvailable, maxUnavailable *intstr.IntOrString, n int32) (int, 
 }
 
 // checkSpreading is ZD401, for kinds that run several pods anywhere:
-// DaemonSets run one per node and bare Pods one in all.
+// DaemonSets run one per node and bare Pods one in all. Only a Service whose
+// load balancer balances across nodes counts: one that targets pod IPs
+// balances across pods, and Local plays no part in its traffic.
 func (c *check) checkSpreading() {
-	svc, local := c.local()
-	if !local {
+	var svc *service
+	var path timing.Path
+	for _, s := range c.svcs {
+		if p := timing.PathOf(c.cfg.Provider, s.svc); p.Local && !p.PodTargets {
+			svc, path = s, p
+			break
+		}
+	}
+	if svc == nil {
 		return
 	}
 	switch c.w.obj.(type) {
@@ -240,7 +251,8 @@ func (c *check) checkSpreading() {
 	}
 	c.add("ZD401", "",
 		fmt.Sprintf("Service %s has externalTrafficPolicy Local but nothing spreads the pods across nodes: the load balancer balances across nodes, so pods packed on one node share one node's traffic, and draining that node removes several backends at once", svc.ref()),
-		"add a topologySpreadConstraint (topologyKey: kubernetes.io/hostname, maxSkew: 1) or a podAntiAffinity on kubernetes.io/hostname whose labelSelector selects the pods' own labels")
+		"add a topologySpreadConstraint (topologyKey: kubernetes.io/hostname, maxSkew: 1) or a podAntiAffinity on kubernetes.io/hostname whose labelSelector selects the pods' own labels",
+		"path: "+path.Desc)
 }
 
 // spreadsByHostname reports whether anti-affinity or a topology spread
