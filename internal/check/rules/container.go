@@ -90,6 +90,7 @@ func (c *check) checkPreStop(ctr *corev1.Container) {
 	}
 
 	grace, graceWhy := c.gracePeriod()
+	c.checkShortGrace(ctr, d, grace, graceWhy)
 	if d.known() && float64(grace) <= d.seconds {
 		fix := fmt.Sprintf("set terminationGracePeriodSeconds to the preStop delay plus the application's shutdown time, e.g. %d", int64(math.Ceil(d.seconds))+15)
 		if math.IsInf(d.seconds, 1) {
@@ -129,4 +130,29 @@ func (c *check) checkLocalServing(ctr *corev1.Container, d delay, grace int64, g
 		fmt.Sprintf("container %q: Service %s has externalTrafficPolicy Local and the pod may stop serving %s after termination starts, %s before its grace period of %d s ends: the node has no other local endpoint for the connections the load balancer still sends it", ctr.Name, svc.ref(), seconds(serving), seconds(float64(grace)-serving), grace),
 		fmt.Sprintf("keep the pod serving until it exits: make readiness periodSeconds × (failureThreshold − 1) at least %s (grace period − preStop delay), or shorten terminationGracePeriodSeconds to what shutdown needs", seconds(float64(grace)-d.seconds)),
 		arith, "deregistration: "+c.timing.DeregistrationWhy)
+}
+
+// checkShortGrace is ZD205: no preStop delay and a terminationGracePeriodSeconds
+// below the deregistration time and below the API default of 30 s. Without a hook the
+// application itself must keep serving after SIGTERM until the load balancer
+// stops sending, then finish its requests; the kubelet kills it when the
+// grace period ends, so a shorter one cuts connections whatever the
+// application does, and leaves no room for the preStop delay ZD201 asks for.
+// At 0 the container is killed at once: an error. A grace period of 30 s or
+// more (the default, which a cluster returns explicitly) is left to ZD201,
+// whose fix sets the grace period above the delay: the rule reads resolved
+// values only, so manifests and clusters agree.
+func (c *check) checkShortGrace(ctr *corev1.Container, d delay, grace int64, graceWhy string) {
+	dereg := c.timing.Deregistration
+	if d.kind != delayNone || grace >= int64(dereg) || grace >= corev1.DefaultTerminationGracePeriodSeconds {
+		return
+	}
+	sev, what := Warning, fmt.Sprintf("the kubelet kills it %d s after SIGTERM", grace)
+	if grace == 0 {
+		sev, what = Error, "the kubelet kills it at once (SIGKILL, no SIGTERM first), cutting every request in flight"
+	}
+	c.addSeverity(sev, "ZD205", ctr.Name,
+		fmt.Sprintf("container %q has no preStop delay and %s: %s, while the load balancer may route connections to it for up to %d s (its deregistration time), so not even an application that keeps serving after SIGTERM can stop gracefully", ctr.Name, graceWhy, what, dereg),
+		fmt.Sprintf("set terminationGracePeriodSeconds above the deregistration time plus shutdown, e.g. %d, with a preStop delay of %d s (ZD201)", dereg+15, dereg),
+		"deregistration: "+c.timing.DeregistrationWhy, fmt.Sprintf("%s < %d s, no preStop delay", graceWhy, dereg))
 }

@@ -41,7 +41,7 @@ func fieldPaths(kind, rule, container string) [][]string {
 				paths = append(paths, join(ctr, []string{"readinessProbe"}))
 			case "ZD201", "ZD202":
 				paths = append(paths, join(ctr, []string{"lifecycle", "preStop"}))
-			case "ZD203":
+			case "ZD203", "ZD205":
 				paths = append(paths, join(pod, []string{"terminationGracePeriodSeconds"}))
 			}
 			paths = append(paths, ctr)

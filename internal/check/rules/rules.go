@@ -1,4 +1,4 @@
-// Package rules holds zerodrop check's rollout-safety rules ZD101–ZD403. The
+// Package rules holds zerodrop check's rollout-safety rules ZD101–ZD404. The
 // rules only look at workloads selected by a Service of type LoadBalancer:
 // that is where a rollout can drop traffic the cluster cannot re-route.
 package rules
@@ -39,6 +39,7 @@ var All = []Rule{
 	{"ZD202", Error, "The preStop delay is shorter than the load balancer's deregistration time"},
 	{"ZD203", Error, "terminationGracePeriodSeconds is not longer than the preStop delay"},
 	{"ZD204", Warning, "externalTrafficPolicy Local and the pod stops serving before its grace period ends"},
+	{"ZD205", Warning, "terminationGracePeriodSeconds is shorter than the load balancer's deregistration time and there is no preStop delay (error at 0)"},
 	{"ZD301", Warning, "RollingUpdate maxUnavailable resolves to at least one pod (error when it can stop every serving pod)"},
 	{"ZD302", Error, "Deployment strategy Recreate"},
 	{"ZD303", Warning, "Fewer than 2 replicas"},
