@@ -1,15 +1,20 @@
 // Command procmem measures the memory of the real `zerodrop controller`
-// process: the binary `go build ./cmd/zerodrop` makes (at -rev), started as its own
-// process with its default flags plus what it needs here, against a real
-// kube-apiserver + etcd (internal/testenv) with -n LoadBalancer Services of
-// -endpoints endpoints each, and a real HAProxy (the controller starts and
-// owns it, --role=all, the default). It reports the process's peak RSS
-// (VmHWM from /proc/PID/status, which covers the process's whole life) and
-// RSS, and the Go heap from its own /metrics, after the build (every Service
-// has its address in its status), after a restart (a new process has
-// verified every load balancer) and after each has been idle for -idle.
+// process: the binary `go build ./cmd/zerodrop` makes (at -rev), started as
+// its own process with its default flags plus what it needs here, against
+// a real kube-apiserver + etcd (internal/testenv) with -n LoadBalancer
+// Services of -endpoints endpoints each. With -role all (the command's
+// default) the process starts and owns a real HAProxy; with -role
+// data-plane it attaches to the HAProxy that `zerodrop haproxy` runs, as the
+// chart's DaemonSet does; with -role control it runs as the chart's
+// Deployment, without any data-plane replica to read. It reports the
+// process's peak RSS (VmHWM from /proc/PID/status, which covers the
+// process's whole life) and RSS, and the Go heap from its own /metrics,
+// after the build (every Service has its address in its status; a
+// data-plane replica: ready, every load balancer reconciled once), after a
+// restart (a new process has verified every load balancer) and after each
+// has been idle for -idle.
 //
-//	go run ./hack/procmem -n 5000 -endpoints 2
+//	go run ./hack/procmem -n 5000 -endpoints 2 [-role data-plane]
 //
 // The figures in charts/zerodrop/README.md and docs/scale.md come from it.
 // It is not part of `make test`.
@@ -52,6 +57,7 @@ var (
 	kubeFlag   = flag.Bool("kubeconfig-flag", false, "give the controller --kubeconfig (client-go's default client-side limit of 5 requests/s) instead of $KUBECONFIG (controller-runtime's GetConfig: no client-side limit, as in a pod)")
 	goMemLimit = flag.String("gomemlimit", "", "GOMEMLIMIT in the controller's environment (empty: unset, as in a container without a memory limit)")
 	idle       = flag.Duration("idle", 30*time.Second, "how long the process is left idle after the build and after the restart before the second reading")
+	role       = flag.String("role", "all", "the controller's --role: all (the default: one process, which owns its HAProxy), data-plane (attached to an HAProxy run by `zerodrop haproxy`, as in the chart's DaemonSet; the Services' addresses written into their status first) or control (no HAProxy, no data-plane replica to read)")
 	rev        = flag.String("rev", "HEAD", "the commit whose ./cmd/zerodrop is built and measured")
 	timeout    = flag.Duration("timeout", 90*time.Minute, "give up after this long in one phase")
 )
@@ -66,6 +72,10 @@ func main() {
 	flag.Parse()
 	if *services < 1 || *services**endpoints > 200*250 {
 		fmt.Fprintf(os.Stderr, "procmem: -n %d × -endpoints %d: want 1 to 50,000 endpoints\n", *services, *endpoints)
+		os.Exit(2)
+	}
+	if *role != "all" && *role != "data-plane" && *role != "control" {
+		fmt.Fprintf(os.Stderr, "procmem: -role %q: want all, data-plane or control\n", *role)
 		os.Exit(2)
 	}
 	if err := run(flag.Args()); err != nil {
@@ -132,23 +142,45 @@ func run(extra []string) error {
 	fmt.Printf("created %d Services and EndpointSlices (%d endpoints) in %s\n", *services, *services**endpoints, time.Since(start).Round(time.Second))
 
 	hdir := filepath.Join(work, "haproxy")
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = haproxy.StopDir(sctx, hdir)
-	}()
-	args, metricsURL, err := controllerArgs(hdir, kubeconfig, extra)
+	var hp *process
+	if *role == "data-plane" {
+		// A replica serves each Service at the address the control role
+		// wrote into its status: written here, as the control role writes
+		// it, by no measured process.
+		if err := parallel(*services, 8, func(i int) error { return setAddress(ctx, c, i) }); err != nil {
+			return err
+		}
+		// The replica's HAProxy, as the chart's haproxy container runs it.
+		hp, err = startHAProxy(bin, hdir, filepath.Join(work, "haproxy.log"))
+		if err != nil {
+			return err
+		}
+		defer hp.stop()
+	} else {
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = haproxy.StopDir(sctx, hdir)
+		}()
+	}
+	args, urls, err := controllerArgs(hdir, kubeconfig, extra)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("zerodrop %s\n", strings.Join(args, " "))
+	metricsURL := urls.metrics
 
 	// Build: every listener from nothing.
 	p, err := startController(bin, args, kubeconfig, filepath.Join(work, "build.log"))
 	if err != nil {
 		return err
 	}
-	took, err := awaitBuilt(ctx, c, p, *services)
+	var took time.Duration
+	if *role == "data-plane" {
+		took, err = awaitReady(p, urls.ready)
+	} else {
+		took, err = awaitBuilt(ctx, c, p, *services)
+	}
 	if err != nil {
 		p.stop()
 		return err
@@ -157,14 +189,19 @@ func run(extra []string) error {
 	time.Sleep(*idle)
 	builtIdle := p.read(metricsURL)
 	p.stop()
-	fmt.Printf("build: every Service has its address after %s\n", took.Round(time.Second))
+	fmt.Printf("build: done after %s (%s)\n", took.Round(time.Second), map[bool]string{true: "the replica is ready: every load balancer reconciled once", false: "every Service has its address in its status"}[*role == "data-plane"])
 
 	// Restart: a new process verifies every load balancer.
 	p, err = startController(bin, args, kubeconfig, filepath.Join(work, "restart.log"))
 	if err != nil {
 		return err
 	}
-	rtook, err := awaitVerified(p, metricsURL, *services)
+	var rtook time.Duration
+	if *role == "data-plane" {
+		rtook, err = awaitReady(p, urls.ready)
+	} else {
+		rtook, err = awaitVerified(p, metricsURL, *services)
+	}
 	if err != nil {
 		p.stop()
 		return err
@@ -174,8 +211,13 @@ func run(extra []string) error {
 	restartIdle := p.read(metricsURL)
 	p.stop()
 	fmt.Printf("restart: every load balancer verified after %s\n", rtook.Round(time.Second))
+	if *role == "data-plane" {
+		if err := hp.exited(); err != nil {
+			return fmt.Errorf("HAProxy: %w", err)
+		}
+	}
 
-	fmt.Printf("\n%d Services, %d endpoints; the zerodrop controller process at commit %s\n", *services, *services**endpoints, commit)
+	fmt.Printf("\n%d Services, %d endpoints; the zerodrop controller process (--role=%s) at commit %s\n", *services, *services**endpoints, *role, commit)
 	fmt.Println("| phase | peak RSS (VmHWM) | RSS | Go heap in use | Go memory from the OS | GOMEMLIMIT | provider writes (reloads) |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, r := range []struct {
@@ -222,30 +264,117 @@ func buildAt(root, rev, dir string) (string, string, error) {
 
 // controllerArgs are the command's default flags plus what this machine
 // needs: a state directory of its own, an address pool with room for every
-// Service (the default 127.0.100.0/24 holds 254), the bench's endpoint
-// addresses published on loopback (the API server refuses loopback
-// endpoints), and free loopback ports (the defaults may be taken).
-func controllerArgs(hdir, kubeconfig string, extra []string) ([]string, string, error) {
-	var ports [3]int
+// Service (the default 127.0.100.0/24 holds 254), the endpoint addresses
+// published on loopback (the API server refuses loopback endpoints), free
+// loopback ports (the defaults may be taken), and what the role needs: the
+// data-plane replica attaches to its HAProxy's sockets (as the chart's
+// container does) and names a pod, the control role names the replicas'
+// pods (here none: no replica is read).
+func controllerArgs(hdir, kubeconfig string, extra []string) ([]string, urls, error) {
+	var ports [4]int
 	for i := range ports {
 		p, err := freePort()
 		if err != nil {
-			return nil, "", err
+			return nil, urls{}, err
 		}
 		ports[i] = p
 	}
 	args := []string{"controller",
-		"--haproxy-dir=" + hdir,
 		"--address-pool=127.0.128.0/17",
 		"--backend-address-map=198.18.0.0/15=127.18.0.0/15",
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
 		fmt.Sprintf("--drain-bind-address=127.0.0.1:%d", ports[2]),
 	}
+	switch *role {
+	case "all":
+		args = append(args, "--haproxy-dir="+hdir)
+	case "data-plane":
+		args = append(args, "--role=data-plane",
+			"--haproxy-socket="+filepath.Join(hdir, "admin.sock"),
+			"--haproxy-master-socket="+filepath.Join(hdir, "master.sock"),
+			"--haproxy-config="+filepath.Join(hdir, "haproxy.cfg"),
+			fmt.Sprintf("--state-bind-address=127.0.0.1:%d", ports[3]),
+			"--pod-name=data-plane-0", "--pod-namespace="+ns, "--pod-uid=00000000-0000-0000-0000-000000000001")
+	case "control":
+		args = append(args, "--role=control", "--data-plane-namespace="+ns, "--data-plane-selector=app.kubernetes.io/name=zerodrop-data-plane")
+	}
 	if *kubeFlag {
 		args = append(args, "--kubeconfig="+kubeconfig)
 	}
-	return append(args, extra...), fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0]), nil
+	return append(args, extra...), urls{
+		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0]),
+		ready:   fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]),
+	}, nil
+}
+
+type urls struct{ metrics, ready string }
+
+// startHAProxy runs `zerodrop haproxy --dir hdir`, the chart's haproxy
+// container, and waits for its sockets.
+func startHAProxy(bin, hdir, logFile string) (*process, error) {
+	f, err := os.Create(logFile)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "haproxy", "--dir="+hdir)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	p := &process{cmd: cmd, done: make(chan error, 1), log: f}
+	go func() { p.done <- cmd.Wait() }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if err := p.exited(); err != nil {
+			return nil, err
+		}
+		_, e1 := os.Stat(filepath.Join(hdir, "admin.sock"))
+		_, e2 := os.Stat(filepath.Join(hdir, "master.sock"))
+		if e1 == nil && e2 == nil {
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, errors.New("HAProxy's sockets did not appear within a minute")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// setAddress writes Service i's frontend address into its status.
+func setAddress(ctx context.Context, c client.Client, i int) error {
+	var svc corev1.Service
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name(i)}, &svc); err != nil {
+		return err
+	}
+	a := 128<<8 + i + 1
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fmt.Sprintf("127.0.%d.%d", a>>8, a&255),
+		IPMode: ptr.To(corev1.LoadBalancerIPModeProxy)}}
+	return c.Status().Update(ctx, &svc)
+}
+
+// awaitReady waits until the process's /readyz answers 200: a data-plane
+// replica has reconciled every load balancer once.
+func awaitReady(p *process, readyURL string) (time.Duration, error) {
+	start := time.Now()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for {
+		if err := p.exited(); err != nil {
+			return 0, err
+		}
+		if resp, err := hc.Get(readyURL); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Since(start), nil
+			}
+		}
+		if time.Since(start) > *timeout {
+			return 0, fmt.Errorf("not ready after %s", *timeout)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 type process struct {
