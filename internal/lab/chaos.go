@@ -349,7 +349,7 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 
 // poolState is the run's HAProxy backends as one comparable string.
 func (r *run) poolState(ctx context.Context) (string, error) {
-	bs, err := r.prov.Backends(ctx, r.key())
+	bs, err := r.backends(ctx, r.prov)
 	if err != nil {
 		return "", err
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"zerodrop.dev/zerodrop/internal/lab/sockcount"
+	"zerodrop.dev/zerodrop/internal/lab/upstream"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/webhook"
@@ -108,6 +109,9 @@ type run struct {
 	dir      string
 	prov     *haproxy.Provider
 	socks    []*sockcount.Proxy // in front of HAProxy's admin and master sockets
+	// upstreamLB is the upstream cloud's name of the run's load balancer
+	// (upstream and recipe modes: upstreamBackends reads its rules).
+	upstreamLB string
 	// dataPlane are the run's data-plane replicas (dataplane.go); prov is
 	// then the first one's HAProxy. lb-replica-restart replaces replicas
 	// and adds counting proxies while others read: both under dpMu.
@@ -228,9 +232,11 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	if r.mode.nodeBacked() {
 		svc.Spec.LoadBalancerClass = nil
 	}
-	if _, err := cs.CoreV1().Services(r.ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	created, err := cs.CoreV1().Services(r.ns).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
+	r.upstreamLB = upstream.LoadBalancerName(created)
 	if r.mode == ModeZerodrop || r.mode == ModeRecipe {
 		pdb := &policyv1.PodDisruptionBudget{
 			ObjectMeta: metav1.ObjectMeta{Name: appName, Namespace: r.ns},

@@ -44,7 +44,7 @@ func (r *run) sampleStates(ctx context.Context, start time.Time) []backendLane {
 	var lanes []*backendLane
 	byName := map[string]*backendLane{}
 	for {
-		if bs, err := r.prov.Backends(ctx, r.key()); err == nil {
+		if bs, err := r.backends(ctx, r.prov); err == nil {
 			at := time.Since(start)
 			if duplicates(bs, listener) > 0 {
 				r.dupSamples.Add(1)

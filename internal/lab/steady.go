@@ -122,7 +122,7 @@ func (r *run) views() []view {
 // local endpoint registered, drained; the upstream controller keeps it
 // active, and its probe (the health-check node port) holds it down.
 func (r *run) backendsSteady(ctx context.Context, prov view, want int32) (bool, string) {
-	bs, err := prov.Backends(ctx, r.key())
+	bs, err := r.backends(ctx, prov.Provider)
 	if err != nil {
 		return false, err.Error()
 	}

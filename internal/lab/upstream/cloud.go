@@ -4,33 +4,57 @@
 // HAProxy the way cloud-provider-azure programs an Azure Standard Load
 // Balancer. It is lab machinery: the production binary does not link it.
 //
-// What it copies from cloud-provider-azure, and only that (docs/lab.md cites
-// the sources):
-//   - the backend pool is every node the service controller passes (Azure's
-//     pool is the nodes' NICs or VMSS instances, for either traffic policy),
-//     at the Service's nodePort;
-//   - the health probe: for externalTrafficPolicy Local, HTTP GET /healthz on
-//     the Service's healthCheckNodePort; for Cluster, TCP on the nodePort
-//     (the default "servicenodeport" probe mode); every 5 s, 2 consecutive
-//     results to change state (probeThreshold);
+// It shares no code with zerodrop: it writes HAProxy with its own writer
+// (haproxy.go), and imports nothing of zerodrop's model or providers
+// (imports_test.go keeps it so), so the baseline does not move with the
+// system it is compared with.
+//
+// What it copies from cloud-provider-azure (sigs.k8s.io/cloud-provider-azure,
+// pkg/provider; docs/lab.md cites the same), and only that:
+//   - a load-balancing rule per Service port, named <lb>-<protocol>-<port>
+//     (getLoadBalancerRuleName), <lb> being the upstream default name "a" and
+//     the Service's UID (GetLoadBalancerName: cloudprovider.DefaultLoadBalancerName);
+//   - the backend pool is every node the service controller passes, by its
+//     InternalIP (backendPoolTypeNodeIP.EnsureHostsInPool, getNodePrivateIPAddress;
+//     for either traffic policy), at the port's nodePort (the rule's backend
+//     port with floating IP disabled, getExpectedLBRules: HAProxy, a proxy,
+//     cannot take the frontend address as Azure's floating IP does, and
+//     kube-proxy treats both alike); a node the service controller no longer
+//     passes leaves the pool at once (EnsureHostsInPool deletes it, no drain);
+//   - the health probe: when the Service needs a health check
+//     (externalTrafficPolicy Local, servicehelpers.NeedsHealthCheck), HTTP GET
+//     on its health-check node port and path for every rule
+//     (getExpectedLBRules, nodeEndpointHealthprobe); otherwise TCP on the
+//     port's nodePort (buildHealthProbeRulesForPort: the default
+//     "servicenodeport" mode); every 5 s, 2 consecutive results to change
+//     state (consts.HealthProbeDefaultProbeInterval,
+//     HealthProbeDefaultNumOfProbe; the probe API's probeThreshold);
+//   - the rule's data path: Default load distribution (a 5-tuple hash; SourceIP
+//     for sessionAffinity ClientIP) and a 4-minute idle timeout
+//     (getExpectedLoadBalancingRulePropertiesForPort); no retry on another
+//     backend;
 //   - a load balancer is written only when it differs from what is there:
-//     EnsureLoadBalancer reads the load balancer, compares and writes the
-//     difference, so a restart with nothing changed writes nothing;
-//   - a node that leaves the pool leaves at once (no drain), and the load
-//     balancer is deleted with its Service.
+//     EnsureLoadBalancer reads the load balancer, compares and writes only
+//     when something changed (reconcileLoadBalancer's dirtyLb, EnsureHostsInPool's
+//     changed), so a restart with nothing changed writes nothing;
+//   - UpdateLoadBalancer (a node change) is the same reconcile
+//     (reconcileService), and the load balancer is deleted with its Service
+//     (EnsureLoadBalancerDeleted); reconciles are serialised
+//     (serviceReconcileLock).
 package upstream
 
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	cloudprovider "k8s.io/cloud-provider"
-
-	"zerodrop.dev/zerodrop/internal/model"
-	"zerodrop.dev/zerodrop/internal/provider"
+	servicehelpers "k8s.io/cloud-provider/service/helpers"
 )
 
 // ProviderName is the cloud provider's name as the service controller logs it.
@@ -39,8 +63,8 @@ const ProviderName = "zerodrop-lab-azure-like"
 // Azure's defaults for a Service's health probe (cloud-provider-azure:
 // consts.HealthProbeDefaultProbeInterval, HealthProbeDefaultNumOfProbe).
 const (
-	probeIntervalMillis = 5000
-	probeThreshold      = 2
+	probeIntervalSeconds = 5
+	probeThreshold       = 2
 )
 
 // Cloud is the cloudprovider.Interface of the lab: load balancers only.
@@ -48,10 +72,10 @@ type Cloud struct {
 	lb *LoadBalancers
 }
 
-// NewCloud returns a cloud whose load balancers prov holds, with frontend
+// NewCloud returns a cloud whose load balancers hap holds, with frontend
 // addresses from pool.
-func NewCloud(prov provider.Provider, pool netip.Prefix) *Cloud {
-	return &Cloud{lb: &LoadBalancers{prov: prov, pool: pool, addrs: map[string]netip.Addr{}}}
+func NewCloud(hap *HAProxy, pool netip.Prefix) *Cloud {
+	return &Cloud{lb: &LoadBalancers{hap: hap, pool: pool}}
 }
 
 var _ cloudprovider.Interface = (*Cloud)(nil)
@@ -68,134 +92,171 @@ func (c *Cloud) HasClusterID() bool                                             
 
 // LoadBalancers is the cloud's cloudprovider.LoadBalancer.
 type LoadBalancers struct {
-	prov provider.Provider
+	hap  *HAProxy
 	pool netip.Prefix
 
-	mu    sync.Mutex
-	addrs map[string]netip.Addr // Service key → frontend address
+	// mu serialises the reconciles, as cloud-provider-azure's
+	// serviceReconcileLock does.
+	mu sync.Mutex
 }
 
 var _ cloudprovider.LoadBalancer = (*LoadBalancers)(nil)
 
-func key(svc *corev1.Service) string { return svc.Namespace + "/" + svc.Name }
+// LoadBalancerName is a Service's load balancer name: the upstream default
+// ("a" and the Service's UID without dashes), which cloud-provider-azure's
+// GetLoadBalancerName returns and prefixes its rule names with.
+func LoadBalancerName(svc *corev1.Service) string { return cloudprovider.DefaultLoadBalancerName(svc) }
 
-// GetLoadBalancerName is the upstream default name ("a" and the Service's
-// UID), the one cloud-provider-azure uses for a Service's rules.
+// GetLoadBalancerName is LoadBalancerName.
 func (l *LoadBalancers) GetLoadBalancerName(_ context.Context, _ string, svc *corev1.Service) string {
-	return cloudprovider.DefaultLoadBalancerName(svc)
+	return LoadBalancerName(svc)
 }
 
-// GetLoadBalancer reports whether HAProxy has the Service's load balancer.
-func (l *LoadBalancers) GetLoadBalancer(ctx context.Context, _ string, svc *corev1.Service) (*corev1.LoadBalancerStatus, bool, error) {
-	lb, err := l.prov.Observe(ctx, key(svc))
-	if err != nil || lb == nil || len(lb.Listeners) == 0 {
+// GetLoadBalancer reports whether the cloud has the Service's load
+// balancer, and its status.
+func (l *LoadBalancers) GetLoadBalancer(_ context.Context, _ string, svc *corev1.Service) (*corev1.LoadBalancerStatus, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, _, err := l.hap.Read()
+	if err != nil {
 		return nil, false, err
 	}
-	return status(lb.Listeners[0].Address), true, nil
+	lb := st.find(LoadBalancerName(svc))
+	if lb == nil {
+		return nil, false, nil
+	}
+	return status(lb.Address), true, nil
 }
 
-// EnsureLoadBalancer writes the Service's load balancer where it differs
-// from what HAProxy has, and nothing when it does not.
+// EnsureLoadBalancer reads the load balancers, sets the Service's to what
+// cloud-provider-azure would build for it and writes only when that
+// differs from what HAProxy runs.
 func (l *LoadBalancers) EnsureLoadBalancer(ctx context.Context, _ string, svc *corev1.Service, nodes []*corev1.Node) (*corev1.LoadBalancerStatus, error) {
-	observed, err := l.prov.Observe(ctx, key(svc))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, _, err := l.hap.Read()
 	if err != nil {
-		return nil, fmt.Errorf("read load balancer %s: %w", key(svc), err)
+		return nil, fmt.Errorf("read load balancers: %w", err)
 	}
-	addr, err := l.address(svc, observed)
+	addr, err := l.address(st, svc)
 	if err != nil {
 		return nil, err
 	}
-	desired := Desired(svc, nodes, addr.String())
-	if plan := model.Diff(observed, desired); !plan.Empty() {
-		if err := l.prov.Apply(ctx, plan); err != nil {
-			return nil, fmt.Errorf("write load balancer %s: %w", key(svc), err)
-		}
+	lb, err := Expected(svc, nodes, addr.String())
+	if err != nil {
+		return nil, err
 	}
-	return status(addr.String()), nil
+	st.put(lb)
+	if _, err := l.hap.Apply(ctx, st); err != nil {
+		return nil, fmt.Errorf("write load balancer %s (%s): %w", lb.Name, lb.Service, err)
+	}
+	return status(lb.Address), nil
 }
 
 // UpdateLoadBalancer is the service controller's call when the node set
-// changes: the same comparison and write.
+// changes: cloud-provider-azure runs the same reconcile.
 func (l *LoadBalancers) UpdateLoadBalancer(ctx context.Context, cluster string, svc *corev1.Service, nodes []*corev1.Node) error {
 	_, err := l.EnsureLoadBalancer(ctx, cluster, svc, nodes)
 	return err
 }
 
-// EnsureLoadBalancerDeleted deletes the Service's load balancer.
+// EnsureLoadBalancerDeleted deletes the Service's load balancer; none is
+// nothing to do.
 func (l *LoadBalancers) EnsureLoadBalancerDeleted(ctx context.Context, _ string, svc *corev1.Service) error {
-	if err := l.prov.Delete(ctx, key(svc)); err != nil {
-		return fmt.Errorf("delete load balancer %s: %w", key(svc), err)
-	}
 	l.mu.Lock()
-	delete(l.addrs, key(svc))
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	st, _, err := l.hap.Read()
+	if err != nil {
+		return fmt.Errorf("read load balancers: %w", err)
+	}
+	if !st.remove(LoadBalancerName(svc)) {
+		return nil
+	}
+	if _, err := l.hap.Apply(ctx, st); err != nil {
+		return fmt.Errorf("delete load balancer %s: %w", LoadBalancerName(svc), err)
+	}
 	return nil
 }
 
-// Desired is the load balancer cloud-provider-azure would build for svc:
-// one rule per port, every node in the pool on the port's nodePort, the
-// probe per traffic policy.
-func Desired(svc *corev1.Service, nodes []*corev1.Node, addr string) *model.LoadBalancer {
-	lb := &model.LoadBalancer{Key: key(svc)}
+// Expected is the load balancer cloud-provider-azure would build for svc on
+// nodes, with frontend address addr: a rule per port, every node with an
+// IPv4 InternalIP in the pool, the probe per traffic policy.
+func Expected(svc *corev1.Service, nodes []*corev1.Node, addr string) (LB, error) {
+	lb := LB{Name: LoadBalancerName(svc), Service: svc.Namespace + "/" + svc.Name, Address: addr}
+	for _, n := range nodes {
+		if ip := nodeAddress(n); ip != "" {
+			lb.Pool = append(lb.Pool, Member{Node: n.Name, Address: ip})
+		}
+	}
+	slices.SortFunc(lb.Pool, func(a, b Member) int { return strings.Compare(a.Node, b.Node) })
+	var healthCheck *Probe
+	if servicehelpers.NeedsHealthCheck(svc) {
+		if path, port := servicehelpers.GetServiceHealthCheckPathPort(svc); port != 0 {
+			healthCheck = &Probe{Protocol: ProbeHTTP, Port: port, Path: path}
+		}
+	}
 	for _, port := range svc.Spec.Ports {
 		proto := port.Protocol
 		if proto == "" {
 			proto = corev1.ProtocolTCP
 		}
-		probe := model.Probe{Kind: model.ProbeTCP, IntervalMillis: probeIntervalMillis, Rise: probeThreshold, Fall: probeThreshold}
-		if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal && svc.Spec.HealthCheckNodePort != 0 {
-			probe.Kind, probe.Port, probe.Path = model.ProbeHTTP, svc.Spec.HealthCheckNodePort, "/healthz"
+		if proto != corev1.ProtocolTCP {
+			return LB{}, fmt.Errorf("service %s port %d: protocol %s: the lab's HAProxy balances TCP only", lb.Service, port.Port, proto)
 		}
-		l := model.Listener{Name: model.ListenerName(svc.Namespace, svc.Name, proto, port.Port), Address: addr,
-			Port: port.Port, Protocol: model.Protocol(proto), Probe: probe}
-		for _, n := range nodes {
-			if ip := model.NodeAddress(n); ip != "" && port.NodePort != 0 {
-				l.Backends = append(l.Backends, model.Backend{Address: ip, Port: port.NodePort, Weight: model.DefaultWeight, State: model.Active})
-			}
+		if port.NodePort == 0 {
+			return LB{}, fmt.Errorf("service %s port %d has no nodePort", lb.Service, port.Port)
 		}
-		lb.Listeners = append(lb.Listeners, l)
+		r := Rule{Name: fmt.Sprintf("%s-%s-%d", lb.Name, proto, port.Port), Port: port.Port, BackendPort: port.NodePort,
+			Probe:    Probe{Protocol: ProbeTCP, Port: port.NodePort},
+			SourceIP: svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP}
+		if healthCheck != nil {
+			r.Probe = *healthCheck
+		}
+		r.Probe.IntervalSeconds, r.Probe.Threshold = probeIntervalSeconds, probeThreshold
+		lb.Rules = append(lb.Rules, r)
 	}
-	return model.Canonical(lb)
+	return lb, nil
 }
 
-// address keeps a Service's frontend address: the one HAProxy has for it,
-// else the one its status shows, else the first free one of the pool.
-func (l *LoadBalancers) address(svc *corev1.Service, observed *model.LoadBalancer) (netip.Addr, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	k := key(svc)
-	candidates := []string{}
-	if observed != nil && len(observed.Listeners) > 0 {
-		candidates = append(candidates, observed.Listeners[0].Address)
+// nodeAddress is a node's first IPv4 InternalIP (cloud-provider-azure's
+// getNodePrivateIPAddress for the IPv4 pool), or "".
+func nodeAddress(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			if ip := net.ParseIP(a.Address); ip != nil && ip.To4() != nil {
+				return a.Address
+			}
+		}
+	}
+	return ""
+}
+
+// address keeps a Service's frontend address: the one its load balancer
+// has, else the one its status shows, else the first free one of the pool.
+func (l *LoadBalancers) address(st State, svc *corev1.Service) (netip.Addr, error) {
+	name := LoadBalancerName(svc)
+	used := map[netip.Addr]bool{}
+	for _, lb := range st.LoadBalancers {
+		a, err := netip.ParseAddr(lb.Address)
+		if err != nil {
+			continue
+		}
+		if lb.Name == name {
+			return a, nil
+		}
+		used[a] = true
 	}
 	for _, in := range svc.Status.LoadBalancer.Ingress {
-		candidates = append(candidates, in.IP)
-	}
-	if a, ok := l.addrs[k]; ok {
-		return a, nil
-	}
-	for _, c := range candidates {
-		if a, err := netip.ParseAddr(c); err == nil && l.pool.Contains(a) && !l.used(a) {
-			l.addrs[k] = a
+		if a, err := netip.ParseAddr(in.IP); err == nil && l.pool.Contains(a) && !used[a] {
 			return a, nil
 		}
 	}
-	for a := l.pool.Addr().Next(); l.pool.Contains(a); a = a.Next() {
-		if !l.used(a) {
-			l.addrs[k] = a
+	for a := l.pool.Masked().Addr().Next(); l.pool.Contains(a); a = a.Next() {
+		if !used[a] {
 			return a, nil
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("frontend pool %s exhausted", l.pool)
-}
-
-func (l *LoadBalancers) used(a netip.Addr) bool {
-	for _, b := range l.addrs {
-		if a == b {
-			return true
-		}
-	}
-	return false
 }
 
 func status(addr string) *corev1.LoadBalancerStatus {

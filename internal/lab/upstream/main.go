@@ -15,14 +15,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-
-	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
 // Lease settings of cloud-controller-manager (and kube-controller-manager)
@@ -102,12 +99,8 @@ func runManager(o mainOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// The provider attaches to the HAProxy the lab started in dir.
-	prov, err := haproxy.New(context.TODO(), haproxy.Options{Dir: o.dir, Binary: o.binary, Log: logr.Discard()})
-	if err != nil {
-		return err
-	}
-	cloud := NewCloud(prov, o.pool)
+	// The cloud writes the HAProxy the lab started in dir.
+	cloud := NewCloud(NewHAProxy(o.dir, o.binary), o.pool)
 
 	var leading atomic.Bool
 	ln, err := net.Listen("tcp", o.metricsAddr)
