@@ -54,6 +54,7 @@ func (c *check) run() {
 	c.checkReplicas()
 	c.checkPDB()
 	c.checkSpreading()
+	c.checkSpreadSelectors()
 }
 
 // add records a finding on the workload unless the rule is suppressed.

@@ -60,6 +60,8 @@ func fieldPaths(kind, rule, container string) [][]string {
 		return [][]string{{"spec", "minReadySeconds"}}
 	case "ZD103":
 		return [][]string{join(pod, []string{"readinessGates"})}
+	case "ZD404":
+		return [][]string{join(pod, []string{"topologySpreadConstraints"}), join(pod, []string{"affinity", "podAntiAffinity"})}
 	}
 	return nil
 }

@@ -47,6 +47,7 @@ var All = []Rule{
 	{"ZD401", Warning, "externalTrafficPolicy Local without spreading pods across nodes"},
 	{"ZD402", Error, "The Service's targetPort matches no container port"},
 	{"ZD403", Warning, "A LoadBalancer Service selects no workload"},
+	{"ZD404", Warning, "A topology spread constraint or pod anti-affinity term selects none of the workload's own pods"},
 }
 
 // ByID returns the rule with the given ID.

@@ -283,3 +283,148 @@ func spreadsByHostname(spec *corev1.PodSpec, own labels.Set) bool {
 	}
 	return false
 }
+
+// checkSpreadSelectors is ZD404: a topology spread constraint, or a pod
+// anti-affinity term, whose label selector matches none of the workload's
+// own pods spreads nothing — the scheduler counts (or avoids) only the pods
+// the selector matches. An anti-affinity term is reported only when nothing
+// else spreads the pods (no term or constraint selects them), its keys are
+// all label keys of the pods themselves, and it selects no pod template of
+// the input: keeping away from another workload is intended.
+func (c *check) checkSpreadSelectors() {
+	switch c.w.obj.(type) {
+	case *appsv1.Deployment, *appsv1.StatefulSet, *appsv1.ReplicaSet:
+	default:
+		return
+	}
+	n, why, _ := c.replicas()
+	if h := c.hpa(); h != nil && h.Spec.MaxReplicas > n {
+		n, why = h.Spec.MaxReplicas, fmt.Sprintf("HorizontalPodAutoscaler %s maxReplicas %d", h.Name, h.Spec.MaxReplicas)
+	}
+	if n < 2 {
+		return // one pod: nothing to spread
+	}
+	spec := &c.w.tmpl.Spec
+	own := labels.Set(c.w.tmpl.Labels)
+	fix := fmt.Sprintf("make the labelSelector select the pods' own labels (%s)", labels.FormatLabels(own))
+	explain := []string{why}
+	if len(c.svcs) > 0 {
+		explain = append(explain, "path: "+timing.PathOf(c.cfg.Provider, c.svcs[0].svc).Desc)
+	}
+	for _, tsc := range spec.TopologySpreadConstraints {
+		if selectsSet(tsc.LabelSelector, own) {
+			continue
+		}
+		c.add("ZD404", "",
+			fmt.Sprintf("the topologySpreadConstraint on %s selects %s, which matches none of the pods' own labels (%s): the scheduler counts only the pods it selects, so it does not spread these %d replicas, and they may all land in one %s",
+				tsc.TopologyKey, selectorString(tsc.LabelSelector), labels.FormatLabels(own), n, domain(tsc.TopologyKey)),
+			fix, explain...)
+	}
+	if spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil {
+		return
+	}
+	aa := spec.Affinity.PodAntiAffinity
+	terms := append([]corev1.PodAffinityTerm(nil), aa.RequiredDuringSchedulingIgnoredDuringExecution...)
+	for _, w := range aa.PreferredDuringSchedulingIgnoredDuringExecution {
+		terms = append(terms, w.PodAffinityTerm)
+	}
+	if spreadsItself(spec, own) {
+		return // the other terms are about other workloads
+	}
+	for _, t := range terms {
+		if len(t.Namespaces) > 0 || t.NamespaceSelector != nil || selectsSet(t.LabelSelector, own) ||
+			!ownKeys(t.LabelSelector, own) || c.selectsAnyTemplate(t.LabelSelector) {
+			continue
+		}
+		c.add("ZD404", "",
+			fmt.Sprintf("the podAntiAffinity term on %s selects %s, which matches none of the pods' own labels (%s) nor any other pod of the input: it keeps these %d replicas apart from nothing, and they may all land in one %s",
+				t.TopologyKey, selectorString(t.LabelSelector), labels.FormatLabels(own), n, domain(t.TopologyKey)),
+			fix, explain...)
+	}
+}
+
+// spreadsItself reports whether any topology spread constraint or
+// anti-affinity term, on any key, selects the pods' own labels.
+func spreadsItself(spec *corev1.PodSpec, own labels.Set) bool {
+	for _, tsc := range spec.TopologySpreadConstraints {
+		if selectsSet(tsc.LabelSelector, own) {
+			return true
+		}
+	}
+	if spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil {
+		return false
+	}
+	aa := spec.Affinity.PodAntiAffinity
+	for _, t := range aa.RequiredDuringSchedulingIgnoredDuringExecution {
+		if selectsSet(t.LabelSelector, own) {
+			return true
+		}
+	}
+	for _, w := range aa.PreferredDuringSchedulingIgnoredDuringExecution {
+		if selectsSet(w.PodAffinityTerm.LabelSelector, own) {
+			return true
+		}
+	}
+	return false
+}
+
+// selectsSet reports whether a label selector matches set; a nil selector
+// matches nothing, as the scheduler reads it.
+func selectsSet(ls *metav1.LabelSelector, set labels.Set) bool {
+	if ls == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ls)
+	return err == nil && sel.Matches(set)
+}
+
+// ownKeys reports whether every key the selector tests is a label key of the
+// pods: a selector written for these pods, with values that do not match.
+func ownKeys(ls *metav1.LabelSelector, own labels.Set) bool {
+	if ls == nil || (len(ls.MatchLabels) == 0 && len(ls.MatchExpressions) == 0) {
+		return false
+	}
+	for k := range ls.MatchLabels {
+		if !own.Has(k) {
+			return false
+		}
+	}
+	for _, e := range ls.MatchExpressions {
+		if !own.Has(e.Key) {
+			return false
+		}
+	}
+	return true
+}
+
+// selectsAnyTemplate reports whether the selector matches the pod template
+// of any workload of the input in the workload's namespace.
+func (c *check) selectsAnyTemplate(ls *metav1.LabelSelector) bool {
+	for _, w := range c.ix.workloads {
+		if w.ns == c.w.ns && selectsSet(ls, labels.Set(w.tmpl.Labels)) {
+			return true
+		}
+	}
+	return false
+}
+
+func selectorString(ls *metav1.LabelSelector) string {
+	if ls == nil {
+		return "nothing (no labelSelector)"
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ls)
+	if err != nil {
+		return "an invalid selector"
+	}
+	return "{" + sel.String() + "}"
+}
+
+func domain(topologyKey string) string {
+	switch topologyKey {
+	case hostnameTopologyKey:
+		return "node"
+	case "topology.kubernetes.io/zone":
+		return "zone"
+	}
+	return topologyKey + " domain"
+}
