@@ -33,6 +33,29 @@ func (c *check) checkProbes(ctr *corev1.Container) {
 			"give readiness its own endpoint that also fails while draining; keep liveness to detecting a stuck process, with a higher failureThreshold",
 			"probes compared after the API defaults (timeoutSeconds 1, periodSeconds 10, successThreshold 1, failureThreshold 3, httpGet path / and scheme HTTP)")
 	}
+	c.checkSlowStart(ctr)
+}
+
+// checkSlowStart is ZD105: the readinessProbe's initialDelaySeconds says the
+// container takes that long to start, but the livenessProbe restarts it
+// earlier — its failureThreshold-th failed check, at initialDelaySeconds +
+// periodSeconds × (failureThreshold − 1) — and no startupProbe holds the
+// liveness probe back. The new pod of a rollout is killed before it can
+// become ready, again and again.
+func (c *check) checkSlowStart(ctr *corev1.Container) {
+	if ctr.StartupProbe != nil || ctr.LivenessProbe == nil || ctr.ReadinessProbe == nil {
+		return
+	}
+	l, r := defaultedProbe(ctr.LivenessProbe), defaultedProbe(ctr.ReadinessProbe)
+	kill := l.InitialDelaySeconds + l.PeriodSeconds*(l.FailureThreshold-1)
+	if kill > r.InitialDelaySeconds {
+		return
+	}
+	c.add("ZD105", ctr.Name,
+		fmt.Sprintf("container %q: the livenessProbe restarts a container that has not answered by %d s, but its readinessProbe does not check before %d s and there is no startupProbe: a container as slow to start as the readiness delay says is killed before it can become ready, so every rollout's new pods restart in a loop instead of taking traffic", ctr.Name, kill, r.InitialDelaySeconds),
+		fmt.Sprintf("add a startupProbe (e.g. the liveness check with periodSeconds: 5 and failureThreshold: %d, covering %d s), which holds liveness and readiness back until it passes; or raise the livenessProbe's initialDelaySeconds above %d", (r.InitialDelaySeconds+60)/5, r.InitialDelaySeconds+60, r.InitialDelaySeconds),
+		fmt.Sprintf("liveness initialDelaySeconds %d + periodSeconds %d × (failureThreshold %d − 1) = %d s ≤ readiness initialDelaySeconds %d", l.InitialDelaySeconds, l.PeriodSeconds, l.FailureThreshold, kill, r.InitialDelaySeconds),
+		"path: "+c.timing.Path.Desc)
 }
 
 // defaultedProbe returns a copy of p with the API server's defaults applied,
@@ -138,7 +161,7 @@ func (c *check) checkLocalServing(ctr *corev1.Container, d delay, grace int64, g
 // stops sending, then finish its requests; the kubelet kills it when the
 // grace period ends, so a shorter one cuts connections whatever the
 // application does, and leaves no room for the preStop delay ZD201 asks for.
-// At 0 the container is killed at once: an error. A grace period of 30 s or
+// At 0 the kubelet allows only its minimum of 2 s: an error. A grace period of 30 s or
 // more (the default, which a cluster returns explicitly) is left to ZD201,
 // whose fix sets the grace period above the delay: the rule reads resolved
 // values only, so manifests and clusters agree.
@@ -149,7 +172,7 @@ func (c *check) checkShortGrace(ctr *corev1.Container, d delay, grace int64, gra
 	}
 	sev, what := Warning, fmt.Sprintf("the kubelet kills it %d s after SIGTERM", grace)
 	if grace == 0 {
-		sev, what = Error, "the kubelet kills it at once (SIGKILL, no SIGTERM first), cutting every request in flight"
+		sev, what = Error, "the kubelet kills it 2 s after SIGTERM (its minimum shutdown window), cutting the requests in flight"
 	}
 	c.addSeverity(sev, "ZD205", ctr.Name,
 		fmt.Sprintf("container %q has no preStop delay and %s: %s, while the load balancer may route connections to it for up to %d s (its deregistration time), so not even an application that keeps serving after SIGTERM can stop gracefully", ctr.Name, graceWhy, what, dereg),

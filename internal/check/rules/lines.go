@@ -39,6 +39,8 @@ func fieldPaths(kind, rule, container string) [][]string {
 			switch rule {
 			case "ZD102":
 				paths = append(paths, join(ctr, []string{"readinessProbe"}))
+			case "ZD105":
+				paths = append(paths, join(ctr, []string{"livenessProbe"}))
 			case "ZD201", "ZD202":
 				paths = append(paths, join(ctr, []string{"lifecycle", "preStop"}))
 			case "ZD203", "ZD205":

@@ -35,6 +35,7 @@ var All = []Rule{
 	{"ZD102", Warning, "The readinessProbe equals the livenessProbe"},
 	{"ZD103", Warning, "No load-balancer readiness gate"},
 	{"ZD104", Warning, "No readiness gate and minReadySeconds shorter than the load balancer's registration time"},
+	{"ZD105", Warning, "The livenessProbe kills the container before its readinessProbe first checks it, and there is no startupProbe"},
 	{"ZD201", Error, "No preStop delay"},
 	{"ZD202", Error, "The preStop delay is shorter than the load balancer's deregistration time"},
 	{"ZD203", Error, "terminationGracePeriodSeconds is not longer than the preStop delay"},
