@@ -179,7 +179,7 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 	}
 	// The state endpoint answers the control role (its CA signed the
 	// replica's certificate for this pod) over TLS.
-	tlsFor := testutil.StateAuthority(t, restCfg, namespace, labels.SelectorFromSet(ds.Spec.Selector.MatchLabels))
+	tlsFor := stateAuthority(t, restCfg, namespace, labels.SelectorFromSet(ds.Spec.Selector.MatchLabels))
 	stateClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsFor(string(pod.UID))}}
 	testutil.Eventually(t, 60*time.Second, "the state endpoint", func() (bool, string) {
 		err := getOK(stateClient, fmt.Sprintf("https://127.0.0.1:%d/v1/loadbalancer?key=%s/%s", ports["--state-bind-address"], ns, name))
