@@ -41,7 +41,7 @@ type judgedFile struct {
 		// Container, when set, is the container the finding names where
 		// the hazard was written for the whole workload.
 		Container *string `json:"container,omitempty"`
-		Note string `json:"note,omitempty"`
+		Note      string  `json:"note,omitempty"`
 	} `json:"hazards,omitempty"`
 }
 
