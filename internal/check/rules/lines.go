@@ -1,7 +1,9 @@
 package rules
 
 import (
+	"runtime"
 	"strings"
+	"sync"
 
 	"zerodrop.dev/zerodrop/internal/check/manifest"
 )
@@ -76,10 +78,32 @@ func kindOf(object string) string {
 // ResolveLines sets each finding's Line to its field's line. It reads the
 // documents' positions, which costs about a second parse of each document
 // with a finding, so only the outputs that print field lines (JSON, SARIF)
-// call it.
+// call it. Large reports are resolved on every CPU: the documents are
+// independent, and each parses its positions once however many findings ask.
 func (r Report) ResolveLines() {
-	for i := range r.Findings {
+	resolve := func(i int) {
 		f := &r.Findings[i]
 		f.Line = f.at.Field(f.fields...)
 	}
+	workers := runtime.GOMAXPROCS(0)
+	if len(r.Findings) < 64 || workers < 2 {
+		for i := range r.Findings {
+			resolve(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	next := make(chan int, workers)
+	for w := 0; w < workers; w++ {
+		wg.Go(func() {
+			for i := range next {
+				resolve(i)
+			}
+		})
+	}
+	for i := range r.Findings {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }
