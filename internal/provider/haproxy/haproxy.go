@@ -118,6 +118,10 @@ type Provider struct {
 	// configuration file; the mirror-pending file says the same to other
 	// Providers on this HAProxy (another replica, a restarted controller).
 	dirty atomic.Bool
+
+	// worker is the PID of the worker that serves now: the one whose
+	// answers the admin socket's exchanges accept (see exchange).
+	worker atomic.Int64
 }
 
 var (
@@ -219,14 +223,14 @@ func (p *Provider) ConfigFile() string { return p.paths.config }
 // read sends one read-only command to the admin socket.
 func (p *Provider) read(ctx context.Context, op, command string) (string, error) {
 	p.hooks.OnRead(op)
-	return p.admin.do(ctx, command)
+	return p.exchange(ctx, command)
 }
 
 // write sends one mutating command to the admin socket.
 func (p *Provider) write(ctx context.Context, op, command string) (string, error) {
 	p.batch.writes.Add(1)
 	p.hooks.OnWrite(op)
-	return p.admin.do(ctx, command)
+	return p.exchange(ctx, command)
 }
 
 // writeChain sends mutating commands on one line (runtimeClient.chain),
@@ -236,7 +240,7 @@ func (p *Provider) writeChain(ctx context.Context, ops, commands []string) (stri
 		p.batch.writes.Add(1)
 		p.hooks.OnWrite(op)
 	}
-	return p.admin.chain(ctx, commands...)
+	return p.exchange(ctx, commands...)
 }
 
 // render renders the configuration for the given load balancers.

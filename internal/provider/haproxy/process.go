@@ -243,8 +243,10 @@ func (p *Provider) waitReady(ctx context.Context, pid int) error {
 	want := fmt.Sprintf("Pid: %d", pid)
 	var last error
 	for {
-		reply, err := p.read(ctx, "show-info", "show info")
+		p.hooks.OnRead("show-info")
+		reply, err := p.admin.do(ctx, "show info")
 		if err == nil && slices.Contains(strings.Split(reply, "\n"), want) {
+			p.worker.Store(int64(pid))
 			return nil
 		}
 		if err != nil {
