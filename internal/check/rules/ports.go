@@ -2,6 +2,8 @@ package rules
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -73,7 +75,10 @@ func serves(ctr *corev1.Container, sp corev1.ServicePort) bool {
 // servingContainers returns the containers a selecting Service sends traffic
 // to. When no container declares a targeted port (ZD402, or a numeric port
 // that works undeclared) every regular container is assumed to serve, so
-// that the other rules still run.
+// that the other rules still run — except a container whose image is known
+// to listen only on ports none of the Services target (Istio's pilot beside
+// a gateway's proxy): its readiness and shutdown cannot drop their traffic.
+// When that leaves no container, all are kept as before.
 func (c *check) servingContainers() []*corev1.Container {
 	var out []*corev1.Container
 	for _, ref := range c.containers() {
@@ -87,10 +92,74 @@ func (c *check) servingContainers() []*corev1.Container {
 	if len(out) > 0 {
 		return out
 	}
+	var all []*corev1.Container
 	for i := range c.w.tmpl.Spec.Containers {
-		out = append(out, &c.w.tmpl.Spec.Containers[i])
+		ctr := &c.w.tmpl.Spec.Containers[i]
+		all = append(all, ctr)
+		if c.mayServeUndeclared(ctr) {
+			out = append(out, ctr)
+		}
+	}
+	if len(out) == 0 {
+		return all
 	}
 	return out
+}
+
+// mayServeUndeclared reports whether a container that declares none of the
+// targeted ports may still listen on one of them: true unless its ports are
+// known (knownPorts) and no Service's numeric targetPort is among them. A
+// named targetPort resolves only through a declared port, so it never
+// reaches an undeclared listener.
+func (c *check) mayServeUndeclared(ctr *corev1.Container) bool {
+	known := knownPorts(ctr)
+	if known == nil {
+		return true
+	}
+	for _, s := range c.svcs {
+		for _, sp := range s.svc.Spec.Ports {
+			if tp, _ := targetPort(sp); tp.Type == intstr.Int && known[tp.IntVal] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// pilotPorts are the ports Istio's pilot-discovery listens on with its
+// default flags: --httpAddr :8080, --grpcAddr :15010, --secureGRPCAddr
+// :15012 (15011 before istiod), --monitoringAddr :15014, --httpsAddr :15017
+// (injection and validation webhooks) and ControlZ's 9876. A gateway's
+// 80/443 are served by the Envoy next to it, never by pilot.
+var pilotPorts = map[int32]bool{8080: true, 9876: true, 15010: true, 15011: true, 15012: true, 15014: true, 15017: true}
+
+// knownPorts returns the ports a container listens on when its image and
+// arguments say what it runs, nil when they do not. Only images whose
+// listeners are documented defaults are listed: a wrong entry here would hide
+// a real finding.
+func knownPorts(ctr *corev1.Container) map[int32]bool {
+	if imageName(ctr.Image) == "pilot" && (slices.Contains(ctr.Args, "discovery") || slices.ContainsFunc(ctr.Command, func(s string) bool {
+		return strings.HasSuffix(s, "pilot-discovery")
+	})) {
+		return pilotPorts
+	}
+	return nil
+}
+
+// imageName is the last path element of an image reference without its tag
+// or digest: "pilot" for gcr.io/istio-testing/pilot:1.8 and
+// docker.io/istio/pilot@sha256:….
+func imageName(image string) string {
+	if i := strings.IndexByte(image, '@'); i >= 0 {
+		image = image[:i]
+	}
+	if i := strings.LastIndexByte(image, '/'); i >= 0 {
+		image = image[i+1:]
+	}
+	if i := strings.IndexByte(image, ':'); i >= 0 {
+		image = image[:i]
+	}
+	return image
 }
 
 func servesAny(ctr *corev1.Container, ports []corev1.ServicePort) bool {
