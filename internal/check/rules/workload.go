@@ -189,12 +189,19 @@ func (c *check) checkPDB() {
 		}
 	}
 	fix := "add a PodDisruptionBudget selecting the pods with maxUnavailable: 1 (and run at least 2 replicas)"
-	if len(names) == 0 {
-		c.add("ZD304", "", "no PodDisruptionBudget selects the pods: a node drain or cluster upgrade may evict all of them at once", fix)
-		return
+	msg := "no PodDisruptionBudget selects the pods: a node drain or cluster upgrade may evict all of them at once"
+	if len(names) > 0 {
+		msg = fmt.Sprintf("PodDisruptionBudget %s allows %s to be evicted at once", strings.Join(names, ", "), allPods(n))
 	}
-	c.add("ZD304", "",
-		fmt.Sprintf("PodDisruptionBudget %s allows %s to be evicted at once", strings.Join(names, ", "), allPods(n)), fix)
+	if n == 1 {
+		// One pod is where ZD303 and this rule meet, but the eviction is a
+		// path of its own: it does not surge as a maxUnavailable 0 rollout
+		// does (the ReplicaSet creates the replacement only once the pod is
+		// terminating), and only a budget makes a drain wait for it.
+		msg += ": an eviction does not surge (the replacement is only created once the pod is terminating), so the load balancer has no ready backend until the replacement is Ready and registered, whatever the rollout strategy"
+		fix = "run at least 2 replicas with a PodDisruptionBudget maxUnavailable: 1; to keep one replica, a PodDisruptionBudget with maxUnavailable: 0 makes drains wait until the pod is moved by a surge rollout (kubectl rollout restart once the node is cordoned)"
+	}
+	c.add("ZD304", "", msg, fix)
 }
 
 func allPods(n int32) string {

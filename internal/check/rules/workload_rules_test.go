@@ -135,7 +135,9 @@ func TestZD304(t *testing.T) {
 		{name: "PDB with an empty selector selects every pod", mutate: func(f *fixture) { f.pdb.Spec.Selector = &metav1.LabelSelector{} }, fires: false},
 		{name: "PDB with a nil selector selects nothing", mutate: func(f *fixture) { f.pdb.Spec.Selector = nil }, fires: true},
 		{name: "DaemonSet pods are skipped by drains", mutate: all(func(f *fixture) { f.pdb = nil }, asDaemonSet(appsv1.DaemonSetUpdateStrategy{})), fires: false},
-		{name: "replicas 1 and maxUnavailable 1", mutate: func(f *fixture) { f.dep.Spec.Replicas = ptr.To[int32](1) }, fires: true},
+		{name: "replicas 1 and maxUnavailable 1", mutate: func(f *fixture) { f.dep.Spec.Replicas = ptr.To[int32](1) }, fires: true, contains: "an eviction does not surge"},
+		{name: "replicas 1 and maxUnavailable 0 keeps the only pod", mutate: all(func(f *fixture) { f.dep.Spec.Replicas = ptr.To[int32](1) }, budget(nil, ptr.To(intstr.FromInt32(0)))), fires: false},
+		{name: "replicas 1 and no PDB", mutate: func(f *fixture) { f.dep.Spec.Replicas = ptr.To[int32](1); f.pdb = nil }, fires: true, contains: "only created once the pod is terminating"},
 	})
 }
 
