@@ -151,14 +151,15 @@ func startController(ctx context.Context, env *testenv.Env, dir, sync string) *r
 	reg := prometheus.NewRegistry()
 	cctx, cancel := context.WithCancel(ctx)
 	r := &running{reg: reg, cancel: cancel, done: make(chan error, 1)}
-	cfg := controller.Config{
-		RESTConfig: env.Config, Provider: "haproxy", Sync: sync, Workers: 2,
-		AddressPool: "127.0.100.0/24", AddressMap: "198.18.0.0/15=127.18.0.0/15",
-		ResyncPeriod: time.Hour, MetricsAddr: "0", ProbeAddr: "0", DrainAddr: "127.0.0.1:0",
-		ReadinessGate: true, LeaderElect: true, LeaderNamespace: "kube-system", LeaderID: "zerodrop-demo",
-		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
-		HAProxy: haproxy.Options{Dir: dir}, Registerer: reg,
-	}
+	// The shipped controller's defaults, but for the demo's cluster, its
+	// HAProxy and a lease short enough for a restart within seconds.
+	cfg := controller.DefaultConfig()
+	cfg.RESTConfig, cfg.Registerer, cfg.HAProxy.Dir = env.Config, reg, dir
+	cfg.Sync, cfg.Workers, cfg.ResyncPeriod = sync, 2, time.Hour
+	cfg.AddressPool, cfg.AddressMap = "127.0.100.0/24", "198.18.0.0/15=127.18.0.0/15"
+	cfg.MetricsAddr, cfg.ProbeAddr, cfg.DrainAddr = "0", "0", "127.0.0.1:0"
+	cfg.LeaderID = "zerodrop-demo"
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
 	go func() { r.done <- controller.RunConfig(cctx, cfg) }()
 	return r
 }

@@ -3,25 +3,17 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"testing"
 	"text/tabwriter"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/metrics"
-	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
@@ -64,7 +56,7 @@ func BenchmarkEndpointChurn(b *testing.B) {
 // churn runs one controller with the given coalescing window against its own
 // HAProxy and Service, makes rate endpoint changes a second, and returns the
 // changes made and the HAProxy writes they caused.
-func churn(b *testing.B, cfg *rest.Config, c client.Client, name string, window time.Duration, rate, seconds int) (int, int) {
+func churn(b *testing.B, rc *rest.Config, c client.Client, name string, window time.Duration, rate, seconds int) (int, int) {
 	ctx := context.Background()
 	dir := b.TempDir()
 	b.Cleanup(func() { stopHAProxy(dir) })
@@ -75,32 +67,18 @@ func churn(b *testing.B, cfg *rest.Config, c client.Client, name string, window 
 	if err := c.Create(ctx, sl); err != nil {
 		b.Fatal(err)
 	}
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	prov, err := haproxy.New(cctx, haproxy.Options{Dir: dir, Hooks: m.ProviderHooks("haproxy"), Log: logr.Discard()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer prov.Close()
-	mgr, err := manager.New(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Only this benchmark's Service: the other run's belongs to another HAProxy.
-	if _, err := service.New(cctx, mgr, service.Options{
-		Provider: prov, AddressPool: netip.MustParsePrefix("127.0.103.0/24"), BackendAddressMap: addrMapLab(),
-		Metrics: m, Logger: logr.Discard(), ImmediateRemoval: true, ResyncPeriod: time.Hour, CoalesceWindow: window,
-		KeyFunc:           func(s *corev1.Service) string { return s.Namespace + "/" + s.Name },
-		LoadBalancerClass: "zerodrop.dev/haproxy",
-	}); err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(cctx) }()
+	cfg := benchConfig(rc)
+	cfg.HAProxy.Dir = dir
+	cfg.AddressPool, cfg.AddressMap = "127.0.103.0/24", labAddressMap
+	// Overridden (production: drain first): the figure is writes per
+	// endpoint change, and a drain makes each removal two writes (drain,
+	// then remove at zero connections).
+	cfg.Immediate = true
+	// The figure: the window (0: the production default, 250 ms), against
+	// every change reconciled at once (negative).
+	cfg.Override.CoalesceWindow = window
+	r := startBench(b, cfg)
+	m := r.Metrics
 	for metrics.Sum(m.Reconciles.WithLabelValues("applied")) < 1 {
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -126,8 +104,7 @@ func churn(b *testing.B, cfg *rest.Config, c client.Client, name string, window 
 	ticker.Stop()
 	time.Sleep(2 * time.Second) // let the last window close
 	writes := int(metrics.Sum(m.ProviderWrites) - before)
-	cancel()
-	<-done
+	r.stop(b)
 	// Leave no load balancer to the next run's HAProxy.
 	_ = c.Delete(ctx, benchService(name))
 	return changes, writes

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
@@ -15,9 +14,6 @@ func stopHAProxy(dir string) {
 	_ = haproxy.StopDir(ctx, dir)
 }
 
-// addrMapLab publishes loopback backends with addresses the API server
-// accepts (it refuses loopback endpoints).
-func addrMapLab() []model.AddressMapping {
-	m, _ := model.ParseAddressMap("198.18.0.0/15=127.18.0.0/15")
-	return m
-}
+// labAddressMap publishes loopback backends with addresses the API server
+// accepts (it refuses loopback endpoints): --backend-address-map.
+const labAddressMap = "198.18.0.0/15=127.18.0.0/15"

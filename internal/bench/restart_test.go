@@ -8,14 +8,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/netip"
 	"os"
 	"testing"
 	"text/tabwriter"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,13 +20,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/metrics"
-	"zerodrop.dev/zerodrop/internal/model"
-	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
@@ -53,7 +46,6 @@ func BenchmarkLeaderRestart(b *testing.B) {
 	}
 	ctx := context.Background()
 	dir := b.TempDir()
-	addrMap := addrMapLab()
 
 	start := time.Now()
 	for i := 0; i < n; i++ {
@@ -67,15 +59,15 @@ func BenchmarkLeaderRestart(b *testing.B) {
 	}
 	fmt.Printf("created %d Services and EndpointSlices in %s\n", n, time.Since(start).Round(time.Millisecond))
 
-	setup := startOnce(b, env.Config, dir, service.SyncIncremental, addrMap, n, true)
+	setup := startOnce(b, env.Config, dir, service.SyncIncremental, n, true)
 	fmt.Printf("first controller built %d load balancers in %s (%v writes)\n", n, setup.duration.Round(time.Millisecond), setup.writes)
 
 	var results []run
 	for i := 0; i < b.N; i++ {
-		r := startOnce(b, env.Config, dir, service.SyncIncremental, addrMap, n, false)
+		r := startOnce(b, env.Config, dir, service.SyncIncremental, n, false)
 		r.name = "zerodrop (incremental)"
 		results = append(results, r)
-		f := startOnce(b, env.Config, dir, service.SyncFull, addrMap, n, false)
+		f := startOnce(b, env.Config, dir, service.SyncFull, n, false)
 		f.name = "upstream-like (--sync=full)"
 		results = append(results, f)
 	}
@@ -102,44 +94,16 @@ func BenchmarkLeaderRestart(b *testing.B) {
 // startOnce starts a controller (a new leader) against the shared HAProxy
 // state dir, waits until it has reconciled all n load balancers once (or, for
 // the first start, until all are applied), and stops it.
-func startOnce(b *testing.B, cfg *rest.Config, dir string, sync service.SyncMode, addrMap []model.AddressMapping, n int, first bool) run {
+func startOnce(b *testing.B, rc *rest.Config, dir string, sync service.SyncMode, n int, first bool) run {
 	b.Helper()
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	prov, err := haproxy.New(ctx, haproxy.Options{Dir: dir, Hooks: m.ProviderHooks("haproxy"), Log: logr.Discard()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg := benchConfig(rc)
+	cfg.HAProxy.Dir = dir
 	b.Cleanup(func() { stopHAProxy(dir) })
-	mgr, err := manager.New(cfg, manager.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Logger:                 logr.Discard(),
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := service.New(ctx, mgr, service.Options{
-		Provider:          prov,
-		Sync:              sync,
-		Workers:           4,
-		AddressPool:       netip.MustParsePrefix("127.0.128.0/17"),
-		BackendAddressMap: addrMap,
-		Metrics:           m,
-		Logger:            logr.Discard(),
-		ResyncPeriod:      time.Hour,
-		ReadQPS:           1e6,
-		ReadBurst:         1e6,
-	}); err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
+	cfg.Sync = string(sync) // --sync: the figure compares both
+	cfg.AddressPool, cfg.AddressMap = "127.0.128.0/17", labAddressMap
+	r := startBench(b, cfg)
+	m := r.Metrics
 	start := time.Now()
-	go func() { done <- mgr.Start(ctx) }()
 	deadline := time.Now().Add(30 * time.Minute)
 	for {
 		var reconciled float64
@@ -156,13 +120,9 @@ func startOnce(b *testing.B, cfg *rest.Config, dir string, sync service.SyncMode
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	r := run{writes: metrics.Sum(m.ProviderWrites), reads: metrics.Sum(m.ProviderReads), duration: time.Since(start)}
-	cancel()
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
-	prov.Close()
-	return r
+	res := run{writes: metrics.Sum(m.ProviderWrites), reads: metrics.Sum(m.ProviderReads), duration: time.Since(start)}
+	r.stop(b)
+	return res
 }
 
 func benchService(name string) *corev1.Service {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/netip"
 	"os"
 	"runtime/pprof"
 	"sync"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,13 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
-	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
@@ -190,51 +185,35 @@ func BenchmarkScale(b *testing.B) {
 
 // scaleController is one controller (a leader) on the shared HAProxy.
 type scaleController struct {
+	*benchController
 	// cache is the controller's own informer cache, which the build's wait
 	// reads.
-	cache  cache.Cache
-	errs   *errorLog
-	m      *metrics.Metrics
-	prov   *haproxy.Provider
-	cancel context.CancelFunc
-	done   chan error
-	start  time.Time
+	cache cache.Cache
+	errs  *errorLog
+	m     *metrics.Metrics
+	prov  provider.Lister
+	start time.Time
 }
 
-func scaleStart(b *testing.B, cfg *rest.Config, dir string) *scaleController {
+func scaleStart(b *testing.B, rc *rest.Config, dir string) *scaleController {
 	b.Helper()
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
 	errs := &errorLog{}
 	log := logr.New(errs)
-	ctx, cancel := context.WithCancel(context.Background())
-	prov, err := haproxy.New(ctx, haproxy.Options{Dir: dir, Hooks: m.ProviderHooks("haproxy"), Log: log, ReloadTimeout: time.Minute,
-		NoStrictLimits: *scaleNoStrict})
-	if err != nil {
-		cancel()
-		b.Fatal(err)
-	}
-	mgr, err := manager.New(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard(),
-		// As the command's RunConfig sets it.
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()}})
-	if err != nil {
-		cancel()
-		b.Fatal(err)
-	}
-	if _, err := service.New(ctx, mgr, service.Options{
-		Provider: prov, Workers: *scaleWorkers,
-		AddressPool: netip.MustParsePrefix("127.0.128.0/17"), BackendAddressMap: scaleAddrMap(),
-		Metrics: m, Logger: log, ResyncPeriod: time.Hour, ReadQPS: 1e6, ReadBurst: 1e6,
-		DrainPollInterval: 200 * time.Millisecond,
-	}); err != nil {
-		cancel()
-		b.Fatal(err)
-	}
-	r := &scaleController{cache: mgr.GetCache(), errs: errs, m: m, prov: prov, cancel: cancel, done: make(chan error, 1), start: time.Now()}
-	go func() { r.done <- mgr.Start(ctx) }()
-	return r
+	cfg := benchConfig(rc)
+	cfg.Override.Logger = &log
+	cfg.HAProxy.Dir = dir
+	// Overridden (production: 10 s, no flag): reloading thousands of
+	// listeners at once takes longer.
+	cfg.HAProxy.ReloadTimeout = time.Minute
+	cfg.HAProxy.NoStrictLimits = *scaleNoStrict // --haproxy-no-strict-limits
+	// Overridden (production: 4): --workers, as docs/scale.md states.
+	cfg.Workers = *scaleWorkers
+	cfg.AddressPool, cfg.AddressMap = "127.0.128.0/17", labAddressMap
+	c := startBench(b, cfg)
+	// From the manager's start, as before the builder: HAProxy's own start
+	// is not the controller's.
+	return &scaleController{benchController: c, cache: c.Manager.GetCache(), errs: errs, m: c.Metrics,
+		prov: c.Provider.(provider.Lister), start: time.Now()}
 }
 
 // await waits until n reconciles have ended (a restart's verification of
@@ -337,14 +316,6 @@ func reconcileResults(m *metrics.Metrics) map[string]float64 {
 	return out
 }
 
-func (r *scaleController) stop(b *testing.B) {
-	r.cancel()
-	if err := <-r.done; err != nil {
-		b.Fatal(err)
-	}
-	_ = r.prov.Close()
-}
-
 // parallel runs f(0..n-1) on `workers` goroutines and fails on the first
 // error.
 func parallel(b *testing.B, n, workers int, f func(int) error) {
@@ -414,16 +385,6 @@ func scaleSlice(i int, addrs []string) *discoveryv1.EndpointSlice {
 func staticAddr(i, j int) string {
 	k := i**scaleEndpoints + j
 	return fmt.Sprintf("198.18.%d.%d", k/250, k%250+1)
-}
-
-// scaleAddrMap publishes the bench's endpoint addresses on loopback (the
-// API server refuses loopback endpoints).
-func scaleAddrMap() []model.AddressMapping {
-	m, err := model.ParseAddressMap("198.18.0.0/15=127.18.0.0/15")
-	if err != nil {
-		panic(err)
-	}
-	return m
 }
 
 // startProfile starts a CPU profile into path ("" profiles nothing) and

@@ -6,7 +6,6 @@ package e2e
 import (
 	"context"
 	"net"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -18,21 +17,19 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	zcontroller "zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/drain"
-	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/metrics"
-	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
-// labMap publishes loopback servers with addresses the API server accepts.
-var labMap, _ = model.ParseAddressMap("198.18.0.0/15=127.18.0.0/15")
+// labMapText publishes loopback servers with addresses the API server
+// accepts (--backend-address-map).
+const labMapText = "198.18.0.0/15=127.18.0.0/15"
 
 var (
 	newClient  = testutil.Client
@@ -71,9 +68,10 @@ type controllerOptions struct {
 	drainProvider provider.Provider
 }
 
-// startController runs the Service controller, the readiness gate and the
-// drain endpoint, as `zerodrop controller` does.
-func startController(t *testing.T, cfg *rest.Config, prov provider.Provider, m *metrics.Metrics, o controllerOptions) *controller {
+// startController runs the controller as `zerodrop controller` does
+// (controller.Build: the Service controller, the readiness gate and the
+// drain endpoint) on prov and m.
+func startController(t *testing.T, rc *rest.Config, prov provider.Provider, m *metrics.Metrics, o controllerOptions) *controller {
 	t.Helper()
 	if m == nil {
 		var err error
@@ -84,54 +82,46 @@ func startController(t *testing.T, cfg *rest.Config, prov provider.Provider, m *
 	if o.pool == "" {
 		o.pool = "127.0.102.0/24"
 	}
-	mgr, err := manager.New(cfg, manager.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Logger:                 testr.New(t),
-	})
-	if err != nil {
-		t.Fatal(err)
+	addr := freeAddr(t)
+	cfg := zcontroller.DefaultConfig()
+	cfg.RESTConfig = rc
+	cfg.MetricsAddr, cfg.ProbeAddr, cfg.DrainAddr = "0", "0", addr
+	// Tests run controllers side by side, each on its own Services.
+	cfg.LeaderElect = false
+	cfg.Sync, cfg.Immediate = string(o.sync), o.immediate
+	if cfg.Sync == "" {
+		cfg.Sync = string(service.SyncIncremental)
 	}
+	cfg.AddressPool, cfg.AddressMap = o.pool, labMapText
+	// The tests' nodes run no kube-proxy: node-mode Cluster listeners
+	// probe the nodePort, and the drain waits the fallback delay.
+	cfg.KubeProxyHealthzPort = 0
+	cfg.ResyncPeriod = time.Hour
+	log := testr.New(t)
+	// Shorter than production's, so that the tests run in seconds.
+	cfg.Override = zcontroller.Overrides{Provider: prov, DrainProvider: o.drainProvider, Metrics: m, Logger: &log,
+		DrainPollInterval: 200 * time.Millisecond, CoalesceWindow: 100 * time.Millisecond,
+		GatePollInterval: 100 * time.Millisecond, DrainCallPollInterval: 50 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	svcCtrl, err := service.New(ctx, mgr, service.Options{
-		Provider:          prov,
-		Sync:              o.sync,
-		ImmediateRemoval:  o.immediate,
-		AddressPool:       netip.MustParsePrefix(o.pool),
-		BackendAddressMap: labMap,
-		Metrics:           m,
-		Logger:            testr.New(t),
-		ResyncPeriod:      time.Hour,
-		DrainPollInterval: 200 * time.Millisecond,
-		CoalesceWindow:    100 * time.Millisecond,
-	})
+	in, err := zcontroller.Build(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	finder := &lbtarget.Finder{Reader: mgr.GetCache(), Services: svcCtrl, Provider: prov, AddressMap: labMap}
-	if err := podgate.Setup(mgr, podgate.Options{Finder: finder, Logger: testr.New(t), PollInterval: 100 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	c := &controller{metrics: m, drainURL: "http://" + addr + drain.Path, cancel: cancel, done: make(chan error, 1)}
+	go func() { c.done <- in.Start(ctx) }()
+	return c
+}
+
+// freeAddr is a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	drainFinder := finder
-	if o.drainProvider != nil {
-		f := *finder
-		f.Provider = o.drainProvider
-		drainFinder = &f
-	}
-	h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: drainFinder, Logger: testr.New(t), PollInterval: 50 * time.Millisecond})
-	if err := mgr.Add(&drain.Server{Addr: addr, Handler: h, Logger: testr.New(t)}); err != nil {
-		t.Fatal(err)
-	}
-	c := &controller{metrics: m, drainURL: "http://" + addr + drain.Path, cancel: cancel, done: make(chan error, 1)}
-	go func() { c.done <- mgr.Start(ctx) }()
-	return c
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // endpoint is one pod as an EndpointSlice lists it.

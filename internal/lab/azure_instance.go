@@ -3,7 +3,7 @@ package lab
 import (
 	"context"
 	"errors"
-	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -12,13 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider"
-	"zerodrop.dev/zerodrop/internal/provider/azure"
 )
 
 // azureInstance is one controller: in the lab process, with its own
@@ -94,56 +92,50 @@ func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
 	if r.procs != nil {
 		return r.startProcess(leaderElect)
 	}
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &azureInstance{leaderElect: leaderElect, metrics: m, cancel: cancel, done: make(chan error, 1), stopLimit: r.waitLimit()}
-	fail := func(err error) (*azureInstance, error) {
+	in := &azureInstance{leaderElect: leaderElect, cancel: cancel, done: make(chan error, 1), stopLimit: r.waitLimit()}
+	built, err := controller.Build(ctx, r.instanceConfig(in, leaderElect))
+	if err != nil {
 		cancel()
 		return nil, err
 	}
-	prov, err := azure.New(ctx, azure.Options{
-		SubscriptionID: azureSub, ResourceGroup: azureGroup, LoadBalancers: azureLBNames, SubnetID: azureSubnet,
-		Location: "westeurope", Credential: r.emu.Credential(), ClientOptions: r.emu.ClientOptions(),
-		Hooks: m.ProviderHooks("azure"),
-		// The provider's default, 1 s: the SDK refuses less outside a test
-		// binary ("polling frequency minimum is one second"), which made
-		// every polled write of a command-line lab fail.
-		PollFrequency: time.Second,
-	})
-	if err != nil {
-		return fail(err)
-	}
-	lease, renew, retryPeriod := azureLease, azureRenew, azureRetryPeriod
-	mgr, err := manager.New(r.cfg, manager.Options{
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard(),
-		LeaderElection: leaderElect, LeaderElectionID: "zerodrop-lab-azure", LeaderElectionNamespace: r.ns,
-		LeaderElectionReleaseOnCancel: true, LeaseDuration: &lease, RenewDeadline: &renew, RetryPeriod: &retryPeriod,
-	})
-	if err != nil {
-		return fail(fmt.Errorf("create manager: %w", err))
-	}
-	opts := service.Options{
-		Provider: prov, LoadBalancerClass: r.class(), KeyFunc: prov.KeyFunc, ValidateService: prov.ValidateService,
-		Metrics: m, Logger: logr.Discard(), ResyncPeriod: time.Hour, DrainPollInterval: 250 * time.Millisecond,
-		Recorder: &conflictEvents{EventRecorder: mgr.GetEventRecorder("zerodrop-service-controller"), n: &in.surfaced, warnings: &in.warnings},
-	}
-	if r.mode == ModeUpstreamLike {
-		opts.Sync, opts.ImmediateRemoval, opts.FailureEventThreshold = service.SyncFull, true, 1
-	}
-	if _, err := service.New(ctx, mgr, opts); err != nil {
-		return fail(fmt.Errorf("service controller: %w", err))
-	}
-	in.elected = mgr.Elected()
+	in.metrics, in.elected = built.Metrics, built.Manager.Elected()
 	go func() {
-		err := mgr.Start(ctx)
+		err := built.Start(ctx)
 		in.exited.Store(true)
 		in.done <- err
 	}()
 	r.instances = append(r.instances, in)
 	return in, nil
+}
+
+// instanceConfig is the configuration of an in-process instance: the
+// command's defaults, what startProcess gives a process on its command
+// line, the emulator's endpoint and credential, and a recorder that counts
+// in's Events.
+func (r *azureRun) instanceConfig(in *azureInstance, leaderElect bool) controller.Config {
+	cfg := controller.DefaultConfig()
+	cfg.RESTConfig, cfg.Registerer = r.cfg, prometheus.NewRegistry()
+	cfg.Provider, cfg.Class = "azure", r.class()
+	cfg.Azure.SubscriptionID, cfg.Azure.ResourceGroup, cfg.Azure.SubnetID = azureSub, azureGroup, azureSubnet
+	cfg.Azure.LoadBalancers, cfg.Azure.Location = strings.Join(azureLBNames, ","), "westeurope"
+	cfg.Azure.Credential, cfg.Azure.ClientOptions = r.emu.Credential(), r.emu.ClientOptions()
+	cfg.ResyncPeriod = time.Hour
+	cfg.MetricsAddr, cfg.ProbeAddr, cfg.DrainAddr = "0", "0", "0"
+	cfg.LeaderElect, cfg.LeaderNamespace, cfg.LeaderID = leaderElect, r.ns, "zerodrop-lab-azure"
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = azureLease, azureRenew, azureRetryPeriod
+	discard := logr.Discard()
+	cfg.Override.Logger = &discard
+	// Overridden (production: 1 s, no flag), as the lab has always run its
+	// in-process instances; its processes run with the default.
+	cfg.Override.DrainPollInterval = 250 * time.Millisecond
+	cfg.Override.WrapRecorder = func(rec events.EventRecorder) events.EventRecorder {
+		return &conflictEvents{EventRecorder: rec, n: &in.surfaced, warnings: &in.warnings}
+	}
+	if r.mode == ModeUpstreamLike {
+		cfg.Sync, cfg.Immediate, cfg.Override.FailureEventThreshold = string(service.SyncFull), true, 1
+	}
+	return cfg
 }
 
 // conflictEvents counts the Warning Events that surface a conflict.

@@ -43,6 +43,10 @@ type AzureConfig struct {
 	// emulator. They are not flags; the command leaves them nil.
 	Credential    azcore.TokenCredential
 	ClientOptions *arm.ClientOptions
+	// PollFrequency, when set by a caller of RunConfig, is azure.Options':
+	// how often a write ARM accepted is polled (default 1 s, the SDK's
+	// minimum outside a test binary). Not a flag.
+	PollFrequency time.Duration
 }
 
 // clouds are the values of --azure-cloud.
@@ -150,7 +154,7 @@ func (a *AzureConfig) options() (azure.Options, error) {
 	opts := azure.Options{
 		SubscriptionID: a.SubscriptionID, ResourceGroup: a.ResourceGroup, LoadBalancers: a.names(),
 		SubnetID: a.SubnetID, Location: a.Location, Owner: a.Owner,
-		TryTimeout: a.TryTimeout, PollTimeout: a.PollTimeout,
+		TryTimeout: a.TryTimeout, PollTimeout: a.PollTimeout, PollFrequency: a.PollFrequency,
 	}
 	if a.Credential != nil || a.ClientOptions != nil {
 		opts.Credential, opts.ClientOptions = a.Credential, a.ClientOptions

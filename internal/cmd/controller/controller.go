@@ -8,45 +8,22 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/go-logr/logr"
-	"github.com/spf13/pflag"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
-	"zerodrop.dev/zerodrop/internal/controller/podgate"
 	"zerodrop.dev/zerodrop/internal/controller/service"
-	"zerodrop.dev/zerodrop/internal/dataplane"
-	"zerodrop.dev/zerodrop/internal/drain"
-	"zerodrop.dev/zerodrop/internal/kubeproxy"
-	"zerodrop.dev/zerodrop/internal/lbtarget"
-	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
-	"zerodrop.dev/zerodrop/internal/provider"
-	"zerodrop.dev/zerodrop/internal/provider/azure"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
-	"zerodrop.dev/zerodrop/internal/version"
 	"zerodrop.dev/zerodrop/internal/webhook"
 )
 
@@ -97,6 +74,9 @@ type Config struct {
 	Webhook   webhook.Options
 	// Registerer receives the metrics (default: controller-runtime's registry).
 	Registerer prometheus.Registerer
+	// Override replaces what Build would make, for tests, benches and the
+	// lab; the command leaves it zero.
+	Override Overrides
 }
 
 // DefaultHAProxyDir is where a locally owned HAProxy keeps its state.
@@ -175,6 +155,10 @@ func (c *Config) Validate() error {
 	switch c.Provider {
 	case "haproxy":
 	case "azure":
+		if c.Override.Provider != nil {
+			// A caller's own provider: the flags that make one are not read.
+			break
+		}
 		if err := c.Azure.validate(); err != nil {
 			return fmt.Errorf("--provider azure: %w", err)
 		}
@@ -259,226 +243,11 @@ func newLogger(cfg Config) logr.Logger {
 	return logr.FromSlogHandler(slog.NewJSONHandler(out, nil))
 }
 
-// setLogger gives controller-runtime its logger once per process: its
-// SetLogger fulfils a process-wide promise and races with itself when
-// called from several goroutines (the tests run several controllers in one
-// process).
-var setLogger sync.Once
-
-// RunConfig runs the controller until ctx is done.
+// RunConfig runs the controller until ctx is done: Build, then Start.
 func RunConfig(ctx context.Context, cfg Config) error {
-	log := newLogger(cfg).WithName("zerodrop")
-	setLogger.Do(func() { ctrl.SetLogger(log) })
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	sync := service.SyncMode(cfg.Sync)
-	// Validate has parsed these already.
-	addrMap, _ := model.ParseAddressMap(cfg.AddressMap)
-	var pool netip.Prefix
-	if cfg.AddressPool != "" && cfg.Provider == "haproxy" {
-		// Azure assigns frontend addresses from the subnet itself.
-		pool = netip.MustParsePrefix(cfg.AddressPool)
-	}
-	var azOpts azure.Options
-	if cfg.Provider == "azure" {
-		var err error
-		if azOpts, err = cfg.Azure.options(); err != nil {
-			return err
-		}
-	}
-	var err error
-	restCfg := cfg.RESTConfig
-	if restCfg == nil {
-		if cfg.Kubeconfig != "" {
-			restCfg, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-		} else {
-			restCfg, err = ctrlconfig.GetConfig()
-		}
-		if err != nil {
-			return fmt.Errorf("kubeconfig: %w", err)
-		}
-	}
-	reg := cfg.Registerer
-	if reg == nil {
-		reg = ctrlmetrics.Registry
-	}
-	m, err := metrics.New(reg)
-	if err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-
-	metricsOpts := metricsserver.Options{BindAddress: cfg.MetricsAddr}
-	if cfg.MetricsSecure {
-		// The certificate is self-signed (controller-runtime's fallback):
-		// the bearer token, not the certificate, is what a scraper proves.
-		metricsOpts.SecureServing = true
-		metricsOpts.FilterProvider = metricsAuth
-	}
-	role := cfg.DataPlane.role()
-	// A data-plane replica is the only writer of its own HAProxy: every
-	// one writes, none is elected.
-	leaderElect := cfg.LeaderElect && role != service.RoleDataPlane
-	// Nothing here reads managedFields: without them every cached Service,
-	// EndpointSlice and Pod is smaller (a write leaves the server's as they
-	// are).
-	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
-	if role == service.RoleControl {
-		// The gates read the node Leases of the data-plane replicas' nodes:
-		// one namespace, which is all the chart's Role grants.
-		cacheOpts.ByObject = map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {
-			Namespaces: map[string]cache.Config{dataplane.NodeLeaseNamespace: {}}}}
-	}
-	mgr, err := manager.New(restCfg, manager.Options{
-		Cache:                         cacheOpts,
-		Logger:                        log,
-		Metrics:                       metricsOpts,
-		HealthProbeBindAddress:        cfg.ProbeAddr,
-		LeaderElection:                leaderElect,
-		LeaderElectionID:              cfg.LeaderID,
-		LeaderElectionNamespace:       cfg.LeaderNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &cfg.LeaseDuration,
-		RenewDeadline:                 &cfg.RenewDeadline,
-		RetryPeriod:                   &cfg.RetryPeriod,
-	})
-	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
-	}
-	if cfg.Webhook.Enabled {
-		// Before mgr.Start: Setup writes the certificate files the webhook
-		// server reads once when it starts.
-		w := cfg.Webhook
-		class := cfg.Class
-		if class == "" {
-			class = service.ClassPrefix + cfg.Provider
-		}
-		// No gate for a class nobody serves: the pod would never turn Ready.
-		w.Classes = []string{class}
-		w.IncludeClassless = cfg.AdoptClassless
-		w.Logger = log.WithName("webhook")
-		if err := webhook.Setup(ctx, mgr, w); err != nil {
-			return fmt.Errorf("webhook: %w", err)
-		}
-	}
-	_ = mgr.AddHealthzCheck("ping", healthz.Ping)
-	_ = mgr.AddReadyzCheck("ping", healthz.Ping)
-
-	var (
-		prov        provider.Provider
-		keyFunc     func(*corev1.Service) string
-		validateSvc func(*corev1.Service) error
-		replicas    *dataplane.Discovery
-	)
-	switch {
-	case role == service.RoleControl:
-		// No HAProxy here: every data-plane replica writes its own.
-		var err error
-		if prov, replicas, err = cfg.DataPlane.fleet(mgr, log); err != nil {
-			return err
-		}
-	case cfg.Provider == "azure":
-		azOpts.Hooks = m.ProviderHooks("azure")
-		azOpts.Log = log.WithName("azure")
-		az, err := newAzure(ctx, cfg.Azure, azOpts)
-		if err != nil {
-			return err
-		}
-		// Many Services share one Azure load balancer: the work item is the
-		// load balancer (invariant 2).
-		prov, keyFunc, validateSvc = az, az.KeyFunc, az.ValidateService
-	default:
-		hcfg := cfg.HAProxy
-		if hcfg.Dir == "" && hcfg.AdminSocket == "" && hcfg.MasterSocket == "" {
-			hcfg.Dir = DefaultHAProxyDir()
-		}
-		hcfg.Hooks = m.ProviderHooks("haproxy")
-		hcfg.Log = log.WithName("haproxy")
-		hp, err := haproxy.New(ctx, hcfg)
-		if err != nil {
-			return fmt.Errorf("start haproxy provider: %w", err)
-		}
-		defer hp.Close()
-		prov = hp
-		// A killed HAProxy worker takes its master with it: the replica is
-		// not ready while HAProxy is gone, and every replica (not only the
-		// leader: the HAProxy serves whoever leads) starts it again from
-		// its configuration and server-state file.
-		_ = mgr.AddReadyzCheck("haproxy", func(r *http.Request) error { return hp.Alive(r.Context()) })
-		if err := mgr.Add(restoreLoop(hp, log.WithName("haproxy"))); err != nil {
-			return err
-		}
-		if role == service.RoleDataPlane {
-			if err := cfg.DataPlane.stateEndpoint(mgr, hp, log); err != nil {
-				return err
-			}
-		}
-	}
-	var replicasFunc func(context.Context) ([]lbtarget.Replica, error)
-	if replicas != nil {
-		replicasFunc = replicas.Replicas
-	}
-
-	svcCtrl, err := service.New(ctx, mgr, service.Options{
-		Provider:             prov,
-		LoadBalancerClass:    cfg.Class,
-		AdoptClassless:       cfg.AdoptClassless,
-		Sync:                 sync,
-		Workers:              cfg.Workers,
-		AddressPool:          pool,
-		BackendAddressMap:    addrMap,
-		KubeProxyHealthzPort: int32(cfg.KubeProxyHealthzPort),
-		KeyFunc:              keyFunc,
-		ValidateService:      validateSvc,
-		ResyncPeriod:         cfg.ResyncPeriod,
-		ImmediateRemoval:     cfg.Immediate,
-		Role:                 role,
-		Replicas:             replicasFunc,
-		ReplicaReadTimeout:   cfg.DataPlane.ReadTimeout,
-		Metrics:              m,
-		Logger:               log,
-	})
+	in, err := Build(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	finder := &lbtarget.Finder{Reader: mgr.GetCache(), Services: svcCtrl, Provider: prov, AddressMap: addrMap, Replicas: replicasFunc}
-	if role == service.RoleDataPlane {
-		// The gates are the control role's: they read every replica.
-		cfg.ReadinessGate, cfg.DrainAddr = false, ""
-		// A replica is ready once its HAProxy serves what the Services ask
-		// (every load balancer reconciled once): a DaemonSet update waits
-		// for it before it replaces the next replica.
-		_ = mgr.AddReadyzCheck("synced", func(*http.Request) error {
-			if !svcCtrl.Synced() {
-				return errors.New("not every load balancer reconciled yet")
-			}
-			return nil
-		})
-	}
-	if cfg.ReadinessGate {
-		if err := podgate.Setup(mgr, podgate.Options{Finder: finder, Latency: m.GateLatency, Logger: log.WithName("podgate")}); err != nil {
-			return fmt.Errorf("readiness gate: %w", err)
-		}
-	}
-	drainSrv := &drain.Server{}
-	if cfg.DrainAddr != "" && cfg.DrainAddr != "0" {
-		var kp *kubeproxy.Client
-		if cfg.KubeProxyHealthzPort != 0 {
-			kp = &kubeproxy.Client{Port: int32(cfg.KubeProxyHealthzPort)}
-		}
-		h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Metrics: m, Logger: log.WithName("drain"),
-			KubeProxy: kp, KubeProxyMargin: cfg.KubeProxyMargin, KubeProxyFallback: cfg.KubeProxyFallback,
-			Recorder: mgr.GetEventRecorder("zerodrop-drain")})
-		drainSrv = &drain.Server{Addr: cfg.DrainAddr, Handler: h, Logger: log.WithName("drain")}
-		if err := mgr.Add(drainSrv); err != nil {
-			return err
-		}
-	}
-	log.Info("starting", "version", version.String(), "provider", cfg.Provider, "role", cfg.DataPlane.Role, "sync", sync, "leaderElection", leaderElect)
-	err = mgr.Start(ctx)
-	// The manager has stopped (and released the lease); pods whose preStop
-	// hook is waiting on this replica still get their answer, from the
-	// provider's live state.
-	drainSrv.Wait()
-	return err
+	return in.Start(ctx)
 }

@@ -20,9 +20,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
@@ -95,7 +94,10 @@ func startController(t *testing.T, cfg *rest.Config, prov provider.Provider, syn
 	return startReplica(t, cfg, replica{prov: prov, sync: sync})
 }
 
-func startReplica(t *testing.T, cfg *rest.Config, rep replica) *running {
+// startReplica runs one controller as `zerodrop controller` wires it
+// (controller.Build, with rep's provider): the Service controller these
+// tests are about, beside the gates as in production.
+func startReplica(t *testing.T, rc *rest.Config, rep replica) *running {
 	t.Helper()
 	m, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
@@ -106,40 +108,32 @@ func startReplica(t *testing.T, cfg *rest.Config, rep replica) *running {
 	} else if mp, ok := rep.prov.(*memory.Provider); ok {
 		mp.SetHooks(m.ProviderHooks(rep.prov.Name()))
 	}
-	opts := manager.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Logger:                 testr.New(t),
+	cfg := controller.DefaultConfig()
+	cfg.RESTConfig, cfg.Sync, cfg.AddressPool = rc, string(rep.sync), "127.0.101.0/24"
+	if cfg.Sync == "" {
+		cfg.Sync = string(service.SyncIncremental)
 	}
+	cfg.MetricsAddr, cfg.ProbeAddr, cfg.DrainAddr = "0", "0", "0"
+	cfg.LeaderElect = rep.leaderElect
 	if rep.leaderElect {
-		renew, retry := rep.lease*2/3, rep.lease/8
-		opts.LeaderElection = true
-		opts.LeaderElectionID = "zerodrop-test"
-		opts.LeaderElectionNamespace = "kube-system"
-		opts.LeaderElectionReleaseOnCancel = rep.release
-		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &rep.lease, &renew, &retry
+		cfg.LeaderID, cfg.LeaderNamespace = "zerodrop-test", "kube-system"
+		cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = rep.lease, rep.lease*2/3, rep.lease/8
+		cfg.Override.KeepLeaseOnStop = !rep.release
 	}
-	mgr, err := manager.New(cfg, opts)
-	if err != nil {
-		t.Fatal(err)
+	cfg.ResyncPeriod = rep.resync
+	if cfg.ResyncPeriod == 0 {
+		cfg.ResyncPeriod = time.Hour
 	}
-	if rep.resync == 0 {
-		rep.resync = time.Hour
-	}
+	log := testr.New(t)
+	cfg.Override.Provider, cfg.Override.Metrics, cfg.Override.Logger = rep.prov, m, &log
 	ctx, cancel := context.WithCancel(context.Background())
-	if _, err := service.New(ctx, mgr, service.Options{
-		Provider:     rep.prov,
-		Sync:         rep.sync,
-		AddressPool:  netip.MustParsePrefix("127.0.101.0/24"),
-		Metrics:      m,
-		Logger:       testr.New(t),
-		ResyncPeriod: rep.resync,
-	}); err != nil {
+	in, err := controller.Build(ctx, cfg)
+	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	r := &running{prov: rep.prov, metrics: m, cancel: cancel, done: make(chan error, 1), elected: mgr.Elected()}
-	go func() { r.done <- mgr.Start(ctx) }()
+	r := &running{prov: rep.prov, metrics: m, cancel: cancel, done: make(chan error, 1), elected: in.Manager.Elected()}
+	go func() { r.done <- in.Start(ctx) }()
 	t.Cleanup(func() { cancel() })
 	return r
 }

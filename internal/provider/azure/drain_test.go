@@ -4,25 +4,22 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/drain"
-	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 	"zerodrop.dev/zerodrop/internal/testutil"
@@ -53,25 +50,22 @@ func TestTerminationGateOnAzure(t *testing.T) {
 		t.Fatal(err)
 	}
 	prov := newProvider(t, emu, m.ProviderHooks("azure"), "lb-a")
-	mgr, err := manager.New(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	svcCtrl, err := service.New(mctx, mgr, service.Options{
-		Provider: prov, LoadBalancerClass: classOf(ns), KeyFunc: prov.KeyFunc, ValidateService: prov.ValidateService,
-		Metrics: m, Logger: testLogger(t), ResyncPeriod: time.Hour, DrainPollInterval: 100 * time.Millisecond, CoalesceWindow: 50 * time.Millisecond,
-	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	drainAddr := ln.Addr().String()
+	ln.Close()
+	in := buildController(t, mctx, cfg, prov, m, ns, service.SyncIncremental, drainAddr, func(c *controller.Config) {
+		c.Override.DrainPollInterval, c.Override.CoalesceWindow = 100*time.Millisecond, 50*time.Millisecond
+	})
 	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
+	go func() { done <- in.Start(mctx) }()
 	defer func() { cancel(); <-done }()
-	finder := &lbtarget.Finder{Reader: mgr.GetCache(), Services: svcCtrl, Provider: prov}
-	gate := httptest.NewServer(drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Logger: testLogger(t), PollInterval: 50 * time.Millisecond}))
-	defer gate.Close()
+	mgr := in.Manager
+	gateURL := "http://" + drainAddr
 
 	state := func() string { return strings.Join(emulatorState(emu, "lb-a")["lb-a/zd-"+ns+".web.tcp-80"], " ") }
 	testutil.Eventually(t, 30*time.Second, "both endpoints in the pool", func() (bool, string) {
@@ -111,7 +105,7 @@ func TestTerminationGateOnAzure(t *testing.T) {
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		resp, err := http.Get(gate.URL + drain.Path + "?pod=" + ns + "/web-5")
+		resp, err := http.Get(gateURL + drain.Path + "?pod=" + ns + "/web-5")
 		if err != nil {
 			answered <- answer{at: time.Now(), body: err.Error()}
 			return

@@ -23,9 +23,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
@@ -78,8 +77,9 @@ func (r *running) stop(t *testing.T) {
 	testutil.StopManager(t, r.cancel, r.done)
 }
 
-// startController runs the real service controller on the Azure provider:
-// KeyFunc maps Services to load balancers, no address pool (Azure assigns).
+// startController runs the controller as `zerodrop controller --provider
+// azure` does (controller.Build) on the emulator: KeyFunc maps Services to
+// load balancers, no address pool (Azure assigns).
 func startController(t *testing.T, cfg *rest.Config, emu *emulator.Emulator, ns string, sync service.SyncMode, lbs ...string) *running {
 	t.Helper()
 	m, err := metrics.New(prometheus.NewRegistry())
@@ -87,34 +87,40 @@ func startController(t *testing.T, cfg *rest.Config, emu *emulator.Emulator, ns 
 		t.Fatal(err)
 	}
 	prov := newProvider(t, emu, m.ProviderHooks("azure"), lbs...)
-	mgr, err := manager.New(cfg, manager.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Logger:                 logr.Discard(),
-	})
+	ctx, cancel := context.WithCancel(context.Background())
+	in := buildController(t, ctx, cfg, prov, m, ns, sync, "0")
+	r := &running{prov: prov, metrics: m, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- in.Start(ctx) }()
+	t.Cleanup(cancel)
+	return r
+}
+
+// buildController builds the controller on prov (the tests' own provider
+// on the emulator: its subscription is no GUID, and its polls are faster
+// than the SDK allows outside a test binary) with drainAddr its drain
+// endpoint ("0": none); tune changes the configuration further.
+func buildController(t *testing.T, ctx context.Context, rc *rest.Config, prov *azure.Provider, m *metrics.Metrics, ns string, sync service.SyncMode,
+	drainAddr string, tune ...func(*controller.Config)) *controller.Instance {
+	t.Helper()
+	cfg := controller.DefaultConfig()
+	cfg.RESTConfig, cfg.Provider, cfg.Class = rc, "azure", classOf(ns)
+	cfg.Sync = string(sync)
+	cfg.MetricsAddr, cfg.ProbeAddr, cfg.DrainAddr = "0", "0", drainAddr
+	// Tests run controllers side by side, each on its own Services.
+	cfg.LeaderElect = false
+	cfg.ResyncPeriod = time.Hour
+	log := testLogger(t)
+	// Shorter than production's, so that the tests run in seconds.
+	cfg.Override = controller.Overrides{Provider: prov, Metrics: m, Logger: &log,
+		DrainPollInterval: 200 * time.Millisecond, CoalesceWindow: 100 * time.Millisecond, DrainCallPollInterval: 50 * time.Millisecond}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	in, err := controller.Build(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if _, err := service.New(ctx, mgr, service.Options{
-		Provider:          prov,
-		LoadBalancerClass: classOf(ns),
-		Sync:              sync,
-		KeyFunc:           prov.KeyFunc,
-		ValidateService:   prov.ValidateService,
-		Metrics:           m,
-		Logger:            testLogger(t),
-		ResyncPeriod:      time.Hour,
-		DrainPollInterval: 200 * time.Millisecond,
-		CoalesceWindow:    100 * time.Millisecond,
-	}); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	r := &running{prov: prov, metrics: m, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- mgr.Start(ctx) }()
-	t.Cleanup(cancel)
-	return r
+	return in
 }
 
 // testLogger logs through t until the test ends, and then not at all: the
