@@ -33,6 +33,12 @@ func (d *docText) node() *yaml.Node {
 	return d.root
 }
 
+// setRoot gives the document the position tree the fast path parsed it
+// into, so that it is not parsed a second time.
+func (d *docText) setRoot(root *yaml.Node) {
+	d.once.Do(func() { d.root = root })
+}
+
 // locator places an object inside its document: base is the path from the
 // document's root to the object (empty, or "items", "3" for a List item).
 type locator struct {

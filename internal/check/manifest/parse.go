@@ -138,13 +138,18 @@ func parseYAML(file string, data []byte) ([]Object, []error) {
 	results := make([]decoded, len(docs))
 	forEach(len(docs), func(i int) {
 		src := Source{File: file, Line: docs[i].line}
-		src.loc = &locator{doc: &docText{data: docs[i].data, line: docs[i].line}}
-		j, err := yaml.YAMLToJSON(docs[i].data)
-		if err != nil {
-			results[i].errs = []error{yamlError(src.Plain(), bytes.Count(docs[i].data, []byte("\n"))+1, err)}
-			return
+		text := &docText{data: docs[i].data, line: docs[i].line}
+		src.loc = &locator{doc: text}
+		if r, ok := fastDecode(src, text); ok {
+			results[i] = r
+		} else {
+			j, err := yaml.YAMLToJSON(docs[i].data)
+			if err != nil {
+				results[i].errs = []error{yamlError(src.Plain(), bytes.Count(docs[i].data, []byte("\n"))+1, err)}
+				return
+			}
+			results[i] = decodeJSON(src, j)
 		}
-		results[i] = decodeJSON(src, j)
 		for k := range results[i].objs {
 			results[i].objs[k].Source.Template = docs[i].source
 		}
