@@ -43,6 +43,14 @@ func (s *service) id() string {
 // ref is namespace/name, for messages that already say "Service".
 func (s *service) ref() string { return namespace(s.svc.Namespace) + "/" + s.svc.Name }
 
+// budget is a PodDisruptionBudget with its selector converted once: every
+// workload of the namespace is matched against it.
+type budget struct {
+	pdb *policyv1.PodDisruptionBudget
+	sel labels.Selector
+	err error // an invalid selector selects nothing
+}
+
 // index groups the objects by namespace for matching.
 type index struct {
 	workloads  []*workload
@@ -52,7 +60,7 @@ type index struct {
 
 type nsObjects struct {
 	services []*service
-	pdbs     []*policyv1.PodDisruptionBudget
+	pdbs     []*budget
 	hpas     []*autoscalingv2.HorizontalPodAutoscaler
 	labels   map[string]string // the Namespace object's labels, if given
 }
@@ -93,7 +101,9 @@ func buildIndex(objs []manifest.Object) *index {
 			ix.lbServices = append(ix.lbServices, s)
 			ns(obj.Namespace).services = append(ns(obj.Namespace).services, s)
 		case *policyv1.PodDisruptionBudget:
-			ns(obj.Namespace).pdbs = append(ns(obj.Namespace).pdbs, obj)
+			b := &budget{pdb: obj}
+			b.sel, b.err = metav1.LabelSelectorAsSelector(obj.Spec.Selector)
+			ns(obj.Namespace).pdbs = append(ns(obj.Namespace).pdbs, b)
 		case *autoscalingv2.HorizontalPodAutoscaler:
 			ns(obj.Namespace).hpas = append(ns(obj.Namespace).hpas, obj)
 		case *corev1.Namespace:

@@ -176,11 +176,11 @@ func (c *check) checkPDB() {
 	set := labels.Set(c.w.tmpl.Labels)
 	var names []string
 	if ns != nil {
-		for _, pdb := range ns.pdbs {
-			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-			if err != nil || !sel.Matches(set) {
+		for _, b := range ns.pdbs {
+			if b.err != nil || !b.sel.Matches(set) {
 				continue
 			}
+			pdb := b.pdb
 			allowed, what := pdbAllows(pdb.Spec.MinAvailable, pdb.Spec.MaxUnavailable, n)
 			if allowed < int(n) {
 				return // this budget keeps at least one pod
