@@ -217,7 +217,10 @@ func applyConfig(o *options, cfg *fileConfig) error {
 
 // filter drops the findings of disabled rules.
 func filter(rep rules.Report, disabled map[string]bool) rules.Report {
-	kept := rep.Findings[:0:0]
+	if len(disabled) == 0 {
+		return rep // nothing to drop: no copy of a large report
+	}
+	kept := make([]rules.Finding, 0, len(rep.Findings))
 	for _, f := range rep.Findings {
 		if !disabled[f.Rule] {
 			kept = append(kept, f)

@@ -40,8 +40,8 @@ func analyzeWorlds(objs []manifest.Object, cfg rules.Config) (rep rules.Report, 
 // the API server would keep one of them, and reporting each would repeat
 // every finding.
 func dedupe(objs []manifest.Object) (kept []manifest.Object, notes []string) {
-	first := map[string]manifest.Source{}
-	kept = objs[:0:0]
+	first := make(map[string]manifest.Source, len(objs))
+	kept = make([]manifest.Object, 0, len(objs))
 	for _, o := range objs {
 		m, ok := o.Obj.(metav1.Object)
 		if !ok {

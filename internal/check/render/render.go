@@ -3,6 +3,8 @@
 package render
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -113,21 +115,47 @@ type jsonFinding struct {
 
 // JSON prints {"findings":[…]}; an empty report prints an empty array, not
 // null. Suppressed findings are left out: the shape is a fixed contract.
+//
+// The findings are encoded one at a time into a buffer written out as it
+// fills, byte for byte what encoding the whole report with encode gives
+// ({"findings": [...]} indented by two spaces): one large report otherwise
+// costs a copy of the whole output for the indentation, and its growth.
 func JSON(w io.Writer, rep rules.Report) error {
-	out := struct {
-		Findings []jsonFinding `json:"findings"`
-	}{Findings: make([]jsonFinding, 0, len(rep.Findings))}
 	rep.ResolveLines()
+	bw := bufio.NewWriterSize(w, 64<<10)
+	var one bytes.Buffer
+	enc := json.NewEncoder(&one)
+	enc.SetEscapeHTML(false) // as encode: messages quote shell commands
+	enc.SetIndent("    ", "  ")
+	n := 0
 	for _, f := range rep.Findings {
 		if f.Suppressed {
 			continue
 		}
-		out.Findings = append(out.Findings, jsonFinding{
+		one.Reset()
+		if err := enc.Encode(jsonFinding{
 			Rule: f.Rule, Severity: string(f.Severity), File: f.Source.File, Line: f.Line, Object: f.Object,
 			Container: f.Container, Message: f.Message, Fix: f.Fix, Template: f.Source.Template,
-		})
+		}); err != nil {
+			return fmt.Errorf("encode report: %w", err)
+		}
+		if n == 0 {
+			bw.WriteString("{\n  \"findings\": [\n    ")
+		} else {
+			bw.WriteString(",\n    ")
+		}
+		bw.Write(bytes.TrimSuffix(one.Bytes(), []byte("\n")))
+		n++
 	}
-	return encode(w, out)
+	if n == 0 {
+		bw.WriteString("{\n  \"findings\": []\n}\n")
+	} else {
+		bw.WriteString("\n  ]\n}\n")
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	return nil
 }
 
 func encode(w io.Writer, v any) error {

@@ -60,3 +60,41 @@ func TestClusterObjectsHaveNoRegion(t *testing.T) {
 		t.Errorf("sarif:\n%s", b.String())
 	}
 }
+
+// TestJSONStreamsTheWholeReportsBytes: JSON encodes finding by finding, and
+// must print exactly what encoding the whole report at once prints (the
+// contract's shape), for no, one and several findings, suppressed ones left
+// out, HTML characters unescaped and a template only where there is one.
+func TestJSONStreamsTheWholeReportsBytes(t *testing.T) {
+	f := func(rule string, suppressed bool, template string) rules.Finding {
+		return rules.Finding{Rule: rule, Severity: rules.Warning, Source: manifest.Source{File: "-", Template: template},
+			Object: "Deployment/x/a", Container: "c", Message: `sh -c "sleep 5 && kill <pid>"` + "\n\ttab", Fix: "f", Suppressed: suppressed}
+	}
+	for _, findings := range [][]rules.Finding{
+		nil,
+		{f("ZD101", true, "")},
+		{f("ZD101", false, "")},
+		{f("ZD101", true, ""), f("ZD201", false, "web/templates/d.yaml"), f("ZD303", false, ""), f("ZD304", true, "")},
+	} {
+		rep := rules.Report{Findings: findings}
+		var got, want bytes.Buffer
+		if err := JSON(&got, rep); err != nil {
+			t.Fatal(err)
+		}
+		whole := struct {
+			Findings []jsonFinding `json:"findings"`
+		}{Findings: []jsonFinding{}}
+		for _, x := range findings {
+			if !x.Suppressed {
+				whole.Findings = append(whole.Findings, jsonFinding{Rule: x.Rule, Severity: string(x.Severity), File: x.Source.File,
+					Object: x.Object, Container: x.Container, Message: x.Message, Fix: x.Fix, Template: x.Source.Template})
+			}
+		}
+		if err := encode(&want, whole); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Errorf("got\n%s\nwant\n%s", got.String(), want.String())
+		}
+	}
+}
