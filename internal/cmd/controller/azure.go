@@ -36,6 +36,9 @@ type AzureConfig struct {
 	// try of an ARM request, and of the wait for a write ARM accepted.
 	TryTimeout  time.Duration
 	PollTimeout time.Duration
+	// Read bounds the Service controller's ARM reads (--azure-read-qps,
+	// --azure-read-burst; zero: DefaultAzureRead).
+	Read ReadLimit
 
 	// Credential and ClientOptions, when set by a caller of RunConfig,
 	// replace the credential and ARM client options --azure-cloud chooses:
@@ -69,6 +72,8 @@ func (a *AzureConfig) flags(fs *pflag.FlagSet) {
 		"a try past it is cancelled and retried like a failed connection (3 retries)")
 	fs.DurationVar(&a.PollTimeout, "azure-poll-timeout", azure.DefaultPollTimeout, "azure: deadline of the wait for a write ARM has accepted "+
 		"(its long-running operation); past it the sync fails and is retried")
+	a.Read.flags(fs, "azure", DefaultAzureRead, "each an ARM GET, under Azure Resource Manager's read bucket of 250 refilled at 25 a second per principal, subscription and region, "+
+		"and Microsoft.Network's 10,000 GETs per 5 minutes per subscription and region, shared with every other client there")
 }
 
 var (
@@ -144,6 +149,9 @@ func (a *AzureConfig) validate() error {
 	}
 	if a.PollTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--azure-poll-timeout %s must be positive", a.PollTimeout))
+	}
+	if err := a.Read.validate("azure"); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -176,7 +176,7 @@ func (in *Instance) wire(ctx context.Context, cfg Config, role service.Role) err
 		return err
 	}
 	in.summary = []any{"version", version.String(), "provider", w.prov.Name(), "role", cfg.DataPlane.Role, "sync", opts.Sync,
-		"leaderElection", leaderElection(cfg, role)}
+		"leaderElection", leaderElection(cfg, role), "readQPS", opts.ReadQPS, "readBurst", opts.ReadBurst}
 	return nil
 }
 
@@ -385,6 +385,7 @@ func (in *Instance) serviceOptions(cfg Config, w wiring, role service.Role) (ser
 		// Azure assigns frontend addresses from the subnet itself.
 		pool = netip.MustParsePrefix(cfg.AddressPool)
 	}
+	read := cfg.readLimit()
 	o := cfg.Override
 	opts := service.Options{
 		Provider:              w.prov,
@@ -398,6 +399,8 @@ func (in *Instance) serviceOptions(cfg Config, w wiring, role service.Role) (ser
 		KeyFunc:               w.keyFunc,
 		ValidateService:       w.validate,
 		ResyncPeriod:          cfg.ResyncPeriod,
+		ReadQPS:               read.QPS,
+		ReadBurst:             read.Burst,
 		ImmediateRemoval:      cfg.Immediate,
 		CoalesceWindow:        o.CoalesceWindow,
 		DrainPollInterval:     o.DrainPollInterval,

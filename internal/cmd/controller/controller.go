@@ -68,6 +68,9 @@ type Config struct {
 	LogOutput io.Writer
 
 	HAProxy haproxy.Options
+	// HAProxyRead bounds the Service controller's reads of HAProxy
+	// (--haproxy-read-qps, --haproxy-read-burst; zero: DefaultHAProxyRead).
+	HAProxyRead ReadLimit
 	// DataPlane is this process's part in an HAProxy data plane of replicas.
 	DataPlane RoleConfig
 	Azure     AzureConfig
@@ -118,6 +121,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HAProxy.ConfigFile, "haproxy-config", "", "attach: the config file zerodrop owns (loaded by that HAProxy)")
 	fs.BoolVar(&c.HAProxy.NoStrictLimits, "haproxy-no-strict-limits", false, "let HAProxy start when it cannot raise its open-file limit to what its listeners and checked servers need (a warning instead of a refused reload)")
 	fs.BoolVar(&c.HAProxy.StopOnClose, "haproxy-stop-on-exit", false, "stop the owned HAProxy when the controller exits (default: keep serving)")
+	c.HAProxyRead.flags(fs, "haproxy", DefaultHAProxyRead, "one runtime snapshot serves every read for 250 ms and no quota is spent: the limit only guards the controller's own CPU")
 	c.Azure.flags(fs)
 }
 
@@ -154,6 +158,9 @@ func (c *Config) Validate() error {
 	}
 	switch c.Provider {
 	case "haproxy":
+		if err := c.HAProxyRead.validate("haproxy"); err != nil {
+			return err
+		}
 	case "azure":
 		if c.Override.Provider != nil {
 			// A caller's own provider: the flags that make one are not read.

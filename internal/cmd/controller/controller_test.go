@@ -73,6 +73,9 @@ func TestValidate(t *testing.T) {
 		{"no location", azureArgs(map[string]string{"azure-location": "-"}), "--azure-location is required"},
 		{"empty owner", azureArgs(map[string]string{"azure-owner": ""}), "--azure-owner"},
 		{"unknown cloud", azureArgs(map[string]string{"azure-cloud": "mars"}), `--azure-cloud "mars"`},
+		{"haproxy read limit", []string{"--haproxy-read-qps=200", "--haproxy-read-burst=50"}, ""},
+		{"negative haproxy read limit", []string{"--haproxy-read-qps=-1"}, "--haproxy-read-qps"},
+		{"negative azure read burst", azureArgs(map[string]string{"azure-read-burst": "-5"}), "--azure-read-burst"},
 		{"bad sync", []string{"--sync=sometimes"}, "--sync"},
 		{"bad address pool", []string{"--address-pool=10.0.0.0"}, "--address-pool"},
 		{"kube-proxy healthz port off", []string{"--kube-proxy-healthz-port=0"}, ""},
@@ -173,5 +176,37 @@ func TestHelpHidesKlogFlags(t *testing.T) {
 	stderr.Reset()
 	if code := Run(context.Background(), []string{"--no-such-flag"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "no-such-flag") {
 		t.Errorf("unknown flag: exit %d, %q; want 2 naming the flag", code, stderr.String())
+	}
+}
+
+// TestReadLimitPerProvider: the Service controller's read limit is the
+// configured provider's flags, each with its own default, and a zero
+// (a Config built in code) is that default.
+func TestReadLimitPerProvider(t *testing.T) {
+	cases := []struct {
+		desc string
+		args []string
+		want ReadLimit
+	}{
+		{"haproxy default", nil, DefaultHAProxyRead},
+		{"azure default", azureArgs(nil), DefaultAzureRead},
+		{"haproxy flags", []string{"--haproxy-read-qps=200", "--haproxy-read-burst=50", "--azure-read-qps=1"}, ReadLimit{QPS: 200, Burst: 50}},
+		{"azure flags", azureArgs(map[string]string{"azure-read-qps": "2.5", "azure-read-burst": "7", "haproxy-read-qps": "1"}), ReadLimit{QPS: 2.5, Burst: 7}},
+		{"azure zero is the default", azureArgs(map[string]string{"azure-read-qps": "0"}), ReadLimit{QPS: DefaultAzureRead.QPS, Burst: DefaultAzureRead.Burst}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.desc, func(t *testing.T) {
+			cfg := parse(t, tc.args)
+			if got := cfg.readLimit(); got != tc.want {
+				t.Fatalf("read limit %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	if got := (&Config{Provider: "haproxy"}).readLimit(); got != DefaultHAProxyRead {
+		t.Fatalf("a Config built in code: read limit %+v, want the default %+v", got, DefaultHAProxyRead)
+	}
+	// The published ARM limits the Azure default stays under (readlimit.go).
+	if d := DefaultAzureRead; d.QPS > 25 || d.Burst > 250 {
+		t.Fatalf("azure default %+v exceeds ARM's read bucket (250, refilled at 25 a second)", d)
 	}
 }

@@ -90,7 +90,9 @@ type Options struct {
 	ValidateService func(*corev1.Service) error
 	// ResyncPeriod reconciles every load balancer again (default 10 min).
 	ResyncPeriod time.Duration
-	// ReadQPS and ReadBurst bound the provider reads (default 50, 100).
+	// ReadQPS and ReadBurst bound the provider reads (default 50, 100:
+	// the command passes its per-provider --<provider>-read-qps and
+	// --<provider>-read-burst instead).
 	ReadQPS   float64
 	ReadBurst int
 	// ImmediateRemoval removes backends at once instead of draining them
