@@ -73,7 +73,8 @@ func fastDecode(src Source, doc *docText) (decoded, bool) {
 		}
 		return out, true // no object, so no field lines are ever asked for
 	}
-	var w jsonWriter
+	// JSON is about as long as the block YAML it comes from: size it once.
+	w := jsonWriter{buf: make([]byte, 0, len(doc.data)+len(doc.data)/4)}
 	if !w.value(root) {
 		return decoded{}, false
 	}
