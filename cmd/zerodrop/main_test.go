@@ -28,7 +28,7 @@ func TestProductionBuildHasNoLab(t *testing.T) {
 		for _, banned := range []string{
 			"sigs.k8s.io/controller-runtime/pkg/envtest",
 			"zerodrop.dev/zerodrop/internal/lab",
-			"zerodrop.dev/zerodrop/internal/testenv",
+			"zerodrop.dev/zerodrop/internal/controlplane",
 			"zerodrop.dev/zerodrop/internal/testutil",
 			"zerodrop.dev/zerodrop/internal/provider/azure/emulator",
 			"k8s.io/apiserver",

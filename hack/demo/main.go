@@ -31,8 +31,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 func main() {
@@ -55,7 +55,7 @@ func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) 
 
 func run(ctx context.Context) error {
 	step("starting kube-apiserver and etcd")
-	env, err := testenv.Run()
+	env, err := controlplane.Run()
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ type running struct {
 	done   chan error
 }
 
-func startController(ctx context.Context, env *testenv.Env, dir, sync string) *running {
+func startController(ctx context.Context, env *controlplane.Env, dir, sync string) *running {
 	reg := prometheus.NewRegistry()
 	cctx, cancel := context.WithCancel(ctx)
 	r := &running{reg: reg, cancel: cancel, done: make(chan error, 1)}

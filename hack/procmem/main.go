@@ -1,7 +1,7 @@
 // Command procmem measures the memory of the real `zerodrop controller`
 // process: the binary `go build ./cmd/zerodrop` makes (at -rev), started as
 // its own process with its default flags plus what it needs here, against
-// a real kube-apiserver + etcd (internal/testenv) with -n LoadBalancer
+// a real kube-apiserver + etcd (internal/controlplane) with -n LoadBalancer
 // Services of -endpoints endpoints each. With -role all (the command's
 // default) the process starts and owns a real HAProxy; with -role
 // data-plane it attaches to the HAProxy that `zerodrop haproxy` runs, as the
@@ -46,9 +46,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 var (
@@ -86,7 +86,7 @@ func main() {
 
 func run(extra []string) error {
 	ctx := context.Background()
-	root, err := testenv.RepoRoot()
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func run(extra []string) error {
 		return err
 	}
 
-	env, err := testenv.Run()
+	env, err := controlplane.Run()
 	if err != nil {
 		return err
 	}

@@ -21,9 +21,9 @@ import (
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 var (
@@ -76,7 +76,7 @@ func BenchmarkAzureRestart(b *testing.B) {
 		b.Fatalf("-azure-lbs %d: want at least 1", *azureLBCount)
 	}
 	azureLBs = azureLBNames(*azureLBCount)
-	env := testenv.StartEnv(b)
+	env := controlplane.StartEnv(b)
 	c, err := client.New(env.Config, client.Options{})
 	if err != nil {
 		b.Fatal(err)

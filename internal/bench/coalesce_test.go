@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/metrics"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 // BenchmarkEndpointChurn changes one load balancer's endpoints 100 times a
@@ -23,7 +23,7 @@ import (
 // reconciled at once (one write per change, the baseline).
 func BenchmarkEndpointChurn(b *testing.B) {
 	const rate, seconds = 100, 5
-	env := testenv.StartEnv(b)
+	env := controlplane.StartEnv(b)
 	c, err := client.New(env.Config, client.Options{})
 	if err != nil {
 		b.Fatal(err)

@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/metrics"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 var services = flag.Int("n", 1000, "LoadBalancer Services to create")
@@ -39,7 +39,7 @@ type run struct {
 
 func BenchmarkLeaderRestart(b *testing.B) {
 	n := *services
-	env := testenv.StartEnv(b)
+	env := controlplane.StartEnv(b)
 	c, err := client.New(env.Config, client.Options{})
 	if err != nil {
 		b.Fatal(err)

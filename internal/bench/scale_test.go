@@ -23,10 +23,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 var (
@@ -66,7 +66,7 @@ func BenchmarkScale(b *testing.B) {
 	}
 	crlog.SetLogger(logr.Discard())
 	raiseFileLimit(b, n)
-	env := testenv.StartEnv(b)
+	env := controlplane.StartEnv(b)
 	// No client-side rate limit, as in a cluster (controller-runtime's
 	// GetConfig leaves it to the API server's priority and fairness): at 5
 	// QPS, client-go's default, the status writes of 5,000 Services alone

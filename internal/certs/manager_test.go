@@ -26,7 +26,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -191,7 +191,7 @@ func (f *fixture) createPodEventually() {
 }
 
 func TestManagerOnRealAPIServer(t *testing.T) {
-	env := testenv.StartEnv(t)
+	env := controlplane.StartEnv(t)
 	admin, err := client.New(env.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +317,7 @@ func TestManagerOnRealAPIServer(t *testing.T) {
 // TestManagersRace starts two replicas at once on an empty namespace: one
 // creates the Secret, the other loses the race, re-reads and agrees.
 func TestManagersRace(t *testing.T) {
-	env := testenv.StartEnv(t)
+	env := controlplane.StartEnv(t)
 	admin, err := client.New(env.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/check"
 	"zerodrop.dev/zerodrop/internal/check/manifest"
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 )
 
 // writeKubeconfig writes a kubeconfig for cfg whose only context, "envtest",
@@ -145,7 +145,7 @@ func TestClusterMode(t *testing.T) {
 		// -short (make unit) runs pure tests only.
 		t.Skip("starts kube-apiserver and etcd; not under -short")
 	}
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	ctx := context.Background()
 	c := newClusterClients(t, cfg)
 	kubeconfig := writeKubeconfig(t, cfg, "shop")

@@ -11,7 +11,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"zerodrop.dev/zerodrop/internal/check"
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 )
 
 // sarifSchema compiles the official SARIF 2.1.0 schema (testdata/README.md
@@ -88,7 +88,7 @@ func TestHelmTemplatePipedToSARIF(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds helm from the Go module proxy")
 	}
-	helm, err := testenv.Helm()
+	helm, err := controlplane.Helm()
 	if err != nil {
 		t.Fatal(err)
 	}

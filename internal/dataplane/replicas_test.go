@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -29,7 +29,7 @@ import (
 // seen for a lease duration on the controller's clock, so a Lease first
 // seen counts, however old its renewTime (TestLeaseJudgedOnControllerClock).
 func TestReplicasThatCount(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := testutil.Client(t, cfg)
 	ctx := context.Background()
 	const ns = "zerodrop-system"

@@ -11,11 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/drain"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 // TestGatesMemory covers the logic of both gates with a provider whose
@@ -24,7 +24,7 @@ import (
 // pods and answers once the pod's backend is in drain (no new connections),
 // while it still has connections; it is removed once they end.
 func TestGatesMemory(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	prov := memory.New(provider.Hooks{})

@@ -10,10 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 // gateStaysClosed fails the test if the pod's gate opens within a while
@@ -32,7 +32,7 @@ func gateStaysClosed(t *testing.T, c client.Client, ns, pod, why string) {
 // it. The second Service's EndpointSlice lists the pod late, as when the
 // EndpointSlice controller is behind.
 func TestGatesTwoLoadBalancers(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	prov := memory.New(provider.Hooks{})
@@ -79,7 +79,7 @@ func TestGatesTwoLoadBalancers(t *testing.T) {
 // drains when its last local pod terminates and is enabled again when a pod
 // starts there.
 func TestGatesNodeLocal(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	prov := memory.New(provider.Hooks{})

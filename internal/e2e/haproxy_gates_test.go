@@ -22,10 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/drain"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/webhook"
 )
 
@@ -95,7 +95,7 @@ func kubeletPreStop(t *testing.T, pod *corev1.Pod) (int, string, time.Time) {
 // timeout then closes that connection cleanly, and no new connection reaches
 // the terminating pod.
 func TestHAProxyGates(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -319,7 +319,7 @@ func watchPresent(t *testing.T, present func() bool) (stop func() time.Time) {
 // time minus the shutdown budget, with the timeout answer — not before that
 // deadline, and not cut short.
 func TestHAProxyGateBound(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	dir := t.TempDir()

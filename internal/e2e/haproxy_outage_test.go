@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 )
 
 // apiOutage is longer than a leader's lease (15 s by default).
@@ -30,7 +30,7 @@ func TestHAProxyGateWaitsAPIServerStopped(t *testing.T) {
 	eventually(t, 30*time.Second, "the gate to read HAProxy", func() (bool, string) {
 		return w.reads.ok.Load() > 0, "no successful read yet"
 	})
-	pid, err := testenv.APIServerPID(w.host)
+	pid, err := controlplane.APIServerPID(w.host)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,11 +22,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/drain"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/webhook"
 )
 
@@ -70,7 +70,7 @@ type stallWorld struct {
 // controller's HAProxy, all ready and reached.
 func newStallWorld(t *testing.T, app string, subnet int, names ...string) *stallWorld {
 	t.Helper()
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	w := &stallWorld{c: newClient(t, cfg), host: cfg.Host, dir: t.TempDir(), ns: "default", app: app, port: freePort(t),
 		pods: map[string]*corev1.Pod{}, ips: map[string]string{}, servers: map[string]string{}}
 	ctx := context.Background()

@@ -22,9 +22,9 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/cmd/haproxyrun"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -98,7 +98,7 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 	hproc := container()
 
 	// The controller container, in process.
-	restCfg := testenv.Start(t)
+	restCfg := controlplane.Start(t)
 	// The replica's pod, as the DaemonSet makes it, and what the downward
 	// API gives its controller container; the process authenticates as the
 	// pod (a token bound to it, as the kubelet's projected token).

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -30,7 +30,7 @@ import (
 // spec, so for them only the API group, version, kind and scope are checked.
 func TestChartDryRun(t *testing.T) {
 	// kubeadm's default service range, where drain.clusterIP's default lies.
-	env := testenv.StartEnvServiceRange(t, "10.96.0.0/12")
+	env := controlplane.StartEnvServiceRange(t, "10.96.0.0/12")
 	ctx := t.Context()
 	admin, err := client.New(env.Config, client.Options{})
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 )
 
 const (
@@ -37,11 +37,11 @@ var allFeatures = []string{
 // repo is the module root and the helm binary built by hack/helm.sh.
 func repo(t *testing.T) (root, helm string) {
 	t.Helper()
-	root, err := testenv.RepoRoot()
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	helm, err = testenv.Helm()
+	helm, err = controlplane.Helm()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 // `zerodrop lab --provider azure-emulator`: the restart and churn scenarios
@@ -208,7 +208,7 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []Result, err
 		fmt.Fprintf(opts.Progress, "[%5s] %s\n", time.Since(start).Round(time.Second), fmt.Sprintf(format, args...))
 	}
 	progress("starting kube-apiserver and etcd")
-	env, err := testenv.Run()
+	env, err := controlplane.Run()
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}

@@ -12,9 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/lab/sockcount"
 	"zerodrop.dev/zerodrop/internal/provider"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 // The chaos scenarios (make chaos): faults in the parts around the load
@@ -268,7 +268,7 @@ func (r *run) chaosFigures() *ChaosFigures {
 func actAPIServerDown(ctx context.Context, r *run) error {
 	fig := r.chaosFigures()
 	outage := r.lab.opts.Chaos.outage()
-	pid, err := testenv.APIServerPID(r.lab.cp.config.Host)
+	pid, err := controlplane.APIServerPID(r.lab.cp.config.Host)
 	if err != nil {
 		return err
 	}

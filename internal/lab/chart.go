@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 )
 
 // --from-chart: zerodrop mode installs zerodrop from the repository's
@@ -77,11 +77,11 @@ func (r *run) dataPlaneName() string { return r.chartName() + "-data-plane" }
 // renderChart runs `helm template` on the repository's chart with values
 // (--set; with the prefix "string:", --set-string).
 func renderChart(values []string) ([]*unstructured.Unstructured, error) {
-	helm, err := testenv.Helm()
+	helm, err := controlplane.Helm()
 	if err != nil {
 		return nil, err
 	}
-	root, err := testenv.RepoRoot()
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +230,7 @@ func prepareImages(ctx context.Context, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	root, err := testenv.RepoRoot()
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return err
 	}

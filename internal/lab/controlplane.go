@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 )
 
 // kcmControllers are the kube-controller-manager loops the lab needs: a
@@ -28,7 +28,7 @@ const kcmControllers = "deployment,replicaset,daemonset,endpointslice,disruption
 // controlPlane is a real kube-apiserver + etcd (envtest, from the binaries
 // hack/control-plane.sh builds) and a real kube-controller-manager.
 type controlPlane struct {
-	env        *testenv.Env
+	env        *controlplane.Env
 	config     *rest.Config
 	kubeconfig string // admin kubeconfig file, for child processes
 	client     kubernetes.Interface
@@ -51,7 +51,7 @@ func startControlPlane(ctx context.Context, dir string) (cp *controlPlane, err e
 	if err := egressConfig(egressFile, egressSocket(dir)); err != nil {
 		return nil, err
 	}
-	env, err := testenv.RunWithFlags(serviceCIDR, map[string]string{"egress-selector-config-file": egressFile})
+	env, err := controlplane.RunWithFlags(serviceCIDR, map[string]string{"egress-selector-config-file": egressFile})
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func startControlPlane(ctx context.Context, dir string) (cp *controlPlane, err e
 // process group (a terminal's Ctrl-C reaches the lab only, which stops it in
 // order) that dies with the lab.
 func (cp *controlPlane) startKCM(dir string) error {
-	assets, err := testenv.Assets("all")
+	assets, err := controlplane.Assets("all")
 	if err != nil {
 		return fmt.Errorf("kube-controller-manager: %w", err)
 	}

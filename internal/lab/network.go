@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 // The lab's addresses (docs/lab.md, "The network"). Everything lives in
@@ -124,7 +124,7 @@ func startNetwork(ctx context.Context, dir string, nodes, lbHosts int, cfg *rest
 			}
 		}
 	}
-	assets, err := testenv.Assets("kube-proxy")
+	assets, err := controlplane.Assets("kube-proxy")
 	if err != nil {
 		return n, fmt.Errorf("kube-proxy: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/webhook"
 )
 
@@ -20,7 +20,7 @@ import (
 // rather than the rollout. It is an external test package: the controller
 // command imports this package once it wires the webhook.
 func TestDeploymentArgs(t *testing.T) {
-	root, err := testenv.RepoRoot()
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/certs"
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -97,7 +97,7 @@ func manifests(t *testing.T) []*unstructured.Unstructured {
 func TestDeployManifests(t *testing.T) {
 	// kubeadm's default service range: deploy/ gives the drain Service a
 	// fixed clusterIP from it (docs/webhook.md).
-	env := testenv.StartEnvServiceRange(t, "10.96.0.0/12")
+	env := controlplane.StartEnvServiceRange(t, "10.96.0.0/12")
 	ctx := t.Context()
 	admin, err := client.New(env.Config, client.Options{})
 	if err != nil {

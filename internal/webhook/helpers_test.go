@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 )
 
 // stderrLogger prints to stderr, which go test shows only for a failing
@@ -33,7 +33,7 @@ func init() { ctrllog.SetLogger(stderrLogger()) }
 // deployDir is the repository's deploy/ directory.
 func deployDir(t *testing.T) string {
 	t.Helper()
-	root, err := testenv.RepoRoot()
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"zerodrop.dev/zerodrop/internal/certs"
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 )
 
 // TestNotReadyBeforeCacheSync: a replica whose informer caches have not
@@ -35,7 +35,7 @@ import (
 // caches cannot sync, and /readyz must say not ready until the access is
 // granted.
 func TestNotReadyBeforeCacheSync(t *testing.T) {
-	env := testenv.StartEnv(t)
+	env := controlplane.StartEnv(t)
 	ctx := t.Context()
 	admin, err := client.New(env.Config, client.Options{})
 	if err != nil {

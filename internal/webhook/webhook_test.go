@@ -20,7 +20,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 )
 
 // webhookEnv is a real kube-apiserver that calls this package's handler
@@ -34,7 +34,7 @@ type webhookEnv struct {
 
 func startWebhookEnv(t *testing.T) *webhookEnv {
 	t.Helper()
-	dir, err := testenv.Assets("apiserver")
+	dir, err := controlplane.Assets("apiserver")
 	if err != nil {
 		t.Fatal(err)
 	}

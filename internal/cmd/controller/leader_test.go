@@ -15,8 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -24,7 +24,7 @@ import (
 // stops leading — `zerodrop controller` returns "leader election lost" —
 // and writes nothing to HAProxy afterwards, whatever changes.
 func TestStolenLeaseStopsWrites(t *testing.T) {
-	restCfg := testenv.Start(t)
+	restCfg := controlplane.Start(t)
 	c := testutil.Client(t, restCfg)
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/testutil"
 	"zerodrop.dev/zerodrop/internal/version"
 )
@@ -30,7 +30,7 @@ func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); retur
 // TestJSONLogs: with --log-format json every line is one JSON object, and
 // the start line carries the build's version.
 func TestJSONLogs(t *testing.T) {
-	restCfg := testenv.Start(t)
+	restCfg := controlplane.Start(t)
 	dir := t.TempDir()
 	t.Cleanup(func() { testutil.StopHAProxy(t, dir) })
 	var out lockedBuffer

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -28,7 +28,7 @@ import (
 // a user allowed GET on /metrics (SubjectAccessReview) — what the chart's
 // metrics-reader ClusterRole grants a scraper.
 func TestSecureMetrics(t *testing.T) {
-	restCfg := testenv.Start(t)
+	restCfg := controlplane.Start(t)
 	cs, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		t.Fatal(err)

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -23,7 +23,7 @@ import (
 // which takes its master with it — the controller starts HAProxy again from
 // its files and is ready again.
 func TestHAProxyRestoredByController(t *testing.T) {
-	restCfg := testenv.Start(t)
+	restCfg := controlplane.Start(t)
 	dir := t.TempDir()
 	t.Cleanup(func() { testutil.StopHAProxy(t, dir) })
 	probes := freeAddr(t)

@@ -22,10 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/drain"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -140,7 +140,7 @@ func reconciles(t *testing.T, reg *prometheus.Registry) float64 {
 // too. Last, the Service is deleted with a replica's process stopped: its
 // finalizer stays until that replica, back, has removed the listener.
 func TestDataPlaneReplicas(t *testing.T) {
-	restCfg := testenv.Start(t)
+	restCfg := controlplane.Start(t)
 	c := testutil.Client(t, restCfg)
 	ctx := context.Background()
 	const ns, name, podIP = "default", "web", "198.18.64.1"

@@ -21,11 +21,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/dataplane"
 	"zerodrop.dev/zerodrop/internal/drain"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -34,7 +34,7 @@ import (
 // control role: not in the clear, not over TLS without the control role's
 // client certificate.
 func TestStateEndpointRefusesUnauthenticated(t *testing.T) {
-	restCfg := testenv.Start(t)
+	restCfg := controlplane.Start(t)
 	c := testutil.Client(t, restCfg)
 	dir := t.TempDir()
 	t.Cleanup(func() { testutil.StopHAProxy(t, dir) })
@@ -111,7 +111,7 @@ func startSquatter(t *testing.T, addr string, tlsToo bool, lbs func(key string) 
 // certificate of its own, opens neither the readiness gate nor the
 // termination gate: the gates wait for the replica itself.
 func TestSquatterNeverOpensGate(t *testing.T) {
-	restCfg := testenv.Start(t)
+	restCfg := controlplane.Start(t)
 	c := testutil.Client(t, restCfg)
 	ctx := context.Background()
 	const ns, name, podIP = "default", "sq", "198.18.65.1"

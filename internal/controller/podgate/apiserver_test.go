@@ -15,11 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -156,7 +156,7 @@ func backend(addr string, port int32) model.Backend {
 // TestGateOnAPIServer runs the gate's reconciler against the real apiserver
 // and the memory provider.
 func TestGateOnAPIServer(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := testutil.Client(t, cfg)
 	ctx := context.Background()
 

@@ -23,11 +23,11 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -158,7 +158,7 @@ func warningEvents(t *testing.T, c client.Client, ns, name string) []eventsv1.Ev
 // TestLifecycleRestartAndFullSync is the memory-provider tier of the
 // restart invariant: the same controller code against the real apiserver.
 func TestLifecycleRestartAndFullSync(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	prov := memory.New(provider.Hooks{})
@@ -264,7 +264,7 @@ func TestLifecycleRestartAndFullSync(t *testing.T) {
 // between observe and apply; the controller re-plans and converges without a
 // Warning Event.
 func TestConflictsRetrySilently(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	prov := memory.New(provider.Hooks{})
@@ -304,7 +304,7 @@ func TestConflictsRetrySilently(t *testing.T) {
 // provider) cannot balance, gets a condition and a Warning Event; the TCP port
 // is served.
 func TestUnsupportedProtocol(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	prov := memory.New(provider.Hooks{})

@@ -10,17 +10,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 // TestTwoPhaseRemoval: a backend whose endpoint goes first drains and stays
 // while it has connections, and is removed once they reach zero; with a
 // short drain timeout it is removed when the timeout passes.
 func TestTwoPhaseRemoval(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	prov := memory.New(provider.Hooks{})

@@ -17,10 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 func configValid(t *testing.T, c client.Client, ns, name string) *metav1.Condition {
@@ -55,7 +55,7 @@ func updateService(t *testing.T, c client.Client, ns, name string, mutate func(*
 // following the endpoints, so that rollouts do not stall and deleted pods
 // leave, drained first.
 func TestInvalidAnnotationKeepsListenerBackendsFollow(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	prov := memory.New(provider.Hooks{})
@@ -127,7 +127,7 @@ func TestInvalidAnnotationKeepsListenerBackendsFollow(t *testing.T) {
 // TestLongEventNoteIsStored: the API refuses Event notes over 1,024 bytes; an
 // annotation value echoed whole in the note must not lose the Warning Event.
 func TestLongEventNoteIsStored(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	prov := memory.New(provider.Hooks{})

@@ -10,12 +10,12 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -23,7 +23,7 @@ import (
 // leader dies without releasing its lease; the standby takes over within the
 // lease time and, nothing having changed, writes nothing.
 func testLeaderFailover(t *testing.T, newProvider func(provider.Hooks) provider.Provider, class, ns string) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	if err := c.Create(ctx, lbService(ns, "ha", class, nil)); err != nil {

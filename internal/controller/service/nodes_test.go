@@ -13,11 +13,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 // updateNode re-reads a node, changes it and writes spec/metadata and status.
@@ -62,7 +62,7 @@ func drainedThenRemoved(writes []string, backend string) bool {
 // Only the exclusion label, the cluster autoscaler's deletion taint or the
 // node's deletion take a node out, and it drains before it goes.
 func TestNodeModeKeepsNotReadyNodes(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	prov := memory.New(provider.Hooks{})

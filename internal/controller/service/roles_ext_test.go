@@ -13,17 +13,17 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 // TestDataPlaneSynced: a data-plane replica is Synced (its readiness) only
 // once every load balancer of its first pass has been reconciled without
 // error — not while the first write is held, and at once after it lands.
 func TestDataPlaneSynced(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	const ns, name = "default", "synced"

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -20,7 +20,7 @@ import (
 // conflict (the reconcile retries from a fresher cache) and the retry keeps
 // both.
 func TestStatusFromStaleServiceKeepsOthers(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := controlplane.Start(t)
 	c := testutil.Client(t, cfg)
 	ctx := context.Background()
 	svc := testutil.LBService("default", "web", "zerodrop.dev/memory", 80, 8080)

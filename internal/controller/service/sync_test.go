@@ -15,10 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
-	"zerodrop.dev/zerodrop/internal/testenv"
 )
 
 // TestNoPlanBeforeSync is invariant 4's "no plan before sync": a new leader
@@ -27,7 +27,7 @@ import (
 // existing load balancer at all — with an empty EndpointSlice cache its pool
 // would drain — and once the informer syncs it finds nothing to do.
 func TestNoPlanBeforeSync(t *testing.T) {
-	env := testenv.StartEnv(t)
+	env := controlplane.StartEnv(t)
 	c := newClient(t, env.Config)
 	ctx := context.Background()
 	prov := memory.New(provider.Hooks{})

@@ -33,9 +33,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/dataplane"
 	"zerodrop.dev/zerodrop/internal/dataplane/stateauth"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -55,7 +55,7 @@ type world struct {
 
 func start(t *testing.T) *world {
 	t.Helper()
-	restCfg := testenv.Start(t)
+	restCfg := controlplane.Start(t)
 	c := testutil.Client(t, restCfg)
 	testutil.AdminServiceAccount(t, restCfg, ns, sa)
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{Metrics: metricsserver.Options{BindAddress: "0"}})

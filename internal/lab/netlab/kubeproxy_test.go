@@ -25,8 +25,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/kubeproxy"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -43,11 +43,11 @@ import (
 // so the API server's certificate (valid for 127.0.0.1) verifies as is.
 func TestKubeProxyHealthCheckNodePort(t *testing.T) {
 	requireRoot(t)
-	assets, err := testenv.Assets("kube-proxy")
+	assets, err := controlplane.Assets("kube-proxy")
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := testenv.StartEnv(t)
+	env := controlplane.StartEnv(t)
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	ctx := context.Background()
 

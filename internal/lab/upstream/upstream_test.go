@@ -30,7 +30,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	cloudprovider "k8s.io/cloud-provider"
 
-	"zerodrop.dev/zerodrop/internal/testenv"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 )
 
 // counted is the cloud with its finished EnsureLoadBalancer calls counted.
@@ -168,7 +168,7 @@ func serveHealthz(t *testing.T, addr string, code *atomic.Int32) {
 //     file);
 //   - the Service's deletion deletes the load balancer.
 func TestUpstreamServiceController(t *testing.T) {
-	env := testenv.StartEnv(t)
+	env := controlplane.StartEnv(t)
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	ctx := context.Background()
 	h := NewHAProxy(t.TempDir(), "")

@@ -26,10 +26,10 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
-	"zerodrop.dev/zerodrop/internal/testenv"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -37,7 +37,7 @@ import (
 // its own namespace; it starts with the first test that needs it.
 var (
 	envOnce sync.Once
-	env     *testenv.Env
+	env     *controlplane.Env
 	envErr  error
 )
 
@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 
 func apiserver(t *testing.T) *rest.Config {
 	t.Helper()
-	envOnce.Do(func() { env, envErr = testenv.Run() })
+	envOnce.Do(func() { env, envErr = controlplane.Run() })
 	if envErr != nil {
 		t.Fatal(envErr)
 	}

@@ -1,8 +1,10 @@
-// Package testenv starts the real control plane (kube-apiserver + etcd, built
-// by hack/control-plane.sh) for integration tests through controller-runtime's
-// envtest. There is no skip: a test that needs the apiserver fails when it
-// cannot be built or started.
-package testenv
+// Package controlplane starts a real control plane (kube-apiserver + etcd,
+// built by hack/control-plane.sh and cached) through controller-runtime's
+// envtest, and builds helm the same way. It is not test-only code: the lab
+// binary, the demo and the benches link it as well as the integration tests.
+// There is no skip: a test that needs the apiserver fails when it cannot be
+// built or started.
+package controlplane
 
 import (
 	"bytes"
