@@ -169,7 +169,7 @@ func TestHAProxyGates(t *testing.T) {
 	})
 	setSlice(t, c, ns, app, int32(port), readyEndpoint("198.18.5.1"), readyEndpoint("198.18.5.2"))
 
-	lbAddr := net.JoinHostPort(ingressOf(t, c, ns, app), strconv.Itoa(lbPort))
+	lbAddr := net.JoinHostPort(awaitIngress(t, c, ns, app), strconv.Itoa(lbPort))
 	// A long-lived connection on pod B.
 	var long *longConn
 	for i := 0; i < 20 && long == nil; i++ {
@@ -362,7 +362,7 @@ func TestHAProxyGateBound(t *testing.T) {
 		return gateTrue(t, c, ns, "slow-a"), fmt.Sprint(readHAProxy(t, dir)[server])
 	})
 	setSlice(t, c, ns, app, int32(port), readyEndpoint("198.18.6.1"))
-	lbAddr := net.JoinHostPort(ingressOf(t, c, ns, app), strconv.Itoa(lbPort))
+	lbAddr := net.JoinHostPort(awaitIngress(t, c, ns, app), strconv.Itoa(lbPort))
 	var long *longConn
 	eventually(t, 20*time.Second, "a connection through the load balancer", func() (bool, string) {
 		lc, err := dialLong(lbAddr)

@@ -72,6 +72,21 @@ func ingressOf(t *testing.T, c client.Client, ns, name string) string {
 	return svc.Status.LoadBalancer.Ingress[0].IP
 }
 
+// awaitIngress waits until the Service has an address in its status and
+// returns it. A pod's readiness gate opens once the load balancer serves the
+// pod, which can be before the controller has written the Service's status
+// (seen on a loaded machine), so a test that goes from a gate to the
+// Service's address waits for the address too.
+func awaitIngress(t *testing.T, c client.Client, ns, name string) string {
+	t.Helper()
+	var ip string
+	eventually(t, 30*time.Second, "the Service's address in its status", func() (bool, string) {
+		ip = ingressOf(t, c, ns, name)
+		return ip != "", "no ingress yet"
+	})
+	return ip
+}
+
 // TestHAProxyTrafficScaleAndRestart is issue 3's end-to-end test on the real
 // apiserver and a real HAProxy: traffic reaches loopback backends; scaling
 // changes HAProxy at run time (no reload: same worker PID, a long-lived

@@ -125,7 +125,7 @@ func newStallWorld(t *testing.T, app string, subnet int, names ...string) *stall
 		return true, ""
 	})
 	w.slice(t)
-	w.lbAddr = net.JoinHostPort(ingressOf(t, w.c, w.ns, app), strconv.Itoa(lbPort))
+	w.lbAddr = net.JoinHostPort(awaitIngress(t, w.c, w.ns, app), strconv.Itoa(lbPort))
 	w.lbURL = "http://" + w.lbAddr + "/"
 	eventually(t, 20*time.Second, "every pod reached", func() (bool, string) {
 		seen := map[string]bool{}
