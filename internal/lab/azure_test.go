@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/azurelab"
+	"zerodrop.dev/zerodrop/internal/lab/report"
 )
 
 // TestAzureEmulatorLab runs `zerodrop lab --provider azure-emulator` for
@@ -19,7 +22,7 @@ import (
 // count can see writes.
 func TestAzureEmulatorLab(t *testing.T) {
 	rep, raw := runAzureLab(t, "--scenario", "restart,churn", "--mode", "all")
-	got := map[string]Result{}
+	got := map[string]report.Result{}
 	for _, r := range rep.Scenarios {
 		got[r.Scenario+"/"+r.Mode] = r
 	}
@@ -28,10 +31,10 @@ func TestAzureEmulatorLab(t *testing.T) {
 			t.Fatalf("no result for %s: %s", k, raw)
 		}
 	}
-	if r := got["restart/zerodrop"]; r.ProviderWrites != 0 || r.Azure.Restarts != azureRestarts {
-		t.Errorf("zerodrop restart: %d PUTs over %d restarts, want 0 over %d", r.ProviderWrites, r.Azure.Restarts, azureRestarts)
+	if r := got["restart/zerodrop"]; r.ProviderWrites != 0 || r.Azure.Restarts != azurelab.AzureRestarts {
+		t.Errorf("zerodrop restart: %d PUTs over %d restarts, want 0 over %d", r.ProviderWrites, r.Azure.Restarts, azurelab.AzureRestarts)
 	}
-	if r := got["restart/upstream-like"]; r.ProviderWrites < int64(azureRestarts) {
+	if r := got["restart/upstream-like"]; r.ProviderWrites < int64(azurelab.AzureRestarts) {
 		t.Errorf("upstream-like restart (--sync=full): %d PUTs, want at least one per restart", r.ProviderWrites)
 	}
 	for _, k := range []string{"restart/zerodrop", "churn/zerodrop"} {
@@ -95,7 +98,7 @@ func TestAzureEmulatorKillMidPlan(t *testing.T) {
 		t.Fatalf("report %s: want one run (kill-mid-plan runs in zerodrop mode only)", raw)
 	}
 	r := rep.Scenarios[0]
-	if r.Mode != string(ModeZerodrop) || r.Azure.Restarts != 2 || len(r.WritesPerRestart) != 2 {
+	if r.Mode != string(report.ModeZerodrop) || r.Azure.Restarts != 2 || len(r.WritesPerRestart) != 2 {
 		t.Errorf("mode %s, %d kills, PUTs per kill %v; want zerodrop, 2, 2 entries", r.Mode, r.Azure.Restarts, r.WritesPerRestart)
 	}
 	if r.Azure.WarningEvents != 0 {
@@ -112,7 +115,7 @@ func TestAzureEmulatorKillMidPlan(t *testing.T) {
 // JSON report, logs what it printed, fails the test if the lab exits
 // non-zero or a run has no Azure figures, and returns the report and its
 // text.
-func runAzureLab(t *testing.T, args ...string) (Report, []byte) {
+func runAzureLab(t *testing.T, args ...string) (report.Report, []byte) {
 	t.Helper()
 	jsonPath := filepath.Join(t.TempDir(), "lab.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -128,7 +131,7 @@ func runAzureLab(t *testing.T, args ...string) (Report, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep Report
+	var rep report.Report
 	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatalf("report %s: %v", raw, err)
 	}
@@ -138,47 +141,4 @@ func runAzureLab(t *testing.T, args ...string) (Report, []byte) {
 		}
 	}
 	return rep, raw
-}
-
-// TestWriteBounds: the writes a load balancer's diff calls for, from its
-// pools' differences.
-func TestWriteBounds(t *testing.T) {
-	const up, down = "None", "Down"
-	type pool struct {
-		have map[string]string
-		want []string
-	}
-	for _, tc := range []struct {
-		name   string
-		pools  []pool
-		lo, hi int
-	}{
-		{"holds what it should", []pool{{map[string]string{"a": up, "b": up}, []string{"a", "b"}}}, 0, 0},
-		{"one to add", []pool{{map[string]string{"a": up}, []string{"a", "b"}}}, 1, 1},
-		{"one to drain and remove", []pool{{map[string]string{"a": up, "b": up}, []string{"a"}}}, 2, 2},
-		{"already draining: removal only", []pool{{map[string]string{"a": up, "b": down}, []string{"a"}}}, 1, 1},
-		{"replaced: add and drain, then remove", []pool{{map[string]string{"a": up, "b": up}, []string{"a", "c"}}}, 2, 2},
-		{"two leaving: removed together or apart", []pool{{map[string]string{"a": up, "b": down, "c": up}, []string{"a", "d"}}}, 2, 3},
-		{"wanted one back in service", []pool{{map[string]string{"a": down}, []string{"a"}}}, 1, 1},
-		{"two pools replaced: one plan, then removals", []pool{
-			{map[string]string{"a": up, "b": up}, []string{"a", "c"}},
-			{map[string]string{"x": up, "y": up}, []string{"x", "z"}},
-		}, 2, 3},
-		{"one pool right, one to add", []pool{
-			{map[string]string{"a": up}, []string{"a"}},
-			{map[string]string{"x": up}, []string{"x", "z"}},
-		}, 1, 1},
-		{"empty to empty", []pool{{map[string]string{}, nil}}, 0, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			first, leaving := false, 0
-			for _, p := range tc.pools {
-				f, l := poolDiff(p.have, p.want)
-				first, leaving = first || f, leaving+l
-			}
-			if lo, hi := lbWriteBounds(first, leaving); lo != tc.lo || hi != tc.hi {
-				t.Errorf("[%d, %d], want [%d, %d]", lo, hi, tc.lo, tc.hi)
-			}
-		})
-	}
 }

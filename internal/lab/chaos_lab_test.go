@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/report"
 )
 
 // TestLabChaos runs the chaos scenarios, shortened, in zerodrop mode: the
@@ -34,13 +36,13 @@ func TestLabChaos(t *testing.T) {
 			continue
 		}
 		switch s["scenario"] {
-		case scenarioKillMidPlan:
+		case report.ScenarioKillMidPlan:
 			writes, _ := s["writes_per_restart"].([]any)
 			verbs, _ := chaos["kill_verbs"].([]any)
 			if chaos["kills"] != 3.0 || len(writes) != 3 || len(verbs) != 3 {
 				t.Errorf("%s: kills %v, writes per restart %v, kill verbs %v; want 3 of each", name, chaos["kills"], writes, verbs)
 			}
-		case scenarioAPIServerDown:
+		case report.ScenarioAPIServerDown:
 			if chaos["outage_seconds"].(float64) < 15 || chaos["writes_during_outage"] != 0.0 || chaos["writes_after_recovery"] != 0.0 ||
 				chaos["pool_changes_during_outage"] != 0.0 {
 				t.Errorf("%s: outage %vs, writes during %v, after %v, backends changed in %v samples; want ≥ 15s, 0, 0, 0",

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/scenarios"
 )
 
 // TestLabDataPlane runs zerodrop mode with an HAProxy data plane of two
@@ -18,7 +20,7 @@ import (
 // it end, by design.)
 func TestLabDataPlane(t *testing.T) {
 	before := rootState(t)
-	entries := runLab(t, 6*time.Minute, "--scenario", "rollout,"+scenarioLBReplicaRestart, "--mode", "zerodrop",
+	entries := runLab(t, 6*time.Minute, "--scenario", "rollout,"+scenarios.ScenarioLBReplicaRestart, "--mode", "zerodrop",
 		"--data-plane-replicas", "2")
 	if d := cmp.Diff(before, rootState(t)); d != "" {
 		t.Errorf("the lab left something behind in the root namespace or the process table (-before +after):\n%s", d)
@@ -28,7 +30,7 @@ func TestLabDataPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep Report
+	var rep report.Report
 	if err := json.Unmarshal(raw, &rep.Scenarios); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestLabDataPlane(t *testing.T) {
 // costs are measured, not asserted.)
 func TestLabFromChart(t *testing.T) {
 	before := rootState(t)
-	entries := runLab(t, 8*time.Minute, "--scenario", "rollout,"+scenarioLBReplicaRestart, "--mode", "zerodrop",
+	entries := runLab(t, 8*time.Minute, "--scenario", "rollout,"+scenarios.ScenarioLBReplicaRestart, "--mode", "zerodrop",
 		"--data-plane-replicas", "2", "--from-chart")
 	if d := cmp.Diff(before, rootState(t)); d != "" {
 		t.Errorf("the lab left something behind in the root namespace or the process table (-before +after):\n%s", d)
@@ -79,7 +81,7 @@ func TestLabFromChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var runs []Result
+	var runs []report.Result
 	if err := json.Unmarshal(raw, &runs); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,11 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/drainrelay"
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/scenarios"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
 )
 
 // TestMain lets the test binary stand in for the zerodrop binary: the lab
@@ -27,19 +31,19 @@ import (
 // `<own executable> lab upstream-controller …` (upstream, recipe) with ChildEnv set,
 // and the drain relay sidecars of web pods as `<own executable> drain-relay …`.
 func TestMain(m *testing.M) {
-	if os.Getenv(ChildEnv) == "controller" && len(os.Args) > 1 && os.Args[1] == "controller" {
+	if os.Getenv(cluster.ChildEnv) == "controller" && len(os.Args) > 1 && os.Args[1] == "controller" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		code := controller.Run(ctx, os.Args[2:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
-	if os.Getenv(ChildEnv) == "sidecar" && len(os.Args) > 1 && os.Args[1] == "drain-relay" {
+	if os.Getenv(cluster.ChildEnv) == "sidecar" && len(os.Args) > 1 && os.Args[1] == "drain-relay" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		code := drainrelay.Run(ctx, os.Args[2:], os.Stderr)
 		stop()
 		os.Exit(code)
 	}
-	if os.Getenv(ChildEnv) == "controller" && len(os.Args) > 2 && os.Args[1] == "lab" {
+	if os.Getenv(cluster.ChildEnv) == "controller" && len(os.Args) > 2 && os.Args[1] == "lab" {
 		os.Exit(Run(context.Background(), os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
@@ -117,11 +121,11 @@ func TestLabRollout(t *testing.T) {
 	if !strings.Contains(stderr.String(), "frontend="+fe+" netns="+netns) || fe == "" || netns == "" {
 		t.Errorf("frontend %q and client namespace %q not printed as frontend=ADDR:PORT netns=NAME on stderr", fe, netns)
 	}
-	if s["scenario"] != "rollout" || s["mode"] != string(ModeZerodrop) || s["backend"] != BackendIP || s["external_traffic_policy"] != PolicyCluster {
+	if s["scenario"] != "rollout" || s["mode"] != string(report.ModeZerodrop) || s["backend"] != scenarios.BackendIP || s["external_traffic_policy"] != scenarios.PolicyCluster {
 		t.Errorf("ran %v in mode %v, backend %v, policy %v: want rollout, zerodrop and the defaults ip and cluster",
 			s["scenario"], s["mode"], s["backend"], s["external_traffic_policy"])
 	}
-	if s["requests"].(float64) < 100 || s["long_conns"].(float64) < longConns {
+	if s["requests"].(float64) < 100 || s["long_conns"].(float64) < traffic.LongConns {
 		t.Errorf("too little traffic: %s", raw)
 	}
 	if r := s["rollout_seconds"].(float64); r <= 0 || r > s["duration_seconds"].(float64) {

@@ -13,6 +13,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/scenarios"
 )
 
 // TestLabUpstream runs the upstream mode: the real service controller of
@@ -35,7 +38,7 @@ func TestLabUpstream(t *testing.T) {
 		t.Fatalf("want 1 run, got %v", doc)
 	}
 	s := doc[0]
-	if s["mode"] != string(ModeUpstream) || s["backend"] != BackendNode || s["external_traffic_policy"] != PolicyCluster {
+	if s["mode"] != string(report.ModeUpstream) || s["backend"] != scenarios.BackendNode || s["external_traffic_policy"] != scenarios.PolicyCluster {
 		t.Errorf("ran mode %v, backend %v, policy %v; want upstream, node (whatever --backend says), cluster",
 			s["mode"], s["backend"], s["external_traffic_policy"])
 	}
@@ -61,10 +64,10 @@ func TestLabRestartIdle(t *testing.T) {
 		name := fmt.Sprint(s["scenario"], " ", s["mode"], " ", s["backend"], "/", s["external_traffic_policy"])
 		runs = append(runs, name)
 		perRestart, _ := s["writes_per_restart"].([]any)
-		if len(perRestart) != idleRestarts {
-			t.Errorf("%s: writes_per_restart %v, want %d entries", name, s["writes_per_restart"], idleRestarts)
+		if len(perRestart) != scenarios.IdleRestarts {
+			t.Errorf("%s: writes_per_restart %v, want %d entries", name, s["writes_per_restart"], scenarios.IdleRestarts)
 		}
-		if s["mode"] != string(ModeZerodrop) {
+		if s["mode"] != string(report.ModeZerodrop) {
 			continue
 		}
 		for i, w := range perRestart {

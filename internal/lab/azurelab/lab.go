@@ -1,0 +1,497 @@
+package azurelab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+)
+
+// `zerodrop lab --provider azure-emulator`: the restart and churn scenarios
+// on the ARM emulator instead of HAProxy. Traffic through an emulated load
+// balancer means nothing, so the lab counts what reaches Azure instead: PUTs,
+// 412s, conflicts the controllers re-planned silently and those they
+// surfaced as Warning Events, and the time until the load balancers hold what
+// the Services ask for. The controllers run in the lab process (a restart
+// stops one manager and starts another; azure_instance.go), kill-mid-plan's
+// as processes of their own (azure_process.go), on a real kube-apiserver +
+// etcd.
+
+// ProviderAzureEmulator is the --provider value.
+const ProviderAzureEmulator = "azure-emulator"
+
+// ModeUpstreamLike is the emulator lab's comparison: zerodrop's own
+// controller configured to behave as the upstream service controller does
+// (a full write on every sync, immediate removal, a failure Event on every
+// failed sync) plus a second writer without leader election. It is not the
+// real upstream controller: that one drives Azure through
+// cloud-provider-azure, whose ARM client the emulator does not serve (the
+// HAProxy lab's upstream mode runs the real controller).
+const ModeUpstreamLike report.Mode = "upstream-like"
+
+// AzureScenarios are the scenarios the emulator lab runs; kill-mid-plan in
+// zerodrop mode only (azure_chaos.go).
+var AzureScenarios = []string{"restart", "churn", report.ScenarioKillMidPlan}
+
+const (
+	azureSub    = "00000000-0000-0000-0000-00000000aa01"
+	azureGroup  = "rg-zerodrop-lab"
+	azureSubnet = "/subscriptions/" + azureSub + "/resourceGroups/" + azureGroup +
+		"/providers/Microsoft.Network/virtualNetworks/vnet-lab/subnets/frontends"
+	AzureRestarts = 3
+	// azureIdle is how long no reconcile may run for a run to count as settled.
+	azureIdle = 500 * time.Millisecond
+	// azureTimeout is the least bound of a wait for convergence (see
+	// waitLimit). It only catches a controller that never converges: on a
+	// loaded machine the lab is to run slower, not to fail.
+	azureTimeout = 5 * time.Minute
+	// The leader election's lease, renew deadline and retry period: a renewal
+	// may take as long as it does on a loaded machine (a leader that misses
+	// its renew deadline stops), while a released lease, as on every
+	// restart, is taken within a retry period.
+	azureLease, azureRenew, azureRetryPeriod = 30 * time.Second, 20 * time.Second, 250 * time.Millisecond
+)
+
+var azureLBNames = []string{"lb-a", "lb-b"}
+
+// AzureOptions configure ExecuteAzure.
+type AzureOptions struct {
+	Scenarios []string
+	Modes     []report.Mode
+	// Services share the two load balancers (default 10).
+	Services int
+	// ChurnDuration is how long the churn changes things (default 4s).
+	ChurnDuration time.Duration
+	// FaultRate is the share of ARM requests (polls aside) the emulator
+	// fails once a run's setup is done: 412s, 429s, 500s and slow answers
+	// in equal shares, none twice in a row on one load balancer.
+	FaultRate float64
+	// Kills is how often kill-mid-plan stops the writer (default
+	// report.DefaultMidPlanKills).
+	Kills int
+	// Executable is the zerodrop binary kill-mid-plan's controller
+	// processes run as (`<Executable> lab azure-controller …`); default
+	// os.Executable().
+	Executable string
+	Progress   io.Writer
+}
+
+// runAzureCommand is `zerodrop lab --provider azure-emulator …` after flag
+// parsing; scenario and mode are the flags' values.
+func RunAzureCommand(ctx context.Context, scenario, mode string, faultRate float64, kills int, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
+	if faultRate < 0 || faultRate >= 1 {
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-fault-rate %v (--provider azure-emulator): want a share from 0 to below 1\n", faultRate)
+		return 2
+	}
+	opts := AzureOptions{Progress: stderr, FaultRate: faultRate, Kills: kills}
+	for _, name := range strings.Split(scenario, ",") {
+		switch name = strings.TrimSpace(name); {
+		case name == "all":
+			opts.Scenarios = append(opts.Scenarios, AzureScenarios...)
+		case slices.Contains(AzureScenarios, name):
+			opts.Scenarios = append(opts.Scenarios, name)
+		default:
+			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the scenarios %s, not %q\n", ProviderAzureEmulator,
+				strings.Join(AzureScenarios, ", "), name)
+			return 2
+		}
+	}
+	switch mode {
+	case "all":
+		opts.Modes = []report.Mode{ModeUpstreamLike, report.ModeZerodrop}
+	case string(ModeUpstreamLike), string(report.ModeZerodrop):
+		opts.Modes = []report.Mode{report.Mode(mode)}
+	default:
+		fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the modes %s and %s (or all), not %q\n",
+			ProviderAzureEmulator, ModeUpstreamLike, report.ModeZerodrop, mode)
+		return 2
+	}
+	if htmlPath != "" {
+		fmt.Fprintf(stderr, "zerodrop lab: --html draws traffic timelines; --provider %s has no traffic\n", ProviderAzureEmulator)
+		return 2
+	}
+	results, err := ExecuteAzure(ctx, opts)
+	writeAzureTable(stdout, results)
+	code := 0
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
+		code = 1
+	}
+	for _, r := range results {
+		if r.Err != nil {
+			code = 1
+		}
+	}
+	if jsonPath != "" {
+		if err := report.WriteJSON(jsonPath, report.Report{Scenarios: results}); err != nil {
+			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// ExecuteAzure runs the scenarios in each mode, each run on a fresh emulator
+// and namespace, and returns a result per run (the runs so far on error).
+func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Result, err error) {
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if opts.Services <= 0 {
+		opts.Services = 10
+	}
+	if opts.ChurnDuration <= 0 {
+		opts.ChurnDuration = 4 * time.Second
+	}
+	if opts.Kills <= 0 {
+		opts.Kills = report.DefaultMidPlanKills
+	}
+	if opts.Executable == "" && slices.Contains(opts.Scenarios, report.ScenarioKillMidPlan) {
+		if opts.Executable, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range opts.Scenarios {
+		if !slices.Contains(AzureScenarios, s) {
+			return nil, fmt.Errorf("scenario %q does not run on the Azure emulator (%v)", s, AzureScenarios)
+		}
+	}
+	ctrllog.SetLogger(logr.Discard())
+	start := time.Now()
+	progress := func(format string, args ...any) {
+		fmt.Fprintf(opts.Progress, "[%5s] %s\n", time.Since(start).Round(time.Second), fmt.Sprintf(format, args...))
+	}
+	progress("starting kube-apiserver and etcd")
+	env, err := controlplane.Run()
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	defer func() { _ = env.Stop() }()
+	c, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	n := 0
+	for _, sc := range opts.Scenarios {
+		for _, mode := range opts.Modes {
+			if sc == report.ScenarioKillMidPlan && mode != report.ModeZerodrop {
+				continue // one writer to kill, not two
+			}
+			n++
+			r := &azureRun{cfg: env.Config, c: c, mode: mode, opts: opts, progress: progress,
+				ns: fmt.Sprintf("azure-%d-%s-%s", n, sc, mode), emu: emulator.New(emulator.Options{Seed: uint64(n)})}
+			res, err := r.runIn(ctx, sc)
+			res.Err = err
+			results = append(results, res)
+			if err != nil {
+				progress("%-8s %-8s error: %v", sc, mode, err)
+			} else {
+				a := res.Azure
+				progress("%-8s %-8s done: %d PUTs (%d load balancer, %d pool), %d 412s, %d conflicts retried, %d surfaced; %d faults injected, %d Warning Events; converged in %.1fs",
+					sc, mode, res.ProviderWrites, a.LBPuts, a.PoolPuts, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced,
+					a.Faults, a.WarningEvents, a.ConvergeSeconds)
+			}
+			if ctx.Err() != nil {
+				return results, ctx.Err()
+			}
+		}
+	}
+	return results, nil
+}
+
+// azureRun is one scenario in one mode.
+type azureRun struct {
+	cfg       *rest.Config
+	c         client.Client
+	emu       *emulator.Emulator
+	ns        string
+	mode      report.Mode
+	opts      AzureOptions
+	progress  func(string, ...any)
+	svcs      []*azureSvc
+	instances []*azureInstance
+	// procs, when set, runs the controllers as processes (kill-mid-plan:
+	// azure_process.go); countErr is a failure to count their Events.
+	procs    *azureProcs
+	countErr error
+}
+
+func (r *azureRun) class() string { return "zerodrop.dev/azure-" + r.ns }
+
+// run sets up, runs the scenario and measures it; setup writes are not
+// counted.
+func (r *azureRun) run(ctx context.Context, scenario string) (res report.Result, err error) {
+	res = report.Result{Scenario: scenario, Mode: string(r.mode), Azure: &report.AzureFigures{}}
+	defer r.stopAll()
+	if err := r.setup(ctx); err != nil {
+		return res, err
+	}
+	if r.opts.FaultRate > 0 {
+		r.emu.SetFaults(emulator.Faults{Rate: r.opts.FaultRate, Cooldown: 3, SlowDelay: 50 * time.Millisecond})
+	}
+	before, beforeRetried := r.emu.Counters(), r.retried()
+	beforeWarnings, beforeSurfaced := r.warningEvents()
+	start := time.Now()
+	switch scenario {
+	case "restart":
+		err = r.restart(ctx, res.Azure)
+	case "churn":
+		err = r.churn(ctx, res.Azure)
+	case report.ScenarioKillMidPlan:
+		err = r.killMidPlan(ctx, res.Azure, &res)
+	}
+	res.DurationSeconds = time.Since(start).Seconds()
+	d := r.emu.Counters().Sub(before)
+	res.ProviderWrites, res.ProviderConflicts = int64(d.Puts()), int64(d.PreconditionFailed)
+	a := res.Azure
+	a.LBPuts, a.PoolPuts, a.Gets, a.PreconditionFailed = d.LBPuts, d.PoolPuts, d.Gets, d.PreconditionFailed
+	warnings, surfaced := r.warningEvents()
+	a.ConflictsRetried, a.ConflictsSurfaced = r.retried()-beforeRetried, surfaced-beforeSurfaced
+	a.Faults = d.InjectedConflicts + d.Throttled + d.ServerErrors + d.Slow
+	a.WarningEvents = warnings - beforeWarnings
+	if err == nil {
+		err = r.countErr
+	}
+	return res, err
+}
+
+// setup creates the namespace, Services and EndpointSlices, starts the
+// mode's controllers and waits until the load balancers hold everything.
+func (r *azureRun) setup(ctx context.Context) error {
+	if err := r.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}); err != nil {
+		return fmt.Errorf("create namespace %s: %w", r.ns, err)
+	}
+	for i := 0; i < r.opts.Services; i++ {
+		s := newAzureSvc(i, azureLBNames)
+		if err := s.create(ctx, r.c, r.ns, r.class()); err != nil {
+			return err
+		}
+		r.svcs = append(r.svcs, s)
+	}
+	// zerodrop: two replicas with leader election, as deployed.
+	// Upstream-like: the leader-elected controller and an independent writer without
+	// leader election on the same load balancers.
+	for i := 0; i < 2; i++ {
+		if _, err := r.start(r.mode == report.ModeZerodrop || i == 0); err != nil {
+			return err
+		}
+	}
+	if _, err := r.waitConverged(ctx); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	r.progress("%s: set up %d Services on %v", r.ns, len(r.svcs), azureLBNames)
+	return nil
+}
+
+// restart stops the writer (the leader) azureRestarts times and starts a
+// replacement, with nothing changing in the cluster: every PUT it causes is
+// a write a restart should not make.
+func (r *azureRun) restart(ctx context.Context, a *report.AzureFigures) error {
+	for i := 0; i < AzureRestarts; i++ {
+		leader := r.leader()
+		if leader == nil {
+			return errors.New("no leader to restart")
+		}
+		t0 := time.Now()
+		leader.stop()
+		if _, err := r.start(true); err != nil {
+			return err
+		}
+		// The new writer: the standby that takes over (zerodrop) or the
+		// replacement (upstream-like, whose lease nobody else contends for).
+		err := r.waitNewLeader(ctx, leader)
+		if err != nil {
+			return fmt.Errorf("restart %d: %w", i+1, err)
+		}
+		a.ConvergeSeconds = max(a.ConvergeSeconds, time.Since(t0).Seconds())
+		a.Restarts++
+		r.settle(ctx)
+	}
+	return nil
+}
+
+// waitNewLeader waits until a leader other than old has reconciled every
+// load balancer and they hold what the Services ask for.
+func (r *azureRun) waitNewLeader(ctx context.Context, old *azureInstance) error {
+	return r.wait(ctx, "a new leader verifies every load balancer", func() string {
+		l := r.leader()
+		if l == nil || l == old {
+			return "no new leader yet"
+		}
+		if n := l.counters().Reconciles; n < float64(len(azureLBNames)) {
+			return fmt.Sprintf("the new leader reconciled %v load balancers", n)
+		}
+		return azureConverged(r.emu, azureGroup, r.ns, r.svcs)
+	})
+}
+
+// churn replaces endpoints of half the Services (one a tick) while
+// Services change (probe interval, a second port) on both load balancers,
+// the changed ones among the churned: endpoint-driven and service-driven
+// writes to the same load balancers at once, the issue report's race.
+func (r *azureRun) churn(ctx context.Context, a *report.AzureFigures) error {
+	churned := r.svcs[:max(1, len(r.svcs)/2)]
+	changed := []*azureSvc{r.svcs[0], r.svcs[len(r.svcs)-1]}
+	if len(r.svcs) > 1 {
+		changed = append(changed, r.svcs[1])
+	}
+	endpointTick, serviceTick := time.NewTicker(50*time.Millisecond), time.NewTicker(500*time.Millisecond)
+	defer endpointTick.Stop()
+	defer serviceTick.Stop()
+	end := time.After(r.opts.ChurnDuration)
+	for e, s := 0, 0; ; {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-end:
+			t1 := time.Now()
+			if _, err := r.waitConverged(ctx); err != nil {
+				return fmt.Errorf("after churn: %w", err)
+			}
+			a.ConvergeSeconds = time.Since(t1).Seconds()
+			r.settle(ctx)
+			return nil
+		case <-endpointTick.C:
+			svc := churned[e%len(churned)]
+			svc.replaceOne()
+			if err := svc.pushEndpoints(ctx, r.c, r.ns); err != nil {
+				return err
+			}
+			e++
+		case <-serviceTick.C:
+			svc := changed[s%len(changed)]
+			if (s/len(changed))%2 == 0 {
+				svc.interval = map[string]string{"": azureChangedInterval, azureChangedInterval: ""}[svc.interval]
+			} else {
+				svc.https = !svc.https
+			}
+			if err := svc.pushSpec(ctx, r.c, r.ns, r.class()); err != nil {
+				return err
+			}
+			s++
+		}
+		a.Changes++
+	}
+}
+
+// waitConverged waits until the load balancers hold what the Services ask
+// for and returns how long that took; it then waits for the controllers to
+// be idle, so that writes still on their way are counted.
+func (r *azureRun) waitConverged(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
+	err := r.wait(ctx, "the load balancers to converge", func() string {
+		return azureConverged(r.emu, azureGroup, r.ns, r.svcs)
+	})
+	took := time.Since(t0)
+	if err == nil {
+		r.settle(ctx)
+	}
+	return took, err
+}
+
+// waitLimit bounds one wait: azureTimeout, or longer with a longer churn
+// (more changes to converge from) or lease (a lost leader is replaced after
+// it expires).
+func (r *azureRun) waitLimit() time.Duration {
+	return max(azureTimeout, 20*r.opts.ChurnDuration, 4*azureLease)
+}
+
+// wait polls cond until it returns "" or waitLimit passes.
+func (r *azureRun) wait(ctx context.Context, what string, cond func() string) error {
+	limit := r.waitLimit()
+	deadline := time.Now().Add(limit)
+	for {
+		msg := cond()
+		if msg == "" {
+			return nil
+		}
+		if err := r.procsGone(); err != nil {
+			return fmt.Errorf("%s: %s: %w", what, msg, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s: %s: %s", limit, what, msg)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// settleLimit bounds settle: a run whose controllers never go quiet (seen
+// once in an upstream-like run, where settle held the lab until its context ended
+// with the CPU busy: the two independent writers presumably kept waking each
+// other) goes on with its measurement instead of hanging the lab.
+const settleLimit = 30 * time.Second
+
+// settle waits until no running controller has reconciled for azureIdle,
+// at most settleLimit.
+func (r *azureRun) settle(ctx context.Context) {
+	last, since, end := -1.0, time.Now(), time.Now().Add(settleLimit)
+	for time.Since(since) < azureIdle && ctx.Err() == nil && time.Now().Before(end) {
+		n := 0.0
+		for _, in := range r.instances {
+			n += in.counters().Reconciles
+		}
+		if n != last {
+			last, since = n, time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (r *azureRun) retried() (n int64) {
+	for _, in := range r.instances {
+		n += int64(in.counters().Conflicts)
+	}
+	return n
+}
+
+// warningEvents counts the Warning Events, and those that surfaced a
+// conflict: as recorded in process, or as the API server has them from
+// controller processes (one reading of both).
+func (r *azureRun) warningEvents() (warnings, surfaced int64) {
+	if r.procs != nil {
+		return r.apiWarnings()
+	}
+	for _, in := range r.instances {
+		warnings += in.warnings.Load()
+		surfaced += in.surfaced.Load()
+	}
+	return warnings, surfaced
+}
+
+// leader is the running leader-elected controller that leads, if any.
+func (r *azureRun) leader() *azureInstance {
+	for _, in := range r.instances {
+		if in.stopped.Load() || in.exited.Load() || !in.leaderElect {
+			continue
+		}
+		if in.leads() {
+			return in
+		}
+	}
+	return nil
+}
+
+func (r *azureRun) stopAll() {
+	for _, in := range r.instances {
+		in.stop()
+	}
+}

@@ -1,0 +1,261 @@
+package azurelab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/cmd/controller"
+	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+)
+
+// The emulator lab's kill-mid-plan runs its controllers as processes, so
+// that the writer it kills is SIGKILLed: `zerodrop lab azure-controller`
+// is the command's own wiring (controller.RunConfig, what `zerodrop
+// controller --provider azure` runs) with only the ARM endpoint and
+// credential replaced by the emulator's, served over HTTP on loopback by
+// the lab process (emulator.Handler). The lab reads each process's figures
+// from its metrics endpoint and the Warning Events from the API server.
+
+// azureCommand is the lab subcommand of an Azure controller process.
+const AzureCommand = "azure-controller"
+
+// azureControllerMain is `zerodrop lab azure-controller --emulator=URL
+// CONTROLLER-FLAGS…`.
+func AzureControllerMain(args []string, stderr io.Writer) int {
+	if len(args) == 0 || !strings.HasPrefix(args[0], "--emulator=") {
+		fmt.Fprintln(stderr, "zerodrop lab azure-controller: want --emulator=URL, then the controller's flags")
+		return 2
+	}
+	cfg, err := controller.ParseArgs(args[1:])
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
+		return 2
+	}
+	if cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(strings.TrimPrefix(args[0], "--emulator=")); err != nil {
+		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
+		return 2
+	}
+	cfg.LogOutput = stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := controller.RunConfig(ctx, cfg); err != nil {
+		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// runIn runs the scenario; kill-mid-plan's controllers as processes, with
+// their logs in a directory kept (and named) if the run fails.
+func (r *azureRun) runIn(ctx context.Context, scenario string) (report.Result, error) {
+	if scenario != report.ScenarioKillMidPlan {
+		return r.run(ctx, scenario)
+	}
+	dir, err := os.MkdirTemp("", "zerodrop-azure-lab-")
+	if err != nil {
+		return report.Result{Scenario: scenario, Mode: string(r.mode)}, err
+	}
+	if err := r.serveEmulator(dir); err != nil {
+		_ = os.RemoveAll(dir)
+		return report.Result{Scenario: scenario, Mode: string(r.mode)}, err
+	}
+	res, err := r.run(ctx, scenario) // stops every process before it returns
+	_ = r.procs.srv.Close()
+	if err != nil {
+		r.progress("%s: controller logs kept in %s", r.ns, dir)
+	} else {
+		_ = os.RemoveAll(dir)
+	}
+	return res, err
+}
+
+// azureProcs is what a run needs to start controller processes.
+type azureProcs struct {
+	dir, kubeconfig, emulatorURL string
+	srv                          *http.Server
+}
+
+// serveEmulator serves the run's emulator on a loopback port and writes a
+// kubeconfig for its processes into dir.
+func (r *azureRun) serveEmulator(dir string) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("emulator listener: %w", err)
+	}
+	srv := &http.Server{Handler: r.emu.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	server := r.cfg.Host
+	if !strings.Contains(server, "://") {
+		server = "https://" + server
+	}
+	kc, err := cluster.WriteKubeconfig(r.cfg, server, filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		_ = srv.Close()
+		return err
+	}
+	r.procs = &azureProcs{dir: dir, kubeconfig: kc,
+		emulatorURL: "http://" + ln.Addr().String(), srv: srv}
+	return nil
+}
+
+// startProcess starts a zerodrop controller process with start's settings
+// and the production defaults for everything start does not set.
+func (r *azureRun) startProcess(leaderElect bool) (*azureInstance, error) {
+	p := r.procs
+	port, err := freeLoopbackPort()
+	if err != nil {
+		return nil, err
+	}
+	n := len(r.instances) + 1
+	args := []string{"lab", AzureCommand, "--emulator=" + p.emulatorURL,
+		"--provider=azure", "--kubeconfig=" + p.kubeconfig, "--load-balancer-class=" + r.class(),
+		"--azure-subscription-id=" + azureSub, "--azure-resource-group=" + azureGroup,
+		"--azure-load-balancers=" + strings.Join(azureLBNames, ","), "--azure-subnet-id=" + azureSubnet,
+		"--azure-location=westeurope", "--resync-period=1h",
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--health-probe-bind-address=0", "--drain-bind-address=0",
+		fmt.Sprintf("--leader-elect=%t", leaderElect), "--leader-election-namespace=" + r.ns, "--leader-election-id=zerodrop-lab-azure",
+		"--lease-duration=" + azureLease.String(), "--renew-deadline=" + azureRenew.String(), "--retry-period=" + azureRetryPeriod.String(),
+	}
+	logPath := filepath.Join(p.dir, fmt.Sprintf("controller-%d.log", n))
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(r.opts.Executable, args...)
+	cmd.Env = append(os.Environ(), cluster.ChildEnv+"=controller")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start controller process: %w", err)
+	}
+	pr := &azureProc{pid: cmd.Process.Pid, log: logPath,
+		metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", port),
+		client:     &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}}
+	in := &azureInstance{leaderElect: leaderElect, proc: pr, done: make(chan error, 1), stopLimit: r.waitLimit()}
+	in.cancel = func() { _ = syscall.Kill(-pr.pid, syscall.SIGTERM) }
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		in.exited.Store(true)
+		in.done <- err
+	}()
+	r.instances = append(r.instances, in)
+	return in, nil
+}
+
+// freeLoopbackPort is a TCP port free on 127.0.0.1 a moment ago.
+func freeLoopbackPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// azureProc is a controller process: its figures come from its metrics
+// endpoint; a process that no longer answers keeps its last ones.
+type azureProc struct {
+	pid        int
+	log        string
+	metricsURL string
+	client     *http.Client
+
+	mu   sync.Mutex
+	last ctrlmetrics.Counters
+}
+
+// scrape returns the process's counters and whether it leads, read now
+// or, if it has exited or does not answer, the last ones read (a dead
+// process leads no more; its port may be another's by now).
+func (p *azureProc) scrape(exited bool) (ctrlmetrics.Counters, bool) {
+	if exited {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.last, false
+	}
+	c, leader, err := ctrlmetrics.FetchMetrics(p.client, p.metricsURL)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		return p.last, false
+	}
+	p.last = c
+	return c, leader
+}
+
+// kill SIGKILLs the process group: no lease released, no request finished.
+func (p *azureProc) kill() { _ = syscall.Kill(-p.pid, syscall.SIGKILL) }
+
+// apiWarnings counts the Warning Events in the run's namespace (each
+// occurrence of a series), and those that surfaced a conflict. A process
+// SIGKILLed may die with Events it recorded not yet sent.
+func (r *azureRun) apiWarnings() (warnings, surfaced int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var list eventsv1.EventList
+	if err := r.c.List(ctx, &list, client.InNamespace(r.ns)); err != nil {
+		r.countErr = fmt.Errorf("count Warning Events: %w", err)
+		return 0, 0
+	}
+	for _, e := range list.Items {
+		if e.Type != "Warning" {
+			continue
+		}
+		n := int64(1)
+		if e.Series != nil && e.Series.Count > 1 {
+			n = int64(e.Series.Count)
+		}
+		warnings += n
+		if e.Reason == service.ReasonSyncFailed && strings.Contains(e.Note, provider.ErrConflict.Error()) {
+			surfaced += n
+		}
+	}
+	return warnings, surfaced
+}
+
+// procsGone fails a wait whose controller processes have all ended on
+// their own (none killed or stopped by the lab is left running): nothing
+// can converge any more. The last lines of one's log say why.
+func (r *azureRun) procsGone() error {
+	if r.procs == nil {
+		return nil
+	}
+	var last *azureInstance
+	for _, in := range r.instances {
+		if !in.exited.Load() {
+			return nil
+		}
+		if !in.stopped.Load() {
+			last = in
+		}
+	}
+	if last == nil {
+		return nil
+	}
+	tail, _ := os.ReadFile(last.proc.log)
+	if len(tail) > 2000 {
+		tail = tail[len(tail)-2000:]
+	}
+	return fmt.Errorf("every controller process has exited; %s ends: %s", filepath.Base(last.proc.log), tail)
+}

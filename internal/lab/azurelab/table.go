@@ -1,0 +1,49 @@
+package azurelab
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"zerodrop.dev/zerodrop/internal/lab/report"
+)
+
+// writeAzureTable prints one row per scenario and mode of the emulator lab.
+func writeAzureTable(w io.Writer, results []report.Result) {
+	if len(results) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tmode\tchanges\tPUTs\tLB PUTs\tpool PUTs\t412s\tconflicts retried\tsurfaced as Events\tfaults injected\tWarning Events\tconverge s\t")
+	for _, r := range results {
+		a := r.Azure
+		if a == nil {
+			continue
+		}
+		changes := fmt.Sprint(a.Changes)
+		switch r.Scenario {
+		case "restart":
+			changes = fmt.Sprintf("%d restarts", a.Restarts)
+		case report.ScenarioKillMidPlan:
+			changes = fmt.Sprintf("%d kills, %d changes", a.Restarts, a.Changes)
+		}
+		status := ""
+		if r.Err != nil {
+			status = "  (failed)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\n", r.Scenario, r.Mode, changes,
+			r.ProviderWrites, a.LBPuts, a.PoolPuts, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced, a.Faults, a.WarningEvents,
+			a.ConvergeSeconds, status)
+	}
+	tw.Flush()
+	for _, r := range results {
+		if len(r.WritesPerRestart) > 0 {
+			fmt.Fprintf(w, "%s %s: PUTs per kill %v\n", r.Scenario, r.Mode, r.WritesPerRestart)
+		}
+		if a := r.Azure; a != nil && len(a.WritesLanded) > 0 {
+			fmt.Fprintf(w, "%s %s: writes landed per kill %v, called for by the diff at takeover %v\n",
+				r.Scenario, r.Mode, a.WritesLanded, a.WritesCalledFor)
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"zerodrop.dev/zerodrop/internal/controlplane"
+)
+
+// kcmControllers are the kube-controller-manager loops the lab needs: a
+// Deployment rolls through ReplicaSets, Services get EndpointSlices, PDBs get
+// their status (the eviction API reads it), owned objects are collected and
+// node heartbeats are watched.
+// The HAProxy data plane installed from the chart is a DaemonSet.
+const kcmControllers = "deployment,replicaset,daemonset,endpointslice,disruption,garbagecollector,nodelifecycle"
+
+// controlPlane is a real kube-apiserver + etcd (envtest, from the binaries
+// hack/control-plane.sh builds) and a real kube-controller-manager.
+type ControlPlane struct {
+	env        *controlplane.Env
+	Config     *rest.Config
+	kubeconfig string // admin kubeconfig file, for child processes
+	Client     kubernetes.Interface
+
+	kcm     *exec.Cmd
+	kcmDone chan struct{}
+}
+
+// startControlPlane starts the control plane with its files under dir. On
+// error everything already started is stopped again.
+func StartControlPlane(ctx context.Context, dir string) (cp *ControlPlane, err error) {
+	started := &ControlPlane{}
+	cp = started
+	defer func() {
+		if err != nil {
+			started.Stop() // cp is nil by now
+		}
+	}()
+	egressFile := filepath.Join(dir, "egress-selector.yaml")
+	if err := egressConfig(egressFile, EgressSocket(dir)); err != nil {
+		return nil, err
+	}
+	env, err := controlplane.RunWithFlags(serviceCIDR, map[string]string{"egress-selector-config-file": egressFile})
+	if err != nil {
+		return nil, err
+	}
+	cp.env = env
+	user, err := env.AddUser(envtest.User{Name: "lab-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("control plane user: %w", err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return nil, fmt.Errorf("control plane kubeconfig: %w", err)
+	}
+	cp.kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(cp.kubeconfig, kc, 0o600); err != nil {
+		return nil, err
+	}
+	cp.Config = rest.CopyConfig(user.Config())
+	cp.Config.QPS, cp.Config.Burst = 200, 400
+	if cp.Client, err = kubernetes.NewForConfig(cp.Config); err != nil {
+		return nil, err
+	}
+	if err := cp.startKCM(dir); err != nil {
+		return nil, err
+	}
+	if err := cp.waitNamespace(ctx, "kube-node-lease"); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// startKCM runs kube-controller-manager as a child process in its own
+// process group (a terminal's Ctrl-C reaches the lab only, which stops it in
+// order) that dies with the lab.
+func (cp *ControlPlane) startKCM(dir string) error {
+	assets, err := controlplane.Assets("all")
+	if err != nil {
+		return fmt.Errorf("kube-controller-manager: %w", err)
+	}
+	logFile, err := os.Create(filepath.Join(dir, "kube-controller-manager.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(filepath.Join(assets, "kube-controller-manager"),
+		"--kubeconfig="+cp.kubeconfig,
+		"--controllers="+kcmControllers,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--v=1",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = childAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start kube-controller-manager: %w", err)
+	}
+	cp.kcm, cp.kcmDone = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(cp.kcmDone) }()
+	return nil
+}
+
+// waitNamespace waits for a namespace the API server creates itself.
+func (cp *ControlPlane) waitNamespace(ctx context.Context, name string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := cp.Client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("namespace %s: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// kcmAlive reports an error when kube-controller-manager has exited.
+func (cp *ControlPlane) KCMAlive() error {
+	select {
+	case <-cp.kcmDone:
+		return errors.New("kube-controller-manager exited (see kube-controller-manager.log)")
+	default:
+		return nil
+	}
+}
+
+// stop stops kube-controller-manager, then kube-apiserver and etcd.
+func (cp *ControlPlane) Stop() {
+	if cp.kcm != nil {
+		stopProcess(cp.kcm, cp.kcmDone, 10*time.Second)
+		cp.kcm = nil
+	}
+	if cp.env != nil {
+		_ = cp.env.Stop()
+		cp.env = nil
+	}
+}
+
+// childAttr puts a child process into its own process group, so that a
+// terminal's SIGINT reaches only the lab, which stops its children in order,
+// and makes the kernel kill it when the lab dies.
+func childAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// stopProcess sends SIGTERM, waits up to grace for done, then SIGKILL.
+func stopProcess(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
+	if cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+		return
+	case <-time.After(grace):
+	}
+	_ = cmd.Process.Kill()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+}

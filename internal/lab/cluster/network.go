@@ -1,0 +1,236 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/lab/netlab"
+)
+
+// The lab's addresses (docs/lab.md, "The network"). Everything lives in
+// namespaces the lab makes (internal/lab/netlab); the root namespace only has
+// the control plane on its loopback.
+const (
+	// serviceCIDR is the API server's service range; the drain Service's
+	// fixed ClusterIP is in it, as deploy/ expects a cluster's usual range.
+	serviceCIDR = "10.96.0.0/16"
+	// drainClusterIP is the drain Service's fixed ClusterIP (deploy/ uses
+	// the same), given to the webhook as the preStop hook's host.
+	DrainClusterIP = "10.96.0.90"
+	// frontendNet holds every run's frontend address pool (a /24 each):
+	// local on the load balancer namespace's loopback, routed to it from the
+	// client namespace.
+	frontendNet = "198.18.128.0/17"
+	// apiserverInNetns is where namespaces that need the API server reach
+	// it: a forwarder on their own loopback (the certificate is valid for
+	// 127.0.0.1), since the API server listens on the root namespace's.
+	APIServerInNetns = "127.0.0.1:6443"
+	// kubeProxyHealthzPort is kube-proxy's --healthz-bind-address port.
+	kubeProxyHealthzPort = 10256
+)
+
+// network is the lab's network: nodes with the real kube-proxy, and the
+// load balancer, client and admin hosts.
+type Network struct {
+	Net *netlab.Lab
+	// lb runs HAProxy; client runs the traffic; admin is the lab's own
+	// view (metrics scrapes, pod checks) so that neither counts it.
+	LB, Client, Admin *netlab.Host
+	// lbs are the data-plane replicas' hosts (--data-plane-replicas): lb
+	// first. The client reaches the frontend range through a resilient
+	// nexthop group over them (routeTo chooses its members).
+	LBs         []*netlab.Host
+	apiserver   string // host:port of the API server in the root namespace
+	Kubeconfig  string // kubeconfig for processes in lab namespaces
+	kubeProxies []*netlab.Process
+}
+
+// startNetwork makes the namespaces, routes the frontend range, and starts
+// kube-proxy on every node. On error the caller closes what was made.
+func StartNetwork(ctx context.Context, dir string, nodes, lbHosts int, cfg *rest.Config, logf func(string, ...any)) (*Network, error) {
+	if err := netlab.RemoveStale(); err != nil {
+		logf("netlab: removing a dead run's namespaces: %v", err)
+	}
+	nl, err := netlab.New(ctx, netlab.Config{Nodes: nodes})
+	if err != nil {
+		return nil, err
+	}
+	n := &Network{Net: nl}
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return n, fmt.Errorf("API server address %q: %w", cfg.Host, err)
+	}
+	n.apiserver = u.Host
+	for _, h := range []struct {
+		name string
+		dst  **netlab.Host
+	}{{"lb", &n.LB}, {"client", &n.Client}, {"admin", &n.Admin}} {
+		if *h.dst, err = nl.AddHost(ctx, h.name); err != nil {
+			return n, err
+		}
+	}
+	n.LBs = []*netlab.Host{n.LB}
+	for i := 2; i <= lbHosts; i++ {
+		h, err := nl.AddHost(ctx, fmt.Sprintf("lb%d", i))
+		if err != nil {
+			return n, err
+		}
+		n.LBs = append(n.LBs, h)
+	}
+	// Each load balancer answers every frontend address (an AnyIP route:
+	// the whole range is local on its loopback), as each replica of an
+	// anycast data plane holds every address; the client reaches them
+	// through a nexthop group, as a router with ECMP routes to the replicas
+	// would: hashed on the 5-tuple (fib_multipath_hash_policy 1), and
+	// resilient, so a member taken out moves only its own flows.
+	for i, h := range n.LBs {
+		if err := h.Run(ctx, "ip", "addr", "add", frontendNet, "dev", "lo"); err != nil {
+			return n, err
+		}
+		if err := n.Client.Run(ctx, "ip", "nexthop", "add", "id", strconv.Itoa(i+1), "via", h.IP.String(), "dev", "eth0"); err != nil {
+			return n, err
+		}
+	}
+	if err := n.Client.Run(ctx, "sysctl", "-qw", "net.ipv4.fib_multipath_hash_policy=1"); err != nil {
+		return n, err
+	}
+	if err := n.Client.Run(ctx, "ip", "nexthop", "add", "id", strconv.Itoa(frontendGroup), "group", "1",
+		"type", "resilient", "buckets", "64"); err != nil {
+		return n, err
+	}
+	if err := n.Client.Run(ctx, "ip", "route", "add", frontendNet, "nhid", strconv.Itoa(frontendGroup)); err != nil {
+		return n, err
+	}
+	if n.Kubeconfig, err = writeNetnsKubeconfig(cfg, filepath.Join(dir, "kubeconfig-netns")); err != nil {
+		return n, err
+	}
+	// A data-plane replica's zerodrop process runs in its host's namespace.
+	if lbHosts > 1 {
+		for _, h := range n.LBs {
+			if _, _, err := nl.Forward(h.Netns, APIServerInNetns, n.apiserver); err != nil {
+				return n, fmt.Errorf("%s: API server forwarder: %w", h.Name, err)
+			}
+		}
+	}
+	assets, err := controlplane.Assets("kube-proxy")
+	if err != nil {
+		return n, fmt.Errorf("kube-proxy: %w", err)
+	}
+	for _, node := range nl.Nodes {
+		// Service ClusterIPs are routed out of the node, as a node's default
+		// route does; kube-proxy's output chain translates them first.
+		if err := node.Run(ctx, "ip", "route", "add", serviceCIDR, "dev", "eth0"); err != nil {
+			return n, err
+		}
+		if _, _, err := nl.Forward(node.Netns, APIServerInNetns, n.apiserver); err != nil {
+			return n, fmt.Errorf("node %d: API server forwarder: %w", node.Index, err)
+		}
+		logFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("kube-proxy-%s.log", NodeName(node.Index))))
+		if err != nil {
+			return n, err
+		}
+		p, err := nl.Start(node.Netns, logFile, logFile, filepath.Join(assets, "kube-proxy"),
+			"--kubeconfig", n.Kubeconfig,
+			"--hostname-override", NodeName(node.Index),
+			"--proxy-mode", "nftables",
+			"--cluster-cidr", "198.19.0.0/16",
+			"--healthz-bind-address", fmt.Sprintf("0.0.0.0:%d", kubeProxyHealthzPort),
+			"--metrics-bind-address", "127.0.0.1:10249",
+			// The kernel's conntrack table size is not per namespace: leave it.
+			"--conntrack-max-per-core", "0",
+			"--v", "1",
+		)
+		logFile.Close()
+		if err != nil {
+			return n, err
+		}
+		n.kubeProxies = append(n.kubeProxies, p)
+	}
+	return n, nil
+}
+
+// nodeFor returns the netlab node of a lab Node's name.
+func (n *Network) nodeFor(name string) *netlab.Node {
+	for _, node := range n.Net.Nodes {
+		if NodeName(node.Index) == name {
+			return node
+		}
+	}
+	return nil
+}
+
+// close stops every process in the lab's namespaces and removes them.
+func (n *Network) Close() error {
+	if n == nil || n.Net == nil {
+		return nil
+	}
+	return n.Net.Close()
+}
+
+func NodeName(i int) string { return fmt.Sprintf("lab-node-%d", i) }
+
+// frontendGroup is the client's nexthop group to the load balancers.
+const frontendGroup = 100
+
+// routeTo makes the client send the frontend range to the load balancers
+// lbs[i] for i in members. fresh makes the group anew, its buckets spread
+// evenly (between runs, with no traffic); otherwise the group is changed in
+// place, as a router does when a replica's route is withdrawn or announced
+// again: the buckets of a member taken out move to those that stay, and a
+// member added gets only buckets idle for the group's idle timer (120 s),
+// so no established flow moves.
+func (n *Network) RouteTo(ctx context.Context, fresh bool, members ...int) error {
+	ids := make([]string, len(members))
+	for k, i := range members {
+		ids[k] = strconv.Itoa(i + 1)
+	}
+	group := []string{"id", strconv.Itoa(frontendGroup), "group", strings.Join(ids, "/"), "type", "resilient", "buckets", "64"}
+	if !fresh {
+		return n.Client.Run(ctx, "ip", append([]string{"nexthop", "replace"}, group...)...)
+	}
+	if err := n.Client.Run(ctx, "ip", "route", "del", frontendNet); err != nil {
+		return err
+	}
+	if err := n.Client.Run(ctx, "ip", "nexthop", "del", "id", strconv.Itoa(frontendGroup)); err != nil {
+		return err
+	}
+	if err := n.Client.Run(ctx, "ip", append([]string{"nexthop", "add"}, group...)...); err != nil {
+		return err
+	}
+	return n.Client.Run(ctx, "ip", "route", "add", frontendNet, "nhid", strconv.Itoa(frontendGroup))
+}
+
+// frontendPool is run k's frontend address pool.
+func FrontendPool(k int) string {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(128 + k%100), 0}), 24).String()
+}
+
+// writeNetnsKubeconfig writes cfg's credentials for the API server as lab
+// namespaces reach it.
+func writeNetnsKubeconfig(cfg *rest.Config, path string) (string, error) {
+	return WriteKubeconfig(cfg, "https://"+APIServerInNetns, path)
+}
+
+// writeKubeconfig writes cfg's credentials for the API server at server.
+func WriteKubeconfig(cfg *rest.Config, server, path string) (string, error) {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["lab"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["lab"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["lab"] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "lab"}
+	kc.CurrentContext = "lab"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return "", err
+	}
+	return path, nil
+}

@@ -1,0 +1,107 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+)
+
+// fits reports whether the scheduler may put pod on node, as the
+// scheduler's filters that matter in the lab decide: the node is
+// schedulable, matches the pod's nodeSelector and required node affinity
+// (matchExpressions on labels and matchFields on metadata.name, which the
+// DaemonSet controller sets for each of its pods), and has no NoSchedule or
+// NoExecute taint the pod does not tolerate. When it does not fit, reason
+// says why.
+func fits(pod *corev1.Pod, node *corev1.Node) (ok bool, reason string) {
+	if node.Spec.Unschedulable && !tolerates(pod, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}) {
+		return false, "unschedulable"
+	}
+	match, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)
+	if err != nil {
+		return false, fmt.Sprintf("node affinity: %v", err)
+	}
+	if !match {
+		return false, "node selector or affinity does not match"
+	}
+	taint, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations,
+		func(t *corev1.Taint) bool {
+			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+		}, false)
+	if untolerated {
+		return false, fmt.Sprintf("untolerated taint %s", taint.ToString())
+	}
+	return true, ""
+}
+
+func tolerates(pod *corev1.Pod, taint corev1.Taint) bool {
+	return corev1helpers.TolerationsTolerateTaint(klog.Background(), pod.Spec.Tolerations, &taint, false)
+}
+
+// bind schedules a pod on the node with the fewest pods of its namespace
+// among those it fits (schedule.go; a spreading scheduler), through the
+// pods/binding subresource.
+func (a *Agent) bind(ctx context.Context, pod *corev1.Pod) error {
+	a.bindMu.Lock()
+	defer a.bindMu.Unlock()
+	count := map[string]int{}
+	var candidates, refused []string
+	for _, n := range a.nodes {
+		node, err := a.nodeLs.Get(n)
+		if err != nil {
+			continue
+		}
+		if ok, why := fits(pod, node); !ok {
+			refused = append(refused, n+": "+why)
+			continue
+		}
+		candidates = append(candidates, n)
+		count[n] = 0
+	}
+	if len(candidates) == 0 {
+		return fmt.Errorf("no node fits %s/%s (%s)", pod.Namespace, pod.Name, strings.Join(refused, "; "))
+	}
+	all, err := a.Pods.Pods(pod.Namespace).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	for _, p := range all {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		node := p.Spec.NodeName
+		if node == "" {
+			node = a.boundTo[p.Namespace+"/"+p.Name]
+		}
+		if _, ok := count[node]; ok {
+			count[node]++
+		}
+	}
+	a.mu.Unlock()
+	sort.SliceStable(candidates, func(i, j int) bool { return count[candidates[i]] < count[candidates[j]] })
+	target := candidates[0]
+	err = a.client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: target},
+	}, metav1.CreateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("bind: %w", err)
+	}
+	a.mu.Lock()
+	a.boundTo[pod.Namespace+"/"+pod.Name] = target
+	a.mu.Unlock()
+	return nil
+}

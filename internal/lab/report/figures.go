@@ -1,0 +1,142 @@
+package report
+
+import "time"
+
+// Mode is how the load balancer is run.
+type Mode string
+
+// The modes.
+const (
+	// ModeUpstream runs the real service controller of k8s.io/cloud-provider
+	// (internal/lab/upstream) in cloud-controller-manager processes of its
+	// own (two replicas, leader election with that component's defaults),
+	// with a cloud that programs HAProxy as cloud-provider-azure programs a
+	// Standard Load Balancer: node-backed, every node in the pool, Azure's
+	// probes. The Service has no loadBalancerClass (the upstream controller
+	// skips those); the workload is the typical one: a readiness probe, no
+	// preStop hook, Deployment defaults, no PDB.
+	ModeUpstream Mode = "upstream"
+	// ModeRecipe is the same controller with the workload following the
+	// published recipe (Recipe): a preStop sleep, a longer grace period,
+	// minReadySeconds, maxUnavailable 0 / maxSurge 1 and a PDB.
+	ModeRecipe Mode = "recipe"
+	// ModeZerodrop runs zerodrop installed from the chart (--from-chart,
+	// chart.go), or zerodrop's controller as the lab arranges it: two `zerodrop controller` replicas with
+	// leader election and otherwise default flags, on the run's HAProxy or
+	// (--data-plane-replicas) in the control role over a data plane of
+	// replicas, as pods of the lab, the webhook in the lab process, and
+	// pods with the readiness gate and drain hook from the real webhook, a
+	// PDB and maxUnavailable 0.
+	ModeZerodrop Mode = "zerodrop"
+)
+
+// AllModes are the modes in the order `--mode all` runs them.
+var AllModes = []Mode{ModeUpstream, ModeRecipe, ModeZerodrop}
+
+// nodeBacked reports whether the mode's load balancer always sends to
+// node IP:nodePort (the upstream controller's clouds do): --backend is
+// zerodrop's.
+func (m Mode) NodeBacked() bool { return m == ModeUpstream || m == ModeRecipe }
+
+// marker is an event on a scenario's timeline.
+type Marker struct {
+	At    time.Duration `json:"at"`
+	Label string        `json:"label"`
+}
+
+// ChaosFigures are a chaos scenario's own figures.
+type ChaosFigures struct {
+	// Kills is how often kill-mid-plan SIGKILLed the writer, KillVerbs the
+	// write command that landed as it was killed (the rest of that plan
+	// never did), Rollouts how many rolling updates it took to get them.
+	Kills     int      `json:"kills,omitempty"`
+	KillVerbs []string `json:"kill_verbs,omitempty"`
+	Rollouts  int      `json:"rollouts,omitempty"`
+	// OutageSeconds is how long apiserver-down kept kube-apiserver stopped;
+	// WritesDuringOutage the writes that landed at HAProxy meanwhile,
+	// WritesAfterRecovery those from its return until the controllers had
+	// a ready leader and idleVerify more (nothing changed: both should be
+	// 0); PoolChanges the 250 ms samples during the outage whose backends
+	// (address, port, state) differed from before it; LeaderExited whether
+	// the leader's process ended after losing its lease.
+	OutageSeconds       float64 `json:"outage_seconds,omitempty"`
+	WritesDuringOutage  int64   `json:"writes_during_outage"`
+	WritesAfterRecovery int64   `json:"writes_after_recovery"`
+	PoolChanges         int     `json:"pool_changes_during_outage"`
+	LeaderExited        bool    `json:"leader_exited,omitempty"`
+}
+
+// ReplicaFigures are lb-replica-restart's figures by phase: the requests
+// that failed (late ones included) and the long connections that broke from
+// the phase's start until the workload was steady after it (no failure for
+// 5 s: a failure is counted when its request ends).
+type ReplicaFigures struct {
+	RestartFailed int64 `json:"process_restarts_failed_requests"`
+	RestartBroken int64 `json:"process_restarts_broken_long_conns"`
+	ReplaceFailed int64 `json:"replacement_failed_requests"`
+	ReplaceBroken int64 `json:"replacement_broken_long_conns"`
+	HardFailed    int64 `json:"hard_failure_failed_requests"`
+	HardBroken    int64 `json:"hard_failure_broken_long_conns"`
+	// HardDetectSeconds is how long the killed replica's route stayed
+	// announced (hardDetect).
+	HardDetectSeconds float64 `json:"hard_failure_detect_seconds"`
+}
+
+// AzureFigures are the emulator lab's own figures, in the JSON report under
+// "azure" next to the contract's fields (provider_writes: PUTs,
+// provider_conflicts: 412s).
+type AzureFigures struct {
+	LBPuts             int `json:"lb_puts"`
+	PoolPuts           int `json:"pool_puts"`
+	Gets               int `json:"gets"`
+	PreconditionFailed int `json:"precondition_failed"`
+	// ConflictsRetried are conflicts the controllers re-read, re-planned and
+	// retried; ConflictsSurfaced the Warning Events (one per Service on the
+	// load balancer) that named a conflict.
+	ConflictsRetried  int64 `json:"conflicts_retried"`
+	ConflictsSurfaced int64 `json:"conflicts_surfaced"`
+	// Faults is how many faults the emulator injected (--azure-fault-rate:
+	// 412s through a foreign write, 429s, 500s, slow requests);
+	// WarningEvents every Warning Event the controllers recorded.
+	Faults        int   `json:"faults_injected"`
+	WarningEvents int64 `json:"warning_events"`
+	// Changes made to Services and EndpointSlices (churn), or restarts.
+	Changes  int `json:"changes"`
+	Restarts int `json:"restarts"`
+	// ConvergeSeconds: churn, from the last change until the load balancers
+	// hold what the Services ask for; restart, the longest time from stopping
+	// the writer until a new one has verified every load balancer.
+	ConvergeSeconds float64 `json:"converge_seconds"`
+	// kill-mid-plan, per kill: the writes that changed the load balancers
+	// from the new leader's takeover until they converged, and the range
+	// the diff at takeover called for (azureWriteBounds).
+	WritesLanded    []int    `json:"writes_landed_per_kill,omitempty"`
+	WritesCalledFor [][2]int `json:"writes_called_for_per_kill,omitempty"`
+}
+
+// Backend states as HAProxy shows them (and the HTML report draws them).
+const (
+	StateUp      = "UP"
+	StateDown    = "DOWN"
+	StateDrain   = "DRAIN"
+	StateMaint   = "MAINT"
+	StateRemoved = "removed"
+)
+
+// stateSpan is a backend's state from At on (until the next span).
+type stateSpan struct {
+	At    time.Duration
+	State string
+}
+
+// backendLane is one backend of the Service's first port over a run.
+type BackendLane struct {
+	Backend string // address:port
+	Spans   []stateSpan
+}
+
+func (l *BackendLane) Add(at time.Duration, state string) {
+	if n := len(l.Spans); n == 0 || l.Spans[n-1].State != state {
+		l.Spans = append(l.Spans, stateSpan{At: at, State: state})
+	}
+}

@@ -1,0 +1,261 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+)
+
+// Result is one scenario in one mode, as the JSON report holds it.
+type Result struct {
+	Scenario string `json:"scenario"`
+	Mode     string `json:"mode"`
+	// Backend is what the load balancer sends to: "ip" (pod IPs) or
+	// "node" (node IP:nodePort, through kube-proxy); ExternalTrafficPolicy
+	// the Service's externalTrafficPolicy, "cluster" or "local".
+	Backend               string `json:"backend,omitempty"`
+	ExternalTrafficPolicy string `json:"external_traffic_policy,omitempty"`
+	Requests              int64  `json:"requests"`
+	FailedRequests        int64  `json:"failed_requests"` // late ones included
+	RequestsLate          int64  `json:"requests_late"`
+	// RequestsLateStall is the part of RequestsLate whose worker was
+	// waiting for the slot in time and woke too late: a stall of the
+	// client's own process or machine, not a backlog.
+	RequestsLateStall int64   `json:"requests_late_client_stall"`
+	LongConns         int64   `json:"long_conns"`
+	LongConnsClosed   int64   `json:"long_conns_closed"`
+	LongConnsBroken   int64   `json:"long_conns_broken"`
+	ReconnectP50Ms    float64 `json:"long_reconnect_p50_ms"`
+	ReconnectMaxMs    float64 `json:"long_reconnect_max_ms"`
+	// ProviderWrites are the HAProxy runtime API writes (commands and
+	// reloads) counted at its sockets; ControllerWrites what the
+	// controllers' own zerodrop_provider_writes_total metrics say.
+	ProviderWrites    int64 `json:"provider_writes"`
+	ControllerWrites  int64 `json:"controller_reported_writes"`
+	ProviderConflicts int64 `json:"provider_conflicts"`
+	// HookFailures counts the run's preStop hooks that failed: could not
+	// run, an httpGet that failed or answered other than 2xx, or a drain
+	// call that answered "timeout" (the pod stopped undrained).
+	HookFailures int64 `json:"hook_failures"`
+	// DrainRelayRetries counts the drain relay's attempts that failed and
+	// were made again (a drain call cut, refused or answered busy, most
+	// often by a controller replica's end): each one a preStop hook that
+	// the kubelet alone would have failed.
+	DrainRelayRetries int64 `json:"drain_relay_retries"`
+	// DrainDrained and DrainDeadline count the zerodrop controllers' drain
+	// calls answered drained and at their deadline
+	// (zerodrop_drain_outcome_total; 0 in modes without the gate).
+	DrainDrained  int64 `json:"drain_drained"`
+	DrainDeadline int64 `json:"drain_deadline"`
+	// WritesPerRestart are restart-idle's and kill-mid-plan's writes, one
+	// entry per restart: those counted at HAProxy's sockets from that
+	// restart to the next.
+	WritesPerRestart []int64 `json:"writes_per_restart,omitempty"`
+	// DuplicateBackendSamples counts the state samples (every 250 ms) in
+	// which HAProxy had one address and port twice among the Service's
+	// first port's backends.
+	DuplicateBackendSamples int64 `json:"duplicate_backend_samples"`
+	// DataPlaneReplicas is the HAProxy data plane's replicas
+	// (--data-plane-replicas; 0: one HAProxy written by the leader).
+	DataPlaneReplicas int `json:"data_plane_replicas,omitempty"`
+	// DataPlaneSessions are the connections each replica running at the end
+	// accepted (its HAProxy's frontends' stot; -1: not read): how the
+	// client's route spread the traffic.
+	DataPlaneSessions []int64 `json:"data_plane_sessions,omitempty"`
+	// ReplicaDisruption holds lb-replica-restart's figures by phase.
+	ReplicaDisruption *ReplicaFigures `json:"replica_disruption,omitempty"`
+	// Chaos holds the chaos scenarios' own figures (chaos.go).
+	Chaos *ChaosFigures `json:"chaos,omitempty"`
+	// RolloutSeconds is the disruption: from its start to the workload
+	// steady again (0 when the run did not get there).
+	RolloutSeconds  float64 `json:"rollout_seconds"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	// Frontend is the address the clients sent to; TrafficStart and
+	// TrafficEnd (RFC 3339, milliseconds) bound the traffic, so a client
+	// outside the lab can count the same window.
+	Frontend     string `json:"frontend,omitempty"`
+	ClientNetns  string `json:"client_netns,omitempty"`
+	TrafficStart string `json:"traffic_start,omitempty"`
+	TrafficEnd   string `json:"traffic_end,omitempty"`
+	// Azure holds the --provider azure-emulator figures (azure.go).
+	Azure *AzureFigures `json:"azure,omitempty"`
+
+	// Timeline is what the HTML report draws and Err why the run failed;
+	// neither is in the JSON.
+	Timeline *Timeline `json:"-"`
+	Err      error     `json:"-"`
+}
+
+// row names the result's table row: the scenario and, when set, its traffic
+// policy (the modes and backends are the columns).
+func (r Result) row() string {
+	if r.ExternalTrafficPolicy == "" {
+		return r.Scenario
+	}
+	return r.Scenario + " " + r.ExternalTrafficPolicy
+}
+
+// column names the result's table column: its mode and, when set, its
+// backend ("zerodrop/ip"; upstream and recipe are always node-backed).
+func (r Result) column() string {
+	if r.Backend == "" || Mode(r.Mode).NodeBacked() {
+		return r.Mode
+	}
+	return r.Mode + "/" + r.Backend
+}
+
+// Report is the JSON document: {"scenarios":[…]}.
+type Report struct {
+	Scenarios []Result `json:"scenarios"`
+}
+
+// timeline is what the HTML report draws.
+type Timeline struct {
+	Seconds    []traffic.Bucket
+	Failures   []traffic.Failure
+	Markers    []Marker
+	LongClosed int64
+	Exchanges  int64
+	// Lanes are the HAProxy states of the Service's backends over the run.
+	Lanes []BackendLane
+}
+
+func WriteJSON(path string, rep Report) error {
+	if rep.Scenarios == nil {
+		rep.Scenarios = []Result{}
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// writeTable prints the results side by side: one row per scenario and
+// traffic policy, each figure as upstream | recipe | zerodrop/ip |
+// zerodrop/node (the columns that ran, in the modes' order), "-" where a
+// column did not run that row.
+func WriteTable(w io.Writer, results []Result, modes []Mode) {
+	type key struct{ row, col string }
+	by := map[key]Result{}
+	var rows, columns []string
+	for _, m := range modes {
+		for _, r := range results {
+			if r.Mode == string(m) && !slices.Contains(columns, r.column()) {
+				columns = append(columns, r.column())
+			}
+		}
+	}
+	for _, r := range results {
+		if !slices.Contains(rows, r.row()) {
+			rows = append(rows, r.row())
+		}
+		by[key{r.row(), r.column()}] = r
+	}
+	cols := []struct {
+		title string
+		value func(Result) string
+	}{
+		{"requests", func(r Result) string { return fmt.Sprint(r.Requests) }},
+		{"failed", func(r Result) string { return fmt.Sprint(r.FailedRequests) }},
+		{"late", func(r Result) string { return fmt.Sprint(r.RequestsLate) }},
+		{"long conns", func(r Result) string { return fmt.Sprint(r.LongConns) }},
+		{"closed", func(r Result) string { return fmt.Sprint(r.LongConnsClosed) }},
+		{"broken", func(r Result) string { return fmt.Sprint(r.LongConnsBroken) }},
+		{"reconnect max ms", func(r Result) string { return fmt.Sprintf("%.0f", r.ReconnectMaxMs) }},
+		{"writes", func(r Result) string { return fmt.Sprint(r.ProviderWrites) }},
+		{"conflicts", func(r Result) string { return fmt.Sprint(r.ProviderConflicts) }},
+		{"hook failures", func(r Result) string { return fmt.Sprint(r.HookFailures) }},
+		{"drained / at deadline", func(r Result) string { return fmt.Sprintf("%d / %d", r.DrainDrained, r.DrainDeadline) }},
+		{"rollout s", func(r Result) string { return fmt.Sprintf("%.1f", r.RolloutSeconds) }},
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	header := []string{"scenario"}
+	for _, c := range cols {
+		header = append(header, c.title)
+	}
+	fmt.Fprintln(tw, strings.Join(header, "\t")+"\t")
+	fmt.Fprintln(tw, "\t"+strings.Repeat(strings.Join(columns, " | ")+"\t", len(cols)))
+	for _, s := range rows {
+		row := []string{s}
+		for _, c := range cols {
+			var vals []string
+			for _, col := range columns {
+				r, ok := by[key{s, col}]
+				switch {
+				case !ok:
+					vals = append(vals, "-")
+				case r.Err != nil:
+					vals = append(vals, "error")
+				default:
+					vals = append(vals, c.value(r))
+				}
+			}
+			row = append(row, strings.Join(vals, " | "))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	_ = tw.Flush()
+	for _, r := range results {
+		if len(r.WritesPerRestart) > 0 {
+			fmt.Fprintf(w, "%s %s: writes per restart %v; WebSockets ended %d (%d closed, %d broken)\n",
+				r.row(), r.column(), r.WritesPerRestart, r.LongConnsClosed+r.LongConnsBroken, r.LongConnsClosed, r.LongConnsBroken)
+		}
+		if c := r.Chaos; c != nil && c.Kills > 0 {
+			fmt.Fprintf(w, "%s %s: %d kills in %d rolling updates, at %v; backend doubled in %d samples\n",
+				r.row(), r.column(), c.Kills, c.Rollouts, c.KillVerbs, r.DuplicateBackendSamples)
+		}
+		if c := r.Chaos; c != nil && c.OutageSeconds > 0 {
+			fmt.Fprintf(w, "%s %s: API server stopped %.1fs; writes during %d, after %d; backends changed in %d samples; leader process ended: %v\n",
+				r.row(), r.column(), c.OutageSeconds, c.WritesDuringOutage, c.WritesAfterRecovery, c.PoolChanges, c.LeaderExited)
+		}
+	}
+}
+
+// writeErrors lists the scenarios that did not complete.
+func WriteErrors(w io.Writer, results []Result) {
+	for _, r := range results {
+		if r.Err != nil {
+			fmt.Fprintf(w, "%s %s: %v\n", r.row(), r.column(), r.Err)
+		}
+	}
+}
+
+// kinds summarises the failures of a run by source and kind:
+// " (request/eof 3, long/timeout 1)".
+func Kinds(t *Timeline) string {
+	if t == nil || len(t.Failures) == 0 {
+		return ""
+	}
+	count := map[string]int{}
+	var order []string
+	for _, f := range t.Failures {
+		k := f.Source + "/" + f.Kind
+		if count[k] == 0 {
+			order = append(order, k)
+		}
+		count[k]++
+	}
+	sort.Strings(order)
+	parts := make([]string, len(order))
+	for i, k := range order {
+		parts[i] = fmt.Sprintf("%s %d", k, count[k])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// timestamp is t in RFC 3339 with milliseconds, UTC.
+func Timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+func Milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func FormatDuration(d time.Duration) string {
+	return d.Round(100 * time.Millisecond).String()
+}

@@ -1,0 +1,380 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/sockcount"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// ChaosOptions tune the chaos scenarios; zero values take the defaults.
+type ChaosOptions struct {
+	MidPlanKills    int
+	APIServerOutage time.Duration
+}
+
+func (o ChaosOptions) kills() int {
+	if o.MidPlanKills > 0 {
+		return o.MidPlanKills
+	}
+	return report.DefaultMidPlanKills
+}
+
+func (o ChaosOptions) outage() time.Duration {
+	if o.APIServerOutage > 0 {
+		return o.APIServerOutage
+	}
+	return report.DefaultAPIServerOutage
+}
+
+// actKillMidPlan SIGKILLs the writer (the leader; with a data plane of
+// replicas, a replica's own zerodrop process, the replicas in turn) at the
+// first write of a plan it sends HAProxy, as an OOM kill or a node failure
+// would, until it has done so MidPlanKills times; rolling updates of the
+// workload make the plans, a new one whenever the last is done. The socket
+// proxy holds that write until the signal is sent (sockcount.Proxy.OnWrite):
+// it lands, and the rest of its plan is never sent. After each kill the lab
+// waits until there is a writer again (writer.recover). Writes counted from
+// one kill to the next are that restart's: the new writer finishing the
+// interrupted plan and carrying on the rollout.
+func actKillMidPlan(ctx context.Context, r *run) error {
+	next := r.leaderWriter
+	if r.dataPlaneEnabled() {
+		next = r.replicaWriter
+	}
+	want := r.lab.opts.Chaos.kills()
+	fig := r.chaosFigures()
+	var at []int64
+	rolling := false
+	for fig.Kills < want {
+		w, err := next(ctx, fig.Kills)
+		if err != nil {
+			return err
+		}
+		verb, err := r.killAtFirstWrite(ctx, w.socks, w.kill, want, &rolling)
+		if err != nil {
+			return err
+		}
+		n, err := r.landed()
+		if err != nil {
+			return err
+		}
+		at = append(at, n)
+		fig.Kills++
+		fig.KillVerbs = append(fig.KillVerbs, verb)
+		r.mark("SIGKILL %s at %q", w.name, verb)
+		if err := w.recover(ctx); err != nil {
+			return fmt.Errorf("kill %d: %w", fig.Kills, err)
+		}
+	}
+	if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
+		return err
+	}
+	n, err := r.landed()
+	if err != nil {
+		return err
+	}
+	at = append(at, n)
+	r.restartWrites = writesBetween(at)
+	return nil
+}
+
+// writer is the process kill-mid-plan kills next: its name, the proxies at
+// the sockets of the HAProxy it writes, how to kill it, and how to wait
+// until the data plane has a writer again.
+type writer struct {
+	name    string
+	socks   []*sockcount.Proxy
+	kill    func()
+	recover func(ctx context.Context) error
+}
+
+// leaderWriter is the controllers' leader, the one writer of the run's
+// HAProxy: after the kill another replica takes the lease and the killed
+// pod's replacement is ready.
+func (r *run) leaderWriter(ctx context.Context, _ int) (writer, error) {
+	leader, err := r.waitLeader(ctx, "")
+	if err != nil {
+		return writer{}, err
+	}
+	return writer{
+		name:  shortPod(leader),
+		socks: r.socks,
+		kill:  func() { _ = r.lab.agent.Signal(ctrlNamespace+"/"+leader, syscall.SIGKILL) },
+		recover: func(ctx context.Context) error {
+			r.ctrls.gone(leader)
+			next, err := r.waitLeader(ctx, leader)
+			if err != nil {
+				return err
+			}
+			r.mark("leader %s", shortPod(next))
+			return r.waitControllersReady(ctx, leader)
+		},
+	}, nil
+}
+
+// replicaWriter is a data-plane replica's own zerodrop process, the
+// replicas in turn: after the kill it is started again at once (the kubelet
+// restarts its container) while its HAProxy serves on, and the lab waits
+// until it is ready.
+func (r *run) replicaWriter(_ context.Context, kills int) (writer, error) {
+	reps := r.replicas()
+	d := reps[kills%len(reps)]
+	p := d.process()
+	return writer{
+		name:  fmt.Sprintf("replica %d's zerodrop process", d.index),
+		socks: d.socks,
+		kill:  func() { p.Signal(syscall.SIGKILL) },
+		recover: func(ctx context.Context) error {
+			select {
+			case <-p.Done():
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("replica %d's zerodrop process did not end", d.index)
+			}
+			if err := r.startReplicaProcess(ctx, d); err != nil {
+				return err
+			}
+			r.mark("replica %d: zerodrop process ready", d.index)
+			return nil
+		},
+	}, nil
+}
+
+// killAtFirstWrite calls kill (a SIGKILL of the writer) from inside the
+// first write that lands at the sockets' proxies and returns that write's
+// verb. A rolling update makes the plans: one is started whenever none is
+// under way (*rolling), at most 2×want in the scenario.
+func (r *run) killAtFirstWrite(ctx context.Context, socks []*sockcount.Proxy, kill func(), want int, rolling *bool) (string, error) {
+	fig := r.chaosFigures()
+	fired := make(chan string, 1)
+	var once sync.Once
+	onWrite(socks, func(verb string) {
+		once.Do(func() {
+			kill()
+			fired <- verb
+		})
+	})
+	defer onWrite(socks, nil)
+	for {
+		if !*rolling {
+			if fig.Rollouts >= 2*want {
+				return "", fmt.Errorf("kill-mid-plan: %d kills in %d rolling updates, want %d", fig.Kills, fig.Rollouts, want)
+			}
+			if err := r.rolloutRestart(ctx); err != nil {
+				return "", err
+			}
+			fig.Rollouts++
+			*rolling = true
+		}
+		select {
+		case verb := <-fired:
+			return verb, nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+			done, err := r.rolledOut(ctx, replicas)
+			if err != nil {
+				return "", err
+			}
+			*rolling = !done
+		}
+	}
+}
+
+// rolledOut reports whether the Deployment's rolling update is done: want
+// updated, ready replicas and no pod terminating.
+func (r *run) rolledOut(ctx context.Context, want int32) (bool, error) {
+	d, err := r.lab.cp.Client.AppsV1().Deployments(r.ns).Get(ctx, appName, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	st := d.Status
+	if st.ObservedGeneration < d.Generation || st.Replicas != want || st.UpdatedReplicas != want || st.ReadyReplicas != want {
+		return false, nil
+	}
+	running, terminating := r.lab.agent.Counts(r.ns)
+	return running == int(want) && terminating == 0, nil
+}
+
+// onWrite sets f on the proxies (in front of HAProxy's sockets).
+func onWrite(socks []*sockcount.Proxy, f func(verb string)) {
+	for _, p := range socks {
+		p.OnWrite(f)
+	}
+}
+
+func (r *run) chaosFigures() *report.ChaosFigures {
+	if r.chaos == nil {
+		r.chaos = &report.ChaosFigures{}
+	}
+	return r.chaos
+}
+
+// actAPIServerDown stops kube-apiserver (SIGSTOP: its connections stay open
+// and nothing answers, as in a network partition) for APIServerOutage, longer
+// than the leader's lease, while nothing else changes, then resumes it. The
+// data plane must serve on untouched: no write lands while the controllers
+// see nothing, no backend leaves; afterwards a leader is back and, nothing
+// having changed, writes nothing.
+func actAPIServerDown(ctx context.Context, r *run) error {
+	fig := r.chaosFigures()
+	outage := r.lab.opts.Chaos.outage()
+	pid, err := controlplane.APIServerPID(r.lab.cp.Config.Host)
+	if err != nil {
+		return err
+	}
+	leader, err := r.waitLeader(ctx, "")
+	if err != nil {
+		return err
+	}
+	before, err := r.poolState(ctx)
+	if err != nil {
+		return err
+	}
+	n0, err := r.landed()
+	if err != nil {
+		return err
+	}
+	r.mark("kube-apiserver stopped for %s", outage)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	// Resumed on every way out: the lab's own clients need it.
+	defer resume()
+	start := time.Now()
+	for time.Since(start) < outage {
+		if !traffic.SleepCtx(ctx, statePeriod) {
+			return ctx.Err()
+		}
+		if now, err := r.poolState(ctx); err == nil && now != before {
+			fig.PoolChanges++
+		}
+	}
+	n1, err := r.landed()
+	if err != nil {
+		return err
+	}
+	resume()
+	fig.OutageSeconds = time.Since(start).Seconds()
+	fig.WritesDuringOutage = n1 - n0
+	r.mark("kube-apiserver resumed")
+	// A leader is back once a controller pod that is running and ready
+	// says, since the API server returned, that it holds the lease; the old
+	// leader's process may have ended.
+	back := time.Now()
+	var next string
+	if err := waitFor(ctx, 90*time.Second, "a ready controller holding the lease", func() (bool, string) {
+		next = ""
+		for _, p := range r.ctrls.pods() {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning &&
+				cluster.ConditionStatus(p, corev1.PodReady) == corev1.ConditionTrue && r.ctrls.leaderSince(p.Name, back) {
+				next = p.Name
+			}
+		}
+		return next != "", "no ready controller pod reports leader_election_master_status 1"
+	}); err != nil {
+		return err
+	}
+	r.mark("leader %s", shortPod(next))
+	if err := r.waitControllersReady(ctx, ""); err != nil {
+		return err
+	}
+	if !traffic.SleepCtx(ctx, idleVerify) {
+		return ctx.Err()
+	}
+	n2, err := r.landed()
+	if err != nil {
+		return err
+	}
+	fig.WritesAfterRecovery = n2 - n1
+	fig.LeaderExited = r.lab.agent.Finished(ctrlNamespace + "/" + leader)
+	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
+}
+
+// poolState is the run's HAProxy backends as one comparable string.
+func (r *run) poolState(ctx context.Context) (string, error) {
+	bs, err := r.backends(ctx, r.prov)
+	if err != nil {
+		return "", err
+	}
+	out := make([]string, 0, len(bs))
+	for _, b := range bs {
+		out = append(out, fmt.Sprintf("%s %s:%d %s", b.Listener, b.Address, b.Port, b.State))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ","), nil
+}
+
+// duplicates counts the backends of the Service's first port that HAProxy
+// has more than once (the same address and port under two server names).
+func duplicates(bs []provider.BackendStatus, listener string) int {
+	seen := map[string]int{}
+	n := 0
+	for _, b := range bs {
+		if b.Listener != listener {
+			continue
+		}
+		k := fmt.Sprintf("%s:%d", b.Address, b.Port)
+		if seen[k]++; seen[k] == 2 {
+			n++
+		}
+	}
+	return n
+}
+
+// lossless is what a chaos scenario requires of zerodrop, checked once the
+// run is measured: no request failed (but for a stall of the lab's own
+// client), no connection broke, no backend was
+// doubled, and for apiserver-down nothing was written or changed.
+func lossless(res report.Result) error {
+	var bad []string
+	// A request late only because the lab process itself stalled (its
+	// client woke too late to send it on time) is not zerodrop's: the
+	// report counts it as failed, this check does not.
+	if n := res.FailedRequests - res.RequestsLateStall; n > 0 {
+		bad = append(bad, fmt.Sprintf("%d requests failed", n))
+	}
+	if res.LongConnsBroken > 0 {
+		bad = append(bad, fmt.Sprintf("%d long connections broke", res.LongConnsBroken))
+	}
+	if res.DuplicateBackendSamples > 0 {
+		bad = append(bad, fmt.Sprintf("a backend was doubled in %d samples", res.DuplicateBackendSamples))
+	}
+	// A failed drain hook (a call cut, refused or at its deadline) let a
+	// pod stop before the load balancer stopped sending to it, lost or not.
+	if res.HookFailures > 0 {
+		bad = append(bad, fmt.Sprintf("%d preStop drain hooks failed", res.HookFailures))
+	}
+	if c := res.Chaos; c != nil && res.Scenario == report.ScenarioAPIServerDown {
+		if c.WritesDuringOutage != 0 || c.WritesAfterRecovery != 0 {
+			bad = append(bad, fmt.Sprintf("%d writes during the outage and %d after it, want 0", c.WritesDuringOutage, c.WritesAfterRecovery))
+		}
+		if c.PoolChanges != 0 {
+			bad = append(bad, fmt.Sprintf("the backends changed in %d samples during the outage", c.PoolChanges))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: zerodrop must lose nothing: %s", res.Scenario, strings.Join(bad, "; "))
+}

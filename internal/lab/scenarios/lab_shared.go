@@ -1,0 +1,93 @@
+package scenarios
+
+import (
+	"context"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+)
+
+// startShared starts what every scenario shares: the control plane, the
+// network with kube-proxy on every node, the node agent, the drain Service
+// and the webhook.
+func (l *lab) startShared(ctx context.Context) (err error) {
+	l.progressf("starting kube-apiserver, etcd and kube-controller-manager")
+	if l.cp, err = cluster.StartControlPlane(ctx, l.dir); err != nil {
+		return err
+	}
+	l.progressf("making the network: %d nodes, kube-proxy on each, load balancer and client namespaces", labNodes)
+	l.net, err = cluster.StartNetwork(ctx, l.dir, labNodes, max(1, l.opts.DataPlaneReplicas), l.cp.Config, l.logf)
+	if err != nil {
+		return err
+	}
+	if l.egress, err = cluster.ServeEgress(cluster.EgressSocket(l.dir), l.net.Net.Nodes[0].DialContext, l.logf); err != nil {
+		return err
+	}
+	l.agent = cluster.NewAgent(l.cp.Client, l.net, l.opts.Executable, l.dir, l.logf)
+	if l.opts.FromChart {
+		if err := l.prepareChartPods(ctx); err != nil {
+			return err
+		}
+	}
+	agentCtx, cancel := context.WithCancel(context.Background())
+	l.agent.OnStop = func(p *corev1.Pod) {
+		if p.Namespace != ctrlNamespace {
+			return
+		}
+		l.curMu.Lock()
+		r := l.current
+		l.curMu.Unlock()
+		if r != nil && r.ctrls != nil && p.Labels[labelRun] == strconv.Itoa(r.id) {
+			r.ctrls.stopping(p)
+			r.dataPlaneStopping(p)
+		}
+	}
+	l.hooks = map[string]int{}
+	l.agent.HookDone = func(p *corev1.Pod, failed bool) {
+		if failed {
+			l.curMu.Lock()
+			l.hooks[p.Namespace]++
+			l.curMu.Unlock()
+		}
+	}
+	l.agentStop = cancel
+	if err := l.agent.Start(agentCtx); err != nil {
+		return err
+	}
+	if l.opts.FromChart {
+		// The chart's webhook and drain Service, per run.
+		if err := l.ctrlNamespace(ctx); err != nil {
+			return err
+		}
+		l.progressf("control plane up: %d nodes and %d data-plane nodes (%s); zerodrop installed from the chart per run", labNodes, len(l.net.LBs), l.net.Net.Prefix)
+		return nil
+	}
+	if err := l.startDrainService(ctx); err != nil {
+		return err
+	}
+	if l.hook, err = startWebhook(ctx, l.cp.Config); err != nil {
+		return err
+	}
+	l.progressf("control plane up: %d nodes (%s), webhook, drain Service %s:%d", labNodes, l.net.Net.Prefix, cluster.DrainClusterIP, drainPort)
+	return nil
+}
+
+// stopShared stops them again, in reverse order; the network last, with
+// every process still in it.
+func (l *lab) stopShared() {
+	l.hook.close()
+	if l.agentStop != nil {
+		l.agentStop()
+		l.agent.Wait()
+	}
+	if l.egress != nil {
+		l.egress.Close()
+	}
+	if err := l.net.Close(); err != nil {
+		l.progressf("network teardown: %v", err)
+	}
+	if l.cp != nil {
+		l.cp.Stop()
+	}
+}

@@ -1,0 +1,87 @@
+package scenarios
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+)
+
+// TestRecipeWorkload: the recipe mode's Deployment carries the recipe's
+// settings from Options; the upstream mode's keeps the typical workload.
+func TestRecipeWorkload(t *testing.T) {
+	l := &lab{opts: Options{Recipe: Recipe{PreStopSleep: 20 * time.Second, GracePeriod: 45 * time.Second, MinReady: 15 * time.Second}}}
+	d := (&run{lab: l, mode: report.ModeRecipe, ns: "ns"}).deployment(3)
+	spec := d.Spec.Template.Spec
+	c := spec.Containers[0]
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds != 20 {
+		t.Errorf("recipe preStop = %+v, want sleep 20", c.Lifecycle)
+	}
+	if *spec.TerminationGracePeriodSeconds != 45 || d.Spec.MinReadySeconds != 15 {
+		t.Errorf("recipe grace %d, minReadySeconds %d; want 45 and 15", *spec.TerminationGracePeriodSeconds, d.Spec.MinReadySeconds)
+	}
+	ru := d.Spec.Strategy.RollingUpdate
+	if ru == nil || *ru.MaxUnavailable != intstr.FromInt32(0) || *ru.MaxSurge != intstr.FromInt32(1) {
+		t.Errorf("recipe rolling update %+v, want maxUnavailable 0, maxSurge 1", ru)
+	}
+	up := (&run{lab: l, mode: report.ModeUpstream, ns: "ns"}).deployment(3)
+	if up.Spec.Template.Spec.Containers[0].Lifecycle != nil || up.Spec.MinReadySeconds != 0 || up.Spec.Strategy.RollingUpdate != nil ||
+		*up.Spec.Template.Spec.TerminationGracePeriodSeconds != 30 {
+		t.Errorf("upstream workload is not the typical one: %+v", up.Spec)
+	}
+	if r := (&run{lab: l, mode: report.ModeRecipe}); r.steadyTimeout(3) <= (&run{lab: l, mode: report.ModeUpstream}).steadyTimeout(3) {
+		t.Errorf("the recipe's steady-state bound %s does not grow with its workload", r.steadyTimeout(3))
+	}
+}
+
+// TestTableColumns: one row per scenario and traffic policy, a column per
+// mode and (for zerodrop) backend, "-" where a column did not run.
+func TestTableColumns(t *testing.T) {
+	res := []report.Result{
+		{Scenario: "rollout", Mode: "upstream", Backend: BackendNode, ExternalTrafficPolicy: PolicyCluster, FailedRequests: 186},
+		{Scenario: "rollout", Mode: "zerodrop", Backend: BackendIP, ExternalTrafficPolicy: PolicyCluster, RolloutSeconds: 14.2},
+		{Scenario: "rollout", Mode: "zerodrop", Backend: BackendNode, ExternalTrafficPolicy: PolicyCluster, FailedRequests: 0},
+		{Scenario: "restart-idle", Mode: "zerodrop", Backend: BackendIP, ExternalTrafficPolicy: PolicyLocal, WritesPerRestart: []int64{0, 0}},
+	}
+	var b bytes.Buffer
+	report.WriteTable(&b, res, report.AllModes)
+	out := b.String()
+	for _, want := range []string{"upstream | zerodrop/ip | zerodrop/node", "rollout cluster", "186 | 0 | 0", "restart-idle local",
+		"- | 0 | -", "0.0 | 14.2 | 0.0", "restart-idle local zerodrop/ip: writes per restart [0 0]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestDataPlaneRuns: which scenarios run with and without a data plane of
+// replicas, and what `all` means with each.
+func TestDataPlaneRuns(t *testing.T) {
+	cases := []struct {
+		scenario string
+		replicas int
+		ok       bool
+	}{
+		{"rollout", 0, true},
+		{"rollout", 2, true},
+		{report.ScenarioKillMidPlan, 2, true},
+		{ScenarioLBReplicaRestart, 2, true},
+		{ScenarioLBReplicaRestart, 0, false},
+		{scenarioRestartIdle, 2, false},
+		{report.ScenarioAPIServerDown, 2, false},
+		{scenarioRestartIdle, 0, true},
+	}
+	for _, tc := range cases {
+		if err := DataPlaneRuns(tc.scenario, tc.replicas); (err == nil) != tc.ok {
+			t.Errorf("%s with %d replicas: %v, want ok=%v", tc.scenario, tc.replicas, err, tc.ok)
+		}
+	}
+	for _, s := range dataPlaneScenarios {
+		if _, ok := ScenarioNamed(s); !ok {
+			t.Errorf("dataPlaneScenarios names %q, which is no scenario", s)
+		}
+	}
+}

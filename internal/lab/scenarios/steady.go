@@ -1,0 +1,162 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+)
+
+// steadyQuiet is how long the requests sent must all have succeeded for a
+// run under traffic to be steady. A failure is recorded when the request
+// ends, up to ioTimeout after it was sent, so the check looks at failures of
+// the last steadyQuiet+ioTimeout: every request sent in [now-5s, now-2s] has
+// ended by now, and none of them failed.
+const steadyQuiet = 3 * time.Second
+
+// waitSteady waits until the Deployment has want ready, updated replicas and
+// no others, no pod of the namespace is terminating, HAProxy has exactly
+// those backends, active, and requests through the load balancer succeed.
+func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration) error {
+	return waitFor(ctx, timeout, "steady state", func() (bool, string) {
+		if err := r.lab.cp.KCMAlive(); err != nil {
+			return false, err.Error()
+		}
+		d, err := r.lab.cp.Client.AppsV1().Deployments(r.ns).Get(ctx, appName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		st := d.Status
+		if d.Status.ObservedGeneration < d.Generation || st.Replicas != want || st.UpdatedReplicas != want ||
+			st.ReadyReplicas != want || st.AvailableReplicas != want {
+			return false, fmt.Sprintf("deployment replicas=%d updated=%d ready=%d available=%d, want %d",
+				st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.AvailableReplicas, want)
+		}
+		if running, terminating := r.lab.agent.Counts(r.ns); running != int(want) || terminating != 0 {
+			return false, fmt.Sprintf("pods running=%d terminating=%d", running, terminating)
+		}
+		// The preStop hooks need the drain Service: every node's kube-proxy
+		// must forward its ClusterIP to a ready replica of this run (until
+		// then kube-proxy refuses, and a hook that fails lets the pod stop
+		// at once).
+		if r.mode == report.ModeZerodrop {
+			if err := r.drainReachable(ctx); err != nil {
+				return false, err.Error()
+			}
+		}
+		if r.addr == "" {
+			svc, err := r.lab.cp.Client.CoreV1().Services(r.ns).Get(ctx, appName, metav1.GetOptions{})
+			if err != nil || len(svc.Status.LoadBalancer.Ingress) == 0 {
+				return false, "no ingress address yet"
+			}
+			r.addr = net.JoinHostPort(svc.Status.LoadBalancer.Ingress[0].IP, strconv.Itoa(servicePort))
+		}
+		for _, prov := range r.views() {
+			if prov.Provider == nil {
+				return false, "data-plane replica " + prov.name + ": its HAProxy is not viewed yet"
+			}
+			if ok, why := r.backendsSteady(ctx, prov, want); !ok {
+				if prov.name != "" {
+					why = "data-plane replica " + prov.name + ": " + why
+				}
+				return false, why
+			}
+		}
+		// Under traffic, steady also means the clients have seen no
+		// failure for a while: in node mode HAProxy's backends are the
+		// nodes, which a rollout does not change.
+		if r.rec != nil && !r.rec.QuietFor(steadyQuiet+traffic.IOTimeout) {
+			return false, fmt.Sprintf("a request sent in the last %s failed or may still fail", steadyQuiet+traffic.IOTimeout)
+		}
+		if r.rec == nil {
+			client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+				DialContext: r.lab.net.Client.DialContext}}
+			for i := 0; i < 2*int(want); i++ {
+				if err := traffic.Get(client, "http://"+r.addr+"/"); err != nil {
+					return false, "request through the load balancer: " + err.Error()
+				}
+			}
+		}
+		return true, ""
+	})
+}
+
+// view is one HAProxy of the run, named for messages.
+type view struct {
+	name string
+	*haproxy.Provider
+}
+
+// views are the run's HAProxy instances: every data-plane replica's (but
+// one on a failed node), or the one.
+func (r *run) views() []view {
+	reps := r.replicas()
+	if len(reps) == 0 {
+		return []view{{"", r.prov}}
+	}
+	var out []view
+	for _, d := range reps {
+		if r.fromChart() && r.lab.agent.NodeDown(cluster.HostNodeName(d.index)) {
+			// Its node failed (lb-replica-restart): no traffic reaches it.
+			continue
+		}
+		d.mu.Lock()
+		prov := d.prov
+		d.mu.Unlock()
+		out = append(out, view{strconv.Itoa(d.index), prov})
+	}
+	return out
+}
+
+// backendsSteady: prov has exactly the backends the workload of want
+// replicas should have, and why not. IP mode: one backend per pod, all
+// active and up. Node mode: a backend per node; Cluster: all active and up;
+// Local: up exactly on the nodes with a pod. zerodrop keeps a node without a
+// local endpoint registered, drained; the upstream controller keeps it
+// active, and its probe (the health-check node port) holds it down.
+func (r *run) backendsSteady(ctx context.Context, prov view, want int32) (bool, string) {
+	bs, err := r.backends(ctx, prov.Provider)
+	if err != nil {
+		return false, err.Error()
+	}
+	local := r.backend == BackendNode && r.policy == PolicyLocal
+	drains := local && r.mode == report.ModeZerodrop
+	active, up := 0, 0
+	for _, b := range bs {
+		if b.State != model.Active && !drains {
+			return false, fmt.Sprintf("backend %s:%d is %s", b.Address, b.Port, b.State)
+		}
+		if b.State == model.Active {
+			active++
+			if b.Healthy || !b.HealthKnown {
+				up++
+			}
+		}
+	}
+	wantUp := int(want)
+	switch {
+	case local:
+		if wantUp, err = r.podNodes(ctx); err != nil {
+			return false, err.Error()
+		}
+	case r.backend == BackendNode:
+		wantUp = active
+	}
+	if up != wantUp || up == 0 {
+		return false, fmt.Sprintf("HAProxy has %d backends up, want %d", up, wantUp)
+	}
+	if (r.backend == BackendIP || drains) && active != wantUp {
+		return false, fmt.Sprintf("HAProxy has %d active backends, want %d", active, wantUp)
+	}
+	return true, ""
+}
