@@ -222,25 +222,23 @@ func (p *Provider) ConfigFile() string { return p.paths.config }
 
 // read sends one read-only command to the admin socket.
 func (p *Provider) read(ctx context.Context, op, command string) (string, error) {
-	p.hooks.OnRead(op)
-	return p.exchange(ctx, command)
+	return p.exchange(ctx, func() { p.hooks.OnRead(op) }, command)
 }
 
 // write sends one mutating command to the admin socket.
 func (p *Provider) write(ctx context.Context, op, command string) (string, error) {
-	p.batch.writes.Add(1)
-	p.hooks.OnWrite(op)
-	return p.exchange(ctx, command)
+	return p.writeChain(ctx, []string{op}, []string{command})
 }
 
 // writeChain sends mutating commands on one line (runtimeClient.chain),
 // counted as one write each.
 func (p *Provider) writeChain(ctx context.Context, ops, commands []string) (string, error) {
-	for _, op := range ops {
-		p.batch.writes.Add(1)
-		p.hooks.OnWrite(op)
-	}
-	return p.exchange(ctx, commands...)
+	return p.exchange(ctx, func() {
+		for _, op := range ops {
+			p.batch.writes.Add(1)
+			p.hooks.OnWrite(op)
+		}
+	}, commands...)
 }
 
 // render renders the configuration for the given load balancers.

@@ -24,11 +24,14 @@ import (
 // again, within the reload timeout, while an old worker answers. A command an
 // old worker took is sent again: every command the provider sends is
 // idempotent on the worker that did not see it (add, set, del and shutdown of
-// one named server).
-func (p *Provider) exchange(ctx context.Context, commands ...string) (string, error) {
+// one named server). Each time it sends the line it counts the `show info`
+// as a read and calls count for the commands (the hooks count what is sent).
+func (p *Provider) exchange(ctx context.Context, count func(), commands ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.ReloadTimeout)
 	defer cancel()
 	for {
+		p.hooks.OnRead("show-info")
+		count()
 		reply, err := p.admin.chain(ctx, append([]string{"show info"}, commands...)...)
 		if err != nil {
 			return "", err
