@@ -38,6 +38,38 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// A controller process of the emulator lab's kill-mid-plan.
 		return azurelab.AzureControllerMain(args[1:], stderr)
 	}
+	f, code, ok := parseFlags(args, stderr)
+	if !ok {
+		return code
+	}
+	switch f.prov {
+	case "haproxy":
+	case azurelab.ProviderAzureEmulator:
+		return azurelab.RunAzureCommand(ctx, f.scenario, f.mode, f.faultRate, f.chaos.MidPlanKills, f.jsonPath, f.htmlPath, stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, azurelab.ProviderAzureEmulator)
+		return 2
+	}
+	opts, ok := f.options(stderr)
+	if !ok {
+		return 2
+	}
+	return execute(ctx, opts, f.jsonPath, f.htmlPath, stdout, stderr)
+}
+
+// flags are `zerodrop lab`'s command line, parsed.
+type flags struct {
+	scenario, mode, backend, policy, jsonPath, htmlPath, dir, appSigterm, prov string
+	keep, fromChart                                                            bool
+	rate, dataPlane                                                            int
+	faultRate                                                                  float64
+	recipe                                                                     scenarios.Recipe
+	chaos                                                                      scenarios.ChaosOptions
+}
+
+// parseFlags parses args; ok false: exit with code (0 for -help, 2 for a
+// usage error, already reported on stderr).
+func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down, lb-replica-restart (with --data-plane-replicas), or all")
@@ -67,59 +99,81 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return flags{}, 0, false
 		}
-		return 2
+		return flags{}, 2, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
-		return 2
+		return flags{}, 2, false
 	}
 	if chaos.MidPlanKills < 1 || chaos.APIServerOutage < time.Second {
 		fmt.Fprintln(stderr, "zerodrop lab: --kills must be at least 1 and --apiserver-outage at least 1s")
-		return 2
+		return flags{}, 2, false
 	}
-	switch *prov {
-	case "haproxy":
-	case azurelab.ProviderAzureEmulator:
-		return azurelab.RunAzureCommand(ctx, *scenario, *mode, *faultRate, chaos.MidPlanKills, *jsonPath, *htmlPath, stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", *prov, azurelab.ProviderAzureEmulator)
-		return 2
+	return flags{scenario: *scenario, mode: *mode, backend: *backend, policy: *policy, jsonPath: *jsonPath, htmlPath: *htmlPath,
+		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, faultRate: *faultRate,
+		fromChart: *fromChart, dataPlane: *dataPlane, prov: *prov}, 0, true
+}
+
+// options checks the flags of the HAProxy lab and turns them into the
+// scenarios' Options; false: a usage error, reported on stderr.
+func (f flags) options(stderr io.Writer) (scenarios.Options, bool) {
+	if f.rate <= 0 || f.rate > 2000 {
+		fmt.Fprintf(stderr, "zerodrop lab: --rate %d: want 1 to 2000 requests per second\n", f.rate)
+		return scenarios.Options{}, false
 	}
-	if *rate <= 0 || *rate > 2000 {
-		fmt.Fprintf(stderr, "zerodrop lab: --rate %d: want 1 to 2000 requests per second\n", *rate)
-		return 2
-	}
-	for _, d := range []time.Duration{recipe.PreStopSleep, recipe.GracePeriod, recipe.MinReady} {
+	for _, d := range []time.Duration{f.recipe.PreStopSleep, f.recipe.GracePeriod, f.recipe.MinReady} {
 		if d < 0 || d%time.Second != 0 {
 			fmt.Fprintf(stderr, "zerodrop lab: recipe durations are whole seconds, not %s\n", d)
-			return 2
+			return scenarios.Options{}, false
 		}
 	}
-	if *dataPlane != 0 && (*dataPlane < 2 || *dataPlane > scenarios.MaxDataPlaneReplicas) {
-		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas %d: want 0, or 2 to %d\n", *dataPlane, scenarios.MaxDataPlaneReplicas)
-		return 2
+	if f.dataPlane != 0 && (f.dataPlane < 2 || f.dataPlane > scenarios.MaxDataPlaneReplicas) {
+		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas %d: want 0, or 2 to %d\n", f.dataPlane, scenarios.MaxDataPlaneReplicas)
+		return scenarios.Options{}, false
 	}
-	if *fromChart && *dataPlane == 0 {
+	if f.fromChart && f.dataPlane == 0 {
 		fmt.Fprintf(stderr, "zerodrop lab: --from-chart installs the chart's HAProxy data plane: give --data-plane-replicas 2 to %d\n", scenarios.MaxDataPlaneReplicas)
-		return 2
+		return scenarios.Options{}, false
 	}
-	opts := scenarios.Options{KeepDir: *keep, Dir: *dir, Progress: stderr, Rate: *rate, Recipe: recipe, Chaos: chaos, DataPlaneReplicas: *dataPlane,
-		FromChart: *fromChart}
-	switch *appSigterm {
+	opts := scenarios.Options{KeepDir: f.keep, Dir: f.dir, Progress: stderr, Rate: f.rate, Recipe: f.recipe, Chaos: f.chaos, DataPlaneReplicas: f.dataPlane,
+		FromChart: f.fromChart}
+	switch f.appSigterm {
 	case traffic.AppSigtermGraceful:
 	case traffic.AppSigtermExit:
 		opts.AppExitOnSIGTERM = true
 	default:
-		fmt.Fprintf(stderr, "zerodrop lab: --app-sigterm %q: want %s or %s\n", *appSigterm, traffic.AppSigtermGraceful, traffic.AppSigtermExit)
-		return 2
+		fmt.Fprintf(stderr, "zerodrop lab: --app-sigterm %q: want %s or %s\n", f.appSigterm, traffic.AppSigtermGraceful, traffic.AppSigtermExit)
+		return scenarios.Options{}, false
 	}
-	for _, name := range strings.Split(*scenario, ",") {
+	if !f.addScenarios(&opts, stderr) {
+		return scenarios.Options{}, false
+	}
+	if opts.Modes = parseModes(f.mode); opts.Modes == nil {
+		fmt.Fprintf(stderr, "zerodrop lab: --mode %q: want upstream, recipe, zerodrop (comma-separated) or all\n", f.mode)
+		return scenarios.Options{}, false
+	}
+	var ok bool
+	if opts.Backends, ok = oneOrBoth(f.backend, scenarios.BackendIP, scenarios.BackendNode); !ok {
+		fmt.Fprintf(stderr, "zerodrop lab: --backend %q: want ip, node or both\n", f.backend)
+		return scenarios.Options{}, false
+	}
+	if opts.TrafficPolicies, ok = oneOrBoth(f.policy, scenarios.PolicyCluster, scenarios.PolicyLocal); !ok {
+		fmt.Fprintf(stderr, "zerodrop lab: --traffic-policy %q: want cluster, local or both\n", f.policy)
+		return scenarios.Options{}, false
+	}
+	return opts, true
+}
+
+// addScenarios adds the scenarios --scenario names to opts ("all": every
+// scenario that runs with the data plane and install asked for).
+func (f flags) addScenarios(opts *scenarios.Options, stderr io.Writer) bool {
+	for _, name := range strings.Split(f.scenario, ",") {
 		name = strings.TrimSpace(name)
 		if name == "all" {
 			for _, s := range scenarios.All {
-				if scenarios.DataPlaneRuns(s.Name, *dataPlane) == nil && scenarios.ChartRuns(s.Name, *fromChart) == nil {
+				if scenarios.DataPlaneRuns(s.Name, f.dataPlane) == nil && scenarios.ChartRuns(s.Name, f.fromChart) == nil {
 					opts.Scenarios = append(opts.Scenarios, s.Name)
 				}
 			}
@@ -127,27 +181,20 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		if _, ok := scenarios.ScenarioNamed(name); !ok {
 			fmt.Fprintf(stderr, "zerodrop lab: unknown scenario %q\n", name)
-			return 2
+			return false
 		}
-		if err := errors.Join(scenarios.DataPlaneRuns(name, *dataPlane), scenarios.ChartRuns(name, *fromChart)); err != nil {
+		if err := errors.Join(scenarios.DataPlaneRuns(name, f.dataPlane), scenarios.ChartRuns(name, f.fromChart)); err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
-			return 2
+			return false
 		}
 		opts.Scenarios = append(opts.Scenarios, name)
 	}
-	if opts.Modes = parseModes(*mode); opts.Modes == nil {
-		fmt.Fprintf(stderr, "zerodrop lab: --mode %q: want upstream, recipe, zerodrop (comma-separated) or all\n", *mode)
-		return 2
-	}
-	var ok bool
-	if opts.Backends, ok = oneOrBoth(*backend, scenarios.BackendIP, scenarios.BackendNode); !ok {
-		fmt.Fprintf(stderr, "zerodrop lab: --backend %q: want ip, node or both\n", *backend)
-		return 2
-	}
-	if opts.TrafficPolicies, ok = oneOrBoth(*policy, scenarios.PolicyCluster, scenarios.PolicyLocal); !ok {
-		fmt.Fprintf(stderr, "zerodrop lab: --traffic-policy %q: want cluster, local or both\n", *policy)
-		return 2
-	}
+	return true
+}
+
+// execute runs the lab with opts, prints the table and writes the reports;
+// it returns the exit status.
+func execute(ctx context.Context, opts scenarios.Options, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
 	start := time.Now()
 	results, err := scenarios.Execute(ctx, opts)
 	if len(results) > 0 {
@@ -166,14 +213,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			code = 1
 		}
 	}
-	if *jsonPath != "" {
-		if err := report.WriteJSON(*jsonPath, report.Report{Scenarios: results}); err != nil {
+	if jsonPath != "" {
+		if err := report.WriteJSON(jsonPath, report.Report{Scenarios: results}); err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
 			code = 1
 		}
 	}
-	if *htmlPath != "" {
-		if err := report.WriteHTML(*htmlPath, results, opts.Modes); err != nil {
+	if htmlPath != "" {
+		if err := report.WriteHTML(htmlPath, results, opts.Modes); err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
 			code = 1
 		}

@@ -250,7 +250,7 @@ func prepareImages(ctx context.Context, dir string) error {
 // haproxyImageWrapper is the data-plane image's `haproxy` in the lab: the
 // distribution's HAProxy (at real) behind haproxyWrapper, which moves the
 // master CLI socket to where the lab's counting proxy forwards.
-func haproxyImageWrapper(real string) string { return haproxyWrapper(cluster.ShellQuote(real)) }
+func haproxyImageWrapper(real string) string { return cluster.HAProxyWrapper(cluster.ShellQuote(real)) }
 
 // prepareChartPods readies the lab to run the chart's pods: the images (the
 // production build and the haproxy wrapper), the API server's CA for the

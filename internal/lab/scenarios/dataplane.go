@@ -177,10 +177,10 @@ func (r *run) startDataPlane(ctx context.Context) error {
 func (r *run) startReplica(ctx context.Context, d *dpReplica) error {
 	d.dir = filepath.Join(r.dir, fmt.Sprintf("replica-%d-%d", d.index, d.gen))
 	wrapper := d.dir + ".sh"
-	if err := writeHAProxyWrapper(wrapper, d.host.Name); err != nil {
+	if err := cluster.WriteHAProxyWrapper(wrapper, d.host.Name); err != nil {
 		return err
 	}
-	prov, socks, err := startHAProxy(ctx, d.dir, wrapper)
+	prov, socks, err := cluster.StartHAProxy(ctx, d.dir, wrapper)
 	d.socks = socks
 	r.addSocks(socks...)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 )
@@ -107,7 +108,7 @@ func actLBReplicaRestart(ctx context.Context, r *run) error {
 	if p := old.process(); p != nil {
 		p.Signal(syscall.SIGKILL)
 	}
-	killByArg(filepath.Join(old.dir, "haproxy.cfg"))
+	cluster.KillByArg(filepath.Join(old.dir, "haproxy.cfg"))
 	if !traffic.SleepCtx(ctx, hardDetect) {
 		return ctx.Err()
 	}

@@ -1,4 +1,4 @@
-package scenarios
+package cluster
 
 import (
 	"os/exec"
@@ -12,7 +12,7 @@ import (
 // they are.
 func TestHAProxyWrapper(t *testing.T) {
 	run := func(args ...string) []string {
-		out, err := exec.Command("sh", append([]string{"-c", haproxyWrapper(`printf '%s\n'`), "haproxy"}, args...)...).Output()
+		out, err := exec.Command("sh", append([]string{"-c", HAProxyWrapper(`printf '%s\n'`), "haproxy"}, args...)...).Output()
 		if err != nil {
 			t.Fatal(err)
 		}

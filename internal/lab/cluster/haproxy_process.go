@@ -1,0 +1,103 @@
+package cluster
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"zerodrop.dev/zerodrop/internal/lab/sockcount"
+	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+)
+
+// writeHAProxyWrapper writes the wrapper at path, for HAProxy in the
+// namespace netns.
+func WriteHAProxyWrapper(path, netns string) error {
+	return os.WriteFile(path, []byte(HAProxyWrapper("ip netns exec "+netns+" haproxy")), 0o755)
+}
+
+// haproxyWrapper is a shell script that runs command with its arguments,
+// the master CLI socket's (`-S PATH,…`) moved to PATH.haproxy; a path
+// already moved (a reload running the wrapper again) is left alone.
+func HAProxyWrapper(command string) string {
+	return `#!/bin/sh
+prev=
+for a do
+	shift
+	if [ "$prev" = "-S" ]; then
+		case "$a" in
+		*.haproxy|*.haproxy,*) ;;
+		*,*) a="${a%%,*}.haproxy,${a#*,}" ;;
+		*) a="$a.haproxy" ;;
+		esac
+	fi
+	prev="$a"
+	set -- "$@" "$a"
+done
+exec ` + command + ` "$@"
+`
+}
+
+// killByArg sends SIGKILL to every process with arg on its command line and
+// waits (up to 5 s) until they are gone; it returns how many it found.
+func KillByArg(arg string) int {
+	find := func() []int {
+		var pids []int
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			cmdline, err := os.ReadFile(d + "/cmdline")
+			if err != nil {
+				continue
+			}
+			for _, a := range strings.Split(string(cmdline), "\x00") {
+				if a == arg {
+					if pid, err := strconv.Atoi(filepath.Base(d)); err == nil && pid != os.Getpid() {
+						pids = append(pids, pid)
+					}
+					break
+				}
+			}
+		}
+		return pids
+	}
+	pids := find()
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(find()) > 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return len(pids)
+}
+
+// startHAProxy starts the HAProxy of dir through wrapper (haproxyBinary),
+// with the lab's counting proxies in front of its runtime API sockets:
+// writes are counted where they land. The master's is in place before
+// HAProxy starts (see haproxyBinary); the admin socket's takes the path
+// HAProxy's configuration names, which reloads keep. The proxies made are
+// returned also on error, for the caller to close.
+func StartHAProxy(ctx context.Context, dir, wrapper string) (*haproxy.Provider, []*sockcount.Proxy, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	master, err := sockcount.Listen(filepath.Join(dir, "master.sock"), filepath.Join(dir, "master.sock.haproxy"))
+	if err != nil {
+		return nil, nil, err
+	}
+	socks := []*sockcount.Proxy{master}
+	prov, err := haproxy.New(ctx, haproxy.Options{Dir: dir, Binary: wrapper, StopOnClose: true, Log: logr.Discard()})
+	if err != nil {
+		return nil, socks, err
+	}
+	admin, err := sockcount.Interpose(filepath.Join(dir, "admin.sock"))
+	if err != nil {
+		_ = prov.Close()
+		return nil, socks, err
+	}
+	return prov, append(socks, admin), nil
+}

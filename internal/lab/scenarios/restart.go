@@ -1,0 +1,98 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+)
+
+// actRestart restarts the controller 3 times during a rollout: its pod
+// deleted, and 2 s after its replacement is ready the next one.
+func actRestart(ctx context.Context, r *run) error {
+	if err := r.rolloutRestart(ctx); err != nil {
+		return err
+	}
+	for range 3 {
+		if !traffic.SleepCtx(ctx, 2*time.Second) {
+			return ctx.Err()
+		}
+		if err := r.restartController(ctx); err != nil {
+			return err
+		}
+	}
+	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
+}
+
+// scenarioRestartIdle is the Azure incident: the writer restarted while
+// nothing changes.
+const scenarioRestartIdle = "restart-idle"
+
+// idleRestarts is how often restart-idle restarts the writer (the incident's
+// count); idleVerify how long it then lets the new writer work before the
+// next restart (its first sync of every Service takes well under that).
+const (
+	IdleRestarts = 6
+	idleVerify   = 5 * time.Second
+)
+
+// actRestartIdle kills the process that writes the load balancer (the
+// leader: zerodrop's controller, or the upstream service controller's
+// cloud-controller-manager) idleRestarts times, with SIGKILL and SIGTERM in
+// turn, as the kubelet or an OOM kill would, and each time waits for another
+// replica to take the lease (the killed pod's ReplicaSet replaces it) and
+// idleVerify more. Every write counted at HAProxy's sockets from one kill to
+// the next (the last: to the end of the act) is that restart's.
+func actRestartIdle(ctx context.Context, r *run) error {
+	var at []int64
+	for i := range IdleRestarts {
+		sig, name := syscall.SIGKILL, "SIGKILL"
+		if i%2 == 1 {
+			sig, name = syscall.SIGTERM, "SIGTERM"
+		}
+		target, err := r.waitLeader(ctx, "")
+		if err != nil {
+			return err
+		}
+		n, err := r.landed()
+		if err != nil {
+			return err
+		}
+		at = append(at, n)
+		r.mark("%s %s", name, shortPod(target))
+		if err := r.lab.agent.Signal(ctrlNamespace+"/"+target, sig); err != nil {
+			return fmt.Errorf("restart %d: %w", i+1, err)
+		}
+		r.ctrls.gone(target)
+		next, err := r.waitLeader(ctx, target)
+		if err != nil {
+			return fmt.Errorf("restart %d: %w", i+1, err)
+		}
+		r.mark("leader %s", shortPod(next))
+		if err := r.waitControllersReady(ctx, target); err != nil {
+			return fmt.Errorf("restart %d: %w", i+1, err)
+		}
+		if !traffic.SleepCtx(ctx, idleVerify) {
+			return ctx.Err()
+		}
+	}
+	n, err := r.landed()
+	if err != nil {
+		return err
+	}
+	at = append(at, n)
+	r.restartWrites = writesBetween(at)
+	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
+}
+
+// writesBetween turns the landed-write counts read at each restart (and
+// once at the end) into the writes of each restart.
+func writesBetween(at []int64) []int64 {
+	var out []int64
+	for i := 1; i < len(at); i++ {
+		out = append(out, at[i]-at[i-1])
+	}
+	return out
+}

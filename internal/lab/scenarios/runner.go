@@ -1,0 +1,153 @@
+package scenarios
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+)
+
+// settle is the warm-up and cool-down around the disruption.
+const settle = 2 * time.Second
+
+// actTimeout bounds how long a scenario's act may take before it counts as
+// failed: the workload's steady-state bound plus 30 s, and for restart-idle
+// 40 s per restart (a lease to expire, a replacement to start, idleVerify).
+func (r *run) actTimeout(sc scenario) time.Duration {
+	d := r.steadyTimeout(max(sc.replicas, 4)) + 30*time.Second
+	switch sc.Name {
+	case scenarioRestartIdle:
+		d += IdleRestarts * 40 * time.Second
+	case report.ScenarioKillMidPlan:
+		// A lease to expire, a replacement to start, a rollout to resume.
+		d += time.Duration(r.lab.opts.Chaos.kills()) * 60 * time.Second
+	case report.ScenarioAPIServerDown:
+		d += r.lab.opts.Chaos.outage() + 90*time.Second
+	}
+	return d
+}
+
+// runScenario runs one scenario in one mode, backend and traffic policy,
+// and reports what the clients saw.
+func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode report.Mode) (report.Result, error) {
+	l.runs++
+	r := &run{lab: l, id: l.runs, scenario: sc.Name, mode: mode, backend: v.backend, policy: v.policy,
+		ns:    fmt.Sprintf("lab-%d-%s-%s", l.runs, sc.Name, mode),
+		class: fmt.Sprintf("zerodrop.dev/lab-%d", l.runs),
+		dir:   fmt.Sprintf("%s/haproxy-%d", l.dir, l.runs)}
+	l.curMu.Lock()
+	l.current = r
+	l.curMu.Unlock()
+	res := report.Result{Scenario: sc.Name, Mode: string(mode), Backend: v.backend, ExternalTrafficPolicy: v.policy}
+	defer r.teardown()
+	label := fmt.Sprintf("%-10s %-13s %-8s", sc.Name, v, mode)
+	l.progressf("%s setting up (%s)", label, sc.about)
+	setupStart := time.Now()
+	if err := r.setup(ctx, sc.replicas); err != nil {
+		return res, err
+	}
+	l.logf("%s: steady after %s", r.name(), time.Since(setupStart).Round(time.Millisecond))
+
+	base := r.counters()
+	landedBase, err := r.landed()
+	if err != nil {
+		return res, err
+	}
+	r.rec = traffic.NewRecorder()
+	tctx, stopTraffic := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var lanes []report.BackendLane
+	wg.Add(3)
+	res.Frontend, res.TrafficStart, res.ClientNetns = r.addr, report.Timestamp(r.rec.Start), l.net.Client.Name
+	// An outside client can count too, from the same namespace: the
+	// frontend is where the lab's clients send to.
+	l.progressf("%s traffic start frontend=%s netns=%s rate=%d/s", label, r.addr, l.net.Client.Name, l.opts.Rate)
+	go func() {
+		defer wg.Done()
+		traffic.RunTraffic(tctx, l.net.Client.DialContext, r.addr, l.opts.Rate, r.rec)
+	}()
+	go func() { defer wg.Done(); l.progress(tctx, r, landedBase) }()
+	go func() { defer wg.Done(); lanes = r.sampleStates(tctx, r.rec.Start) }()
+
+	if traffic.SleepCtx(ctx, settle) {
+		actx, cancel := context.WithTimeout(ctx, r.actTimeout(sc))
+		actStart := time.Now()
+		err = sc.act(actx, r)
+		cancel()
+		if err == nil {
+			res.RolloutSeconds = float64(time.Since(actStart).Milliseconds()) / 1000
+			r.mark("steady")
+			traffic.SleepCtx(ctx, settle)
+		}
+	}
+	// The schedule ends here (requests in flight still finish and count):
+	// an outside client stops its own schedule at this line.
+	l.progressf("%s traffic end", label)
+	stopTraffic()
+	wg.Wait()
+	res.TrafficEnd = report.Timestamp(time.Now())
+	res.DataPlaneSessions = r.dataPlaneSessions()
+	if err == nil {
+		err = ctx.Err()
+	}
+	snap := r.rec.Snapshot()
+	c := r.counters().Sub(base)
+	res.Requests, res.FailedRequests, res.RequestsLate = snap.Requests, snap.Failed, snap.Late
+	res.RequestsLateStall = snap.LateStall
+	res.LongConns, res.LongConnsClosed, res.LongConnsBroken = snap.LongConns, snap.LongClosed, snap.LongBroken
+	p50, longest := snap.ReconnectStats()
+	res.ReconnectP50Ms, res.ReconnectMaxMs = report.Milliseconds(p50), report.Milliseconds(longest)
+	res.ControllerWrites, res.ProviderConflicts = int64(c.Writes), int64(c.Conflicts)
+	res.DrainDrained, res.DrainDeadline = int64(c.Drained), int64(c.Deadline)
+	res.HookFailures = l.hookFailures(r.ns)
+	res.DrainRelayRetries = l.relayRetries(r.ns)
+	res.WritesPerRestart = r.restartWrites
+	res.DataPlaneReplicas = len(r.replicas())
+	res.ReplicaDisruption = r.replicaFigures
+	res.Chaos = r.chaos
+	res.DuplicateBackendSamples = r.dupSamples.Load()
+	landed, lerr := r.landed()
+	res.ProviderWrites = landed - landedBase
+	if err == nil {
+		err = lerr
+	}
+	res.DurationSeconds = float64(time.Since(r.rec.Start).Milliseconds()) / 1000
+	res.Timeline = &report.Timeline{Seconds: snap.Seconds, Failures: snap.Failures, Markers: r.markers,
+		LongClosed: snap.LongClosed, Exchanges: snap.Exchanges, Lanes: lanes}
+	l.logFailures(r, snap)
+	if err == nil && sc.lossless && mode == report.ModeZerodrop {
+		err = lossless(res)
+	}
+	return res, err
+}
+
+func (l *lab) logFailures(r *run, snap traffic.Snapshot) {
+	kinds := map[string]int{}
+	for _, f := range snap.Failures {
+		kinds[f.Source+"/"+f.Kind]++
+	}
+	b, _ := json.Marshal(kinds)
+	p50, longest := snap.ReconnectStats()
+	l.logf("%s: %d requests, %d failed (%d late, %d of them the client's stall), %d long conns (%d broken, %d closed with 1001, %d echoed messages, %d reconnects: p50 %s, max %s), failures by kind %s",
+		r.name(), snap.Requests, snap.Failed, snap.Late, snap.LateStall, snap.LongConns, snap.LongBroken, snap.LongClosed, snap.Exchanges,
+		len(snap.Reconnects), p50.Round(time.Millisecond), longest.Round(time.Millisecond), b)
+	for _, f := range snap.Failures {
+		l.logf("  %6.2fs %-7s %-7s %s", f.At.Seconds(), f.Source, f.Kind, f.Detail)
+	}
+}
+
+// progress prints a line every 5 s while the traffic runs; writes are those
+// counted at HAProxy's sockets.
+func (l *lab) progress(ctx context.Context, r *run, landedBase int64) {
+	for traffic.SleepCtx(ctx, 5*time.Second) {
+		s := r.rec.Snapshot()
+		landed, _ := r.landed()
+		l.progressf("%-10s %-13s %-8s %4.0fs  requests %5d  failed %4d (late %d)  long %3d (closed %d, broken %d)  writes %d",
+			r.scenario, r.backend+"/"+r.policy, r.mode, time.Since(r.rec.Start).Seconds(), s.Requests, s.Failed, s.Late, s.LongConns,
+			s.LongClosed, s.LongBroken, landed-landedBase)
+	}
+}

@@ -1,0 +1,181 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/upstream"
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/webhook"
+)
+
+// setup creates the namespace, HAProxy, the controllers and the workload, and
+// waits until traffic flows to every replica.
+func (r *run) setup(ctx context.Context, want int32) error {
+	cs := r.lab.cp.Client
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}
+	if r.mode == report.ModeZerodrop {
+		ns.Labels = map[string]string{webhook.LabelInject: webhook.InjectEnabled}
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("namespace: %w", err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	if r.fromChart() {
+		if err := r.startChartDataPlane(ctx, sctx); err != nil {
+			return err
+		}
+	} else if r.dataPlaneEnabled() {
+		if err := r.startDataPlane(ctx); err != nil {
+			return err
+		}
+	} else {
+		if err := cluster.WriteHAProxyWrapper(r.haproxyBinary(), r.lab.net.LB.Name); err != nil {
+			return err
+		}
+		prov, socks, err := cluster.StartHAProxy(ctx, r.dir, r.haproxyBinary())
+		r.addSocks(socks...)
+		if err != nil {
+			return err
+		}
+		r.prov = prov
+		if r.lab.opts.DataPlaneReplicas >= 2 {
+			// One HAProxy, on the first load balancer's host: the client
+			// sends there only.
+			if err := r.lab.net.RouteTo(ctx, true, 0); err != nil {
+				return err
+			}
+		}
+	}
+	r.ctrls = newControllers(r)
+	if r.mode == report.ModeZerodrop && !r.fromChart() {
+		if err := r.lab.selectDrainReplicas(ctx, r.id); err != nil {
+			return err
+		}
+	}
+	if !r.fromChart() {
+		if err := r.ctrls.start(ctx); err != nil {
+			return err
+		}
+	}
+	go r.ctrls.loop(sctx)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: appName, Namespace: r.ns},
+		Spec: corev1.ServiceSpec{
+			Type:                  corev1.ServiceTypeLoadBalancer,
+			LoadBalancerClass:     ptr.To(r.class),
+			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyCluster,
+			Selector:              map[string]string{"app": appName},
+			Ports: []corev1.ServicePort{{Name: "http", Port: servicePort, TargetPort: intstr.FromString("http"),
+				Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	if r.policy == PolicyLocal {
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	}
+	if r.backend == BackendNode {
+		svc.Annotations = map[string]string{model.AnnotationBackendMode: string(model.NodeMode)}
+	}
+	if r.mode.NodeBacked() {
+		svc.Spec.LoadBalancerClass = nil
+	}
+	created, err := cs.CoreV1().Services(r.ns).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	r.upstreamLB = upstream.LoadBalancerName(created)
+	if r.mode == report.ModeZerodrop || r.mode == report.ModeRecipe {
+		pdb := &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Name: appName, Namespace: r.ns},
+			Spec: policyv1.PodDisruptionBudgetSpec{
+				MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+				Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": appName}},
+			},
+		}
+		if _, err := cs.PolicyV1().PodDisruptionBudgets(r.ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("pdb: %w", err)
+		}
+	}
+	if r.fromChart() {
+		if err := r.waitChartWebhook(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := cs.AppsV1().Deployments(r.ns).Create(ctx, r.deployment(want), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("deployment: %w", err)
+	}
+	return r.waitSteady(ctx, want, r.steadyTimeout(want))
+}
+
+// steadyTimeout bounds how long a workload of n replicas may take to be
+// steady after a disruption: 120 s, and with the recipe each of the n pods
+// replaced one at a time (minReadySeconds and a readiness probe period on
+// top of a start) plus one grace period for the last old pod.
+func (r *run) steadyTimeout(n int32) time.Duration {
+	d := 120 * time.Second
+	if r.mode == report.ModeRecipe {
+		rc := r.lab.opts.Recipe
+		d += time.Duration(n)*(rc.MinReady+10*time.Second) + rc.GracePeriod
+	}
+	return d
+}
+
+// deployment is a typical web Deployment: a readiness probe with the
+// Kubernetes defaults (period 10 s, failure threshold 3) and the default
+// grace period of 30 s. zerodrop mode adds the rollout settings zerodrop
+// check asks for (maxUnavailable 0, maxSurge 1); the webhook adds the gate and
+// the hook at admission. Upstream keeps the Deployment defaults (25 %/25 %).
+// The recipe adds its preStop sleep, grace period and minReadySeconds to
+// zerodrop's rollout settings.
+func (r *run) deployment(n int32) *appsv1.Deployment {
+	labels := map[string]string{"app": appName}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: appName, Namespace: r.ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(n),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					Containers: []corev1.Container{{
+						Name:  "app",
+						Image: "lab/web:1",
+						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: podPort, Protocol: corev1.ProtocolTCP}},
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+							HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")},
+						}},
+					}},
+				},
+			},
+		},
+	}
+	if r.lab.opts.AppExitOnSIGTERM {
+		d.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: traffic.AppSigtermEnv, Value: traffic.AppSigtermExit}}
+	}
+	if r.mode == report.ModeZerodrop || r.mode == report.ModeRecipe {
+		d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))}}
+	}
+	if r.mode == report.ModeRecipe {
+		rc := r.lab.opts.Recipe
+		spec := &d.Spec.Template.Spec
+		spec.TerminationGracePeriodSeconds = ptr.To(int64(rc.GracePeriod / time.Second))
+		spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Sleep: &corev1.SleepAction{Seconds: int64(rc.PreStopSleep / time.Second)}}}
+		d.Spec.MinReadySeconds = int32(rc.MinReady / time.Second)
+	}
+	return d
+}

@@ -1,0 +1,121 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+)
+
+// restartController deletes the controller pod that writes (the leader), as
+// a rolling update of the controller or a deleted pod does: its ReplicaSet
+// starts a replacement at once, and the old pod stops (zerodrop's with its
+// preStop sleep and SIGTERM). It returns when a replacement is ready.
+func (r *run) restartController(ctx context.Context) error {
+	target, err := r.waitLeader(ctx, "")
+	if err != nil {
+		return err
+	}
+	r.mark("restart %s", shortPod(target))
+	if err := r.lab.cp.Client.CoreV1().Pods(ctrlNamespace).Delete(ctx, target, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("restart %s: %w", target, err)
+	}
+	return r.waitControllersReady(ctx, target)
+}
+
+// waitLeader waits for a controller pod other than not that reports the
+// leader lease (zerodrop: after a restart the lease moves once the old
+// leader has stopped; the upstream controller's once the lease expired).
+func (r *run) waitLeader(ctx context.Context, not string) (string, error) {
+	target := ""
+	err := waitFor(ctx, 60*time.Second, "a controller holding the leader lease", func() (bool, string) {
+		target = r.ctrls.leader()
+		return target != "" && target != not, "no replica reports leader_election_master_status 1"
+	})
+	return target, err
+}
+
+// waitControllersReady waits until the mode's replicas, old excluded, are
+// ready.
+func (r *run) waitControllersReady(ctx context.Context, old string) error {
+	return waitFor(ctx, 60*time.Second, "a replacement controller pod ready", func() (bool, string) {
+		ready := 0
+		for _, p := range r.ctrls.pods() {
+			if p.Name != old && p.DeletionTimestamp == nil && cluster.ConditionStatus(p, corev1.PodReady) == corev1.ConditionTrue {
+				ready++
+			}
+		}
+		return ready >= controllerReplicas, fmt.Sprintf("%d ready controller pods, want %d", ready, controllerReplicas)
+	})
+}
+
+// podNodes counts the nodes the run's pods run on.
+func (r *run) podNodes(ctx context.Context) (int, error) {
+	nodes, err := r.podNodeNames(ctx)
+	return len(nodes), err
+}
+
+// podNodeNames lists, sorted, the nodes the run's pods that are not
+// terminating run on.
+func (r *run) podNodeNames(ctx context.Context) ([]string, error) {
+	pods, err := r.lab.cp.Client.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + appName})
+	if err != nil {
+		return nil, err
+	}
+	nodes := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			nodes[p.Spec.NodeName] = true
+		}
+	}
+	out := make([]string, 0, len(nodes))
+	for n := range nodes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// drainReachable connects to the drain Service's ClusterIP from every node.
+func (r *run) drainReachable(ctx context.Context) error {
+	addr := net.JoinHostPort(cluster.DrainClusterIP, strconv.Itoa(drainPort))
+	for _, n := range r.lab.net.Net.Nodes {
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		c, err := n.DialContext(dctx, "tcp", addr)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("drain Service from %s: %w", cluster.NodeName(n.Index), err)
+		}
+		c.Close()
+	}
+	return nil
+}
+
+// waitFor polls cond every 200 ms until it holds, timeout passes or ctx ends.
+func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) error {
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, msg := cond()
+		if ok {
+			return nil
+		}
+		if msg != "" {
+			last = msg
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not reached within %s: %s", what, timeout, last)
+		}
+		if !traffic.SleepCtx(ctx, 200*time.Millisecond) {
+			return fmt.Errorf("%s: %w (%s)", what, ctx.Err(), last)
+		}
+	}
+}
