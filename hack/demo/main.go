@@ -32,6 +32,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/promtext"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
@@ -168,13 +169,7 @@ func startController(ctx context.Context, env *controlplane.Env, dir, sync strin
 func (r *running) stop() float64 {
 	writes := 0.0
 	if mfs, err := r.reg.Gather(); err == nil {
-		for _, mf := range mfs {
-			if mf.GetName() == "zerodrop_provider_writes_total" {
-				for _, m := range mf.GetMetric() {
-					writes += m.GetCounter().GetValue()
-				}
-			}
-		}
+		writes, _ = promtext.Gathered(mfs).Sum("zerodrop_provider_writes_total")
 	}
 	r.cancel()
 	<-r.done

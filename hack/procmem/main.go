@@ -21,7 +21,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -48,6 +47,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/promtext"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
@@ -227,7 +227,7 @@ func run(extra []string) error {
 		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s (%s) |\n", r.name, mib(r.m.hwm), mib(r.m.rss),
 			mibF(r.m.metric("go_memstats_heap_inuse_bytes")), mibF(r.m.metric("go_memstats_sys_bytes")),
 			limit(r.m.metric("go_gc_gomemlimit_bytes")),
-			count(r.m.metric("zerodrop_provider_writes_total")), count(r.m.metric(`zerodrop_provider_writes_total{op="reload"`)))
+			count(r.m.metric("zerodrop_provider_writes_total")), count(r.m.metric("zerodrop_provider_writes_total", "op", "reload")))
 	}
 	if w := restarted.metric("zerodrop_provider_writes_total"); w > 0 {
 		return fmt.Errorf("the restart with nothing changed made %v provider writes, want 0", w)
@@ -439,7 +439,7 @@ func (p *process) stop() {
 // reading is the process's memory from the kernel and its own metrics.
 type reading struct {
 	hwm, rss uint64
-	metrics  string
+	metrics  promtext.Metrics
 }
 
 func (p *process) read(metricsURL string) reading {
@@ -463,49 +463,18 @@ func (p *process) read(metricsURL string) reading {
 	return r
 }
 
-// metric sums the samples of the metric whose line starts with prefix (a
-// name, or a name and the start of its labels); -1 when there is none.
-func (r reading) metric(prefix string) float64 {
-	sum, found := 0.0, false
-	sc := bufio.NewScanner(strings.NewReader(r.metrics))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, prefix) {
-			continue
-		}
-		rest := line[len(prefix):]
-		if !strings.Contains(prefix, "{") && !strings.HasPrefix(rest, "{") && !strings.HasPrefix(rest, " ") {
-			continue // a longer name
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			continue
-		}
-		sum, found = sum+v, true
+// metric sums the samples of the metric name whose labels include the
+// name, value pairs of labels; -1 when there is none (not scraped, or not
+// exported by this build).
+func (r reading) metric(name string, labels ...string) float64 {
+	if v, found := r.metrics.Sum(name, labels...); found {
+		return v
 	}
-	if !found {
-		return -1
-	}
-	return sum
+	return -1
 }
 
-func scrape(url string) (string, error) {
-	hc := &http.Client{Timeout: 10 * time.Second}
-	resp, err := hc.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		b.WriteString(sc.Text())
-		b.WriteByte('\n')
-	}
-	return b.String(), sc.Err()
+func scrape(url string) (promtext.Metrics, error) {
+	return promtext.Fetch(context.Background(), &http.Client{Timeout: 10 * time.Second}, url)
 }
 
 // awaitBuilt waits until every Service has its load balancer address in its

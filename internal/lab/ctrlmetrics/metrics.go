@@ -1,12 +1,10 @@
 package ctrlmetrics
 
 import (
-	"bufio"
-	"fmt"
-	"io"
+	"context"
 	"net/http"
-	"strconv"
-	"strings"
+
+	"zerodrop.dev/zerodrop/internal/promtext"
 )
 
 // counters are a controller's provider figures and its drain calls'
@@ -23,59 +21,34 @@ func (c Counters) Sub(o Counters) Counters {
 		c.Reconciles - o.Reconciles}
 }
 
-// fetchMetrics reads a controller's counters and leader status at url.
+// FetchMetrics reads a controller's counters and leader status at url
+// (its /metrics endpoint).
 func FetchMetrics(client *http.Client, url string) (Counters, bool, error) {
-	resp, err := client.Get(url)
+	m, err := promtext.Fetch(context.Background(), client, url)
 	if err != nil {
 		return Counters{}, false, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return Counters{}, false, fmt.Errorf("metrics: %s", resp.Status)
-	}
-	return parseMetrics(resp.Body)
+	c, leader := countersOf(m)
+	return c, leader, nil
 }
 
-// parseMetrics sums zerodrop_provider_writes_total,
+// countersOf sums zerodrop_provider_writes_total,
 // zerodrop_provider_conflicts_total and zerodrop_reconcile_total over their
-// labels and reads
-// leader_election_master_status, from the Prometheus text format.
-func parseMetrics(r io.Reader) (Counters, bool, error) {
-	var c Counters
-	leader := false
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name := line
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name = line[:i]
-		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "zerodrop_provider_writes_total":
-			c.Writes += v
-		case "zerodrop_provider_conflicts_total":
-			c.Conflicts += v
-		case "zerodrop_reconcile_total":
-			c.Reconciles += v
-		case "zerodrop_drain_outcome_total":
-			switch {
-			case strings.Contains(line, `outcome="drained"`):
-				c.Drained += v
-			case strings.Contains(line, `outcome="deadline"`):
-				c.Deadline += v
-			}
-		case "leader_election_master_status":
-			leader = leader || v == 1
-		}
+// labels, the drain outcomes by outcome, and reads
+// leader_election_master_status.
+func countersOf(m promtext.Metrics) (Counters, bool) {
+	sum := func(name string, labels ...string) float64 {
+		v, _ := m.Sum(name, labels...)
+		return v
 	}
-	return c, leader, sc.Err()
+	c := Counters{
+		Writes:     sum("zerodrop_provider_writes_total"),
+		Conflicts:  sum("zerodrop_provider_conflicts_total"),
+		Drained:    sum("zerodrop_drain_outcome_total", "outcome", "drained"),
+		Deadline:   sum("zerodrop_drain_outcome_total", "outcome", "deadline"),
+		Reconciles: sum("zerodrop_reconcile_total"),
+	}
+	// 1 on the replica that leads (one sample per election name).
+	leader := sum("leader_election_master_status") >= 1
+	return c, leader
 }
