@@ -2,21 +2,17 @@ package scenarios
 
 import (
 	"context"
-	"encoding/csv"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
 // scenarioLBReplicaRestart is issue 17's data-plane scenario.
@@ -195,41 +191,18 @@ func (r *run) dataPlaneSessions() []int64 {
 }
 
 // frontendSessions sums stot over the FRONTEND rows of `show stat` at the
-// admin socket.
+// admin socket, read through the provider's one reader of it.
 func frontendSessions(sock string) (int64, error) {
-	c, err := net.DialTimeout("unix", sock, 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := haproxy.ReadStat(ctx, sock)
 	if err != nil {
 		return 0, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, "show stat\n"); err != nil {
-		return 0, err
-	}
-	rows, err := csv.NewReader(c).ReadAll()
-	if err != nil {
-		return 0, err
-	}
-	if len(rows) == 0 || len(rows[0]) == 0 {
-		return 0, errors.New("show stat: no header")
-	}
-	rows[0][0] = strings.TrimPrefix(rows[0][0], "# ")
-	col := map[string]int{}
-	for i, h := range rows[0] {
-		col[h] = i
-	}
-	sv, stot := col["svname"], col["stot"]
-	if stot == 0 {
-		return 0, errors.New("show stat: no stot column")
 	}
 	var sum int64
-	for _, row := range rows[1:] {
-		if len(row) > stot && row[sv] == "FRONTEND" {
-			n, err := strconv.ParseInt(row[stot], 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("show stat: stot %q: %w", row[stot], err)
-			}
-			sum += n
+	for _, r := range rows {
+		if r.IsFrontend() {
+			sum += r.Sessions
 		}
 	}
 	return sum, nil

@@ -182,6 +182,21 @@ func TestDraining(t *testing.T) {
 	if seen := reached(t, lbAddr, port, 10); len(seen) != 1 || seen[bs[0].id()] != 10 {
 		t.Fatalf("new connections reached %v, want only %s", seen, bs[0].id())
 	}
+	// ReadStat, the reader the lab uses, reads the same HAProxy: its
+	// frontends accepted at least the connections above.
+	statRows, err := ReadStat(ctx, p.admin.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted int64
+	for _, r := range statRows {
+		if r.IsFrontend() {
+			accepted += r.Sessions
+		}
+	}
+	if accepted < 10 {
+		t.Fatalf("ReadStat: the frontends accepted %d sessions, want at least 10", accepted)
+	}
 	st := backendStatus(t, p, key, bs[1])
 	if st.State != model.Draining || st.Connections != 1 {
 		t.Fatalf("draining backend status %+v, want draining with 1 connection", st)

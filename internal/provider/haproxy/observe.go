@@ -3,7 +3,6 @@ package haproxy
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -42,116 +41,6 @@ const (
 
 	checkEnabled = 0x04
 )
-
-// Row types of `show stat`.
-const (
-	statFrontend = 0
-	statBackend  = 1
-	statServer   = 2
-	statListener = 3
-)
-
-// statRow is one row of `show stat`, the columns the provider uses.
-type statRow struct {
-	Proxy       string
-	Name        string
-	Type        int
-	Status      string
-	Scur        int64
-	CheckStatus string
-	Addr        string
-}
-
-// parseStat parses `show stat` CSV, locating columns by the header.
-func parseStat(text string) ([]statRow, error) {
-	text = strings.TrimPrefix(strings.TrimLeft(text, "\n"), "# ")
-	headerLine, rest, _ := strings.Cut(text, "\n")
-	header, err := csvLine(headerLine)
-	if err != nil {
-		return nil, fmt.Errorf("show stat: header: %w", err)
-	}
-	col := map[string]int{}
-	for i, h := range header {
-		col[h] = i
-	}
-	// The columns used, in the order of statFields; slot maps a column to
-	// its place there.
-	statFields := []string{"pxname", "svname", "type", "status", "scur", "check_status", "addr"}
-	slot := make([]int, len(header))
-	for i := range slot {
-		slot[i] = -1
-	}
-	for k, need := range statFields {
-		i, ok := col[need]
-		if !ok {
-			return nil, fmt.Errorf("show stat: no %q column in %q", need, strings.Join(header, ","))
-		}
-		slot[i] = k
-	}
-	// Thousands of rows of about 80 columns, read on every snapshot: a row
-	// without quotes is split in place and only the used columns kept
-	// (copied, so that the reading itself can be freed); a quoted one goes
-	// through the CSV reader.
-	var rows []statRow
-	f := make([]string, len(statFields))
-	for rest != "" {
-		var line string
-		line, rest, _ = strings.Cut(rest, "\n")
-		if line == "" {
-			continue
-		}
-		clear(f)
-		if strings.IndexByte(line, '"') < 0 {
-			pickFields(line, slot, f)
-		} else {
-			rec, err := csvLine(line)
-			if err != nil {
-				return nil, fmt.Errorf("show stat: %w", err)
-			}
-			for i, v := range rec {
-				if i < len(slot) && slot[i] >= 0 {
-					f[slot[i]] = v
-				}
-			}
-		}
-		typ, err := strconv.Atoi(f[2])
-		if err != nil {
-			return nil, fmt.Errorf("show stat: %s/%s: type %q", f[0], f[1], f[2])
-		}
-		scur, _ := strconv.ParseInt(f[4], 10, 64)
-		rows = append(rows, statRow{
-			Proxy: strings.Clone(f[0]), Name: strings.Clone(f[1]), Type: typ, Status: strings.Clone(f[3]), Scur: scur,
-			CheckStatus: strings.Clone(strings.TrimPrefix(f[5], "* ")), Addr: strings.Clone(f[6]),
-		})
-	}
-	return rows, nil
-}
-
-// csvLine reads one CSV record.
-func csvLine(line string) ([]string, error) {
-	r := csv.NewReader(strings.NewReader(line))
-	r.FieldsPerRecord = -1
-	r.LazyQuotes = true
-	return r.Read()
-}
-
-// pickFields sets out[slot[i]] to column i of a CSV line without quotes,
-// for every column with a slot.
-func pickFields(line string, slot []int, out []string) {
-	for i := 0; i < len(slot); i++ {
-		end := strings.IndexByte(line, ',')
-		if end < 0 {
-			end = len(line)
-		}
-		if slot[i] >= 0 {
-			out[slot[i]] = line[:end]
-		}
-		if end == len(line) {
-			return
-		}
-		line = line[end+1:]
-	}
-}
 
 // serverStateRow is one row of `show servers state`.
 type serverStateRow struct {
@@ -288,7 +177,7 @@ func (s serverView) backend() model.Backend {
 }
 
 // buildSnapshot joins the three readings into proxies.
-func buildSnapshot(stat []statRow, servers []serverStateRow, meta map[string]string) *snapshot {
+func buildSnapshot(stat []StatRow, servers []serverStateRow, meta map[string]string) *snapshot {
 	s := &snapshot{proxies: map[string]*proxyView{}}
 	for _, r := range stat {
 		key, listener, ok := parseProxyName(r.Proxy)
@@ -309,7 +198,7 @@ func buildSnapshot(stat []statRow, servers []serverStateRow, meta map[string]str
 			pv.Address, pv.Port = splitStatAddr(r.Addr)
 		}
 	}
-	status := map[string]statRow{}
+	status := map[string]StatRow{}
 	for _, r := range stat {
 		if r.Type == statServer {
 			status[r.Proxy+"/"+r.Name] = r

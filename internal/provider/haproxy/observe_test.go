@@ -60,7 +60,7 @@ func TestParseStat(t *testing.T) {
 	if len(rows) != 12 {
 		t.Fatalf("%d rows", len(rows))
 	}
-	want := statRow{Proxy: "zd:default.web:tcp-80", Name: "127.0.0.1:18002", Type: statServer, Status: "DRAIN", Scur: 1, CheckStatus: "L4OK", Addr: "127.0.0.1:18002"}
+	want := StatRow{Proxy: "zd:default.web:tcp-80", Name: "127.0.0.1:18002", Type: statServer, Status: "DRAIN", Scur: 1, CheckStatus: "L4OK", Addr: "127.0.0.1:18002"}
 	if diff := cmp.Diff(want, rows[4]); diff != "" {
 		t.Errorf("server row (-want +got):\n%s", diff)
 	}
@@ -70,25 +70,25 @@ func TestParseStat(t *testing.T) {
 	// A quoted column with a comma (an agent's or a check's description)
 	// before the used ones, a row cut short, and rows around them split in
 	// place: each row gets its own columns.
-	mixed := "# pxname,svname,desc,type,status,scur,check_status,addr\n" +
-		"p1,s1,plain,2,UP,3,L4OK,10.0.0.1:80\n" +
-		"p2,s2,\"a, \"\"quoted\"\" one\",2,DOWN,0,* L4CON,10.0.0.2:80\n" +
+	mixed := "# pxname,svname,desc,type,status,scur,check_status,addr,stot\n" +
+		"p1,s1,plain,2,UP,3,L4OK,10.0.0.1:80,40\n" +
+		"p2,s2,\"a, \"\"quoted\"\" one\",2,DOWN,0,* L4CON,10.0.0.2:80,\n" +
 		"p3,s3,short,2\n" +
-		"p4,s4,,3,OPEN,7,,127.0.0.9:443\n"
+		"p4,s4,,3,OPEN,7,,127.0.0.9:443,12\n"
 	got, err := parseStat(mixed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantRows := []statRow{
-		{Proxy: "p1", Name: "s1", Type: statServer, Status: "UP", Scur: 3, CheckStatus: "L4OK", Addr: "10.0.0.1:80"},
+	wantRows := []StatRow{
+		{Proxy: "p1", Name: "s1", Type: statServer, Status: "UP", Scur: 3, Sessions: 40, CheckStatus: "L4OK", Addr: "10.0.0.1:80"},
 		{Proxy: "p2", Name: "s2", Type: statServer, Status: "DOWN", Scur: 0, CheckStatus: "L4CON", Addr: "10.0.0.2:80"},
 		{Proxy: "p3", Name: "s3", Type: statServer},
-		{Proxy: "p4", Name: "s4", Type: statListener, Status: "OPEN", Scur: 7, Addr: "127.0.0.9:443"},
+		{Proxy: "p4", Name: "s4", Type: statListener, Status: "OPEN", Scur: 7, Sessions: 12, Addr: "127.0.0.9:443"},
 	}
 	if diff := cmp.Diff(wantRows, got); diff != "" {
 		t.Errorf("mixed rows (-want +got):\n%s", diff)
 	}
-	for _, bad := range []string{"", "# pxname,svname\nx,y\n", "# pxname,svname,type,status,scur,check_status,addr\nx,y,notanumber,,,,\n"} {
+	for _, bad := range []string{"", "# pxname,svname\nx,y\n", "# pxname,svname,type,status,scur,check_status,addr,stot\nx,y,notanumber,,,,,\n"} {
 		if _, err := parseStat(bad); err == nil {
 			t.Errorf("parseStat(%q) accepted", bad)
 		}

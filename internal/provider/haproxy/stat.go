@@ -1,0 +1,148 @@
+package haproxy
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ReadStat sends `show stat` to the admin socket of an HAProxy (a path) and
+// parses the reply: the one reader of `show stat` for code outside the
+// provider (the lab's data-plane scenario reads its replicas' sessions with
+// it), so that one parser, with its columns found by the header, serves
+// both. The provider itself reads it within its snapshot's exchange (see
+// snapshot), not through here.
+func ReadStat(ctx context.Context, adminSocket string) ([]StatRow, error) {
+	text, err := runtimeClient{path: adminSocket}.do(ctx, "show stat")
+	if err != nil {
+		return nil, err
+	}
+	rows, err := parseStat(text)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", adminSocket, err)
+	}
+	return rows, nil
+}
+
+// Row types of `show stat`.
+const (
+	statFrontend = 0
+	statBackend  = 1
+	statServer   = 2
+	statListener = 3
+)
+
+// StatRow is one row of `show stat`, the columns the provider and the lab
+// use.
+type StatRow struct {
+	Proxy       string // pxname
+	Name        string // svname: a server's name, FRONTEND, BACKEND or a listener's
+	Type        int    // 0 frontend, 1 backend, 2 server, 3 listener
+	Status      string
+	Scur        int64 // sessions open now
+	Sessions    int64 // stot: sessions since the process started
+	CheckStatus string
+	Addr        string
+}
+
+// IsFrontend reports whether the row is a proxy's FRONTEND row.
+func (r StatRow) IsFrontend() bool { return r.Type == statFrontend }
+
+// parseStat parses `show stat` CSV, locating columns by the header.
+func parseStat(text string) ([]StatRow, error) {
+	text = strings.TrimPrefix(strings.TrimLeft(text, "\n"), "# ")
+	headerLine, rest, _ := strings.Cut(text, "\n")
+	header, err := csvLine(headerLine)
+	if err != nil {
+		return nil, fmt.Errorf("show stat: header: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		col[h] = i
+	}
+	// The columns used, in the order of statFields; slot maps a column to
+	// its place there.
+	statFields := []string{"pxname", "svname", "type", "status", "scur", "check_status", "addr", "stot"}
+	slot := make([]int, len(header))
+	for i := range slot {
+		slot[i] = -1
+	}
+	for k, need := range statFields {
+		i, ok := col[need]
+		if !ok && need == "stot" {
+			// Only the lab's session counts read it; a reply without it
+			// (a test's fake HAProxy) reads as 0.
+			continue
+		}
+		if !ok {
+			return nil, fmt.Errorf("show stat: no %q column in %q", need, strings.Join(header, ","))
+		}
+		slot[i] = k
+	}
+	// Thousands of rows of about 80 columns, read on every snapshot: a row
+	// without quotes is split in place and only the used columns kept
+	// (copied, so that the reading itself can be freed); a quoted one goes
+	// through the CSV reader.
+	var rows []StatRow
+	f := make([]string, len(statFields))
+	for rest != "" {
+		var line string
+		line, rest, _ = strings.Cut(rest, "\n")
+		if line == "" {
+			continue
+		}
+		clear(f)
+		if strings.IndexByte(line, '"') < 0 {
+			pickFields(line, slot, f)
+		} else {
+			rec, err := csvLine(line)
+			if err != nil {
+				return nil, fmt.Errorf("show stat: %w", err)
+			}
+			for i, v := range rec {
+				if i < len(slot) && slot[i] >= 0 {
+					f[slot[i]] = v
+				}
+			}
+		}
+		typ, err := strconv.Atoi(f[2])
+		if err != nil {
+			return nil, fmt.Errorf("show stat: %s/%s: type %q", f[0], f[1], f[2])
+		}
+		scur, _ := strconv.ParseInt(f[4], 10, 64)
+		stot, _ := strconv.ParseInt(f[7], 10, 64)
+		rows = append(rows, StatRow{
+			Proxy: strings.Clone(f[0]), Name: strings.Clone(f[1]), Type: typ, Status: strings.Clone(f[3]), Scur: scur, Sessions: stot,
+			CheckStatus: strings.Clone(strings.TrimPrefix(f[5], "* ")), Addr: strings.Clone(f[6]),
+		})
+	}
+	return rows, nil
+}
+
+// csvLine reads one CSV record.
+func csvLine(line string) ([]string, error) {
+	r := csv.NewReader(strings.NewReader(line))
+	r.FieldsPerRecord = -1
+	r.LazyQuotes = true
+	return r.Read()
+}
+
+// pickFields sets out[slot[i]] to column i of a CSV line without quotes,
+// for every column with a slot.
+func pickFields(line string, slot []int, out []string) {
+	for i := 0; i < len(slot); i++ {
+		end := strings.IndexByte(line, ',')
+		if end < 0 {
+			end = len(line)
+		}
+		if slot[i] >= 0 {
+			out[slot[i]] = line[:end]
+		}
+		if end == len(line) {
+			return
+		}
+		line = line[end+1:]
+	}
+}
