@@ -73,7 +73,11 @@ func servingWorker(dir string, frozen int) (int, error) {
 // that cannot be tied to the serving worker is an error, never a guess.
 func readServing(dir string, frozen *atomic.Int64, b *backendServer) (served, error) {
 	var last error
-	for i := 0; i < 100; i++ {
+	// Bounded in time, not in tries: while the master re-executes for a
+	// reload its socket refuses connections, for seconds on a loaded machine
+	// (100 tries 20 ms apart ran out beside stress-ng --cpu 2).
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; i == 0 || time.Now().Before(deadline); i++ {
 		if i > 0 {
 			time.Sleep(20 * time.Millisecond)
 		}
