@@ -28,7 +28,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -49,6 +48,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/promtext"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 var (
@@ -239,7 +239,8 @@ func run(extra []string) error {
 // archive, so that uncommitted changes in the working tree are not
 // measured) into dir, and returns the binary and the commit's short hash.
 func buildAt(root, rev, dir string) (string, string, error) {
-	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", rev+"^{commit}").Output()
+	ctx := context.Background()
+	out, err := supervisor.Output(ctx, supervisor.Command{Name: "git", Args: []string{"-C", root, "rev-parse", "--short", rev + "^{commit}"}})
 	if err != nil {
 		return "", "", fmt.Errorf("git rev-parse %s: %w", rev, err)
 	}
@@ -248,15 +249,11 @@ func buildAt(root, rev, dir string) (string, string, error) {
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return "", "", err
 	}
-	archive := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", root, commit, src)
-	archive.Stderr = os.Stderr
-	if err := archive.Run(); err != nil {
+	if err := supervisor.Run(ctx, supervisor.Command{Name: "sh", Args: []string{"-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", root, commit, src}}); err != nil {
 		return "", "", fmt.Errorf("git archive %s: %w", commit, err)
 	}
 	bin := filepath.Join(dir, "zerodrop")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/zerodrop")
-	build.Dir, build.Stdout, build.Stderr = src, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := supervisor.Run(ctx, supervisor.Command{Name: "go", Args: []string{"build", "-o", bin, "./cmd/zerodrop"}, Dir: src}); err != nil {
 		return "", "", fmt.Errorf("go build ./cmd/zerodrop at %s: %w", commit, err)
 	}
 	return bin, commit, nil
@@ -313,18 +310,11 @@ type urls struct{ metrics, ready string }
 // startHAProxy runs `zerodrop haproxy --dir hdir`, the chart's haproxy
 // container, and waits for its sockets.
 func startHAProxy(bin, hdir, logFile string) (*process, error) {
-	f, err := os.Create(logFile)
+	sp, err := supervisor.Start(supervisor.Spec{Name: bin, Args: []string{"haproxy", "--dir=" + hdir}, Log: logFile, Grace: stopGrace})
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "haproxy", "--dir="+hdir)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	p := &process{cmd: cmd, done: make(chan error, 1), log: f}
-	go func() { p.done <- cmd.Wait() }()
+	p := &process{Process: sp, log: logFile}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if err := p.exited(); err != nil {
@@ -377,64 +367,49 @@ func awaitReady(p *process, readyURL string) (time.Duration, error) {
 	}
 }
 
+// process is a zerodrop process the tool started, and its log.
 type process struct {
-	cmd  *exec.Cmd
-	done chan error
-	log  *os.File
+	*supervisor.Process
+	log string
 }
 
+// stopGrace bounds a process's stop: a controller with thousands of
+// Services may take a while to end its work.
+const stopGrace = 2 * time.Minute
+
 func startController(bin string, args []string, kubeconfig, logFile string) (*process, error) {
-	f, err := os.Create(logFile)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
+	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "GOMEMLIMIT=") && !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "GOGC=") {
-			cmd.Env = append(cmd.Env, kv)
+			env = append(env, kv)
 		}
 	}
 	if !*kubeFlag {
-		cmd.Env = append(cmd.Env, "KUBECONFIG="+kubeconfig)
+		env = append(env, "KUBECONFIG="+kubeconfig)
 	}
 	if *goMemLimit != "" {
-		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+*goMemLimit)
+		env = append(env, "GOMEMLIMIT="+*goMemLimit)
 	}
-	if err := cmd.Start(); err != nil {
-		f.Close()
+	sp, err := supervisor.Start(supervisor.Spec{Name: bin, Args: args, Env: env, Log: logFile, Grace: stopGrace})
+	if err != nil {
 		return nil, err
 	}
-	p := &process{cmd: cmd, done: make(chan error, 1), log: f}
-	go func() { p.done <- cmd.Wait() }()
-	return p, nil
+	return &process{Process: sp, log: logFile}, nil
 }
 
 // exited reports the process's end, if it has ended, with its log's tail.
 func (p *process) exited() error {
-	select {
-	case err := <-p.done:
-		p.done <- err
-		tail, _ := os.ReadFile(p.log.Name())
-		if len(tail) > 4000 {
-			tail = tail[len(tail)-4000:]
-		}
-		return fmt.Errorf("the controller exited (%v):\n%s", err, tail)
-	default:
+	if !p.Exited() {
 		return nil
 	}
+	tail, _ := os.ReadFile(p.log)
+	if len(tail) > 4000 {
+		tail = tail[len(tail)-4000:]
+	}
+	return fmt.Errorf("the controller exited (%v):\n%s", p.Wait(), tail)
 }
 
-func (p *process) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(2 * time.Minute):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	p.log.Close()
-}
+func (p *process) stop() { _ = p.Stop() }
 
 // reading is the process's memory from the kernel and its own metrics.
 type reading struct {
@@ -444,7 +419,7 @@ type reading struct {
 
 func (p *process) read(metricsURL string) reading {
 	var r reading
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)); err == nil {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid())); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			f := strings.Fields(line)
 			if len(f) < 2 {

@@ -7,10 +7,9 @@
 package controlplane
 
 import (
-	"bytes"
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +18,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 var (
@@ -66,13 +67,11 @@ func runControlPlaneScript(which string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "control-plane.sh"), which)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build control plane: %w\n%s", err, stderr.String())
+	out, err := supervisor.Output(context.Background(), supervisor.Command{Name: "bash", Args: []string{filepath.Join(root, "hack", "control-plane.sh"), which}})
+	if err != nil {
+		return "", fmt.Errorf("build control plane: %w", err)
 	}
-	return strings.TrimSpace(stdout.String()), nil
+	return strings.TrimSpace(string(out)), nil
 }
 
 // Env is a running control plane.

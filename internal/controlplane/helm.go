@@ -1,12 +1,13 @@
 package controlplane
 
 import (
-	"bytes"
+	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 var (
@@ -25,14 +26,12 @@ func Helm() (string, error) {
 			helmErr = err
 			return
 		}
-		cmd := exec.Command("bash", filepath.Join(root, "hack", "helm.sh"))
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			helmErr = fmt.Errorf("build helm: %w\n%s", err, stderr.String())
+		out, err := supervisor.Output(context.Background(), supervisor.Command{Name: "bash", Args: []string{filepath.Join(root, "hack", "helm.sh")}})
+		if err != nil {
+			helmErr = fmt.Errorf("build helm: %w", err)
 			return
 		}
-		helmBin = strings.TrimSpace(stdout.String())
+		helmBin = strings.TrimSpace(string(out))
 	})
 	return helmBin, helmErr
 }

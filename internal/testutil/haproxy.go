@@ -1,16 +1,14 @@
 package testutil
 
 import (
-	"bytes"
 	"context"
-	"os"
-	"path/filepath"
-	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // StopHAProxy stops the HAProxy owned in dir and fails the test when any
@@ -44,22 +42,8 @@ func StopHAProxy(t testing.TB, dir string) {
 
 // haproxyProcs lists the live haproxy processes whose command line names dir.
 func haproxyProcs(dir string) []int {
-	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var pids []int
-	for _, path := range paths {
-		cmdline, err := os.ReadFile(path)
-		if err != nil || !bytes.Contains(cmdline, []byte("haproxy")) || !bytes.Contains(cmdline, []byte(dir+"/")) {
-			continue
-		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join(filepath.Dir(path), "stat"))
-		if i := bytes.LastIndexByte(stat, ')'); err == nil && i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
-			continue
-		}
-		pids = append(pids, pid)
-	}
-	return pids
+	return supervisor.Find(func(args []string) bool {
+		joined := strings.Join(args, " ")
+		return strings.Contains(joined, "haproxy") && strings.Contains(joined, dir+"/")
+	})
 }

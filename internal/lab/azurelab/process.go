@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // The emulator lab's kill-mid-plan runs its controllers as processes, so
@@ -136,26 +136,20 @@ func (r *azureRun) startProcess(leaderElect bool) (*azureInstance, error) {
 		"--lease-duration=" + azureLease.String(), "--renew-deadline=" + azureRenew.String(), "--retry-period=" + azureRetryPeriod.String(),
 	}
 	logPath := filepath.Join(p.dir, fmt.Sprintf("controller-%d.log", n))
-	logf, err := os.Create(logPath)
+	proc, err := supervisor.Start(supervisor.Spec{Name: r.opts.Executable, Args: args,
+		Env: append(os.Environ(), cluster.ChildEnv+"=controller"), Log: logPath, DieWithParent: true})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("controller process: %w", err)
 	}
-	cmd := exec.Command(r.opts.Executable, args...)
-	cmd.Env = append(os.Environ(), cluster.ChildEnv+"=controller")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start controller process: %w", err)
-	}
-	pr := &azureProc{pid: cmd.Process.Pid, log: logPath,
+	pr := &azureProc{proc: proc, log: logPath,
 		metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", port),
 		client:     &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}}
 	in := &azureInstance{leaderElect: leaderElect, proc: pr, done: make(chan error, 1), stopLimit: r.waitLimit()}
-	in.cancel = func() { _ = syscall.Kill(-pr.pid, syscall.SIGTERM) }
+	// The instance's own stop, bounded by its stopLimit (instance.go),
+	// not the supervisor's grace.
+	in.cancel = func() { proc.Signal(syscall.SIGTERM) }
 	go func() {
-		err := cmd.Wait()
-		logf.Close()
+		err := proc.Wait()
 		in.exited.Store(true)
 		in.done <- err
 	}()
@@ -176,7 +170,7 @@ func freeLoopbackPort() (int, error) {
 // azureProc is a controller process: its figures come from its metrics
 // endpoint; a process that no longer answers keeps its last ones.
 type azureProc struct {
-	pid        int
+	proc       *supervisor.Process
 	log        string
 	metricsURL string
 	client     *http.Client
@@ -205,7 +199,7 @@ func (p *azureProc) scrape(exited bool) (ctrlmetrics.Counters, bool) {
 }
 
 // kill SIGKILLs the process group: no lease released, no request finished.
-func (p *azureProc) kill() { _ = syscall.Kill(-p.pid, syscall.SIGKILL) }
+func (p *azureProc) kill() { p.proc.Kill() }
 
 // apiWarnings counts the Warning Events in the run's namespace (each
 // occurrence of a series), and those that surfaced a conflict. A process

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // kcmControllers are the kube-controller-manager loops the lab needs: a
@@ -33,8 +32,7 @@ type ControlPlane struct {
 	kubeconfig string // admin kubeconfig file, for child processes
 	Client     kubernetes.Interface
 
-	kcm     *exec.Cmd
-	kcmDone chan struct{}
+	kcm *supervisor.Process
 }
 
 // startControlPlane starts the control plane with its files under dir. On
@@ -90,25 +88,23 @@ func (cp *ControlPlane) startKCM(dir string) error {
 	if err != nil {
 		return fmt.Errorf("kube-controller-manager: %w", err)
 	}
-	logFile, err := os.Create(filepath.Join(dir, "kube-controller-manager.log"))
+	kcm, err := supervisor.Start(supervisor.Spec{
+		Name: filepath.Join(assets, "kube-controller-manager"),
+		Args: []string{
+			"--kubeconfig=" + cp.kubeconfig,
+			"--controllers=" + kcmControllers,
+			"--leader-elect=false",
+			"--secure-port=0",
+			"--v=1",
+		},
+		Log:           filepath.Join(dir, "kube-controller-manager.log"),
+		Grace:         10 * time.Second,
+		DieWithParent: true,
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("kube-controller-manager: %w", err)
 	}
-	defer logFile.Close()
-	cmd := exec.Command(filepath.Join(assets, "kube-controller-manager"),
-		"--kubeconfig="+cp.kubeconfig,
-		"--controllers="+kcmControllers,
-		"--leader-elect=false",
-		"--secure-port=0",
-		"--v=1",
-	)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = childAttr()
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start kube-controller-manager: %w", err)
-	}
-	cp.kcm, cp.kcmDone = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); close(cp.kcmDone) }()
+	cp.kcm = kcm
 	return nil
 }
 
@@ -133,8 +129,11 @@ func (cp *ControlPlane) waitNamespace(ctx context.Context, name string) error {
 
 // kcmAlive reports an error when kube-controller-manager has exited.
 func (cp *ControlPlane) KCMAlive() error {
+	if cp.kcm == nil {
+		return nil
+	}
 	select {
-	case <-cp.kcmDone:
+	case <-cp.kcm.Done():
 		return errors.New("kube-controller-manager exited (see kube-controller-manager.log)")
 	default:
 		return nil
@@ -144,36 +143,11 @@ func (cp *ControlPlane) KCMAlive() error {
 // stop stops kube-controller-manager, then kube-apiserver and etcd.
 func (cp *ControlPlane) Stop() {
 	if cp.kcm != nil {
-		stopProcess(cp.kcm, cp.kcmDone, 10*time.Second)
+		_ = cp.kcm.Stop()
 		cp.kcm = nil
 	}
 	if cp.env != nil {
 		_ = cp.env.Stop()
 		cp.env = nil
-	}
-}
-
-// childAttr puts a child process into its own process group, so that a
-// terminal's SIGINT reaches only the lab, which stops its children in order,
-// and makes the kernel kill it when the lab dies.
-func childAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-}
-
-// stopProcess sends SIGTERM, waits up to grace for done, then SIGKILL.
-func stopProcess(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
-	if cmd.Process == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-		return
-	case <-time.After(grace):
-	}
-	_ = cmd.Process.Kill()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
 	}
 }

@@ -4,15 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 
 	"zerodrop.dev/zerodrop/internal/lab/sockcount"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // writeHAProxyWrapper writes the wrapper at path, for HAProxy in the
@@ -43,36 +42,10 @@ exec ` + command + ` "$@"
 `
 }
 
-// killByArg sends SIGKILL to every process with arg on its command line and
+// KillByArg sends SIGKILL to every process with arg on its command line and
 // waits (up to 5 s) until they are gone; it returns how many it found.
 func KillByArg(arg string) int {
-	find := func() []int {
-		var pids []int
-		dirs, _ := filepath.Glob("/proc/[0-9]*")
-		for _, d := range dirs {
-			cmdline, err := os.ReadFile(d + "/cmdline")
-			if err != nil {
-				continue
-			}
-			for _, a := range strings.Split(string(cmdline), "\x00") {
-				if a == arg {
-					if pid, err := strconv.Atoi(filepath.Base(d)); err == nil && pid != os.Getpid() {
-						pids = append(pids, pid)
-					}
-					break
-				}
-			}
-		}
-		return pids
-	}
-	pids := find()
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	for deadline := time.Now().Add(5 * time.Second); len(find()) > 0 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
-	return len(pids)
+	return supervisor.KillMatching(func(args []string) bool { return slices.Contains(args, arg) }, 5*time.Second)
 }
 
 // startHAProxy starts the HAProxy of dir through wrapper (haproxyBinary),

@@ -273,8 +273,8 @@ func (r *podRuntime) stopContainers(grace time.Duration) int32 {
 	r.mu.Unlock()
 	deadline := time.Now().Add(grace)
 	for _, cp := range list {
-		if grace > 0 && cp.proc.Cmd.Process != nil {
-			_ = cp.proc.Cmd.Process.Signal(syscall.SIGTERM)
+		if grace > 0 {
+			cp.proc.SignalLeader(syscall.SIGTERM)
 		}
 	}
 	for _, cp := range list {

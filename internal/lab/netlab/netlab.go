@@ -357,12 +357,12 @@ func (l *Lab) Close() error {
 // Deleting it removes its links, routes, nftables tables and sysctls: they
 // all belong to the namespace.
 func deleteNetns(name string) error {
-	out, err := runIP("netns", "del", name)
+	_, err := runIP("netns", "del", name)
 	if err != nil {
 		if _, statErr := os.Stat("/run/netns/" + name); os.IsNotExist(statErr) {
 			return nil
 		}
-		return fmt.Errorf("ip netns del %s: %w: %s", name, err, out)
+		return fmt.Errorf("delete netns %s: %w", name, err)
 	}
 	return nil
 }

@@ -1,16 +1,16 @@
 package netlab
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // Netns is a named network namespace (a bind mount under /run/netns, as
@@ -90,20 +90,18 @@ func (n *Netns) Listen(network, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// Command returns a command that runs inside the namespace through
-// `ip netns exec` (which also gives it a /sys of that namespace). The lab's
-// Start tracks and stops such processes; use this directly only for short
-// commands that the caller waits for.
-func (n *Netns) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+// command is a short command run inside the namespace through
+// `ip netns exec` (which also gives it a /sys of that namespace); the lab's
+// Start runs and stops the long-lived ones.
+func (n *Netns) command(name string, args ...string) supervisor.Command {
+	return supervisor.Command{Name: "ip", Args: append([]string{"netns", "exec", n.Name, name}, args...)}
 }
 
 // Run runs a short command inside the namespace and returns its error with
 // its output.
 func (n *Netns) Run(ctx context.Context, name string, args ...string) error {
-	out, err := n.Command(ctx, name, args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("netns %s: %s %s: %w: %s", n.Name, name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	if err := supervisor.Run(ctx, n.command(name, args...)); err != nil {
+		return fmt.Errorf("netns %s: %w", n.Name, err)
 	}
 	return nil
 }
@@ -117,9 +115,5 @@ func (n *Netns) SetSysctl(ctx context.Context, key, value string) error {
 
 // ip runs the ip command (in the root namespace; pass -n NS to act on one).
 func ip(ctx context.Context, args ...string) error {
-	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
+	return supervisor.Run(ctx, supervisor.Command{Name: "ip", Args: args})
 }

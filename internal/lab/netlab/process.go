@@ -2,110 +2,48 @@ package netlab
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
-// Process is a process the lab started inside a namespace.
-type Process struct {
-	Cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-	once sync.Once
-}
-
-// stopGrace is how long a process has after SIGTERM before SIGKILL.
-const stopGrace = 10 * time.Second
+// Process is a process the lab started inside a namespace: the
+// supervisor's, in a process group of its own.
+type Process = supervisor.Process
 
 // Start runs name with args inside ns. The process is in its own process
 // group, so Stop (and Lab.Close) also ends whatever it forked. stdout and
 // stderr may be nil.
 func (l *Lab) Start(ns *Netns, stdout, stderr io.Writer, name string, args ...string) (*Process, error) {
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name, name}, args...)...)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	// No Pdeathsig: it fires when the forking OS thread ends, and Netns.Do
-	// may end that thread long before the lab does.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p := &Process{Cmd: cmd, done: make(chan struct{})}
 	// Registered before the start: Close stops whatever did start.
-	if err := l.onClose(fmt.Sprintf("process %s in %s", name, ns.Name), p.Stop); err != nil {
+	var p *Process
+	if err := l.onClose(fmt.Sprintf("process %s in %s", name, ns.Name), func() error {
+		if p == nil {
+			return nil
+		}
+		return p.Stop()
+	}); err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		close(p.done)
+	// No DieWithParent: the signal fires when the forking OS thread ends,
+	// and Netns.Do may end that thread long before the lab does.
+	p, err := supervisor.Start(supervisor.Spec{Name: "ip", Args: append([]string{"netns", "exec", ns.Name, name}, args...),
+		Stdout: stdout, Stderr: stderr})
+	if err != nil {
 		return nil, fmt.Errorf("start %s in netns %s: %w", name, ns.Name, err)
 	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
 	return p, nil
-}
-
-// Done is closed when the process has exited.
-func (p *Process) Done() <-chan struct{} { return p.done }
-
-// Stop sends SIGTERM to the process group, SIGKILL after a grace period, and
-// waits for the exit. Idempotent; the exit status of a stopped process is not
-// an error.
-func (p *Process) Stop() error {
-	p.once.Do(func() {
-		if p.Cmd.Process == nil {
-			return
-		}
-		pgid := -p.Cmd.Process.Pid
-		select {
-		case <-p.done:
-		default:
-			_ = syscall.Kill(pgid, syscall.SIGTERM)
-			select {
-			case <-p.done:
-			case <-time.After(stopGrace):
-				_ = syscall.Kill(pgid, syscall.SIGKILL)
-				<-p.done
-			}
-		}
-		// Children that outlived the leader (the group may still exist).
-		_ = syscall.Kill(pgid, syscall.SIGKILL)
-	})
-	return nil
-}
-
-// Signal sends sig to the process group (a pod's SIGTERM, with the caller
-// keeping the grace period); a process that has exited is left alone.
-func (p *Process) Signal(sig syscall.Signal) {
-	if p.Cmd.Process == nil {
-		return
-	}
-	select {
-	case <-p.done:
-	default:
-		_ = syscall.Kill(-p.Cmd.Process.Pid, sig)
-	}
-}
-
-// ExitCode is the process's exit code once Done is closed: 128+signal for a
-// process ended by a signal, as a container runtime reports it.
-func (p *Process) ExitCode() int32 {
-	<-p.done
-	st := p.Cmd.ProcessState
-	if st == nil {
-		return 137
-	}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int32(ws.Signal())
-	}
-	return int32(st.ExitCode())
 }
 
 // CloseOnSignal closes the lab on SIGINT or SIGTERM and then lets the signal
@@ -251,6 +189,6 @@ func pipe(a, b net.Conn) {
 // runIP runs ip without a context (teardown must run even when the setup's
 // context is cancelled).
 func runIP(args ...string) (string, error) {
-	out, err := exec.Command("ip", args...).CombinedOutput()
+	out, err := supervisor.CombinedOutput(context.Background(), supervisor.Command{Name: "ip", Args: args})
 	return string(bytes.TrimSpace(out)), err
 }

@@ -1,13 +1,15 @@
 package netlab
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // RootState is what a lab may touch outside its own namespaces: the root
@@ -25,9 +27,9 @@ func RootState() (map[string]string, error) {
 		{"ip", "-6", "route"},
 		{"nft", "list", "ruleset"},
 	} {
-		out, err := exec.Command(c[0], c[1:]...).CombinedOutput()
+		out, err := supervisor.CombinedOutput(context.Background(), supervisor.Command{Name: c[0], Args: c[1:]})
 		if err != nil {
-			return nil, fmt.Errorf("%s: %v: %s", strings.Join(c, " "), err, out)
+			return nil, err
 		}
 		text := string(out)
 		if c[1] == "netns" {

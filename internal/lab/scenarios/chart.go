@@ -29,6 +29,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // --from-chart: zerodrop mode installs zerodrop from the repository's
@@ -94,13 +95,11 @@ func renderChart(values []string) ([]*unstructured.Unstructured, error) {
 			args = append(args, "--set", v)
 		}
 	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(helm, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("helm template: %w: %s", err, strings.TrimSpace(stderr.String()))
+	out, err := supervisor.Output(context.Background(), supervisor.Command{Name: helm, Args: args})
+	if err != nil {
+		return nil, fmt.Errorf("helm template: %w", err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	var objs []*unstructured.Unstructured
 	for {
 		var m map[string]any
@@ -235,10 +234,9 @@ func prepareImages(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "zerodrop"), "./cmd/zerodrop")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build zerodrop: %w: %s", err, out)
+	if err := supervisor.Run(ctx, supervisor.Command{Name: "go", Args: []string{"build", "-o", filepath.Join(dir, "zerodrop"), "./cmd/zerodrop"},
+		Dir: root}); err != nil {
+		return fmt.Errorf("build zerodrop: %w", err)
 	}
 	real, err := exec.LookPath("haproxy")
 	if err != nil {

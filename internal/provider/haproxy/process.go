@@ -209,7 +209,12 @@ func (p *Provider) startOrAttach(ctx context.Context) error {
 	defer logFile.Close()
 	// Not exec.CommandContext: the master outlives ctx (and, without
 	// StopOnClose, the controller). Its own session keeps a terminal's
-	// signals away from it.
+	// signals away from it. Not internal/supervisor either, the project's
+	// one launcher for everything else: that one supervises a child (a
+	// group killed on stop, reaped by a goroutine, optionally dying with
+	// its parent), while this master is handed over to its PID file and
+	// whoever owns the directory next (StopDir), and the production binary
+	// keeps its process code to this package.
 	cmd := exec.Command(p.binary, append(masterArgs(p.paths), "-p", p.paths.pid)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -1,0 +1,56 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+)
+
+// Command is a command run to its end.
+type Command struct {
+	Name string
+	Args []string
+	Dir  string   // "" is this process's working directory
+	Env  []string // nil inherits this process's environment
+}
+
+// Output runs c and returns its stdout; a failure's error carries stderr.
+// Cancelling ctx kills the command.
+func Output(ctx context.Context, c Command) ([]byte, error) {
+	cmd := c.exec(ctx)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("%s: %w: %s", c, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// CombinedOutput runs c and returns its stdout and stderr together; a
+// failure's error carries them too.
+func CombinedOutput(ctx context.Context, c Command) ([]byte, error) {
+	out, err := c.exec(ctx).CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("%s: %w: %s", c, err, bytes.TrimSpace(out))
+	}
+	return out, nil
+}
+
+// Run runs c for its effect; a failure's error carries its output.
+func Run(ctx context.Context, c Command) error {
+	_, err := CombinedOutput(ctx, c)
+	return err
+}
+
+func (c Command) exec(ctx context.Context) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, c.Name, c.Args...)
+	cmd.Dir, cmd.Env = c.Dir, c.Env
+	return cmd
+}
+
+// String is the command line, for errors.
+func (c Command) String() string {
+	return strings.Join(append([]string{c.Name}, c.Args...), " ")
+}
