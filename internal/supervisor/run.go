@@ -23,10 +23,21 @@ func Output(ctx context.Context, c Command) ([]byte, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.Bytes(), fmt.Errorf("%s: %w: %s", c, err, bytes.TrimSpace(stderr.Bytes()))
+		return stdout.Bytes(), &OutputError{Command: c, Err: err, Stderr: bytes.TrimSpace(stderr.Bytes())}
 	}
 	return stdout.Bytes(), nil
 }
+
+// OutputError is Output's failure: the command, how it failed, and its
+// stderr, for a caller that reports only part of it.
+type OutputError struct {
+	Command Command
+	Err     error
+	Stderr  []byte
+}
+
+func (e *OutputError) Error() string { return fmt.Sprintf("%s: %v: %s", e.Command, e.Err, e.Stderr) }
+func (e *OutputError) Unwrap() error { return e.Err }
 
 // CombinedOutput runs c and returns its stdout and stderr together; a
 // failure's error carries them too.

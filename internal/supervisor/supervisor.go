@@ -2,8 +2,9 @@
 // (the lab's namespaced processes and container processes, its
 // kube-controller-manager and controller processes, hack/procmem's
 // controller and HAProxy), to run a command to its end (ip, helm, go build,
-// the control plane's build scripts), and to find processes by their
-// command line (HAProxies a test or a lab run left behind).
+// `zerodrop check`'s helm template, the control plane's build scripts), and
+// to find processes by their command line (HAProxies a test or a lab run
+// left behind).
 //
 // A started process is the leader of a process group of its own, so that a
 // terminal's Ctrl-C reaches only the parent, which stops its children in

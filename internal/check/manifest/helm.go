@@ -1,13 +1,15 @@
 package manifest
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // SkippedError is an input that was deliberately not read (a Helm chart
@@ -37,16 +39,18 @@ func readChart(dir string) ([]Object, []error) {
 		return nil, []error{&SkippedError{Path: dir, Reason: fmt.Sprintf(
 			"a Helm chart, and helm is not on PATH; render it and pipe it in: helm template %s | zerodrop check -", dir)}}
 	}
-	var stderr bytes.Buffer
-	cmd := exec.Command(helm, "template", dir)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := supervisor.Output(context.Background(), supervisor.Command{Name: helm, Args: []string{"template", dir}})
 	if err != nil {
-		msg := strings.TrimSpace(stderr.String())
+		// helm's first line of stderr says why; the rest is its usage.
+		cause, msg := err, ""
+		var oe *supervisor.OutputError
+		if errors.As(err, &oe) {
+			cause, msg = oe.Err, string(oe.Stderr)
+		}
 		if i := strings.IndexByte(msg, '\n'); i >= 0 {
 			msg = msg[:i]
 		}
-		return nil, []error{&ParseError{Source: Source{File: dir}, Err: fmt.Errorf("helm template: %w: %s", err, msg)}}
+		return nil, []error{&ParseError{Source: Source{File: dir}, Err: fmt.Errorf("helm template: %w: %s", cause, msg)}}
 	}
 	objs, errs := Parse("helm template "+dir, out)
 	for i := range objs {
