@@ -103,7 +103,17 @@ func startHAProxy(t *testing.T, h *HAProxy) {
 // reloads is how many times HAProxy's master has reloaded (`show proc`).
 func reloads(t *testing.T, h *HAProxy) int {
 	t.Helper()
-	out, err := cli(context.Background(), h.MasterSocket, "show proc")
+	// The master re-executes itself for a reload and refuses connections
+	// until it is back: for seconds on a loaded machine (seen beside
+	// stress-ng --cpu 2). Ask again until it answers, within a bound.
+	var out string
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if out, err = cli(context.Background(), h.MasterSocket, "show proc"); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
