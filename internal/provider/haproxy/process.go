@@ -250,9 +250,12 @@ func (p *Provider) waitReady(ctx context.Context, pid int) error {
 	for {
 		p.hooks.OnRead("show-info")
 		reply, err := p.admin.do(ctx, "show info")
-		if err == nil && slices.Contains(strings.Split(reply, "\n"), want) {
-			p.worker.Store(int64(pid))
-			return nil
+		if err == nil {
+			var got int
+			if got, err = infoPid(reply); err == nil && got == pid {
+				p.worker.Store(int64(pid))
+				return nil
+			}
 		}
 		if err != nil {
 			last = err
