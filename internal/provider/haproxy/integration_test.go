@@ -66,8 +66,11 @@ func TestScaleAtRuntimeWithoutReload(t *testing.T) {
 	if got := plan.Counts()[model.OpRemoveBackend]; got != 3 || len(plan.Ops) != 3 {
 		t.Fatalf("scale to 2: plan %s", plan)
 	}
-	if count(writes, "reload") != 0 || count(writes, "del-server") != 3 {
-		t.Fatalf("scale to 2: writes %v, want 3 del-server and no reload", writes)
+	// Each removed server gets one shutdown of its sessions and a `del
+	// server`, which removeServer sends again while a session is still
+	// closing (seen beside stress-ng: 4 for 3 servers).
+	if count(writes, "reload") != 0 || count(writes, "shutdown-sessions") != 3 || count(writes, "del-server") < 3 {
+		t.Fatalf("scale to 2: writes %v, want 3 shutdown-sessions, at least 3 del-server and no reload", writes)
 	}
 	if got := workerPID(t, p); got != worker {
 		t.Fatalf("worker changed from %d to %d: HAProxy reloaded", worker, got)
