@@ -39,18 +39,23 @@ import (
 const AzureCommand = "azure-controller"
 
 // azureControllerMain is `zerodrop lab azure-controller --emulator=URL
-// CONTROLLER-FLAGS…`.
+// --emulator-ca=FILE CONTROLLER-FLAGS…`.
 func AzureControllerMain(args []string, stderr io.Writer) int {
-	if len(args) == 0 || !strings.HasPrefix(args[0], "--emulator=") {
-		fmt.Fprintln(stderr, "zerodrop lab azure-controller: want --emulator=URL, then the controller's flags")
+	if len(args) < 2 || !strings.HasPrefix(args[0], "--emulator=") || !strings.HasPrefix(args[1], "--emulator-ca=") {
+		fmt.Fprintln(stderr, "zerodrop lab azure-controller: want --emulator=URL --emulator-ca=FILE, then the controller's flags")
 		return 2
 	}
-	cfg, err := controller.ParseArgs(args[1:])
+	cfg, err := controller.ParseArgs(args[2:])
 	if err != nil {
 		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
 		return 2
 	}
-	if cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(strings.TrimPrefix(args[0], "--emulator=")); err != nil {
+	caPEM, err := os.ReadFile(strings.TrimPrefix(args[1], "--emulator-ca="))
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
+		return 2
+	}
+	if cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(strings.TrimPrefix(args[0], "--emulator="), caPEM); err != nil {
 		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
 		return 2
 	}
@@ -90,19 +95,28 @@ func (r *azureRun) runIn(ctx context.Context, scenario string) (report.Result, e
 
 // azureProcs is what a run needs to start controller processes.
 type azureProcs struct {
-	dir, kubeconfig, emulatorURL string
-	srv                          *http.Server
+	dir, kubeconfig, emulatorURL, emulatorCA string
+	srv                                      *http.Server
 }
 
-// serveEmulator serves the run's emulator on a loopback port and writes a
-// kubeconfig for its processes into dir.
+// serveEmulator serves the run's emulator over HTTPS on a loopback port,
+// and writes the authority to trust and a kubeconfig for its processes
+// into dir.
 func (r *azureRun) serveEmulator(dir string) error {
+	tlsCfg, caPEM, err := emulator.NewTLS()
+	if err != nil {
+		return err
+	}
+	caPath := filepath.Join(dir, "emulator-ca.pem")
+	if err := os.WriteFile(caPath, caPEM, 0o600); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("emulator listener: %w", err)
 	}
-	srv := &http.Server{Handler: r.emu.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
+	srv := &http.Server{Handler: r.emu.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	server := r.cfg.Host
 	if !strings.Contains(server, "://") {
 		server = "https://" + server
@@ -113,7 +127,7 @@ func (r *azureRun) serveEmulator(dir string) error {
 		return err
 	}
 	r.procs = &azureProcs{dir: dir, kubeconfig: kc,
-		emulatorURL: "http://" + ln.Addr().String(), srv: srv}
+		emulatorURL: "https://" + ln.Addr().String(), emulatorCA: caPath, srv: srv}
 	return nil
 }
 
@@ -126,7 +140,7 @@ func (r *azureRun) startProcess(leaderElect bool) (*azureInstance, error) {
 		return nil, err
 	}
 	n := len(r.instances) + 1
-	args := []string{"lab", AzureCommand, "--emulator=" + p.emulatorURL,
+	args := []string{"lab", AzureCommand, "--emulator=" + p.emulatorURL, "--emulator-ca=" + p.emulatorCA,
 		"--provider=azure", "--kubeconfig=" + p.kubeconfig, "--load-balancer-class=" + r.class(),
 		"--azure-subscription-id=" + azureSub, "--azure-resource-group=" + azureGroup,
 		"--azure-load-balancers=" + strings.Join(azureLBNames, ","), "--azure-subnet-id=" + azureSubnet,

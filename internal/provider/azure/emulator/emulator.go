@@ -1,12 +1,15 @@
 // Package emulator is a stateful, in-memory Azure Resource Manager for the
-// load balancer APIs zerodrop uses, built on the SDK's own fake servers
-// (armnetwork/v7/fake). It keeps load balancers as ARM documents and gives
-// them real ETag semantics — a new ETag on every write, shared by the load
-// balancer and its children as the network resource provider does, 412 on an
-// If-Match or If-None-Match mismatch — long-running operations polled through
-// the SDK's pollers, request counters, and fault injection (412, 429 with
-// Retry-After, 500, slow operations) at configurable rates from a fixed seed.
-// It is for tests only.
+// load balancer APIs a Kubernetes load-balancer controller uses, served over
+// HTTP(S) with ARM's wire protocol (server.go): zerodrop's provider and the
+// real cloud-provider-azure are its clients. It keeps load balancers as ARM
+// documents and gives them real ETag semantics — a new ETag on every write,
+// shared by the load balancer and its children as the network resource
+// provider does, 412 on an If-Match or If-None-Match mismatch — long-running
+// operations polled through Azure-AsyncOperation (lro.go), the cloud's
+// metadata and token endpoints (identity.go), a record of every call with
+// what each write changed (record.go), request counters, and fault injection
+// (412, 429 with Retry-After, 500, slow operations) at configurable rates
+// from a fixed seed. It is for tests and the lab only.
 package emulator
 
 import (
@@ -24,7 +27,6 @@ import (
 	azfake "github.com/Azure/azure-sdk-for-go/sdk/azcore/fake"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
-	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7/fake"
 )
 
 // Options configure an Emulator. Zero values get defaults.
@@ -35,6 +37,14 @@ type Options struct {
 	// PollSteps is how many "in progress" answers a long-running operation
 	// gives before it completes (default 1).
 	PollSteps int
+	// PublicPrefix is where public IP addresses come from (default
+	// 127.241.0.0/16).
+	PublicPrefix netip.Prefix
+	// Location is the emulator's one region (default westeurope).
+	Location string
+	// PollRetryAfter is the Retry-After of an operation in progress
+	// (default 10ms; ARM's network provider sends 10 s).
+	PollRetryAfter time.Duration
 	// Seed makes fault injection deterministic.
 	Seed   uint64
 	Faults Faults
@@ -62,6 +72,8 @@ type Faults struct {
 // those that failed) and what came of them.
 type Counters struct {
 	Gets, LBPuts, PoolPuts, Deletes, Polls int
+	// Tokens is the number of tokens the token endpoint issued.
+	Tokens int
 	// PutBytes is the size of every PUT body received.
 	PutBytes int64
 	// Writes is the number of writes that changed state.
@@ -79,7 +91,7 @@ func (c Counters) Puts() int { return c.LBPuts + c.PoolPuts }
 func (c Counters) Sub(o Counters) Counters {
 	return Counters{
 		Gets: c.Gets - o.Gets, LBPuts: c.LBPuts - o.LBPuts, PoolPuts: c.PoolPuts - o.PoolPuts,
-		Deletes: c.Deletes - o.Deletes, Polls: c.Polls - o.Polls, PutBytes: c.PutBytes - o.PutBytes, Writes: c.Writes - o.Writes,
+		Deletes: c.Deletes - o.Deletes, Polls: c.Polls - o.Polls, Tokens: c.Tokens - o.Tokens, PutBytes: c.PutBytes - o.PutBytes, Writes: c.Writes - o.Writes,
 		PreconditionFailed: c.PreconditionFailed - o.PreconditionFailed, Throttled: c.Throttled - o.Throttled,
 		ServerErrors: c.ServerErrors - o.ServerErrors, Slow: c.Slow - o.Slow,
 		InjectedConflicts: c.InjectedConflicts - o.InjectedConflicts,
@@ -102,13 +114,15 @@ type Emulator struct {
 	rng      *rand.Rand
 	cooldown map[string]int
 	counters Counters
-	ops      map[string]*opTransport
+	ops      map[string]*operation
 	opSeq    uint64
 	onWrite  func() // see OnWrite
 	// writesInFlight: see WritesInFlight.
 	writesInFlight atomic.Int64
 
-	factory fake.ServerFactory
+	docs      map[string]*document  // other resources, by resourceKey
+	publicIPs map[netip.Addr]string // address → public IP's resourceKey
+	calls     []Call
 }
 
 // New returns an empty emulator.
@@ -116,51 +130,47 @@ func New(opts Options) *Emulator {
 	if !opts.AddressPrefix.IsValid() {
 		opts.AddressPrefix = netip.MustParsePrefix("127.240.0.0/16")
 	}
+	if !opts.PublicPrefix.IsValid() {
+		opts.PublicPrefix = netip.MustParsePrefix("127.241.0.0/16")
+	}
 	if opts.PollSteps <= 0 {
 		opts.PollSteps = 1
 	}
+	if opts.Location == "" {
+		opts.Location = "westeurope"
+	}
+	if opts.PollRetryAfter <= 0 {
+		opts.PollRetryAfter = 10 * time.Millisecond
+	}
 	e := &Emulator{
-		opts:     opts,
-		lbs:      map[string]*armnetwork.LoadBalancer{},
-		ips:      map[netip.Addr]string{},
-		rng:      rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x5eed)),
-		cooldown: map[string]int{},
-		ops:      map[string]*opTransport{},
+		opts:      opts,
+		lbs:       map[string]*armnetwork.LoadBalancer{},
+		ips:       map[netip.Addr]string{},
+		rng:       rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x5eed)),
+		cooldown:  map[string]int{},
+		ops:       map[string]*operation{},
+		docs:      map[string]*document{},
+		publicIPs: map[netip.Addr]string{},
 	}
 	e.setFaults(opts.Faults)
-	e.factory = fake.ServerFactory{
-		LoadBalancersServer: fake.LoadBalancersServer{
-			Get:                 e.getLB,
-			BeginCreateOrUpdate: e.putLB,
-			BeginDelete:         e.deleteLB,
-		},
-		LoadBalancerBackendAddressPoolsServer: fake.LoadBalancerBackendAddressPoolsServer{
-			Get:                 e.getPool,
-			BeginCreateOrUpdate: e.putPool,
-		},
-	}
 	return e
 }
 
 // sdkRetry makes the SDK's retries wait milliseconds instead of seconds.
 var sdkRetry = policy.RetryOptions{RetryDelay: 5 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond}
 
-// ClientOptions route an armnetwork client to the emulator, with SDK retries
-// that wait milliseconds instead of seconds.
+// ClientOptions route an armnetwork client to the emulator in memory: each
+// request is served by ServeHTTP without a connection, the rest of the wire
+// protocol (JSON bodies, headers, polling) as over a network. SDK retries
+// wait milliseconds instead of seconds.
 func (e *Emulator) ClientOptions() *arm.ClientOptions {
 	return &arm.ClientOptions{
 		ClientOptions: policy.ClientOptions{
-			Transport: e.newTransport(),
+			Transport: inMemory{e},
 			Retry:     sdkRetry,
 		},
 		DisableRPRegistration: true,
 	}
-}
-
-// newTransport is the emulator's transport over a fake server transport of
-// its own.
-func (e *Emulator) newTransport() *transport {
-	return &transport{e: e, shared: fake.NewServerFactoryTransport(&e.factory)}
 }
 
 // Credential is a credential the emulator accepts.

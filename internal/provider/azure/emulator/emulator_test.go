@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,9 +44,15 @@ func newClients(t *testing.T, emu *emulator.Emulator) clients {
 // Handler (emulator.Remote), as a controller in another process uses it.
 func newRemoteClients(t *testing.T, emu *emulator.Emulator) clients {
 	t.Helper()
-	srv := httptest.NewServer(emu.Handler())
+	srv := httptest.NewUnstartedServer(emu.Handler())
+	tlsCfg, caPEM, err := emulator.NewTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.TLS = tlsCfg
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	cred, opts, err := emulator.Remote(srv.URL)
+	cred, opts, err := emulator.Remote(srv.URL, caPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,32 +222,42 @@ func TestFaults(t *testing.T) {
 	}
 }
 
-// TestConcurrentOperations: two long-running operations on one resource are
-// polled apart, each to its own result.
-func TestConcurrentOperations(t *testing.T) {
+// TestSupersededOperation: a write to a load balancer while an earlier
+// write's operation is in progress supersedes it, as ARM's network provider
+// does: the earlier operation ends Canceled with
+// CanceledAndSupersededDueToAnotherOperation, the later one succeeds, and
+// the later document is what is stored.
+func TestSupersededOperation(t *testing.T) {
 	emu := emulator.New(emulator.Options{PollSteps: 3})
 	c := newClients(t, emu)
 	ctx := context.Background()
 	if _, err := put(ctx, c, simpleLB(nil), nil); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	results := make([]string, 2)
-	for i, ip := range []string{"10.0.0.1", "10.0.0.2"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pool, err := putPool(ctx, c, ip, nil)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			results[i] = *pool.Properties.LoadBalancerBackendAddresses[0].Properties.IPAddress
-		}()
+	begin := func(ip string) *runtime.Poller[armnetwork.LoadBalancerBackendAddressPoolsClientCreateOrUpdateResponse] {
+		pool := armnetwork.BackendAddressPool{Properties: &armnetwork.BackendAddressPoolPropertiesFormat{
+			LoadBalancerBackendAddresses: []*armnetwork.LoadBalancerBackendAddress{{Name: to.Ptr("a"),
+				Properties: &armnetwork.LoadBalancerBackendAddressPropertiesFormat{IPAddress: to.Ptr(ip),
+					VirtualNetwork: &armnetwork.SubResource{ID: to.Ptr("/vnet")}}}}}}
+		p, err := c.pools.BeginCreateOrUpdate(ctx, rg, "lb", "pool", pool, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
-	wg.Wait()
-	if results[0] != "10.0.0.1" || results[1] != "10.0.0.2" {
-		t.Errorf("results = %v: operations were mixed up", results)
+	first, second := begin("10.0.0.1"), begin("10.0.0.2")
+	opts := &runtime.PollUntilDoneOptions{Frequency: time.Millisecond}
+	_, err := first.PollUntilDone(ctx, opts)
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) || re.ErrorCode != "CanceledAndSupersededDueToAnotherOperation" {
+		t.Fatalf("superseded operation: %v, want CanceledAndSupersededDueToAnotherOperation", err)
+	}
+	resp, err := second.PollUntilDone(ctx, opts)
+	if err != nil {
+		t.Fatalf("superseding operation: %v", err)
+	}
+	if ip := *resp.Properties.LoadBalancerBackendAddresses[0].Properties.IPAddress; ip != "10.0.0.2" {
+		t.Errorf("stored address %s, want the later write's 10.0.0.2", ip)
 	}
 }
 

@@ -1,12 +1,12 @@
 package emulator
 
 import (
-	"context"
+	"encoding/json"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 
-	azfake "github.com/Azure/azure-sdk-for-go/sdk/azcore/fake"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 )
@@ -17,123 +17,139 @@ func lbID(sub, rg, name string) string {
 	return "/subscriptions/" + sub + "/resourceGroups/" + rg + "/providers/" + lbType + "/" + name
 }
 
-func (e *Emulator) getLB(ctx context.Context, rg, name string, _ *armnetwork.LoadBalancersClientGetOptions) (
-	resp azfake.Responder[armnetwork.LoadBalancersClientGetResponse], errResp azfake.ErrorResponder) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	lb, ok := e.lbs[lbKey(rg, name)]
-	if !ok {
-		errResp.SetResponseError(http.StatusNotFound, "ResourceNotFound")
-		return
+// putLB stores a load balancer document. e.writeMu is held.
+func (e *Emulator) putLB(t target, body []byte) *reply {
+	var lb armnetwork.LoadBalancer
+	if err := json.Unmarshal(body, &lb); err != nil {
+		return errorReply(http.StatusBadRequest, "InvalidRequestContent", err.Error())
 	}
-	resp.SetResponse(http.StatusOK, armnetwork.LoadBalancersClientGetResponse{LoadBalancer: *clone(lb)}, nil)
-	return
-}
-
-func (e *Emulator) putLB(ctx context.Context, rg, name string, body armnetwork.LoadBalancer, _ *armnetwork.LoadBalancersClientBeginCreateOrUpdateOptions) (
-	resp azfake.PollerResponder[armnetwork.LoadBalancersClientCreateOrUpdateResponse], errResp azfake.ErrorResponder) {
-	info := infoFrom(ctx)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	_, existed := e.lbs[lbKey(rg, name)]
-	stored, apiErr := e.storeLB(info.subscription, rg, name, body)
+	_, existed := e.lbs[lbKey(t.rg, t.name)]
+	stored, apiErr := e.storeLB(t.sub, t.rg, t.name, lb)
 	if apiErr != nil {
-		errResp.SetResponseError(apiErr.status, apiErr.code)
-		return
+		return apiErrorReply(apiErr)
 	}
-	e.counters.Writes++
-	status := http.StatusOK
-	if !existed {
-		status = http.StatusCreated
+	if existed {
+		return docReply(http.StatusOK, stored)
 	}
-	for i := 0; i < e.pollSteps(info); i++ {
-		resp.AddNonTerminalResponse(status, nil)
-	}
-	resp.SetTerminalResponse(http.StatusOK, armnetwork.LoadBalancersClientCreateOrUpdateResponse{LoadBalancer: *clone(stored)}, nil)
-	return
+	return docReply(http.StatusCreated, stored)
 }
 
-func (e *Emulator) deleteLB(ctx context.Context, rg, name string, _ *armnetwork.LoadBalancersClientBeginDeleteOptions) (
-	resp azfake.PollerResponder[armnetwork.LoadBalancersClientDeleteResponse], errResp azfake.ErrorResponder) {
-	info := infoFrom(ctx)
+func (e *Emulator) deleteLB(t target) *reply {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	key := lbKey(rg, name)
-	if lb, ok := e.lbs[key]; ok {
-		e.releaseIPs(lb)
-		delete(e.lbs, key)
-		e.counters.Writes++
+	key := lbKey(t.rg, t.name)
+	lb, ok := e.lbs[key]
+	if !ok {
+		return &reply{status: http.StatusNoContent, header: http.Header{}}
 	}
-	for i := 0; i < e.pollSteps(info); i++ {
-		resp.AddNonTerminalResponse(http.StatusAccepted, nil)
-	}
-	resp.SetTerminalResponse(http.StatusOK, armnetwork.LoadBalancersClientDeleteResponse{}, nil)
-	return
-}
-
-func (e *Emulator) getPool(ctx context.Context, rg, lbName, pool string, _ *armnetwork.LoadBalancerBackendAddressPoolsClientGetOptions) (
-	resp azfake.Responder[armnetwork.LoadBalancerBackendAddressPoolsClientGetResponse], errResp azfake.ErrorResponder) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if p := findPool(e.lbs[lbKey(rg, lbName)], pool); p != nil {
-		resp.SetResponse(http.StatusOK, armnetwork.LoadBalancerBackendAddressPoolsClientGetResponse{BackendAddressPool: *clone(p)}, nil)
-		return
-	}
-	errResp.SetResponseError(http.StatusNotFound, "ResourceNotFound")
-	return
+	e.releaseIPs(lb)
+	delete(e.lbs, key)
+	return &reply{status: http.StatusAccepted, header: http.Header{}}
 }
 
 // putPool replaces one pool of a load balancer: the cheap write for an
 // endpoint change. The load balancer and all its children get a new ETag.
-func (e *Emulator) putPool(ctx context.Context, rg, lbName, pool string, body armnetwork.BackendAddressPool, _ *armnetwork.LoadBalancerBackendAddressPoolsClientBeginCreateOrUpdateOptions) (
-	resp azfake.PollerResponder[armnetwork.LoadBalancerBackendAddressPoolsClientCreateOrUpdateResponse], errResp azfake.ErrorResponder) {
-	info := infoFrom(ctx)
+func (e *Emulator) putPool(t target, body []byte) *reply {
+	var pool armnetwork.BackendAddressPool
+	if err := json.Unmarshal(body, &pool); err != nil {
+		return errorReply(http.StatusBadRequest, "InvalidRequestContent", err.Error())
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	lb, ok := e.lbs[lbKey(rg, lbName)]
+	lb, ok := e.lbs[lbKey(t.rg, t.parent)]
 	if !ok {
-		errResp.SetResponseError(http.StatusNotFound, "ParentResourceNotFound")
-		return
+		return errorReply(http.StatusNotFound, "ParentResourceNotFound", "load balancer "+t.parent+" not found")
 	}
-	body.Name = to.Ptr(pool)
-	if !childName.MatchString(pool) {
-		errResp.SetResponseError(http.StatusBadRequest, "InvalidResourceName: pool "+pool)
-		return
+	pool.Name = to.Ptr(t.name)
+	if !childName.MatchString(t.name) {
+		return errorReply(http.StatusBadRequest, "InvalidResourceName", "pool "+t.name)
 	}
-	if apiErr := validatePool(&body); apiErr != nil {
-		errResp.SetResponseError(apiErr.status, apiErr.code)
-		return
+	if apiErr := validatePool(&pool); apiErr != nil {
+		return apiErrorReply(apiErr)
 	}
 	next := clone(lb)
 	props := next.Properties
 	replaced := false
 	for i, p := range props.BackendAddressPools {
-		if strings.EqualFold(str(p.Name), pool) {
-			props.BackendAddressPools[i], replaced = &body, true
+		if strings.EqualFold(str(p.Name), t.name) {
+			props.BackendAddressPools[i], replaced = &pool, true
 		}
 	}
 	if !replaced {
-		props.BackendAddressPools = append(props.BackendAddressPools, &body)
+		props.BackendAddressPools = append(props.BackendAddressPools, &pool)
 	}
-	stored, apiErr := e.storeLB(info.subscription, rg, *lb.Name, *next)
+	stored, apiErr := e.storeLB(t.sub, t.rg, *lb.Name, *next)
 	if apiErr != nil {
-		errResp.SetResponseError(apiErr.status, apiErr.code)
-		return
+		return apiErrorReply(apiErr)
 	}
-	e.counters.Writes++
-	for i := 0; i < e.pollSteps(info); i++ {
-		resp.AddNonTerminalResponse(http.StatusOK, nil)
+	status := http.StatusOK
+	if !replaced {
+		status = http.StatusCreated
 	}
-	resp.SetTerminalResponse(http.StatusOK, armnetwork.LoadBalancerBackendAddressPoolsClientCreateOrUpdateResponse{
-		BackendAddressPool: *clone(findPool(stored, pool))}, nil)
-	return
+	return docReply(status, findPool(stored, t.name))
 }
 
-func (e *Emulator) pollSteps(info reqInfo) int {
-	if info.slow {
-		return e.opts.PollSteps + 3
+// deletePool removes a pool no rule uses.
+func (e *Emulator) deletePool(t target) *reply {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	lb, ok := e.lbs[lbKey(t.rg, t.parent)]
+	if !ok || findPool(lb, t.name) == nil {
+		return &reply{status: http.StatusNoContent, header: http.Header{}}
 	}
-	return e.opts.PollSteps
+	next := clone(lb)
+	next.Properties.BackendAddressPools = slices.DeleteFunc(next.Properties.BackendAddressPools,
+		func(p *armnetwork.BackendAddressPool) bool { return strings.EqualFold(str(p.Name), t.name) })
+	if _, apiErr := e.storeLB(t.sub, t.rg, *lb.Name, *next); apiErr != nil {
+		return apiErrorReply(apiErr)
+	}
+	return &reply{status: http.StatusAccepted, header: http.Header{}}
+}
+
+// listLBs answers the list of a resource group's load balancers.
+func (e *Emulator) listLBs(t target) *reply {
+	var out []*armnetwork.LoadBalancer
+	for _, lb := range e.lbs {
+		if strings.EqualFold(resourceGroupOf(*lb.ID), t.rg) {
+			out = append(out, lb)
+		}
+	}
+	slices.SortFunc(out, func(a, b *armnetwork.LoadBalancer) int { return strings.Compare(lower(a.Name), lower(b.Name)) })
+	return listReply(out)
+}
+
+// docReply is a document as JSON.
+func docReply[T any](status int, doc *T) *reply {
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return errorReply(http.StatusInternalServerError, "InternalServerError", err.Error())
+	}
+	return jsonReply(status, b)
+}
+
+// listReply is ARM's list page: every item in value, no nextLink.
+func listReply[T any](items []T) *reply {
+	if items == nil {
+		items = []T{}
+	}
+	b, err := json.Marshal(map[string]any{"value": items})
+	if err != nil {
+		return errorReply(http.StatusInternalServerError, "InternalServerError", err.Error())
+	}
+	return jsonReply(http.StatusOK, b)
+}
+
+// resourceGroupOf is the resource group an ID names.
+func resourceGroupOf(id string) string {
+	parts := strings.Split(id, "/")
+	for i := 0; i+1 < len(parts); i++ {
+		if strings.EqualFold(parts[i], "resourceGroups") {
+			return parts[i+1]
+		}
+	}
+	return ""
 }
 
 func findPool(lb *armnetwork.LoadBalancer, name string) *armnetwork.BackendAddressPool {

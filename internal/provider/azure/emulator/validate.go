@@ -118,7 +118,10 @@ func validatePool(p *armnetwork.BackendAddressPool) *apiError {
 		if err != nil {
 			return badRequest("InvalidBackendAddress: pool %s: %q", *p.Name, *a.Properties.IPAddress)
 		}
-		vnet := a.Properties.VirtualNetwork != nil && a.Properties.VirtualNetwork.ID != nil
+		// The network may be named per address or once for the pool
+		// (cloud-provider-azure's nodeIP pools do the latter).
+		vnet := a.Properties.VirtualNetwork != nil && a.Properties.VirtualNetwork.ID != nil ||
+			p.Properties.VirtualNetwork != nil && p.Properties.VirtualNetwork.ID != nil
 		subnet := a.Properties.Subnet != nil && a.Properties.Subnet.ID != nil
 		if !vnet && !subnet {
 			return badRequest("InvalidBackendAddress: pool %s: %s has no virtual network", *p.Name, ip)
