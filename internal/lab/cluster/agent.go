@@ -189,27 +189,7 @@ func (a *Agent) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	if pod.DeletionTimestamp != nil {
-		if rt == nil {
-			return a.deleteNow(ctx, pod)
-		}
-		rt.mu.Lock()
-		first := !rt.terminating
-		rt.mu.Unlock()
-		if first && a.OnStop != nil {
-			a.OnStop(pod)
-		}
-		rt.terminate(deletionGrace(pod))
-		if _, finished, _ := rt.status(); !finished.IsZero() {
-			if err := a.syncStatus(ctx, pod, rt); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
-			if err := a.deleteNow(ctx, pod); err != nil {
-				return err
-			}
-			a.forget(key)
-			return nil
-		}
-		return a.syncStatus(ctx, pod, rt)
+		return a.syncTerminating(ctx, key, pod, rt)
 	}
 	if pod.Spec.NodeName == "" {
 		return a.bind(ctx, pod)
@@ -221,41 +201,77 @@ func (a *Agent) sync(ctx context.Context, key string) error {
 	delete(a.boundTo, key)
 	a.mu.Unlock()
 	if rt == nil {
-		var netPod *netlab.Pod
-		var env podEnv
-		if h := a.hostNodes[pod.Spec.NodeName]; h != nil {
-			// A data-plane node's pod uses the node's namespace.
-			if !pod.Spec.HostNetwork {
-				return fmt.Errorf("node %s runs host-network pods only", pod.Spec.NodeName)
-			}
-			netPod = &netlab.Pod{Netns: h.Netns, IP: h.IP}
-			env = a.podEnv(h.DialContext, h.IP.String())
-			env.host = true
-		} else {
-			if pod.Spec.HostNetwork {
-				return fmt.Errorf("the lab runs host-network pods on data-plane nodes only")
-			}
-			node := a.net.nodeFor(pod.Spec.NodeName)
-			// A pod's namespace, with the next address of its node's pod
-			// CIDR (never reused within a lab run).
-			if netPod, err = a.net.Net.AddPod(ctx, node); err != nil {
-				return err
-			}
-			env = a.podEnv(node.DialContext, node.IP.String())
+		if rt, err = a.startPod(ctx, key, pod); err != nil {
+			return err
 		}
-		rt, err = startPodRuntime(pod, netPod, env, func() { a.queue.Add(key) }, a.logf)
-		if err != nil {
-			if env.host {
-				return err
-			}
-			return errors.Join(err, netPod.Close())
-		}
-		a.mu.Lock()
-		a.runtimes[key] = rt
-		a.mu.Unlock()
-		a.logf("pod %s started on %s as %s in %s", key, rt.node, rt.ip, netPod.Name)
 	}
 	return a.syncStatus(ctx, pod, rt)
+}
+
+// syncTerminating stops a deleted pod's containers (OnStop first, once) and
+// deletes the object once they have finished, as the kubelet does.
+func (a *Agent) syncTerminating(ctx context.Context, key string, pod *corev1.Pod, rt *podRuntime) error {
+	if rt == nil {
+		return a.deleteNow(ctx, pod)
+	}
+	rt.mu.Lock()
+	first := !rt.terminating
+	rt.mu.Unlock()
+	if first && a.OnStop != nil {
+		a.OnStop(pod)
+	}
+	rt.terminate(deletionGrace(pod))
+	if _, finished, _ := rt.status(); !finished.IsZero() {
+		if err := a.syncStatus(ctx, pod, rt); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if err := a.deleteNow(ctx, pod); err != nil {
+			return err
+		}
+		a.forget(key)
+		return nil
+	}
+	return a.syncStatus(ctx, pod, rt)
+}
+
+// startPod starts a pod bound to one of the agent's nodes: in a namespace
+// of its own on a lab node, or in a data-plane node's namespace.
+func (a *Agent) startPod(ctx context.Context, key string, pod *corev1.Pod) (*podRuntime, error) {
+	var netPod *netlab.Pod
+	var env podEnv
+	if h := a.hostNodes[pod.Spec.NodeName]; h != nil {
+		// A data-plane node's pod uses the node's namespace.
+		if !pod.Spec.HostNetwork {
+			return nil, fmt.Errorf("node %s runs host-network pods only", pod.Spec.NodeName)
+		}
+		netPod = &netlab.Pod{Netns: h.Netns, IP: h.IP}
+		env = a.podEnv(h.DialContext, h.IP.String())
+		env.host = true
+	} else {
+		if pod.Spec.HostNetwork {
+			return nil, fmt.Errorf("the lab runs host-network pods on data-plane nodes only")
+		}
+		node := a.net.nodeFor(pod.Spec.NodeName)
+		// A pod's namespace, with the next address of its node's pod
+		// CIDR (never reused within a lab run).
+		var err error
+		if netPod, err = a.net.Net.AddPod(ctx, node); err != nil {
+			return nil, err
+		}
+		env = a.podEnv(node.DialContext, node.IP.String())
+	}
+	rt, err := startPodRuntime(pod, netPod, env, func() { a.queue.Add(key) }, a.logf)
+	if err != nil {
+		if env.host {
+			return nil, err
+		}
+		return nil, errors.Join(err, netPod.Close())
+	}
+	a.mu.Lock()
+	a.runtimes[key] = rt
+	a.mu.Unlock()
+	a.logf("pod %s started on %s as %s in %s", key, rt.node, rt.ip, netPod.Name)
+	return rt, nil
 }
 
 // podEnv is what a pod on a node needs: dial connects from the node's

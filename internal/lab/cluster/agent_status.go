@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,30 +19,7 @@ import (
 // them alone).
 func (a *Agent) syncStatus(ctx context.Context, pod *corev1.Pod, rt *podRuntime) error {
 	ready, finished, code := rt.status()
-	allReady := len(pod.Spec.Containers) > 0
-	var statuses []corev1.ContainerStatus
-	for _, c := range pod.Spec.Containers {
-		st := corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, ImageID: "lab://" + c.Image,
-			ContainerID: fmt.Sprintf("lab://%s/%s", rt.uid, c.Name), Ready: ready[c.Name], Started: ptr.To(finished.IsZero()),
-			RestartCount: rt.restartCount(c.Name),
-		}
-		if finished.IsZero() && !rt.running(c.Name) {
-			st.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
-			st.Started = ptr.To(false)
-		} else if finished.IsZero() {
-			st.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(rt.startedAt)}
-		} else {
-			reason := "Completed"
-			if code != 0 {
-				reason = "Error"
-			}
-			st.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason,
-				StartedAt: metav1.NewTime(rt.startedAt), FinishedAt: metav1.NewTime(finished)}
-		}
-		allReady = allReady && st.Ready
-		statuses = append(statuses, st)
-	}
+	statuses, allReady := containerStatuses(pod, rt, ready, finished, code)
 	gates := true
 	for _, g := range pod.Spec.ReadinessGates {
 		gates = gates && ConditionStatus(pod, g.ConditionType) == corev1.ConditionTrue
@@ -67,19 +45,7 @@ func (a *Agent) syncStatus(ctx context.Context, pod *corev1.Pod, rt *podRuntime)
 		a.condition(pod, corev1.ContainersReady, allReady, "ContainersNotReady"),
 		a.condition(pod, corev1.PodReady, podReady, readyReason),
 	}
-	same := pod.Status.Phase == phase && pod.Status.PodIP == rt.ip.String() && len(pod.Status.ContainerStatuses) == len(statuses)
-	for _, c := range conds {
-		same = same && ConditionStatus(pod, c.Type) == c.Status
-	}
-	for i := range statuses {
-		if !same {
-			break
-		}
-		cur := pod.Status.ContainerStatuses[i]
-		same = cur.Ready == statuses[i].Ready && (cur.State.Terminated == nil) == (statuses[i].State.Terminated == nil) &&
-			cur.RestartCount == statuses[i].RestartCount
-	}
-	if same {
+	if statusReported(pod, phase, rt.ip.String(), conds, statuses) {
 		return nil
 	}
 	hostIP := rt.env.hostIP
@@ -102,6 +68,56 @@ func (a *Agent) syncStatus(ctx context.Context, pod *corev1.Pod, rt *podRuntime)
 		a.logf("pod %s/%s Ready=%s", pod.Namespace, pod.Name, conds[3].Status)
 	}
 	return err
+}
+
+// containerStatuses are the pod's containers as the kubelet reports them
+// (a container between restarts waits in CrashLoopBackOff), and whether
+// every one is ready.
+func containerStatuses(pod *corev1.Pod, rt *podRuntime, ready map[string]bool, finished time.Time, code int32) ([]corev1.ContainerStatus, bool) {
+	allReady := len(pod.Spec.Containers) > 0
+	var statuses []corev1.ContainerStatus
+	for _, c := range pod.Spec.Containers {
+		st := corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: "lab://" + c.Image,
+			ContainerID: fmt.Sprintf("lab://%s/%s", rt.uid, c.Name), Ready: ready[c.Name], Started: ptr.To(finished.IsZero()),
+			RestartCount: rt.restartCount(c.Name),
+		}
+		if finished.IsZero() && !rt.running(c.Name) {
+			st.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+			st.Started = ptr.To(false)
+		} else if finished.IsZero() {
+			st.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(rt.startedAt)}
+		} else {
+			reason := "Completed"
+			if code != 0 {
+				reason = "Error"
+			}
+			st.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason,
+				StartedAt: metav1.NewTime(rt.startedAt), FinishedAt: metav1.NewTime(finished)}
+		}
+		allReady = allReady && st.Ready
+		statuses = append(statuses, st)
+	}
+	return statuses, allReady
+}
+
+// statusReported: the pod already shows the phase, address, conditions and
+// container states (readiness, termination, restarts) the kubelet would
+// report, so syncStatus sends no patch.
+func statusReported(pod *corev1.Pod, phase corev1.PodPhase, ip string, conds []corev1.PodCondition, statuses []corev1.ContainerStatus) bool {
+	same := pod.Status.Phase == phase && pod.Status.PodIP == ip && len(pod.Status.ContainerStatuses) == len(statuses)
+	for _, c := range conds {
+		same = same && ConditionStatus(pod, c.Type) == c.Status
+	}
+	for i := range statuses {
+		if !same {
+			break
+		}
+		cur := pod.Status.ContainerStatuses[i]
+		same = cur.Ready == statuses[i].Ready && (cur.State.Terminated == nil) == (statuses[i].State.Terminated == nil) &&
+			cur.RestartCount == statuses[i].RestartCount
+	}
+	return same
 }
 
 // condition keeps the transition time of a condition whose status stays.

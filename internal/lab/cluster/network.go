@@ -80,36 +80,7 @@ func StartNetwork(ctx context.Context, dir string, nodes, lbHosts int, cfg *rest
 			return n, err
 		}
 	}
-	n.LBs = []*netlab.Host{n.LB}
-	for i := 2; i <= lbHosts; i++ {
-		h, err := nl.AddHost(ctx, fmt.Sprintf("lb%d", i))
-		if err != nil {
-			return n, err
-		}
-		n.LBs = append(n.LBs, h)
-	}
-	// Each load balancer answers every frontend address (an AnyIP route:
-	// the whole range is local on its loopback), as each replica of an
-	// anycast data plane holds every address; the client reaches them
-	// through a nexthop group, as a router with ECMP routes to the replicas
-	// would: hashed on the 5-tuple (fib_multipath_hash_policy 1), and
-	// resilient, so a member taken out moves only its own flows.
-	for i, h := range n.LBs {
-		if err := h.Run(ctx, "ip", "addr", "add", frontendNet, "dev", "lo"); err != nil {
-			return n, err
-		}
-		if err := n.Client.Run(ctx, "ip", "nexthop", "add", "id", strconv.Itoa(i+1), "via", h.IP.String(), "dev", "eth0"); err != nil {
-			return n, err
-		}
-	}
-	if err := n.Client.Run(ctx, "sysctl", "-qw", "net.ipv4.fib_multipath_hash_policy=1"); err != nil {
-		return n, err
-	}
-	if err := n.Client.Run(ctx, "ip", "nexthop", "add", "id", strconv.Itoa(frontendGroup), "group", "1",
-		"type", "resilient", "buckets", "64"); err != nil {
-		return n, err
-	}
-	if err := n.Client.Run(ctx, "ip", "route", "add", frontendNet, "nhid", strconv.Itoa(frontendGroup)); err != nil {
+	if err := n.addLBHosts(ctx, lbHosts); err != nil {
 		return n, err
 	}
 	if n.Kubeconfig, err = writeNetnsKubeconfig(cfg, filepath.Join(dir, "kubeconfig-netns")); err != nil {
@@ -123,24 +94,71 @@ func StartNetwork(ctx context.Context, dir string, nodes, lbHosts int, cfg *rest
 			}
 		}
 	}
+	if err := n.startKubeProxies(ctx, dir); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// addLBHosts adds the data-plane replicas' hosts after the first load
+// balancer and routes the frontend range to them all.
+func (n *Network) addLBHosts(ctx context.Context, lbHosts int) error {
+	n.LBs = []*netlab.Host{n.LB}
+	for i := 2; i <= lbHosts; i++ {
+		h, err := n.Net.AddHost(ctx, fmt.Sprintf("lb%d", i))
+		if err != nil {
+			return err
+		}
+		n.LBs = append(n.LBs, h)
+	}
+	// Each load balancer answers every frontend address (an AnyIP route:
+	// the whole range is local on its loopback), as each replica of an
+	// anycast data plane holds every address; the client reaches them
+	// through a nexthop group, as a router with ECMP routes to the replicas
+	// would: hashed on the 5-tuple (fib_multipath_hash_policy 1), and
+	// resilient, so a member taken out moves only its own flows.
+	for i, h := range n.LBs {
+		if err := h.Run(ctx, "ip", "addr", "add", frontendNet, "dev", "lo"); err != nil {
+			return err
+		}
+		if err := n.Client.Run(ctx, "ip", "nexthop", "add", "id", strconv.Itoa(i+1), "via", h.IP.String(), "dev", "eth0"); err != nil {
+			return err
+		}
+	}
+	if err := n.Client.Run(ctx, "sysctl", "-qw", "net.ipv4.fib_multipath_hash_policy=1"); err != nil {
+		return err
+	}
+	if err := n.Client.Run(ctx, "ip", "nexthop", "add", "id", strconv.Itoa(frontendGroup), "group", "1",
+		"type", "resilient", "buckets", "64"); err != nil {
+		return err
+	}
+	if err := n.Client.Run(ctx, "ip", "route", "add", frontendNet, "nhid", strconv.Itoa(frontendGroup)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// startKubeProxies starts the real kube-proxy on every node, each reaching
+// the API server through a forwarder in its namespace.
+func (n *Network) startKubeProxies(ctx context.Context, dir string) error {
 	assets, err := controlplane.Assets("kube-proxy")
 	if err != nil {
-		return n, fmt.Errorf("kube-proxy: %w", err)
+		return fmt.Errorf("kube-proxy: %w", err)
 	}
-	for _, node := range nl.Nodes {
+	for _, node := range n.Net.Nodes {
 		// Service ClusterIPs are routed out of the node, as a node's default
 		// route does; kube-proxy's output chain translates them first.
 		if err := node.Run(ctx, "ip", "route", "add", serviceCIDR, "dev", "eth0"); err != nil {
-			return n, err
+			return err
 		}
-		if _, _, err := nl.Forward(node.Netns, APIServerInNetns, n.apiserver); err != nil {
-			return n, fmt.Errorf("node %d: API server forwarder: %w", node.Index, err)
+		if _, _, err := n.Net.Forward(node.Netns, APIServerInNetns, n.apiserver); err != nil {
+			return fmt.Errorf("node %d: API server forwarder: %w", node.Index, err)
 		}
 		logFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("kube-proxy-%s.log", NodeName(node.Index))))
 		if err != nil {
-			return n, err
+			return err
 		}
-		p, err := nl.Start(node.Netns, logFile, logFile, filepath.Join(assets, "kube-proxy"),
+		p, err := n.Net.Start(node.Netns, logFile, logFile, filepath.Join(assets, "kube-proxy"),
 			"--kubeconfig", n.Kubeconfig,
 			"--hostname-override", NodeName(node.Index),
 			"--proxy-mode", "nftables",
@@ -153,11 +171,11 @@ func StartNetwork(ctx context.Context, dir string, nodes, lbHosts int, cfg *rest
 		)
 		logFile.Close()
 		if err != nil {
-			return n, err
+			return err
 		}
 		n.kubeProxies = append(n.kubeProxies, p)
 	}
-	return n, nil
+	return nil
 }
 
 // nodeFor returns the netlab node of a lab Node's name.

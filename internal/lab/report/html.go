@@ -122,20 +122,67 @@ func (t *Timeline) span() int {
 // stacked by kind), markers as dashed lines with their labels staggered over
 // four rows, and a lane per backend with its HAProxy state.
 func timelineSVG(t *Timeline, n int) string {
-	const (
-		width, plotHeight = 640, 135
-		left, right       = 110, 10
-		top, axis         = 70, 25
-		laneH, laneGap    = 9, 3
-	)
+	p := newPlot(t, n)
+	var s strings.Builder
+	fmt.Fprintf(&s, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-size="10">`, svgWidth, p.height, svgWidth, p.height)
+	p.axes(&s)
+	p.bars(&s, t)
+	p.markers(&s, t.Markers)
+	p.lanes(&s, t.Lanes)
+	s.WriteString("</svg>\n")
+	return s.String()
+}
+
+// The timeline's geometry, in SVG units: the plot of requests per second
+// between margins, the time axis under it, and the backend lanes below.
+const (
+	svgWidth, svgPlotHeight = 640, 135
+	svgLeft, svgRight       = 110, 10
+	svgTop, svgAxis         = 70, 25
+	svgLaneH, svgLaneGap    = 9, 3
+)
+
+// plot is one timeline's scale: n seconds across, peak requests per second
+// up (the cards of one row of the report share n).
+type plot struct {
+	n, peak      int
+	plotW, plotH float64
+	lanesTop     float64
+	height       int
+	bw           float64 // a second's bar
+}
+
+func newPlot(t *Timeline, n int) plot {
 	n = max(n, t.span())
-	plotW, plotH := float64(width-left-right), float64(plotHeight)
-	lanesTop := top + plotH + axis
-	height := int(lanesTop) + len(t.Lanes)*(laneH+laneGap) + 5
-	peak := 1
+	p := plot{n: n, peak: 1, plotW: float64(svgWidth - svgLeft - svgRight), plotH: float64(svgPlotHeight)}
+	p.lanesTop = svgTop + p.plotH + svgAxis
+	p.height = int(p.lanesTop) + len(t.Lanes)*(svgLaneH+svgLaneGap) + 5
 	for _, s := range t.Seconds {
-		peak = max(peak, s.Requests, s.Failures)
+		p.peak = max(p.peak, s.Requests, s.Failures)
 	}
+	p.bw = p.plotW / float64(n)
+	return p
+}
+
+func (p plot) x(sec float64) float64 { return svgLeft + sec/float64(p.n)*p.plotW }
+func (p plot) y(v int) float64       { return svgTop + p.plotH - float64(v)/float64(p.peak)*p.plotH }
+
+// axes draws both axes, the peak and zero, and a time label every 5 s or
+// more (about ten labels at most).
+func (p plot) axes(s *strings.Builder) {
+	top, plotH := float64(svgTop), p.plotH
+	fmt.Fprintf(s, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#999"/>`, svgLeft, top+plotH, svgWidth-svgRight, top+plotH)
+	fmt.Fprintf(s, `<line x1="%d" y1="%d" x2="%d" y2="%.1f" stroke="#999"/>`, svgLeft, svgTop, svgLeft, top+plotH)
+	fmt.Fprintf(s, `<text x="%d" y="%d" text-anchor="end">%d/s</text>`, svgLeft-4, svgTop+4, p.peak)
+	fmt.Fprintf(s, `<text x="%d" y="%.1f" text-anchor="end">0</text>`, svgLeft-4, top+plotH)
+	step := max(5, (p.n/10+4)/5*5)
+	for sec := 0; sec <= p.n; sec += step {
+		fmt.Fprintf(s, `<text x="%.1f" y="%.1f" text-anchor="middle">%ds</text>`, p.x(float64(sec)), top+plotH+15, sec)
+	}
+}
+
+// bars draws each second's requests, and its failures stacked by kind.
+func (p plot) bars(s *strings.Builder, t *Timeline) {
 	// Failures per second and kind, from the failure list (which keeps the
 	// first maxEvents; the bars' totals come from the buckets).
 	byKind := map[int]map[string]int{}
@@ -146,66 +193,61 @@ func timelineSVG(t *Timeline, n int) string {
 		}
 		byKind[sec][f.Kind]++
 	}
-	x := func(sec float64) float64 { return left + sec/float64(n)*plotW }
-	y := func(v int) float64 { return top + plotH - float64(v)/float64(peak)*plotH }
-	bw := plotW / float64(n)
-	var s strings.Builder
-	fmt.Fprintf(&s, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-size="10">`, width, height, width, height)
-	fmt.Fprintf(&s, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#999"/>`, left, top+plotH, width-right, top+plotH)
-	fmt.Fprintf(&s, `<line x1="%d" y1="%d" x2="%d" y2="%.1f" stroke="#999"/>`, left, top, left, top+plotH)
-	fmt.Fprintf(&s, `<text x="%d" y="%d" text-anchor="end">%d/s</text>`, left-4, top+4, peak)
-	fmt.Fprintf(&s, `<text x="%d" y="%.1f" text-anchor="end">0</text>`, left-4, top+plotH)
-	step := max(5, (n/10+4)/5*5)
-	for sec := 0; sec <= n; sec += step {
-		fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" text-anchor="middle">%ds</text>`, x(float64(sec)), top+plotH+15, sec)
-	}
+	bottom, bw := svgTop+p.plotH, max(p.bw-1, 0.5)
 	for i, sec := range t.Seconds {
 		if sec.Requests > 0 {
-			fmt.Fprintf(&s, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#9bb7d4"><title>%ds: %d requests</title></rect>`,
-				x(float64(i))+0.5, y(sec.Requests), max(bw-1, 0.5), top+plotH-y(sec.Requests), i, sec.Requests)
+			fmt.Fprintf(s, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#9bb7d4"><title>%ds: %d requests</title></rect>`,
+				p.x(float64(i))+0.5, p.y(sec.Requests), bw, bottom-p.y(sec.Requests), i, sec.Requests)
 		}
 		if sec.Failures == 0 {
 			continue
 		}
 		// Stack the kinds; what the list did not keep is drawn in black.
-		base, counted := top+plotH, 0
+		base, counted := bottom, 0
 		for _, k := range kindColours {
 			c := byKind[i][k.kind]
 			if c == 0 {
 				continue
 			}
 			counted += c
-			h := max(float64(c)/float64(peak)*plotH, 3)
+			h := max(float64(c)/float64(p.peak)*p.plotH, 3)
 			base -= h
-			fmt.Fprintf(&s, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%ds: %d %s</title></rect>`,
-				x(float64(i))+0.5, base, max(bw-1, 0.5), h, k.colour, i, c, k.kind)
+			fmt.Fprintf(s, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%ds: %d %s</title></rect>`,
+				p.x(float64(i))+0.5, base, bw, h, k.colour, i, c, k.kind)
 		}
 		if rest := sec.Failures - counted; rest > 0 {
-			h := max(float64(rest)/float64(peak)*plotH, 3)
-			fmt.Fprintf(&s, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#000"><title>%ds: %d failures</title></rect>`,
-				x(float64(i))+0.5, base-h, max(bw-1, 0.5), h, i, rest)
+			h := max(float64(rest)/float64(p.peak)*p.plotH, 3)
+			fmt.Fprintf(s, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#000"><title>%ds: %d failures</title></rect>`,
+				p.x(float64(i))+0.5, base-h, bw, h, i, rest)
 		}
 	}
-	for i, m := range t.Markers {
-		mx := x(m.At.Seconds())
+}
+
+// markers draws each marker as a dashed line, its label on one of four
+// rows in turn so that close markers stay readable.
+func (p plot) markers(s *strings.Builder, ms []Marker) {
+	for i, m := range ms {
+		mx := p.x(m.At.Seconds())
 		row := i % 4
-		fmt.Fprintf(&s, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="3,3"/>`, mx, 12+row*14, mx, top+plotH)
-		fmt.Fprintf(&s, `<text x="%.1f" y="%d" fill="#333">%s<title>%.1fs %s</title></text>`,
+		fmt.Fprintf(s, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="3,3"/>`, mx, 12+row*14, mx, svgTop+p.plotH)
+		fmt.Fprintf(s, `<text x="%.1f" y="%d" fill="#333">%s<title>%.1fs %s</title></text>`,
 			mx+2, 10+row*14, html.EscapeString(m.Label), m.At.Seconds(), html.EscapeString(m.Label))
 	}
-	for i, lane := range t.Lanes {
-		ly := lanesTop + float64(i*(laneH+laneGap))
-		fmt.Fprintf(&s, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`, left-4, ly+laneH-1, html.EscapeString(lane.Backend))
+}
+
+// lanes draws a lane per backend: each state from its change to the next.
+func (p plot) lanes(s *strings.Builder, lanes []BackendLane) {
+	for i, lane := range lanes {
+		ly := p.lanesTop + float64(i*(svgLaneH+svgLaneGap))
+		fmt.Fprintf(s, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`, svgLeft-4, ly+svgLaneH-1, html.EscapeString(lane.Backend))
 		for j, sp := range lane.Spans {
-			end := float64(n)
+			end := float64(p.n)
 			if j+1 < len(lane.Spans) {
 				end = lane.Spans[j+1].At.Seconds()
 			}
-			x0, x1 := x(sp.At.Seconds()), x(end)
-			fmt.Fprintf(&s, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s" stroke="#ccc" stroke-width="0.3"><title>%s %s from %.1fs</title></rect>`,
-				x0, ly, max(x1-x0, 0.5), laneH, stateColour(sp.State), html.EscapeString(lane.Backend), sp.State, sp.At.Seconds())
+			x0, x1 := p.x(sp.At.Seconds()), p.x(end)
+			fmt.Fprintf(s, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s" stroke="#ccc" stroke-width="0.3"><title>%s %s from %.1fs</title></rect>`,
+				x0, ly, max(x1-x0, 0.5), svgLaneH, stateColour(sp.State), html.EscapeString(lane.Backend), sp.State, sp.At.Seconds())
 		}
 	}
-	s.WriteString("</svg>\n")
-	return s.String()
 }

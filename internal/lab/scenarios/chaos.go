@@ -278,21 +278,8 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 	fig.OutageSeconds = time.Since(start).Seconds()
 	fig.WritesDuringOutage = n1 - n0
 	r.mark("kube-apiserver resumed")
-	// A leader is back once a controller pod that is running and ready
-	// says, since the API server returned, that it holds the lease; the old
-	// leader's process may have ended.
-	back := time.Now()
-	var next string
-	if err := waitFor(ctx, 90*time.Second, "a ready controller holding the lease", func() (bool, string) {
-		next = ""
-		for _, p := range r.ctrls.pods() {
-			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning &&
-				cluster.ConditionStatus(p, corev1.PodReady) == corev1.ConditionTrue && r.ctrls.leaderSince(p.Name, back) {
-				next = p.Name
-			}
-		}
-		return next != "", "no ready controller pod reports leader_election_master_status 1"
-	}); err != nil {
+	next, err := r.waitLeaderBack(ctx, time.Now())
+	if err != nil {
 		return err
 	}
 	r.mark("leader %s", shortPod(next))
@@ -309,6 +296,24 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 	fig.WritesAfterRecovery = n2 - n1
 	fig.LeaderExited = r.lab.agent.Finished(ctrlNamespace + "/" + leader)
 	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
+}
+
+// waitLeaderBack waits until a controller pod that is running and ready
+// says, in a scrape after back (when the API server returned), that it
+// holds the lease; the old leader's process may have ended.
+func (r *run) waitLeaderBack(ctx context.Context, back time.Time) (string, error) {
+	var next string
+	err := waitFor(ctx, 90*time.Second, "a ready controller holding the lease", func() (bool, string) {
+		next = ""
+		for _, p := range r.ctrls.pods() {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning &&
+				cluster.ConditionStatus(p, corev1.PodReady) == corev1.ConditionTrue && r.ctrls.leaderSince(p.Name, back) {
+				next = p.Name
+			}
+		}
+		return next != "", "no ready controller pod reports leader_election_master_status 1"
+	})
+	return next, err
 }
 
 // poolState is the run's HAProxy backends as one comparable string.

@@ -43,57 +43,15 @@ func actLBReplicaRestartChart(ctx context.Context, r *run) error {
 	if d == nil {
 		return fmt.Errorf("no data-plane pod on %s", cluster.HostNodeName(0))
 	}
-	key := ctrlNamespace + "/" + d.podName
-	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
-		before := d.landed()
-		restarts := r.containerRestarts(d.podName, "controller")
-		r.mark("replica 0: %s its controller container", sig)
-		if err := r.lab.agent.SignalContainer(key, "controller", sig); err != nil {
-			return err
-		}
-		// The kubelet's back-off is 10 s, then 20 s.
-		if err := waitFor(ctx, 2*time.Minute, "replica 0's controller container started again and ready", func() (bool, string) {
-			pod, err := r.lab.agent.Pods.Pods(ctrlNamespace).Get(d.podName)
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, st := range pod.Status.ContainerStatuses {
-				if st.Name == "controller" {
-					return st.RestartCount > restarts && st.Ready, fmt.Sprintf("restarts %d, ready %v", st.RestartCount, st.Ready)
-				}
-			}
-			return false, "no status"
-		}); err != nil {
-			return err
-		}
-		r.mark("replica 0: controller container ready again")
-		if !traffic.SleepCtx(ctx, idleVerify) {
-			return ctx.Err()
-		}
-		r.restartWrites = append(r.restartWrites, d.landed()-before)
+	if err := r.restartFirstControllerContainer(ctx, d); err != nil {
+		return err
 	}
 	var err error
 	if fig.RestartFailed, fig.RestartBroken, err = phaseEnd(); err != nil {
 		return err
 	}
 
-	ds := r.lab.cp.Client.AppsV1().DaemonSets(ctrlNamespace)
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"lab.zerodrop.dev/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
-	updated, err := ds.Patch(ctx, r.dataPlaneName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	if err != nil {
-		return fmt.Errorf("update the data plane's DaemonSet: %w", err)
-	}
-	r.mark("DaemonSet %s updated", r.dataPlaneName())
-	if err := waitFor(ctx, 5*time.Minute, "the DaemonSet update done and every replica routed", func() (bool, string) {
-		cur, err := ds.Get(ctx, r.dataPlaneName(), metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		if cur.Status.ObservedGeneration < updated.Generation || !daemonSetReady(cur, n) || int(cur.Status.NumberAvailable) != n {
-			return false, fmt.Sprintf("%d of %d updated, %d ready", cur.Status.UpdatedNumberScheduled, n, cur.Status.NumberReady)
-		}
-		return r.dataPlaneRouted(n)
-	}); err != nil {
+	if err := r.updateDataPlaneDaemonSet(ctx, n); err != nil {
 		return err
 	}
 	r.mark("DaemonSet update done")
@@ -132,6 +90,69 @@ func actLBReplicaRestartChart(ctx context.Context, r *run) error {
 	}
 	fig.HardFailed, fig.HardBroken, err = phaseEnd()
 	return err
+}
+
+// restartFirstControllerContainer is phase 1: d's (replica 0's)
+// controller container sent SIGKILL, then SIGTERM, each time waited for
+// until the kubelet has started it again and it is ready; each restart's
+// writes go to restartWrites.
+func (r *run) restartFirstControllerContainer(ctx context.Context, d *dpReplica) error {
+	key := ctrlNamespace + "/" + d.podName
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		before := d.landed()
+		restarts := r.containerRestarts(d.podName, "controller")
+		r.mark("replica 0: %s its controller container", sig)
+		if err := r.lab.agent.SignalContainer(key, "controller", sig); err != nil {
+			return err
+		}
+		// The kubelet's back-off is 10 s, then 20 s.
+		if err := waitFor(ctx, 2*time.Minute, "replica 0's controller container started again and ready", func() (bool, string) {
+			pod, err := r.lab.agent.Pods.Pods(ctrlNamespace).Get(d.podName)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, st := range pod.Status.ContainerStatuses {
+				if st.Name == "controller" {
+					return st.RestartCount > restarts && st.Ready, fmt.Sprintf("restarts %d, ready %v", st.RestartCount, st.Ready)
+				}
+			}
+			return false, "no status"
+		}); err != nil {
+			return err
+		}
+		r.mark("replica 0: controller container ready again")
+		if !traffic.SleepCtx(ctx, idleVerify) {
+			return ctx.Err()
+		}
+		r.restartWrites = append(r.restartWrites, d.landed()-before)
+	}
+	return nil
+}
+
+// updateDataPlaneDaemonSet is phase 2: the DaemonSet's pod template
+// changed as `kubectl rollout restart` does, and waited for until its
+// controller has replaced every pod and the router stand-in routes all n.
+func (r *run) updateDataPlaneDaemonSet(ctx context.Context, n int) error {
+	ds := r.lab.cp.Client.AppsV1().DaemonSets(ctrlNamespace)
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"lab.zerodrop.dev/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
+	updated, err := ds.Patch(ctx, r.dataPlaneName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("update the data plane's DaemonSet: %w", err)
+	}
+	r.mark("DaemonSet %s updated", r.dataPlaneName())
+	if err := waitFor(ctx, 5*time.Minute, "the DaemonSet update done and every replica routed", func() (bool, string) {
+		cur, err := ds.Get(ctx, r.dataPlaneName(), metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if cur.Status.ObservedGeneration < updated.Generation || !daemonSetReady(cur, n) || int(cur.Status.NumberAvailable) != n {
+			return false, fmt.Sprintf("%d of %d updated, %d ready", cur.Status.UpdatedNumberScheduled, n, cur.Status.NumberReady)
+		}
+		return r.dataPlaneRouted(n)
+	}); err != nil {
+		return err
+	}
+	return nil
 }
 
 // leaseExpired: the Lease was last renewed more than its duration ago.

@@ -54,25 +54,8 @@ func actLBReplicaRestart(ctx context.Context, r *run) error {
 	r.replicaFigures = fig
 	phaseEnd := r.phases(ctx)
 
-	d := reps[0]
-	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
-		before := d.landed()
-		p := d.process()
-		r.mark("replica 0: %s its zerodrop process", sig)
-		p.Signal(sig)
-		select {
-		case <-p.Done():
-		case <-time.After(30 * time.Second):
-			return fmt.Errorf("replica 0's zerodrop process did not end after %s", sig)
-		}
-		if err := r.startReplicaProcess(ctx, d); err != nil {
-			return err
-		}
-		r.mark("replica 0: zerodrop process ready")
-		if !traffic.SleepCtx(ctx, idleVerify) {
-			return ctx.Err()
-		}
-		r.restartWrites = append(r.restartWrites, d.landed()-before)
+	if err := r.restartFirstReplicaProcess(ctx, reps[0]); err != nil {
+		return err
 	}
 	var err error
 	if fig.RestartFailed, fig.RestartBroken, err = phaseEnd(); err != nil {
@@ -124,6 +107,33 @@ func actLBReplicaRestart(ctx context.Context, r *run) error {
 	}
 	fig.HardFailed, fig.HardBroken, err = phaseEnd()
 	return err
+}
+
+// restartFirstReplicaProcess is phase (1): d's (replica 0's) zerodrop
+// process ended by SIGKILL, then by SIGTERM, and started again each time,
+// its HAProxy serving throughout; each restart's writes go to
+// restartWrites.
+func (r *run) restartFirstReplicaProcess(ctx context.Context, d *dpReplica) error {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		before := d.landed()
+		p := d.process()
+		r.mark("replica 0: %s its zerodrop process", sig)
+		p.Signal(sig)
+		select {
+		case <-p.Done():
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("replica 0's zerodrop process did not end after %s", sig)
+		}
+		if err := r.startReplicaProcess(ctx, d); err != nil {
+			return err
+		}
+		r.mark("replica 0: zerodrop process ready")
+		if !traffic.SleepCtx(ctx, idleVerify) {
+			return ctx.Err()
+		}
+		r.restartWrites = append(r.restartWrites, d.landed()-before)
+	}
+	return nil
 }
 
 // phases returns lb-replica-restart's phase end: it waits until the

@@ -103,27 +103,12 @@ type lab struct {
 // when interrupted: the runs so far). Everything it started is stopped and
 // its work directory removed before it returns.
 func Execute(ctx context.Context, opts Options) (results []report.Result, err error) {
-	if opts.Progress == nil {
-		opts.Progress = io.Discard
+	if opts, err = withDefaults(opts); err != nil {
+		return nil, err
 	}
-	if opts.Rate <= 0 {
-		opts.Rate = traffic.DefaultRate
-	}
-	if opts.Recipe == (Recipe{}) {
-		opts.Recipe = DefaultRecipe
-	}
-	if opts.Executable == "" {
-		if opts.Executable, err = os.Executable(); err != nil {
-			return nil, err
-		}
-	}
-	var scs []scenario
-	for _, name := range opts.Scenarios {
-		sc, ok := ScenarioNamed(name)
-		if !ok {
-			return nil, fmt.Errorf("unknown scenario %q", name)
-		}
-		scs = append(scs, sc)
+	scs, err := scenariosNamed(opts.Scenarios)
+	if err != nil {
+		return nil, err
 	}
 	// The webhook's admission code logs through controller-runtime.
 	ctrllog.SetLogger(logr.Discard())
@@ -148,37 +133,88 @@ func Execute(ctx context.Context, opts Options) (results []report.Result, err er
 	if l.logFile, err = os.Create(filepath.Join(l.dir, "lab.log")); err != nil {
 		return nil, err
 	}
-	// klog's output (the upstream service controller, client-go) goes to
-	// the lab's log, not among the progress lines (errors still reach
-	// stderr). SetOutput and LogToStderr take klog's lock, unlike
-	// SetLogger, so goroutines of an earlier lab in the same process may
-	// still log.
-	klog.LogToStderr(false)
-	klog.SetOutput(klogWriter{l})
-	defer func() {
-		klog.SetOutput(os.Stderr)
-		klog.LogToStderr(true)
-	}()
+	defer l.klogToLog()()
 	if err := l.startShared(ctx); err != nil {
 		return nil, err
 	}
 	defer l.stopShared()
-	if len(opts.Backends) == 0 {
-		opts.Backends = []string{BackendIP}
+	return l.runAll(ctx, scs, variants(opts.Backends, opts.TrafficPolicies))
+}
+
+// withDefaults fills in the options left zero.
+func withDefaults(opts Options) (Options, error) {
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
 	}
-	if len(opts.TrafficPolicies) == 0 {
-		opts.TrafficPolicies = []string{PolicyCluster}
+	if opts.Rate <= 0 {
+		opts.Rate = traffic.DefaultRate
 	}
-	var variants []variant
-	for _, b := range opts.Backends {
-		for _, p := range opts.TrafficPolicies {
-			variants = append(variants, variant{b, p})
+	if opts.Recipe == (Recipe{}) {
+		opts.Recipe = DefaultRecipe
+	}
+	if opts.Executable == "" {
+		var err error
+		if opts.Executable, err = os.Executable(); err != nil {
+			return opts, err
 		}
 	}
+	return opts, nil
+}
+
+// scenariosNamed finds every scenario of names, before anything starts: a
+// misspelt name fails at once, not after the runs before it.
+func scenariosNamed(names []string) ([]scenario, error) {
+	var scs []scenario
+	for _, name := range names {
+		sc, ok := ScenarioNamed(name)
+		if !ok {
+			return nil, fmt.Errorf("unknown scenario %q", name)
+		}
+		scs = append(scs, sc)
+	}
+	return scs, nil
+}
+
+// klogToLog sends klog's output (the upstream service controller,
+// client-go) to the lab's log, not among the progress lines (errors still
+// reach stderr), until the function it returns is called. SetOutput and
+// LogToStderr take klog's lock, unlike SetLogger, so goroutines of an
+// earlier lab in the same process may still log.
+func (l *lab) klogToLog() (restore func()) {
+	klog.LogToStderr(false)
+	klog.SetOutput(klogWriter{l})
+	return func() {
+		klog.SetOutput(os.Stderr)
+		klog.LogToStderr(true)
+	}
+}
+
+// variants are every backend with every traffic policy (default ip and
+// cluster).
+func variants(backends, policies []string) []variant {
+	if len(backends) == 0 {
+		backends = []string{BackendIP}
+	}
+	if len(policies) == 0 {
+		policies = []string{PolicyCluster}
+	}
+	var out []variant
+	for _, b := range backends {
+		for _, p := range policies {
+			out = append(out, variant{b, p})
+		}
+	}
+	return out
+}
+
+// runAll runs each scenario in each of its variants and modes, in order,
+// until ctx ends.
+func (l *lab) runAll(ctx context.Context, scs []scenario, vs []variant) ([]report.Result, error) {
+	var results []report.Result
 	seenNode := map[string]bool{}
 	for _, sc := range scs {
-		for _, v := range scenarioVariants(sc, variants) {
-			for _, mode := range opts.Modes {
+		for _, v := range scenarioVariants(sc, vs) {
+			for _, mode := range l.opts.Modes {
 				v := v
 				if sc.modes != nil && !slices.Contains(sc.modes, mode) {
 					continue
@@ -200,13 +236,7 @@ func Execute(ctx context.Context, opts Options) (results []report.Result, err er
 				res, err := l.runScenario(ctx, sc, v, mode)
 				res.Err = err
 				results = append(results, res)
-				if err != nil {
-					l.progressf("%-10s %-13s %-8s error: %v", sc.Name, v, mode, err)
-				} else {
-					l.progressf("%-10s %-13s %-8s done: %d requests, %d failed (%d late, %d by a client stall); %d long conns, %d closed, %d broken; %d writes, %d conflicts; %d hook failures, %d drain relay retries; %.1fs%s",
-						sc.Name, v, mode, res.Requests, res.FailedRequests, res.RequestsLate, res.RequestsLateStall, res.LongConns, res.LongConnsClosed, res.LongConnsBroken,
-						res.ProviderWrites, res.ProviderConflicts, res.HookFailures, res.DrainRelayRetries, res.DurationSeconds, report.Kinds(res.Timeline))
-				}
+				l.progressDone(sc, v, mode, res)
 				if ctx.Err() != nil {
 					return results, ctx.Err()
 				}
@@ -214,6 +244,17 @@ func Execute(ctx context.Context, opts Options) (results []report.Result, err er
 		}
 	}
 	return results, nil
+}
+
+// progressDone prints a run's outcome: its error, or its figures.
+func (l *lab) progressDone(sc scenario, v variant, mode report.Mode, res report.Result) {
+	if res.Err != nil {
+		l.progressf("%-10s %-13s %-8s error: %v", sc.Name, v, mode, res.Err)
+		return
+	}
+	l.progressf("%-10s %-13s %-8s done: %d requests, %d failed (%d late, %d by a client stall); %d long conns, %d closed, %d broken; %d writes, %d conflicts; %d hook failures, %d drain relay retries; %.1fs%s",
+		sc.Name, v, mode, res.Requests, res.FailedRequests, res.RequestsLate, res.RequestsLateStall, res.LongConns, res.LongConnsClosed, res.LongConnsBroken,
+		res.ProviderWrites, res.ProviderConflicts, res.HookFailures, res.DrainRelayRetries, res.DurationSeconds, report.Kinds(res.Timeline))
 }
 
 // variant is a run's backend and traffic policy.

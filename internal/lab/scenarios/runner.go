@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 )
@@ -59,19 +60,11 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 	}
 	r.rec = traffic.NewRecorder()
 	tctx, stopTraffic := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var lanes []report.BackendLane
-	wg.Add(3)
 	res.Frontend, res.TrafficStart, res.ClientNetns = r.addr, report.Timestamp(r.rec.Start), l.net.Client.Name
 	// An outside client can count too, from the same namespace: the
 	// frontend is where the lab's clients send to.
 	l.progressf("%s traffic start frontend=%s netns=%s rate=%d/s", label, r.addr, l.net.Client.Name, l.opts.Rate)
-	go func() {
-		defer wg.Done()
-		traffic.RunTraffic(tctx, l.net.Client.DialContext, r.addr, l.opts.Rate, r.rec)
-	}()
-	go func() { defer wg.Done(); l.progress(tctx, r, landedBase) }()
-	go func() { defer wg.Done(); lanes = r.sampleStates(tctx, r.rec.Start) }()
+	trafficDone := r.runTraffic(tctx, landedBase)
 
 	if traffic.SleepCtx(ctx, settle) {
 		actx, cancel := context.WithTimeout(ctx, r.actTimeout(sc))
@@ -88,13 +81,48 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 	// an outside client stops its own schedule at this line.
 	l.progressf("%s traffic end", label)
 	stopTraffic()
-	wg.Wait()
+	lanes := trafficDone()
 	res.TrafficEnd = report.Timestamp(time.Now())
 	res.DataPlaneSessions = r.dataPlaneSessions()
 	if err == nil {
 		err = ctx.Err()
 	}
 	snap := r.rec.Snapshot()
+	lerr := r.figures(&res, snap, base, landedBase, lanes)
+	if err == nil {
+		err = lerr
+	}
+	l.logFailures(r, snap)
+	if err == nil && sc.lossless && mode == report.ModeZerodrop {
+		err = lossless(res)
+	}
+	return res, err
+}
+
+// runTraffic runs the clients, the progress lines and the backend state
+// sampler until tctx ends; the function it returns waits for them all and
+// returns the sampled lanes.
+func (r *run) runTraffic(tctx context.Context, landedBase int64) (wait func() []report.BackendLane) {
+	var wg sync.WaitGroup
+	var lanes []report.BackendLane
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		traffic.RunTraffic(tctx, r.lab.net.Client.DialContext, r.addr, r.lab.opts.Rate, r.rec)
+	}()
+	go func() { defer wg.Done(); r.lab.progress(tctx, r, landedBase) }()
+	go func() { defer wg.Done(); lanes = r.sampleStates(tctx, r.rec.Start) }()
+	return func() []report.BackendLane {
+		wg.Wait()
+		return lanes
+	}
+}
+
+// figures fills res with what the clients saw (snap), what the controllers
+// say they wrote since base, and what landed at HAProxy's sockets since
+// landedBase; the error is the sockets' (a proxy bypassed).
+func (r *run) figures(res *report.Result, snap traffic.Snapshot, base ctrlmetrics.Counters, landedBase int64, lanes []report.BackendLane) error {
+	l := r.lab
 	c := r.counters().Sub(base)
 	res.Requests, res.FailedRequests, res.RequestsLate = snap.Requests, snap.Failed, snap.Late
 	res.RequestsLateStall = snap.LateStall
@@ -112,17 +140,10 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 	res.DuplicateBackendSamples = r.dupSamples.Load()
 	landed, lerr := r.landed()
 	res.ProviderWrites = landed - landedBase
-	if err == nil {
-		err = lerr
-	}
 	res.DurationSeconds = float64(time.Since(r.rec.Start).Milliseconds()) / 1000
 	res.Timeline = &report.Timeline{Seconds: snap.Seconds, Failures: snap.Failures, Markers: r.markers,
 		LongClosed: snap.LongClosed, Exchanges: snap.Exchanges, Lanes: lanes}
-	l.logFailures(r, snap)
-	if err == nil && sc.lossless && mode == report.ModeZerodrop {
-		err = lossless(res)
-	}
-	return res, err
+	return lerr
 }
 
 func (l *lab) logFailures(r *run, snap traffic.Snapshot) {

@@ -33,31 +33,8 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	}
 	sctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
-	if r.fromChart() {
-		if err := r.startChartDataPlane(ctx, sctx); err != nil {
-			return err
-		}
-	} else if r.dataPlaneEnabled() {
-		if err := r.startDataPlane(ctx); err != nil {
-			return err
-		}
-	} else {
-		if err := cluster.WriteHAProxyWrapper(r.haproxyBinary(), r.lab.net.LB.Name); err != nil {
-			return err
-		}
-		prov, socks, err := cluster.StartHAProxy(ctx, r.dir, r.haproxyBinary())
-		r.addSocks(socks...)
-		if err != nil {
-			return err
-		}
-		r.prov = prov
-		if r.lab.opts.DataPlaneReplicas >= 2 {
-			// One HAProxy, on the first load balancer's host: the client
-			// sends there only.
-			if err := r.lab.net.RouteTo(ctx, true, 0); err != nil {
-				return err
-			}
-		}
+	if err := r.startLoadBalancer(ctx, sctx); err != nil {
+		return err
 	}
 	r.ctrls = newControllers(r)
 	if r.mode == report.ModeZerodrop && !r.fromChart() {
@@ -71,6 +48,57 @@ func (r *run) setup(ctx context.Context, want int32) error {
 		}
 	}
 	go r.ctrls.loop(sctx)
+	if err := r.createService(ctx); err != nil {
+		return err
+	}
+	if r.mode == report.ModeZerodrop || r.mode == report.ModeRecipe {
+		if err := r.createPDB(ctx); err != nil {
+			return err
+		}
+	}
+	if r.fromChart() {
+		if err := r.waitChartWebhook(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := cs.AppsV1().Deployments(r.ns).Create(ctx, r.deployment(want), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("deployment: %w", err)
+	}
+	return r.waitSteady(ctx, want, r.steadyTimeout(want))
+}
+
+// startLoadBalancer starts the run's data plane: the chart's (its router
+// stand-in runs until sctx ends), the lab's replicas, or one HAProxy.
+func (r *run) startLoadBalancer(ctx, sctx context.Context) error {
+	if r.fromChart() {
+		return r.startChartDataPlane(ctx, sctx)
+	}
+	if r.dataPlaneEnabled() {
+		return r.startDataPlane(ctx)
+	}
+	if err := cluster.WriteHAProxyWrapper(r.haproxyBinary(), r.lab.net.LB.Name); err != nil {
+		return err
+	}
+	prov, socks, err := cluster.StartHAProxy(ctx, r.dir, r.haproxyBinary())
+	r.addSocks(socks...)
+	if err != nil {
+		return err
+	}
+	r.prov = prov
+	if r.lab.opts.DataPlaneReplicas >= 2 {
+		// One HAProxy, on the first load balancer's host: the client
+		// sends there only.
+		if err := r.lab.net.RouteTo(ctx, true, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createService creates the workload's LoadBalancer Service: the run's
+// class for zerodrop, none for the upstream controller (which takes every
+// Service without one), and the variant's backend mode and traffic policy.
+func (r *run) createService(ctx context.Context) error {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: appName, Namespace: r.ns},
 		Spec: corev1.ServiceSpec{
@@ -91,32 +119,28 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	if r.mode.NodeBacked() {
 		svc.Spec.LoadBalancerClass = nil
 	}
-	created, err := cs.CoreV1().Services(r.ns).Create(ctx, svc, metav1.CreateOptions{})
+	created, err := r.lab.cp.Client.CoreV1().Services(r.ns).Create(ctx, svc, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
 	r.upstreamLB = upstream.LoadBalancerName(created)
-	if r.mode == report.ModeZerodrop || r.mode == report.ModeRecipe {
-		pdb := &policyv1.PodDisruptionBudget{
-			ObjectMeta: metav1.ObjectMeta{Name: appName, Namespace: r.ns},
-			Spec: policyv1.PodDisruptionBudgetSpec{
-				MaxUnavailable: ptr.To(intstr.FromInt32(1)),
-				Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": appName}},
-			},
-		}
-		if _, err := cs.PolicyV1().PodDisruptionBudgets(r.ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("pdb: %w", err)
-		}
+	return nil
+}
+
+// createPDB is the recipe's PodDisruptionBudget (zerodrop check asks for
+// one too): a node drain evicts one pod at a time.
+func (r *run) createPDB(ctx context.Context) error {
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: appName, Namespace: r.ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": appName}},
+		},
 	}
-	if r.fromChart() {
-		if err := r.waitChartWebhook(ctx); err != nil {
-			return err
-		}
+	if _, err := r.lab.cp.Client.PolicyV1().PodDisruptionBudgets(r.ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("pdb: %w", err)
 	}
-	if _, err := cs.AppsV1().Deployments(r.ns).Create(ctx, r.deployment(want), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("deployment: %w", err)
-	}
-	return r.waitSteady(ctx, want, r.steadyTimeout(want))
+	return nil
 }
 
 // steadyTimeout bounds how long a workload of n replicas may take to be

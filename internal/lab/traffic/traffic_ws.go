@@ -62,20 +62,47 @@ func longClient(ctx context.Context, dial dialer, addr string, rec *Recorder) {
 // closes with 1000, not counted).
 func longSession(ctx context.Context, c *websocket.Conn, rec *Recorder) {
 	defer c.CloseNow()
-	type msg struct {
-		data []byte
-		err  error
-	}
-	// One reader for the whole connection: it sees the server's close
-	// frame or the connection's end also while the client is idle.
-	msgs := make(chan msg, 1)
 	rctx, stopRead := context.WithCancel(context.Background())
 	defer stopRead()
+	s := &wsSession{ctx: ctx, c: c, rec: rec, msgs: readMessages(rctx, c)}
+	tick := time.NewTicker(longPeriod)
+	defer tick.Stop()
+	for seq := 1; ; seq++ {
+		select {
+		case <-ctx.Done():
+			_ = c.Close(websocket.StatusNormalClosure, "traffic done")
+			return
+		case m := <-s.msgs:
+			if m.err != nil {
+				s.ended(m.err, "")
+			} else {
+				rec.longBreak(KindLost, fmt.Sprintf("unexpected message %q while idle", m.data))
+			}
+			return
+		case <-tick.C:
+		}
+		if !s.exchange(strconv.Itoa(seq)) {
+			return
+		}
+	}
+}
+
+// wsMsg is one read of a long connection: a message, or how it ended.
+type wsMsg struct {
+	data []byte
+	err  error
+}
+
+// readMessages is the one reader of the whole connection, until rctx ends:
+// it sees the server's close frame or the connection's end also while the
+// client is idle, not only while a message waits for its echo.
+func readMessages(rctx context.Context, c *websocket.Conn) <-chan wsMsg {
+	msgs := make(chan wsMsg, 1)
 	go func() {
 		for {
 			_, b, err := c.Read(rctx)
 			select {
-			case msgs <- msg{b, err}:
+			case msgs <- wsMsg{b, err}:
 			case <-rctx.Done():
 				return
 			}
@@ -84,79 +111,76 @@ func longSession(ctx context.Context, c *websocket.Conn, rec *Recorder) {
 			}
 		}
 	}()
-	// ended counts how the connection ended.
-	ended := func(err error, waiting string) {
-		switch status := websocket.CloseStatus(err); {
-		case status == websocket.StatusGoingAway:
-			rec.longClose()
-		case status != -1:
-			rec.longBreak(KindClose, fmt.Sprintf("close frame with status %d%s", status, waiting))
-		case ctx.Err() != nil:
-		default:
-			kind := classify(err)
-			if kind == KindEOF || kind == KindError {
-				kind = KindNoClose
-			}
-			rec.longBreak(kind, "ended without a close frame"+waiting+": "+err.Error())
+	return msgs
+}
+
+// wsSession is one connection of longSession and what its reader saw.
+type wsSession struct {
+	ctx  context.Context
+	c    *websocket.Conn
+	rec  *Recorder
+	msgs <-chan wsMsg
+}
+
+// ended counts how the connection ended.
+func (s *wsSession) ended(err error, waiting string) {
+	switch status := websocket.CloseStatus(err); {
+	case status == websocket.StatusGoingAway:
+		s.rec.longClose()
+	case status != -1:
+		s.rec.longBreak(KindClose, fmt.Sprintf("close frame with status %d%s", status, waiting))
+	case s.ctx.Err() != nil:
+	default:
+		kind := classify(err)
+		if kind == KindEOF || kind == KindError {
+			kind = KindNoClose
 		}
+		s.rec.longBreak(kind, "ended without a close frame"+waiting+": "+err.Error())
 	}
-	tick := time.NewTicker(longPeriod)
-	defer tick.Stop()
-	for seq := 1; ; seq++ {
+}
+
+// exchange sends message want and waits for its echo; false: the
+// connection ended (counted) or the traffic is done.
+func (s *wsSession) exchange(want string) bool {
+	wctx, cancel := context.WithTimeout(s.ctx, IOTimeout)
+	err := s.c.Write(wctx, websocket.MessageText, []byte(want))
+	cancel()
+	if err != nil {
+		if s.ctx.Err() != nil {
+			return false
+		}
+		// The reader has the reason when the server closed the
+		// connection (a close frame, a reset); give it a moment.
 		select {
-		case <-ctx.Done():
-			_ = c.Close(websocket.StatusNormalClosure, "traffic done")
-			return
-		case m := <-msgs:
+		case m := <-s.msgs:
 			if m.err != nil {
-				ended(m.err, "")
-			} else {
-				rec.longBreak(KindLost, fmt.Sprintf("unexpected message %q while idle", m.data))
+				s.ended(m.err, " (while sending message "+want+")")
+				return false
 			}
-			return
-		case <-tick.C:
+		case <-time.After(100 * time.Millisecond):
 		}
-		want := strconv.Itoa(seq)
-		wctx, cancel := context.WithTimeout(ctx, IOTimeout)
-		err := c.Write(wctx, websocket.MessageText, []byte(want))
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			// The reader has the reason when the server closed the
-			// connection (a close frame, a reset); give it a moment.
-			select {
-			case m := <-msgs:
-				if m.err != nil {
-					ended(m.err, " (while sending message "+want+")")
-					return
-				}
-			case <-time.After(100 * time.Millisecond):
-			}
-			rec.longBreak(classify(err), "send message "+want+": "+err.Error())
-			return
+		s.rec.longBreak(classify(err), "send message "+want+": "+err.Error())
+		return false
+	}
+	timer := time.NewTimer(IOTimeout)
+	defer timer.Stop()
+	select {
+	case <-s.ctx.Done():
+		_ = s.c.Close(websocket.StatusNormalClosure, "traffic done")
+		return false
+	case m := <-s.msgs:
+		switch {
+		case m.err != nil:
+			s.ended(m.err, " (message "+want+" unanswered)")
+			return false
+		case string(m.data) != want:
+			s.rec.longBreak(KindLost, fmt.Sprintf("sent message %s, got %q back", want, m.data))
+			return false
 		}
-		timer := time.NewTimer(IOTimeout)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			_ = c.Close(websocket.StatusNormalClosure, "traffic done")
-			return
-		case m := <-msgs:
-			timer.Stop()
-			switch {
-			case m.err != nil:
-				ended(m.err, " (message "+want+" unanswered)")
-				return
-			case string(m.data) != want:
-				rec.longBreak(KindLost, fmt.Sprintf("sent message %s, got %q back", want, m.data))
-				return
-			}
-			rec.longExchange()
-		case <-timer.C:
-			rec.longBreak(KindLost, fmt.Sprintf("message %s not echoed within %s", want, IOTimeout))
-			return
-		}
+		s.rec.longExchange()
+		return true
+	case <-timer.C:
+		s.rec.longBreak(KindLost, fmt.Sprintf("message %s not echoed within %s", want, IOTimeout))
+		return false
 	}
 }
