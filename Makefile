@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build image chaos deps control-plane helm render-deploy haproxy network test unit lint fmt-check bench lab demo clean docs
+.PHONY: all build image chaos deps control-plane cloud-provider-azure helm render-deploy haproxy network test unit lint fmt-check bench lab demo clean docs
 
 all: build
 
@@ -22,6 +22,12 @@ image:
 # from the distribution's packages.
 control-plane:
 	@bash hack/control-plane.sh all >/dev/null
+
+# The real cloud-controller-manager of cloud-provider-azure, which the ARM
+# emulator's test (internal/lab/ccm) and the Azure lab run as upstream, built
+# from the Go module proxy (cached).
+cloud-provider-azure:
+	@bash hack/cloud-provider-azure.sh >/dev/null
 
 # The real helm v3 CLI for the chart tests (the analyzer's, internal/install's)
 # and hack/render-deploy.sh, built from the Go module proxy (cached); the
@@ -41,7 +47,7 @@ haproxy:
 network:
 	@bash hack/setup-network.sh
 
-deps: control-plane helm haproxy network
+deps: control-plane cloud-provider-azure helm haproxy network
 
 # Unit and integration tests (real apiserver + etcd, real HAProxy).
 test: deps fmt-check

@@ -38,7 +38,9 @@ type Options struct {
 	// gives before it completes (default 1).
 	PollSteps int
 	// PublicPrefix is where public IP addresses come from (default
-	// 127.241.0.0/16).
+	// 203.0.113.0/24, TEST-NET-3: reserved for documentation, routed
+	// nowhere, and still global unicast, which cloud-provider-azure requires
+	// of a public Service's address, pkg/provider/azure_publicip_repo.go).
 	PublicPrefix netip.Prefix
 	// Location is the emulator's one region (default westeurope).
 	Location string
@@ -131,7 +133,7 @@ func New(opts Options) *Emulator {
 		opts.AddressPrefix = netip.MustParsePrefix("127.240.0.0/16")
 	}
 	if !opts.PublicPrefix.IsValid() {
-		opts.PublicPrefix = netip.MustParsePrefix("127.241.0.0/16")
+		opts.PublicPrefix = netip.MustParsePrefix("203.0.113.0/24")
 	}
 	if opts.PollSteps <= 0 {
 		opts.PollSteps = 1

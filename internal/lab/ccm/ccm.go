@@ -1,0 +1,122 @@
+// Package ccm runs the real cloud-controller-manager of cloud-provider-azure
+// (sigs.k8s.io/cloud-provider-azure, built by hack/cloud-provider-azure.sh)
+// against the ARM emulator: the `upstream` writer of the Azure lab, and the
+// client that keeps the emulator honest in make test. It shares no code with
+// zerodrop's controller or its Azure provider; it only writes the
+// configuration a self-managed cluster would give the CCM and starts the
+// process.
+package ccm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/supervisor"
+)
+
+// Binary builds (or reuses from the cache) the cloud-controller-manager and
+// returns its path.
+func Binary() (string, error) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out, err := supervisor.Output(context.Background(), supervisor.Command{
+		Name: "bash", Args: []string{filepath.Join(root, "hack", "cloud-provider-azure.sh")}})
+	if err != nil {
+		return "", fmt.Errorf("build cloud-provider-azure: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Config is one CCM process's setting.
+type Config struct {
+	Binary     string
+	Dir        string // for its cloud config and log
+	Kubeconfig string
+	// Emulator is the ARM emulator's base URL (https://127.0.0.1:PORT) and
+	// CAFile the authority its certificate chains to.
+	Emulator, CAFile string
+	// Identity names the process in the emulator's record: the secret of
+	// its managed-identity endpoint, which the emulator's token carries.
+	Identity string
+	// The cluster's Azure resources.
+	SubscriptionID, ResourceGroup, Location string
+	VNet, Subnet, SecurityGroup             string
+	// ClusterName names the load balancer (kubernetes, kubernetes-internal).
+	ClusterName string
+	// LeaseNamespace holds the leader-election Lease; "" runs without
+	// leader election.
+	LeaseNamespace string
+	// Extra is merged into the cloud config (multipleStandardLoadBalancerConfigurations, say).
+	Extra map[string]any
+}
+
+// CloudConfig is the azure.json of a self-managed cluster whose nodes are
+// not scale-set or availability-set VMs: vmType standard, a Standard load
+// balancer whose pools hold node IPs, a managed identity, and the emulator
+// as its Resource Manager (read through /metadata/endpoints).
+func (c Config) CloudConfig() map[string]any {
+	m := map[string]any{
+		"cloudConfigType":            "file",
+		"tenantId":                   "00000000-0000-0000-0000-000000000001",
+		"subscriptionId":             c.SubscriptionID,
+		"resourceGroup":              c.ResourceGroup,
+		"location":                   c.Location,
+		"vnetName":                   c.VNet,
+		"vnetResourceGroup":          c.ResourceGroup,
+		"subnetName":                 c.Subnet,
+		"securityGroupName":          c.SecurityGroup,
+		"securityGroupResourceGroup": c.ResourceGroup,
+		"vmType":                     "standard",
+		"loadBalancerSku":            "standard",
+		"loadBalancerBackendPoolConfigurationType": "nodeIP",
+		"useManagedIdentityExtension":              true,
+		"useInstanceMetadata":                      false,
+		"resourceManagerEndpoint":                  c.Emulator,
+	}
+	for k, v := range c.Extra {
+		m[k] = v
+	}
+	return m
+}
+
+// Start writes the cloud config and starts the process; the caller stops it.
+func Start(c Config, name string) (*supervisor.Process, error) {
+	cfgPath := filepath.Join(c.Dir, name+"-azure.json")
+	b, err := json.MarshalIndent(c.CloudConfig(), "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		return nil, err
+	}
+	clusterName := c.ClusterName
+	if clusterName == "" {
+		clusterName = "kubernetes"
+	}
+	args := []string{
+		"--cloud-provider=azure", "--cloud-config=" + cfgPath, "--kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + c.Kubeconfig, "--authorization-kubeconfig=" + c.Kubeconfig,
+		"--controllers=service-lb-controller", "--cluster-name=" + clusterName,
+		"--secure-port=0", "--configure-cloud-routes=false", "--allocate-node-cidrs=false", "--v=2",
+	}
+	if c.LeaseNamespace != "" {
+		args = append(args, "--leader-elect=true", "--leader-elect-resource-namespace="+c.LeaseNamespace)
+	} else {
+		args = append(args, "--leader-elect=false")
+	}
+	env := append(os.Environ(),
+		"SSL_CERT_FILE="+c.CAFile,
+		// The managed identity's token endpoint (see the emulator's identity.go).
+		"IDENTITY_ENDPOINT="+strings.TrimSuffix(c.Emulator, "/")+"/msi/token",
+		"IDENTITY_HEADER="+c.Identity,
+	)
+	return supervisor.Start(supervisor.Spec{Name: c.Binary, Args: args, Env: env,
+		Log: filepath.Join(c.Dir, name+".log"), DieWithParent: true})
+}
