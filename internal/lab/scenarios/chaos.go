@@ -133,21 +133,21 @@ func (r *run) leaderWriter(ctx context.Context, _ int) (writer, error) {
 func (r *run) replicaWriter(_ context.Context, kills int) (writer, error) {
 	reps := r.replicas()
 	d := reps[kills%len(reps)]
-	p := d.process()
+	p := d.Process()
 	return writer{
-		name:  fmt.Sprintf("replica %d's zerodrop process", d.index),
-		socks: d.socks,
+		name:  fmt.Sprintf("replica %d's zerodrop process", d.Index()),
+		socks: d.Socks(),
 		kill:  func() { p.Signal(syscall.SIGKILL) },
 		recover: func(ctx context.Context) error {
 			select {
 			case <-p.Done():
 			case <-time.After(30 * time.Second):
-				return fmt.Errorf("replica %d's zerodrop process did not end", d.index)
+				return fmt.Errorf("replica %d's zerodrop process did not end", d.Index())
 			}
-			if err := r.startReplicaProcess(ctx, d); err != nil {
+			if err := r.dp.StartProcess(ctx, d); err != nil {
 				return err
 			}
-			r.mark("replica %d: zerodrop process ready", d.index)
+			r.mark("replica %d: zerodrop process ready", d.Index())
 			return nil
 		},
 	}, nil
@@ -303,7 +303,7 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 // holds the lease; the old leader's process may have ended.
 func (r *run) waitLeaderBack(ctx context.Context, back time.Time) (string, error) {
 	var next string
-	err := waitFor(ctx, 90*time.Second, "a ready controller holding the lease", func() (bool, string) {
+	err := traffic.WaitFor(ctx, 90*time.Second, "a ready controller holding the lease", func() (bool, string) {
 		next = ""
 		for _, p := range r.ctrls.pods() {
 			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning &&

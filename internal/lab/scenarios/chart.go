@@ -29,6 +29,8 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/scenarios/dataplane"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
@@ -65,7 +67,7 @@ func (r *run) chartValues() []string {
 		"drain.clusterIP=" + cluster.DrainClusterIP,
 		fmt.Sprintf("haproxy.metricsPort=%d", metricsPort),
 		fmt.Sprintf("haproxy.probePort=%d", probesPort),
-		fmt.Sprintf("haproxy.statePort=%d", statePort),
+		fmt.Sprintf("haproxy.statePort=%d", dataplane.StatePort),
 	}
 }
 
@@ -167,7 +169,7 @@ func (r *run) uninstallChart(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	sel := metav1.ListOptions{LabelSelector: labelRun + "=" + strconv.Itoa(r.id)}
-	errs = append(errs, waitFor(ctx, timeout, r.chartName()+"'s pods gone", func() (bool, string) {
+	errs = append(errs, traffic.WaitFor(ctx, timeout, r.chartName()+"'s pods gone", func() (bool, string) {
 		pods, err := r.lab.cp.Client.CoreV1().Pods(ctrlNamespace).List(ctx, sel)
 		if err != nil {
 			return false, err.Error()
@@ -278,7 +280,7 @@ func (l *lab) prepareChartPods(ctx context.Context) error {
 func (r *run) waitChartWebhook(ctx context.Context) error {
 	tmpl := r.deployment(1).Spec.Template
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe", Namespace: r.ns, Labels: tmpl.Labels}, Spec: tmpl.Spec}
-	return waitFor(ctx, 60*time.Second, r.chartName()+"'s webhook answering", func() (bool, string) {
+	return traffic.WaitFor(ctx, 60*time.Second, r.chartName()+"'s webhook answering", func() (bool, string) {
 		got, err := r.lab.cp.Client.CoreV1().Pods(r.ns).Create(ctx, pod.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return false, err.Error()

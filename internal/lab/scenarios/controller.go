@@ -18,6 +18,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
 	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/scenarios/dataplane"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 )
 
@@ -79,7 +80,7 @@ func (cs *controllers) zerodropArgs() []string {
 		"--address-pool=" + cluster.FrontendPool(r.id),
 	}
 	if r.dataPlaneEnabled() {
-		args = append(args, r.dataPlaneControlArgs()...)
+		args = append(args, r.dp.ControlArgs()...)
 	} else {
 		args = append(args, "--haproxy-dir="+r.dir, "--haproxy-binary="+r.haproxyBinary())
 	}
@@ -216,7 +217,7 @@ func (cs *controllers) scrapeAt(key types.UID, name, ip string) {
 // stopping is the agent's call just before a controller pod is told to stop:
 // a last scrape, and the pod is no leader candidate any more.
 func (cs *controllers) stopping(p *corev1.Pod) {
-	if cs.run.fromChart() && p.Labels[labelAppName] == cs.run.dataPlaneName() {
+	if cs.run.fromChart() && p.Labels[dataplane.LabelAppName] == cs.run.dataPlaneName() {
 		// A data-plane pod: its own keys (scrapeDataPlanePod).
 		cs.scrapeDataPlanePod(p)
 		return

@@ -9,8 +9,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/scenarios/dataplane"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 )
 
@@ -39,7 +41,7 @@ func actLBReplicaRestartChart(ctx context.Context, r *run) error {
 	r.replicaFigures = fig
 	phaseEnd := r.phases(ctx)
 
-	d := r.replicaAt(0)
+	d := r.dp.ReplicaAt(0)
 	if d == nil {
 		return fmt.Errorf("no data-plane pod on %s", cluster.HostNodeName(0))
 	}
@@ -65,10 +67,10 @@ func actLBReplicaRestartChart(ctx context.Context, r *run) error {
 	if !traffic.SleepCtx(ctx, hardDetect) {
 		return ctx.Err()
 	}
-	if err := r.withdraw(ctx, 1); err != nil {
+	if err := r.dp.Withdraw(ctx, 1); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, 2*time.Minute, node+"'s Lease expired", func() (bool, string) {
+	if err := traffic.WaitFor(ctx, 2*time.Minute, node+"'s Lease expired", func() (bool, string) {
 		lease, err := r.lab.cp.Client.CoordinationV1().Leases(cluster.NodeLeaseNamespace).Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -85,7 +87,7 @@ func actLBReplicaRestartChart(ctx context.Context, r *run) error {
 		return err
 	}
 	r.mark("%s back: its pod's containers started again", node)
-	if err := waitFor(ctx, 2*time.Minute, "every replica routed again", func() (bool, string) { return r.dataPlaneRouted(n) }); err != nil {
+	if err := traffic.WaitFor(ctx, 2*time.Minute, "every replica routed again", func() (bool, string) { return r.dp.Routed(n) }); err != nil {
 		return err
 	}
 	fig.HardFailed, fig.HardBroken, err = phaseEnd()
@@ -96,18 +98,18 @@ func actLBReplicaRestartChart(ctx context.Context, r *run) error {
 // controller container sent SIGKILL, then SIGTERM, each time waited for
 // until the kubelet has started it again and it is ready; each restart's
 // writes go to restartWrites.
-func (r *run) restartFirstControllerContainer(ctx context.Context, d *dpReplica) error {
-	key := ctrlNamespace + "/" + d.podName
+func (r *run) restartFirstControllerContainer(ctx context.Context, d *dataplane.Replica) error {
+	key := ctrlNamespace + "/" + d.PodName()
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
-		before := d.landed()
-		restarts := r.containerRestarts(d.podName, "controller")
+		before := d.Landed()
+		restarts := r.containerRestarts(d.PodName(), "controller")
 		r.mark("replica 0: %s its controller container", sig)
 		if err := r.lab.agent.SignalContainer(key, "controller", sig); err != nil {
 			return err
 		}
 		// The kubelet's back-off is 10 s, then 20 s.
-		if err := waitFor(ctx, 2*time.Minute, "replica 0's controller container started again and ready", func() (bool, string) {
-			pod, err := r.lab.agent.Pods.Pods(ctrlNamespace).Get(d.podName)
+		if err := traffic.WaitFor(ctx, 2*time.Minute, "replica 0's controller container started again and ready", func() (bool, string) {
+			pod, err := r.lab.agent.Pods.Pods(ctrlNamespace).Get(d.PodName())
 			if err != nil {
 				return false, err.Error()
 			}
@@ -124,7 +126,7 @@ func (r *run) restartFirstControllerContainer(ctx context.Context, d *dpReplica)
 		if !traffic.SleepCtx(ctx, idleVerify) {
 			return ctx.Err()
 		}
-		r.restartWrites = append(r.restartWrites, d.landed()-before)
+		r.restartWrites = append(r.restartWrites, d.Landed()-before)
 	}
 	return nil
 }
@@ -140,15 +142,15 @@ func (r *run) updateDataPlaneDaemonSet(ctx context.Context, n int) error {
 		return fmt.Errorf("update the data plane's DaemonSet: %w", err)
 	}
 	r.mark("DaemonSet %s updated", r.dataPlaneName())
-	if err := waitFor(ctx, 5*time.Minute, "the DaemonSet update done and every replica routed", func() (bool, string) {
+	if err := traffic.WaitFor(ctx, 5*time.Minute, "the DaemonSet update done and every replica routed", func() (bool, string) {
 		cur, err := ds.Get(ctx, r.dataPlaneName(), metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		if cur.Status.ObservedGeneration < updated.Generation || !daemonSetReady(cur, n) || int(cur.Status.NumberAvailable) != n {
+		if cur.Status.ObservedGeneration < updated.Generation || !dataplane.DaemonSetReady(cur, n) || int(cur.Status.NumberAvailable) != n {
 			return false, fmt.Sprintf("%d of %d updated, %d ready", cur.Status.UpdatedNumberScheduled, n, cur.Status.NumberReady)
 		}
-		return r.dataPlaneRouted(n)
+		return r.dp.Routed(n)
 	}); err != nil {
 		return err
 	}
@@ -163,16 +165,6 @@ func leaseExpired(l *coordinationv1.Lease, now time.Time) bool {
 	return now.After(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second))
 }
 
-// replicaAt is the replica on load-balancer host index.
-func (r *run) replicaAt(index int) *dpReplica {
-	for _, d := range r.replicas() {
-		if d.index == index {
-			return d
-		}
-	}
-	return nil
-}
-
 // containerRestarts is the restart count of container name of pod.
 func (r *run) containerRestarts(pod, name string) int32 {
 	p, err := r.lab.agent.Pods.Pods(ctrlNamespace).Get(pod)
@@ -185,14 +177,4 @@ func (r *run) containerRestarts(pod, name string) int32 {
 		}
 	}
 	return 0
-}
-
-// dataPlaneRouted: n replicas serve (serving: what the router announces),
-// and the client's route has all n hosts.
-func (r *run) dataPlaneRouted(n int) (bool, string) {
-	serving := len(r.serving())
-	r.routeMu.Lock()
-	routed := len(r.routed)
-	r.routeMu.Unlock()
-	return serving == n && routed == n, fmt.Sprintf("%d of %d replicas serving, %d routed", serving, n, routed)
 }

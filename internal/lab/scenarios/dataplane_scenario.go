@@ -11,17 +11,12 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/scenarios/dataplane"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
-	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
 // scenarioLBReplicaRestart is issue 17's data-plane scenario.
 const ScenarioLBReplicaRestart = "lb-replica-restart"
-
-// withdrawSettle is how long the lab waits between withdrawing a replica's
-// route and stopping it: a router's convergence is not instant either, and
-// a connection being opened through the replica at the withdrawal completes.
-const withdrawSettle = time.Second
 
 // hardDetect is how long a hard-failed replica's route stays announced: as
 // BFD with a 1 s interval and a multiplier of 3 would take to withdraw it.
@@ -68,10 +63,10 @@ func actLBReplicaRestart(ctx context.Context, r *run) error {
 	if err := r.lab.net.RouteTo(ctx, false, others...); err != nil {
 		return err
 	}
-	if !traffic.SleepCtx(ctx, withdrawSettle) {
+	if !traffic.SleepCtx(ctx, dataplane.WithdrawSettle) {
 		return ctx.Err()
 	}
-	if err := r.stopReplica(ctx, old); err != nil {
+	if err := r.dp.StopReplica(ctx, old); err != nil {
 		return fmt.Errorf("stop replica 1: %w", err)
 	}
 	r.mark("replica 1: stopped")
@@ -84,10 +79,10 @@ func actLBReplicaRestart(ctx context.Context, r *run) error {
 
 	old = r.replicas()[1]
 	r.mark("replica 1: HAProxy and zerodrop SIGKILLed")
-	if p := old.process(); p != nil {
+	if p := old.Process(); p != nil {
 		p.Signal(syscall.SIGKILL)
 	}
-	cluster.KillByArg(filepath.Join(old.dir, "haproxy.cfg"))
+	cluster.KillByArg(filepath.Join(old.Dir(), "haproxy.cfg"))
 	if !traffic.SleepCtx(ctx, hardDetect) {
 		return ctx.Err()
 	}
@@ -95,8 +90,8 @@ func actLBReplicaRestart(ctx context.Context, r *run) error {
 	if err := r.lab.net.RouteTo(ctx, false, otherMembers(r.replicas(), old)...); err != nil {
 		return err
 	}
-	r.dropReplica(old)
-	if err := r.stopReplica(ctx, old); err != nil {
+	r.dp.DropReplica(old)
+	if err := r.dp.StopReplica(ctx, old); err != nil {
 		r.lab.logf("%s: after the hard failure: %v", r.name(), err)
 	}
 	if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
@@ -113,10 +108,10 @@ func actLBReplicaRestart(ctx context.Context, r *run) error {
 // process ended by SIGKILL, then by SIGTERM, and started again each time,
 // its HAProxy serving throughout; each restart's writes go to
 // restartWrites.
-func (r *run) restartFirstReplicaProcess(ctx context.Context, d *dpReplica) error {
+func (r *run) restartFirstReplicaProcess(ctx context.Context, d *dataplane.Replica) error {
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
-		before := d.landed()
-		p := d.process()
+		before := d.Landed()
+		p := d.Process()
 		r.mark("replica 0: %s its zerodrop process", sig)
 		p.Signal(sig)
 		select {
@@ -124,14 +119,14 @@ func (r *run) restartFirstReplicaProcess(ctx context.Context, d *dpReplica) erro
 		case <-time.After(30 * time.Second):
 			return fmt.Errorf("replica 0's zerodrop process did not end after %s", sig)
 		}
-		if err := r.startReplicaProcess(ctx, d); err != nil {
+		if err := r.dp.StartProcess(ctx, d); err != nil {
 			return err
 		}
 		r.mark("replica 0: zerodrop process ready")
 		if !traffic.SleepCtx(ctx, idleVerify) {
 			return ctx.Err()
 		}
-		r.restartWrites = append(r.restartWrites, d.landed()-before)
+		r.restartWrites = append(r.restartWrites, d.Landed()-before)
 	}
 	return nil
 }
@@ -153,11 +148,11 @@ func (r *run) phases(ctx context.Context) func() (failed, broken int64, err erro
 }
 
 // otherMembers are the route members of reps but d.
-func otherMembers(reps []*dpReplica, d *dpReplica) []int {
+func otherMembers(reps []*dataplane.Replica, d *dataplane.Replica) []int {
 	var out []int
 	for _, o := range reps {
-		if o.index != d.index {
-			out = append(out, o.index)
+		if o.Index() != d.Index() {
+			out = append(out, o.Index())
 		}
 	}
 	return out
@@ -165,55 +160,20 @@ func otherMembers(reps []*dpReplica, d *dpReplica) []int {
 
 // replaceReplica starts a new pod for old's replica, waits until it serves
 // the Service, makes it the run's, and announces its route.
-func (r *run) replaceReplica(ctx context.Context, old *dpReplica, reps []*dpReplica) error {
-	d := &dpReplica{index: old.index, gen: old.gen + 1, host: old.host}
-	err := r.startReplica(ctx, d)
-	r.setReplica(d)
+func (r *run) replaceReplica(ctx context.Context, old *dataplane.Replica, reps []*dataplane.Replica) error {
+	d := old.Replacement()
+	err := r.dp.StartReplica(ctx, d)
+	r.dp.SetReplica(d)
 	if err != nil {
-		return fmt.Errorf("new replica %d: %w", d.index, err)
+		return fmt.Errorf("new replica %d: %w", d.Index(), err)
 	}
-	if err := waitFor(ctx, 60*time.Second, fmt.Sprintf("the new replica %d to serve the Service", d.index), func() (bool, string) {
-		return r.backendsSteady(ctx, view{strconv.Itoa(d.index), d.prov}, replicas)
+	if err := traffic.WaitFor(ctx, 60*time.Second, fmt.Sprintf("the new replica %d to serve the Service", d.Index()), func() (bool, string) {
+		return r.backendsSteady(ctx, view{strconv.Itoa(d.Index()), d.Provider()}, replicas)
 	}); err != nil {
 		return err
 	}
-	r.mark("replica %d: new pod serves, route announced", d.index)
-	members := append(otherMembers(reps, d), d.index)
+	r.mark("replica %d: new pod serves, route announced", d.Index())
+	members := append(otherMembers(reps, d), d.Index())
 	slices.Sort(members)
 	return r.lab.net.RouteTo(ctx, false, members...)
-}
-
-// dataPlaneSessions reads, for each replica running at the end, how many
-// connections its HAProxy's frontends accepted (show stat, FRONTEND rows,
-// stot): that the client's route spread the traffic over them. A replica
-// replaced during the run counts from its replacement's start.
-func (r *run) dataPlaneSessions() []int64 {
-	var out []int64
-	for _, d := range r.replicas() {
-		n, err := frontendSessions(filepath.Join(d.dir, "admin.sock"))
-		if err != nil {
-			r.lab.logf("%s: sessions of replica %d: %v", r.name(), d.index, err)
-			n = -1
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
-// frontendSessions sums stot over the FRONTEND rows of `show stat` at the
-// admin socket, read through the provider's one reader of it.
-func frontendSessions(sock string) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rows, err := haproxy.ReadStat(ctx, sock)
-	if err != nil {
-		return 0, err
-	}
-	var sum int64
-	for _, r := range rows {
-		if r.IsFrontend() {
-			sum += r.Sessions
-		}
-	}
-	return sum, nil
 }

@@ -64,7 +64,7 @@ type Options struct {
 	// shutdown, podServer.shutdown).
 	AppExitOnSIGTERM bool
 	// DataPlaneReplicas, when 2 or more, gives zerodrop mode an HAProxy data
-	// plane of that many replicas (dataplane.go); 0: one HAProxy written by
+	// plane of that many replicas (package dataplane); 0: one HAProxy written by
 	// the controllers' leader.
 	DataPlaneReplicas int
 	// FromChart installs zerodrop mode's zerodrop from the chart (chart.go);

@@ -12,6 +12,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
 	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/scenarios/dataplane"
 	"zerodrop.dev/zerodrop/internal/lab/sockcount"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
@@ -58,27 +59,20 @@ type run struct {
 	dir      string
 	prov     *haproxy.Provider
 	socks    []*sockcount.Proxy // in front of HAProxy's admin and master sockets
+	socksMu  sync.Mutex         // socks: landed reads them from the progress lines' goroutine
 	// upstreamLB is the upstream cloud's name of the run's load balancer
 	// (upstream and recipe modes: upstreamBackends reads its rules).
 	upstreamLB string
-	// dataPlane are the run's data-plane replicas (dataplane.go); prov is
-	// then the first one's HAProxy. lb-replica-restart replaces replicas
-	// and adds counting proxies while others read: both under dpMu.
-	dataPlane []*dpReplica
-	dpMu      sync.Mutex
+	// dp is the run's data plane of replicas, when it has one
+	// (dataplane.go); prov is then the first replica's HAProxy, and the
+	// replicas' counting proxies are dp's.
+	dp *dataplane.Plane
 	// chartObjs are the run's install of the chart (chart.go).
 	chartObjs []*unstructured.Unstructured
-	// retiredWrites are the writes counted by proxies of data-plane pods
-	// that are gone (retireReplica), under dpMu.
-	retiredWrites int64
-	// routeMu guards routed, the load-balancer hosts the client's route
-	// has (installed from the chart: the router stand-in's).
-	routeMu  sync.Mutex
-	routed   []int
-	ctrls    *controllers
-	addr     string // the load balancer's ingress address
-	rec      *traffic.Recorder
-	cordoned []string
+	ctrls     *controllers
+	addr      string // the load balancer's ingress address
+	rec       *traffic.Recorder
+	cordoned  []string
 	// restartWrites are restart-idle's and kill-mid-plan's writes per
 	// restart.
 	restartWrites []int64
@@ -114,18 +108,26 @@ func (r *run) mark(format string, args ...any) {
 func (r *run) counters() ctrlmetrics.Counters { return r.ctrls.counters() }
 
 // landed is the HAProxy runtime API writes (commands and reloads) counted at
-// its sockets, and an error when a socket's proxy was bypassed.
+// its sockets (every replica's, with a data plane), and an error when a
+// socket's proxy was bypassed.
 func (r *run) landed() (int64, error) {
-	var n int64
-	r.dpMu.Lock()
+	r.socksMu.Lock()
 	socks := slices.Clone(r.socks)
-	n = r.retiredWrites
-	r.dpMu.Unlock()
-	for _, p := range socks {
-		if !p.InPlace() {
-			return 0, fmt.Errorf("HAProxy's socket %s was replaced: writes after that were not counted", p.Path())
-		}
-		n += int64(p.Counts().Writes)
+	r.socksMu.Unlock()
+	n, err := sockcount.Landed(socks)
+	if err != nil || r.dp == nil {
+		return n, err
 	}
-	return n, nil
+	m, err := r.dp.Landed()
+	if err != nil {
+		return 0, err
+	}
+	return n + m, nil
+}
+
+// addSocks records counting proxies for the run's write count.
+func (r *run) addSocks(p ...*sockcount.Proxy) {
+	r.socksMu.Lock()
+	r.socks = append(r.socks, p...)
+	r.socksMu.Unlock()
 }

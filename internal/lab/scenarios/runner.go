@@ -40,6 +40,9 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 		ns:    fmt.Sprintf("lab-%d-%s-%s", l.runs, sc.Name, mode),
 		class: fmt.Sprintf("zerodrop.dev/lab-%d", l.runs),
 		dir:   fmt.Sprintf("%s/haproxy-%d", l.dir, l.runs)}
+	if r.dataPlaneEnabled() {
+		r.dp = r.newDataPlane()
+	}
 	l.curMu.Lock()
 	l.current = r
 	l.curMu.Unlock()

@@ -74,7 +74,11 @@ func (r *run) startLoadBalancer(ctx, sctx context.Context) error {
 		return r.startChartDataPlane(ctx, sctx)
 	}
 	if r.dataPlaneEnabled() {
-		return r.startDataPlane(ctx)
+		if err := r.dp.Start(ctx); err != nil {
+			return err
+		}
+		r.prov = r.replicas()[0].Provider()
+		return nil
 	}
 	if err := cluster.WriteHAProxyWrapper(r.haproxyBinary(), r.lab.net.LB.Name); err != nil {
 		return err

@@ -28,7 +28,7 @@ const steadyQuiet = 3 * time.Second
 // no others, no pod of the namespace is terminating, HAProxy has exactly
 // those backends, active, and requests through the load balancer succeed.
 func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration) error {
-	return waitFor(ctx, timeout, "steady state", func() (bool, string) {
+	return traffic.WaitFor(ctx, timeout, "steady state", func() (bool, string) {
 		if err := r.lab.cp.KCMAlive(); err != nil {
 			return false, err.Error()
 		}
@@ -106,14 +106,11 @@ func (r *run) views() []view {
 	}
 	var out []view
 	for _, d := range reps {
-		if r.fromChart() && r.lab.agent.NodeDown(cluster.HostNodeName(d.index)) {
+		if r.fromChart() && r.lab.agent.NodeDown(cluster.HostNodeName(d.Index())) {
 			// Its node failed (lb-replica-restart): no traffic reaches it.
 			continue
 		}
-		d.mu.Lock()
-		prov := d.prov
-		d.mu.Unlock()
-		out = append(out, view{strconv.Itoa(d.index), prov})
+		out = append(out, view{strconv.Itoa(d.Index()), d.Provider()})
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"time"
 
@@ -29,7 +30,11 @@ func (r *run) teardown() {
 	if r.prov != nil && !r.dataPlaneEnabled() {
 		_ = r.stopHAProxy(r.prov, r.dir)
 	}
-	for _, p := range r.socks {
+	socks := r.socks
+	if r.dp != nil {
+		socks = append(slices.Clone(socks), r.dp.Socks()...)
+	}
+	for _, p := range socks {
 		if err := p.Close(); err != nil {
 			r.lab.logf("%s: %v", r.name(), err)
 		}

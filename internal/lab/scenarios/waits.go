@@ -36,7 +36,7 @@ func (r *run) restartController(ctx context.Context) error {
 // leader has stopped; the upstream controller's once the lease expired).
 func (r *run) waitLeader(ctx context.Context, not string) (string, error) {
 	target := ""
-	err := waitFor(ctx, 60*time.Second, "a controller holding the leader lease", func() (bool, string) {
+	err := traffic.WaitFor(ctx, 60*time.Second, "a controller holding the leader lease", func() (bool, string) {
 		target = r.ctrls.leader()
 		return target != "" && target != not, "no replica reports leader_election_master_status 1"
 	})
@@ -46,7 +46,7 @@ func (r *run) waitLeader(ctx context.Context, not string) (string, error) {
 // waitControllersReady waits until the mode's replicas, old excluded, are
 // ready.
 func (r *run) waitControllersReady(ctx context.Context, old string) error {
-	return waitFor(ctx, 60*time.Second, "a replacement controller pod ready", func() (bool, string) {
+	return traffic.WaitFor(ctx, 60*time.Second, "a replacement controller pod ready", func() (bool, string) {
 		ready := 0
 		for _, p := range r.ctrls.pods() {
 			if p.Name != old && p.DeletionTimestamp == nil && cluster.ConditionStatus(p, corev1.PodReady) == corev1.ConditionTrue {
@@ -97,25 +97,4 @@ func (r *run) drainReachable(ctx context.Context) error {
 		c.Close()
 	}
 	return nil
-}
-
-// waitFor polls cond every 200 ms until it holds, timeout passes or ctx ends.
-func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) error {
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, msg := cond()
-		if ok {
-			return nil
-		}
-		if msg != "" {
-			last = msg
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not reached within %s: %s", what, timeout, last)
-		}
-		if !traffic.SleepCtx(ctx, 200*time.Millisecond) {
-			return fmt.Errorf("%s: %w (%s)", what, ctx.Err(), last)
-		}
-	}
 }

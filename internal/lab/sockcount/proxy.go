@@ -165,6 +165,19 @@ func (p *Proxy) InPlace() bool {
 	return err == nil && os.SameFile(info, p.info)
 }
 
+// Landed sums the writes the proxies counted, and fails when one of them
+// was bypassed (InPlace false): writes after that were not counted.
+func Landed(proxies []*Proxy) (int64, error) {
+	var n int64
+	for _, p := range proxies {
+		if !p.InPlace() {
+			return 0, fmt.Errorf("HAProxy's socket %s was replaced: writes after that were not counted", p.Path())
+		}
+		n += int64(p.Counts().Writes)
+	}
+	return n, nil
+}
+
 // Close stops accepting, cuts the connections in progress, waits for their
 // goroutines and removes the socket file.
 func (p *Proxy) Close() error {
