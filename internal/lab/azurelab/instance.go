@@ -18,6 +18,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // azureInstance is one controller: in the lab process, with its own
@@ -85,17 +86,20 @@ func (in *azureInstance) leads() bool {
 	}
 }
 
-// start runs a controller in the run's mode. ModeUpstreamLike is zerodrop's
-// controller made upstream-like by configuration only: a full write on every sync (--sync=full), immediate
-// removal, and an Event on every failed sync, as the upstream service
-// controller records SyncLoadBalancerFailed each time.
+// start runs a zerodrop controller, in the lab process or (kill-mid-plan)
+// as a process of its own.
 func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
-	if r.procs != nil {
+	if r.procs.asProcesses {
 		return r.startProcess(leaderElect)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &azureInstance{leaderElect: leaderElect, cancel: cancel, done: make(chan error, 1), stopLimit: r.waitLimit()}
-	built, err := controller.Build(ctx, r.instanceConfig(in, leaderElect))
+	cfg, err := r.instanceConfig(in, leaderElect)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	built, err := controller.Build(ctx, cfg)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -112,15 +116,19 @@ func (r *azureRun) start(leaderElect bool) (*azureInstance, error) {
 
 // instanceConfig is the configuration of an in-process instance: the
 // command's defaults, what startProcess gives a process on its command
-// line, the emulator's endpoint and credential, and a recorder that counts
-// in's Events.
-func (r *azureRun) instanceConfig(in *azureInstance, leaderElect bool) controller.Config {
+// line, the emulator's HTTPS endpoint and a credential naming zerodrop, and
+// a recorder that counts in's Events.
+func (r *azureRun) instanceConfig(in *azureInstance, leaderElect bool) (controller.Config, error) {
 	cfg := controller.DefaultConfig()
 	cfg.RESTConfig, cfg.Registerer = r.cfg, prometheus.NewRegistry()
 	cfg.Provider, cfg.Class = "azure", r.class()
 	cfg.Azure.SubscriptionID, cfg.Azure.ResourceGroup, cfg.Azure.SubnetID = azureSub, azureGroup, azureSubnet
 	cfg.Azure.LoadBalancers, cfg.Azure.Location = strings.Join(azureLBNames, ","), "westeurope"
-	cfg.Azure.Credential, cfg.Azure.ClientOptions = r.emu.Credential(), r.emu.ClientOptions()
+	var err error
+	cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(r.procs.emulatorURL, r.procs.caPEM, zerodropIdentity)
+	if err != nil {
+		return cfg, err
+	}
 	cfg.ResyncPeriod = time.Hour
 	cfg.MetricsAddr, cfg.ProbeAddr, cfg.DrainAddr = "0", "0", "0"
 	cfg.LeaderElect, cfg.LeaderNamespace, cfg.LeaderID = leaderElect, r.ns, "zerodrop-lab-azure"
@@ -133,10 +141,7 @@ func (r *azureRun) instanceConfig(in *azureInstance, leaderElect bool) controlle
 	cfg.Override.WrapRecorder = func(rec events.EventRecorder) events.EventRecorder {
 		return &conflictEvents{EventRecorder: rec, n: &in.surfaced, warnings: &in.warnings}
 	}
-	if r.mode == ModeUpstreamLike {
-		cfg.Sync, cfg.Immediate, cfg.Override.FailureEventThreshold = string(service.SyncFull), true, 1
-	}
-	return cfg
+	return cfg, nil
 }
 
 // conflictEvents counts the Warning Events that surface a conflict.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -18,41 +19,41 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
-// `zerodrop lab --provider azure-emulator`: the restart and churn scenarios
-// on the ARM emulator instead of HAProxy. Traffic through an emulated load
-// balancer means nothing, so the lab counts what reaches Azure instead: PUTs,
-// 412s, conflicts the controllers re-planned silently and those they
-// surfaced as Warning Events, and the time until the load balancers hold what
-// the Services ask for. The controllers run in the lab process (a restart
-// stops one manager and starts another; azure_instance.go), kill-mid-plan's
-// as processes of their own (azure_process.go), on a real kube-apiserver +
-// etcd.
+// `zerodrop lab --provider azure-emulator`: the restart, churn and
+// kill-mid-plan scenarios on the ARM emulator instead of HAProxy. Traffic
+// through an emulated load balancer means nothing, so the lab counts what
+// reaches Azure instead, from the emulator's record of every call: PUTs and
+// DELETEs, those that changed something, 412s, conflicts the controllers
+// re-planned silently and those they surfaced as Warning Events, and the
+// time until the load balancers hold what the Services ask for. Every
+// writer reaches the emulator over HTTPS (process.go): zerodrop's
+// controllers in the lab process (a restart stops one manager and starts
+// another; instance.go), kill-mid-plan's as processes of their own, and
+// upstream, the real cloud-controller-manager of cloud-provider-azure
+// (upstream.go), on a real kube-apiserver + etcd.
 
 // ProviderAzureEmulator is the --provider value.
 const ProviderAzureEmulator = "azure-emulator"
 
-// ModeUpstreamLike is the emulator lab's comparison: zerodrop's own
-// controller configured to behave as the upstream service controller does
-// (a full write on every sync, immediate removal, a failure Event on every
-// failed sync) plus a second writer without leader election. It is not the
-// real upstream controller: that one drives Azure through
-// cloud-provider-azure, whose ARM client the emulator does not serve (the
-// HAProxy lab's upstream mode runs the real controller).
-const ModeUpstreamLike report.Mode = "upstream-like"
-
-// AzureScenarios are the scenarios the emulator lab runs; kill-mid-plan in
-// zerodrop mode only (azure_chaos.go).
+// AzureScenarios are the scenarios the emulator lab runs. Upstream (the real
+// cloud-controller-manager) runs restart only; churn's endpoint changes do
+// not reach its node pools, and kill-mid-plan kills zerodrop's writer.
 var AzureScenarios = []string{"restart", "churn", report.ScenarioKillMidPlan}
+
+// azureModes are the modes the emulator lab runs.
+var azureModes = []report.Mode{report.ModeUpstream, report.ModeZerodrop}
 
 const (
 	azureSub    = "00000000-0000-0000-0000-00000000aa01"
 	azureGroup  = "rg-zerodrop-lab"
-	azureSubnet = "/subscriptions/" + azureSub + "/resourceGroups/" + azureGroup +
-		"/providers/Microsoft.Network/virtualNetworks/vnet-lab/subnets/frontends"
+	azureVNet, azureSubnetName, azureNSG = "vnet-lab", "frontends", "nsg-lab"
+	azureSubnet                          = "/subscriptions/" + azureSub + "/resourceGroups/" + azureGroup +
+		"/providers/Microsoft.Network/virtualNetworks/" + azureVNet + "/subnets/" + azureSubnetName
 	AzureRestarts = 3
 	// azureIdle is how long no reconcile may run for a run to count as settled.
 	azureIdle = 500 * time.Millisecond
@@ -88,7 +89,10 @@ type AzureOptions struct {
 	// processes run as (`<Executable> lab azure-controller …`); default
 	// os.Executable().
 	Executable string
-	Progress   io.Writer
+	// CCMBinary is cloud-provider-azure's cloud-controller-manager (default:
+	// built or taken from the cache by hack/cloud-provider-azure.sh).
+	CCMBinary string
+	Progress  io.Writer
 }
 
 // runAzureCommand is `zerodrop lab --provider azure-emulator …` after flag
@@ -111,15 +115,17 @@ func RunAzureCommand(ctx context.Context, scenario, mode string, faultRate float
 			return 2
 		}
 	}
-	switch mode {
-	case "all":
-		opts.Modes = []report.Mode{ModeUpstreamLike, report.ModeZerodrop}
-	case string(ModeUpstreamLike), string(report.ModeZerodrop):
-		opts.Modes = []report.Mode{report.Mode(mode)}
-	default:
-		fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the modes %s and %s (or all), not %q\n",
-			ProviderAzureEmulator, ModeUpstreamLike, report.ModeZerodrop, mode)
-		return 2
+	for _, m := range strings.Split(mode, ",") {
+		switch m = strings.TrimSpace(m); {
+		case m == "all":
+			opts.Modes = append(opts.Modes, azureModes...)
+		case slices.Contains(azureModes, report.Mode(m)):
+			opts.Modes = append(opts.Modes, report.Mode(m))
+		default:
+			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the modes %s and %s (or all), not %q\n",
+				ProviderAzureEmulator, report.ModeUpstream, report.ModeZerodrop, m)
+			return 2
+		}
 	}
 	if htmlPath != "" {
 		fmt.Fprintf(stderr, "zerodrop lab: --html draws traffic timelines; --provider %s has no traffic\n", ProviderAzureEmulator)
@@ -166,6 +172,13 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 			return nil, err
 		}
 	}
+	upstream := slices.Contains(opts.Modes, report.ModeUpstream) && slices.Contains(opts.Scenarios, "restart")
+	if upstream && opts.CCMBinary == "" {
+		fmt.Fprintln(opts.Progress, "building cloud-provider-azure's cloud-controller-manager (minutes on a cold cache)")
+		if opts.CCMBinary, err = ccm.Binary(); err != nil {
+			return nil, err
+		}
+	}
 	for _, s := range opts.Scenarios {
 		if !slices.Contains(AzureScenarios, s) {
 			return nil, fmt.Errorf("scenario %q does not run on the Azure emulator (%v)", s, AzureScenarios)
@@ -186,15 +199,24 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
+	if upstream {
+		if err := ensureNodes(ctx, c); err != nil {
+			return nil, err
+		}
+	}
 	n := 0
 	for _, sc := range opts.Scenarios {
 		for _, mode := range opts.Modes {
-			if sc == report.ScenarioKillMidPlan && mode != report.ModeZerodrop {
-				continue // one writer to kill, not two
+			if sc != "restart" && mode == report.ModeUpstream {
+				progress("%-8s %-8s skipped: upstream (cloud-provider-azure) runs restart only", sc, mode)
+				continue
 			}
 			n++
+			emu := emulator.New(emulator.Options{Seed: uint64(n)})
+			emu.SeedSubnet(azureSub, azureGroup, azureVNet, azureSubnetName, netip.MustParsePrefix("127.240.0.0/16"))
+			emu.SeedSecurityGroup(azureSub, azureGroup, azureNSG)
 			r := &azureRun{cfg: env.Config, c: c, mode: mode, opts: opts, progress: progress,
-				ns: fmt.Sprintf("azure-%d-%s-%s", n, sc, mode), emu: emulator.New(emulator.Options{Seed: uint64(n)})}
+				ns: fmt.Sprintf("azure-%d-%s-%s", n, sc, mode), emu: emu}
 			res, err := r.runIn(ctx, sc)
 			res.Err = err
 			results = append(results, res)
@@ -202,8 +224,8 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 				progress("%-8s %-8s error: %v", sc, mode, err)
 			} else {
 				a := res.Azure
-				progress("%-8s %-8s done: %d PUTs (%d load balancer, %d pool), %d 412s, %d conflicts retried, %d surfaced; %d faults injected, %d Warning Events; converged in %.1fs",
-					sc, mode, res.ProviderWrites, a.LBPuts, a.PoolPuts, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced,
+				progress("%-8s %-8s done: %d writes (%d load balancer PUTs, %d pool PUTs; %d changed something), %d 412s, %d conflicts retried, %d surfaced; %d faults injected, %d Warning Events; converged in %.1fs",
+					sc, mode, res.ProviderWrites, a.LBPuts, a.PoolPuts, a.WritesChanged, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced,
 					a.Faults, a.WarningEvents, a.ConvergeSeconds)
 			}
 			if ctx.Err() != nil {
@@ -229,37 +251,50 @@ type azureRun struct {
 	// azure_process.go); countErr is a failure to count their Events.
 	procs    *azureProcs
 	countErr error
+	ccms     []*ccmInstance // upstream's processes
+	ccmSeq   int            // CCMs started, to name the next
 }
 
 func (r *azureRun) class() string { return "zerodrop.dev/azure-" + r.ns }
 
-// run sets up, runs the scenario and measures it; setup writes are not
-// counted.
+// run sets up, runs the scenario and measures it from the emulator's
+// record; setup writes are not counted.
 func (r *azureRun) run(ctx context.Context, scenario string) (res report.Result, err error) {
 	res = report.Result{Scenario: scenario, Mode: string(r.mode), Azure: &report.AzureFigures{}}
-	defer r.stopAll()
-	if err := r.setup(ctx); err != nil {
+	if r.upstream() {
+		defer r.stopUpstream(context.WithoutCancel(ctx))
+		err = r.setupUpstream(ctx)
+	} else {
+		defer r.stopAll()
+		err = r.setup(ctx)
+	}
+	if err != nil {
 		return res, err
 	}
 	if r.opts.FaultRate > 0 {
 		r.emu.SetFaults(emulator.Faults{Rate: r.opts.FaultRate, Cooldown: 3, SlowDelay: 50 * time.Millisecond})
 	}
 	before, beforeRetried := r.emu.Counters(), r.retried()
+	_, mark := r.emu.Calls(0)
 	beforeWarnings, beforeSurfaced := r.warningEvents()
 	start := time.Now()
-	switch scenario {
-	case "restart":
+	switch {
+	case scenario == "restart" && r.upstream():
+		err = r.restartUpstream(ctx, res.Azure, &res)
+	case scenario == "restart":
 		err = r.restart(ctx, res.Azure)
-	case "churn":
+	case scenario == "churn":
 		err = r.churn(ctx, res.Azure)
-	case report.ScenarioKillMidPlan:
+	case scenario == report.ScenarioKillMidPlan:
 		err = r.killMidPlan(ctx, res.Azure, &res)
 	}
 	res.DurationSeconds = time.Since(start).Seconds()
 	d := r.emu.Counters().Sub(before)
-	res.ProviderWrites, res.ProviderConflicts = int64(d.Puts()), int64(d.PreconditionFailed)
+	calls, _ := r.emu.Calls(mark)
+	f := figuresOf(calls)
+	res.ProviderWrites, res.ProviderConflicts = int64(f.writes), int64(f.preconditionFailed)
 	a := res.Azure
-	a.LBPuts, a.PoolPuts, a.Gets, a.PreconditionFailed = d.LBPuts, d.PoolPuts, d.Gets, d.PreconditionFailed
+	a.LBPuts, a.PoolPuts, a.Gets, a.PreconditionFailed, a.WritesChanged = f.lbPuts, f.poolPuts, f.gets, f.preconditionFailed, f.changed
 	warnings, surfaced := r.warningEvents()
 	a.ConflictsRetried, a.ConflictsSurfaced = r.retried()-beforeRetried, surfaced-beforeSurfaced
 	a.Faults = d.InjectedConflicts + d.Throttled + d.ServerErrors + d.Slow
@@ -283,11 +318,9 @@ func (r *azureRun) setup(ctx context.Context) error {
 		}
 		r.svcs = append(r.svcs, s)
 	}
-	// zerodrop: two replicas with leader election, as deployed.
-	// Upstream-like: the leader-elected controller and an independent writer without
-	// leader election on the same load balancers.
+	// Two replicas with leader election, as deployed.
 	for i := 0; i < 2; i++ {
-		if _, err := r.start(r.mode == report.ModeZerodrop || i == 0); err != nil {
+		if _, err := r.start(true); err != nil {
 			return err
 		}
 	}
@@ -312,8 +345,7 @@ func (r *azureRun) restart(ctx context.Context, a *report.AzureFigures) error {
 		if _, err := r.start(true); err != nil {
 			return err
 		}
-		// The new writer: the standby that takes over (zerodrop) or the
-		// replacement (upstream-like, whose lease nobody else contends for).
+		// The new writer: the standby that takes over.
 		err := r.waitNewLeader(ctx, leader)
 		if err != nil {
 			return fmt.Errorf("restart %d: %w", i+1, err)
@@ -435,9 +467,9 @@ func (r *azureRun) wait(ctx context.Context, what string, cond func() string) er
 }
 
 // settleLimit bounds settle: a run whose controllers never go quiet (seen
-// once in an upstream-like run, where settle held the lab until its context ended
-// with the CPU busy: the two independent writers presumably kept waking each
-// other) goes on with its measurement instead of hanging the lab.
+// once, in a run of two independent writers that kept waking each other,
+// which held the lab until its context ended) goes on with its measurement
+// instead of hanging the lab.
 const settleLimit = 30 * time.Second
 
 // settle waits until no running controller has reconciled for azureIdle,
@@ -467,7 +499,7 @@ func (r *azureRun) retried() (n int64) {
 // conflict: as recorded in process, or as the API server has them from
 // controller processes (one reading of both).
 func (r *azureRun) warningEvents() (warnings, surfaced int64) {
-	if r.procs != nil {
+	if r.procs.asProcesses || r.upstream() {
 		return r.apiWarnings()
 	}
 	for _, in := range r.instances {

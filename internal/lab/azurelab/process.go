@@ -55,7 +55,7 @@ func AzureControllerMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
 		return 2
 	}
-	if cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(strings.TrimPrefix(args[0], "--emulator="), caPEM); err != nil {
+	if cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(strings.TrimPrefix(args[0], "--emulator="), caPEM, zerodropIdentity); err != nil {
 		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
 		return 2
 	}
@@ -69,12 +69,12 @@ func AzureControllerMain(args []string, stderr io.Writer) int {
 	return 0
 }
 
-// runIn runs the scenario; kill-mid-plan's controllers as processes, with
-// their logs in a directory kept (and named) if the run fails.
+// runIn runs the scenario with the run's emulator served over HTTPS, the
+// one endpoint every writer uses (upstream's cloud-controller-manager
+// processes, zerodrop in the lab process and kill-mid-plan's zerodrop
+// processes); the logs and files are kept in a directory (named) if the run
+// fails.
 func (r *azureRun) runIn(ctx context.Context, scenario string) (report.Result, error) {
-	if scenario != report.ScenarioKillMidPlan {
-		return r.run(ctx, scenario)
-	}
 	dir, err := os.MkdirTemp("", "zerodrop-azure-lab-")
 	if err != nil {
 		return report.Result{Scenario: scenario, Mode: string(r.mode)}, err
@@ -83,6 +83,7 @@ func (r *azureRun) runIn(ctx context.Context, scenario string) (report.Result, e
 		_ = os.RemoveAll(dir)
 		return report.Result{Scenario: scenario, Mode: string(r.mode)}, err
 	}
+	r.procs.asProcesses = scenario == report.ScenarioKillMidPlan
 	res, err := r.run(ctx, scenario) // stops every process before it returns
 	_ = r.procs.srv.Close()
 	if err != nil {
@@ -93,10 +94,18 @@ func (r *azureRun) runIn(ctx context.Context, scenario string) (report.Result, e
 	return res, err
 }
 
-// azureProcs is what a run needs to start controller processes.
+// zerodropIdentity names zerodrop's requests in the emulator's record.
+const zerodropIdentity = "zerodrop"
+
+// azureProcs is the emulator as served to a run, and what its processes
+// need to reach it and the API server.
 type azureProcs struct {
 	dir, kubeconfig, emulatorURL, emulatorCA string
+	caPEM                                    []byte
 	srv                                      *http.Server
+	// asProcesses runs zerodrop's controllers as processes of their own
+	// (kill-mid-plan), not in the lab process.
+	asProcesses bool
 }
 
 // serveEmulator serves the run's emulator over HTTPS on a loopback port,
@@ -126,7 +135,7 @@ func (r *azureRun) serveEmulator(dir string) error {
 		_ = srv.Close()
 		return err
 	}
-	r.procs = &azureProcs{dir: dir, kubeconfig: kc,
+	r.procs = &azureProcs{dir: dir, kubeconfig: kc, caPEM: caPEM,
 		emulatorURL: "https://" + ln.Addr().String(), emulatorCA: caPath, srv: srv}
 	return nil
 }
@@ -246,7 +255,7 @@ func (r *azureRun) apiWarnings() (warnings, surfaced int64) {
 // their own (none killed or stopped by the lab is left running): nothing
 // can converge any more. The last lines of one's log say why.
 func (r *azureRun) procsGone() error {
-	if r.procs == nil {
+	if r.procs == nil || !r.procs.asProcesses {
 		return nil
 	}
 	var last *azureInstance

@@ -15,7 +15,7 @@ func writeAzureTable(w io.Writer, results []report.Result) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\tchanges\tPUTs\tLB PUTs\tpool PUTs\t412s\tconflicts retried\tsurfaced as Events\tfaults injected\tWarning Events\tconverge s\t")
+	fmt.Fprintln(tw, "scenario\tmode\tchanges\twrites\tLB PUTs\tpool PUTs\tchanged something\t412s\tconflicts retried\tsurfaced as Events\tfaults injected\tWarning Events\tconverge s\t")
 	for _, r := range results {
 		a := r.Azure
 		if a == nil {
@@ -32,14 +32,18 @@ func writeAzureTable(w io.Writer, results []report.Result) {
 		if r.Err != nil {
 			status = "  (failed)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\n", r.Scenario, r.Mode, changes,
-			r.ProviderWrites, a.LBPuts, a.PoolPuts, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced, a.Faults, a.WarningEvents,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\n", r.Scenario, r.Mode, changes,
+			r.ProviderWrites, a.LBPuts, a.PoolPuts, a.WritesChanged, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced, a.Faults, a.WarningEvents,
 			a.ConvergeSeconds, status)
 	}
 	tw.Flush()
 	for _, r := range results {
 		if len(r.WritesPerRestart) > 0 {
-			fmt.Fprintf(w, "%s %s: PUTs per kill %v\n", r.Scenario, r.Mode, r.WritesPerRestart)
+			per := "kill"
+			if r.Scenario == "restart" {
+				per = "restart"
+			}
+			fmt.Fprintf(w, "%s %s: writes per %s %v\n", r.Scenario, r.Mode, per, r.WritesPerRestart)
 		}
 		if a := r.Azure; a != nil && len(a.WritesLanded) > 0 {
 			fmt.Fprintf(w, "%s %s: writes landed per kill %v, called for by the diff at takeover %v\n",

@@ -90,6 +90,9 @@ type AzureFigures struct {
 	PoolPuts           int `json:"pool_puts"`
 	Gets               int `json:"gets"`
 	PreconditionFailed int `json:"precondition_failed"`
+	// WritesChanged counts the writes (PUTs, DELETEs) that changed a stored
+	// document: a write of what was already there changes nothing.
+	WritesChanged int `json:"writes_changed"`
 	// ConflictsRetried are conflicts the controllers re-read, re-planned and
 	// retried; ConflictsSurfaced the Warning Events (one per Service on the
 	// load balancer) that named a conflict.

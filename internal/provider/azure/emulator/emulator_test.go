@@ -52,7 +52,7 @@ func newRemoteClients(t *testing.T, emu *emulator.Emulator) clients {
 	srv.TLS = tlsCfg
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	cred, opts, err := emulator.Remote(srv.URL, caPEM)
+	cred, opts, err := emulator.Remote(srv.URL, caPEM, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,11 +80,15 @@ func (e *Emulator) token(req *http.Request) *reply {
 	return jsonReply(http.StatusOK, b)
 }
 
-// clientOf names who made a request: the identity its token names, else
-// the SDK in its User-Agent.
+// clientOf names who made a request: the identity its token names (a
+// managed identity's, "mi:", or Remote's, "id:"), else the SDK in its
+// User-Agent.
 func clientOf(req *http.Request) string {
-	if tok, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer "); ok && strings.HasPrefix(tok, "mi:") {
-		return strings.TrimPrefix(tok, "mi:")
+	tok, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	for _, prefix := range []string{"mi:", "id:"} {
+		if name, ok := strings.CutPrefix(tok, prefix); ok {
+			return name
+		}
 	}
 	ua := req.Header.Get("User-Agent")
 	if i := strings.IndexByte(ua, ' '); i > 0 {

@@ -1,15 +1,16 @@
 package emulator
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
-	azfake "github.com/Azure/azure-sdk-for-go/sdk/azcore/fake"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 )
 
@@ -29,8 +30,9 @@ func (e *Emulator) WritesInFlight() int64 { return e.writesInFlight.Load() }
 // Remote returns a credential and client options that send an armnetwork
 // client's requests to the emulator served at baseURL, with the same SDK
 // retry timing as ClientOptions. For an https URL, caPEM is the certificate
-// authority to trust (TLS's).
-func Remote(baseURL string, caPEM []byte) (azcore.TokenCredential, *arm.ClientOptions, error) {
+// authority to trust (TLS's). The credential's token names identity, which
+// the emulator records as the caller of every request.
+func Remote(baseURL string, caPEM []byte, identity string) (azcore.TokenCredential, *arm.ClientOptions, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, nil, fmt.Errorf("emulator URL %q: want https://HOST:PORT", baseURL)
@@ -43,7 +45,7 @@ func Remote(baseURL string, caPEM []byte) (azcore.TokenCredential, *arm.ClientOp
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	return &azfake.TokenCredential{}, &arm.ClientOptions{
+	return identityCredential(identity), &arm.ClientOptions{
 		ClientOptions: policy.ClientOptions{
 			Cloud:     CloudConfig(u.String()),
 			Transport: &http.Client{Transport: tr},
@@ -51,4 +53,11 @@ func Remote(baseURL string, caPEM []byte) (azcore.TokenCredential, *arm.ClientOp
 		},
 		DisableRPRegistration: true,
 	}, nil
+}
+
+// identityCredential issues a token that names an identity ("id:<name>").
+type identityCredential string
+
+func (c identityCredential) GetToken(context.Context, policy.TokenRequestOptions) (azcore.AccessToken, error) {
+	return azcore.AccessToken{Token: "id:" + string(c), ExpiresOn: time.Now().Add(24 * time.Hour)}, nil
 }
