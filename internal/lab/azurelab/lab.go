@@ -49,8 +49,8 @@ var AzureScenarios = []string{"restart", "churn", report.ScenarioKillMidPlan}
 var azureModes = []report.Mode{report.ModeUpstream, report.ModeZerodrop}
 
 const (
-	azureSub    = "00000000-0000-0000-0000-00000000aa01"
-	azureGroup  = "rg-zerodrop-lab"
+	azureSub                             = "00000000-0000-0000-0000-00000000aa01"
+	azureGroup                           = "rg-zerodrop-lab"
 	azureVNet, azureSubnetName, azureNSG = "vnet-lab", "frontends", "nsg-lab"
 	azureSubnet                          = "/subscriptions/" + azureSub + "/resourceGroups/" + azureGroup +
 		"/providers/Microsoft.Network/virtualNetworks/" + azureVNet + "/subnets/" + azureSubnetName
