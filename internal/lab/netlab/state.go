@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,11 +47,7 @@ func RootState() (map[string]string, error) {
 		}
 		s["sysctl "+k] = strings.TrimSpace(string(b))
 	}
-	procs, err := labProcesses()
-	if err != nil {
-		return nil, err
-	}
-	s["processes"] = strings.Join(procs, "\n")
+	s["processes"] = strings.Join(labProcesses(), "\n")
 	return s, nil
 }
 
@@ -69,29 +64,17 @@ func withoutOtherRuns(list string) string {
 	return strings.Join(keep, "\n")
 }
 
-// labProcesses lists this process's children and any process whose command
-// line names one of this process's lab namespaces.
-func labProcesses() ([]string, error) {
+// labProcesses lists this process's children (zombies too) and any process
+// whose command line names one of this process's lab namespaces.
+func labProcesses() []string {
 	mine := fmt.Sprintf("%s-%d-", NamePrefix, os.Getpid())
-	dirs, err := filepath.Glob("/proc/[0-9]*")
-	if err != nil {
-		return nil, err
-	}
 	var out []string
-	for _, d := range dirs {
-		stat, err1 := os.ReadFile(d + "/stat")
-		cmdline, err2 := os.ReadFile(d + "/cmdline")
-		if err1 != nil || err2 != nil {
-			continue // exited meanwhile
-		}
-		// Fields after the command name, which is in parentheses: state, ppid.
-		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
-		f := strings.Fields(rest)
-		cmd := strings.ReplaceAll(string(cmdline), "\x00", " ")
-		if len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) || strings.Contains(cmd, mine) {
-			out = append(out, filepath.Base(d)+" "+cmd)
+	for _, p := range supervisor.Processes() {
+		cmd := strings.Join(p.Args, " ")
+		if p.PPID == os.Getpid() || strings.Contains(cmd, mine) {
+			out = append(out, strconv.Itoa(p.PID)+" "+cmd)
 		}
 	}
 	sort.Strings(out)
-	return out, nil
+	return out
 }
