@@ -156,18 +156,20 @@ var figureAllowList = []allowed{
 		"its whole 2 s timeout", "**100 ms after its slot**", "more than 100 ms late", "Timeout 2 s for the whole request",
 		"answer in 2 s)", "its 1 s turn-around", "within the 2 s", "Every 200 ms a", "2 s or is not the message sent",
 		"tries again 200 ms", "stop for over 100 ms", "any 250 ms sample", "250 ms samples of HAProxy's state",
-		"every 250 ms.", "drain timeout 2 s", "only after 5 minutes", "leases last 30 s with a 20 s renew deadline",
+		"every 250 ms.", "drain timeout 2 s", "only after 5 minutes", "(leases 30 s, renew deadline 20 s;", "its default 15 s lease",
+		"(10 ms; azcore", "provider's 1 s)", "asks for 10 s,",
 		"within 250 ms)", "for about 30 s:", "30 s lease expires", "replaced every 250 ms", "for 4 s, one endpoint",
 		"every 50 ms", "every 500 ms", "1 s before its containers get SIGTERM", "default 1 s,", "wait 2 s)",
 		"than 100 ms after its slot", "at most 10 minutes", "the lab's 2 s timeout",
 	}},
 	{"docs/azure.md", "Azure's documented limits and rule settings", []string{
-		"idle timeout 4 min", "runs as 5 s", "= 3 failures", "(at least 5 s)", "(≥ 5 s)",
+		"idle timeout 4 min", "runs as 5 s", "= 3 failures", "(at least 5 s)", "(≥ 5 s)", "probe interval ≥ 5 s",
 	}},
 	{"docs/azure.md", "the controller's defaults and configuration values (flags, cache age, drain budget, the lab's lease and fault rate, the SDK's polling)", []string{
 		"younger than 1 s", "(default 10 s)", "(default 30 s", "(default 5 min)", "`--retry-period`, 2 s)",
 		"`--renew-deadline` (10 s)", "`--lease-duration` (15 s)", "budget (5 s,", "the default 30 s is enough",
 		"| 20 % injected faults", "the 30 s lease", "10 ms, which the Azure SDK refuses",
+		"(the emulator's is 10 ms unless set; ARM's network provider sends 10 s)",
 	}},
 }
 

@@ -133,23 +133,7 @@ func RunAzureCommand(ctx context.Context, scenario, mode string, faultRate float
 	}
 	results, err := ExecuteAzure(ctx, opts)
 	writeAzureTable(stdout, results)
-	code := 0
-	if err != nil {
-		fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
-		code = 1
-	}
-	for _, r := range results {
-		if r.Err != nil {
-			code = 1
-		}
-	}
-	if jsonPath != "" {
-		if err := report.WriteJSON(jsonPath, report.Report{Scenarios: results}); err != nil {
-			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
-			code = 1
-		}
-	}
-	return code
+	return report.Finish(stderr, results, err, jsonPath)
 }
 
 // ExecuteAzure runs the scenarios in each mode, each run on a fresh emulator
@@ -174,7 +158,7 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 	}
 	upstream := slices.Contains(opts.Modes, report.ModeUpstream) && slices.Contains(opts.Scenarios, "restart")
 	if upstream && opts.CCMBinary == "" {
-		fmt.Fprintln(opts.Progress, "building cloud-provider-azure's cloud-controller-manager (minutes on a cold cache)")
+		fmt.Fprintln(opts.Progress, "cloud-provider-azure's cloud-controller-manager: from the cache, or built (minutes) on first use")
 		if opts.CCMBinary, err = ccm.Binary(); err != nil {
 			return nil, err
 		}
