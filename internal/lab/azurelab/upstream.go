@@ -1,0 +1,296 @@
+package azurelab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/lab/ccm"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/supervisor"
+)
+
+// The emulator lab's upstream is the real cloud-controller-manager of
+// cloud-provider-azure (internal/lab/ccm): two processes with its own
+// leader election (a Lease in the run's namespace, its default timings),
+// --controllers service-lb-controller, pointed at the run's emulator over
+// HTTPS. It writes what cloud-provider-azure writes for the same Services
+// without a loadBalancerClass, made internal (frontends from the subnet, as
+// zerodrop's): one load balancer, kubernetes-internal, whose pool holds the
+// cluster's nodes (nodeIP pools). Its figures come from the emulator's record
+// of the calls its identities made.
+
+// ccmLB and ccmPool are the load balancer and pool cloud-provider-azure
+// uses for internal Services of the cluster "kubernetes".
+const ccmLB, ccmPool = "kubernetes-internal", "kubernetes"
+
+// labNodes are the cluster's nodes for the CCM's pools: Ready, never
+// renewed (the lab runs no node lifecycle controller), shared by the runs.
+var labNodes = []struct{ name, ip string }{{"lab-node-1", "10.30.0.1"}, {"lab-node-2", "10.30.0.2"}, {"lab-node-3", "10.30.0.3"}}
+
+// ensureNodes creates labNodes once per control plane.
+func ensureNodes(ctx context.Context, c client.Client) error {
+	for _, n := range labNodes {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}
+		if err := c.Create(ctx, node); apierrors.IsAlreadyExists(err) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("create node %s: %w", n.name, err)
+		}
+		now := metav1.Now()
+		node.Status = corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.ip}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now}}}
+		if err := c.Status().Update(ctx, node); err != nil {
+			return fmt.Errorf("node %s status: %w", n.name, err)
+		}
+	}
+	return nil
+}
+
+// ccmInstance is one cloud-controller-manager process.
+type ccmInstance struct {
+	name string
+	proc *supervisor.Process
+}
+
+func (r *azureRun) upstream() bool { return r.mode == "upstream" }
+
+// setupUpstream creates the run's Services for the CCM, starts two CCM
+// processes and waits until the load balancer holds every Service.
+func (r *azureRun) setupUpstream(ctx context.Context) error {
+	if err := r.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}); err != nil {
+		return fmt.Errorf("create namespace %s: %w", r.ns, err)
+	}
+	for i := 0; i < r.opts.Services; i++ {
+		s := newAzureSvc(i, azureLBNames)
+		svc := s.object(r.ns, "")
+		svc.Spec.LoadBalancerClass = nil
+		svc.Annotations = map[string]string{"service.beta.kubernetes.io/azure-load-balancer-internal": "true"}
+		if err := r.c.Create(ctx, svc); err != nil {
+			return fmt.Errorf("create service %s/%s: %w", r.ns, s.name, err)
+		}
+		r.svcs = append(r.svcs, s)
+	}
+	for i := 0; i < 2; i++ {
+		if err := r.startCCM(); err != nil {
+			return err
+		}
+	}
+	if err := r.wait(ctx, "the load balancer to converge", func() string { return r.ccmConverged(ctx) }); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	r.settleRecord(ctx)
+	r.progress("%s: set up %d Services on %s (cloud-provider-azure)", r.ns, len(r.svcs), ccmLB)
+	return nil
+}
+
+func (r *azureRun) startCCM() error {
+	r.ccmSeq++
+	name := fmt.Sprintf("ccm-%d", r.ccmSeq)
+	p, err := ccm.Start(ccm.Config{
+		Binary: r.opts.CCMBinary, Dir: r.procs.dir, Kubeconfig: r.procs.kubeconfig,
+		Emulator: r.procs.emulatorURL + "/", CAFile: r.procs.emulatorCA, Identity: name,
+		SubscriptionID: azureSub, ResourceGroup: azureGroup, Location: "westeurope",
+		VNet: azureVNet, Subnet: azureSubnetName, SecurityGroup: azureNSG, LeaseNamespace: r.ns,
+	}, name)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	r.ccms = append(r.ccms, &ccmInstance{name: name, proc: p})
+	return nil
+}
+
+// ccmConverged says what still differs from every Service having its
+// address and a rule per port on the load balancer, whose pool holds the
+// nodes; "" when nothing does.
+func (r *azureRun) ccmConverged(ctx context.Context) string {
+	var list corev1.ServiceList
+	if err := r.c.List(ctx, &list, client.InNamespace(r.ns)); err != nil {
+		return err.Error()
+	}
+	ports := 0
+	for _, s := range list.Items {
+		if len(s.Status.LoadBalancer.Ingress) == 0 {
+			return s.Name + " has no address"
+		}
+		ports += len(s.Spec.Ports)
+	}
+	lb, ok := r.emu.LoadBalancer(azureGroup, ccmLB)
+	if !ok {
+		return "load balancer " + ccmLB + " does not exist"
+	}
+	if n := len(lb.Properties.LoadBalancingRules); n != ports {
+		return fmt.Sprintf("%s has %d rules, want %d", ccmLB, n, ports)
+	}
+	var have, want []string
+	for _, a := range poolAddresses(lb, ccmPool) {
+		have = append(have, a[0])
+	}
+	for _, n := range labNodes {
+		want = append(want, n.ip)
+	}
+	slices.Sort(have)
+	if !slices.Equal(have, want) {
+		return fmt.Sprintf("pool %s has %v, want the nodes %v", ccmPool, have, want)
+	}
+	return ""
+}
+
+// restartUpstream stops the CCM that leads AzureRestarts times (SIGTERM,
+// as a rollout or a node drain does) and starts a replacement, with
+// nothing changing in the cluster: every write the new leader makes is one
+// a restart should not make.
+func (r *azureRun) restartUpstream(ctx context.Context, a *report.AzureFigures, res *report.Result) error {
+	for i := 0; i < AzureRestarts; i++ {
+		leader := r.ccmLeader()
+		if leader == nil {
+			return errors.New("no cloud-controller-manager has called ARM: no leader to restart")
+		}
+		ensured, err := r.ensuredCounts(ctx)
+		if err != nil {
+			return err
+		}
+		_, mark := r.emu.Calls(0)
+		t0 := time.Now()
+		_ = leader.proc.Stop()
+		r.ccms = slices.DeleteFunc(r.ccms, func(c *ccmInstance) bool { return c == leader })
+		if err := r.startCCM(); err != nil {
+			return err
+		}
+		err = r.wait(ctx, "a new leader syncs every Service", func() string {
+			now, err := r.ensuredCounts(ctx)
+			if err != nil {
+				return err.Error()
+			}
+			for _, s := range r.svcs {
+				if now[s.name] <= ensured[s.name] {
+					return s.name + " not synced by a new leader yet"
+				}
+			}
+			return r.ccmConverged(ctx)
+		})
+		if err != nil {
+			return fmt.Errorf("restart %d: %w", i+1, err)
+		}
+		a.ConvergeSeconds = max(a.ConvergeSeconds, time.Since(t0).Seconds())
+		a.Restarts++
+		r.settleRecord(ctx)
+		calls, _ := r.emu.Calls(mark)
+		f := figuresOf(calls)
+		res.WritesPerRestart = append(res.WritesPerRestart, int64(f.writes))
+		r.progress("%s: restart %d: %s stopped; %d writes (%d changed something)", r.ns, i+1, leader.name, f.writes, f.changed)
+	}
+	return nil
+}
+
+// ccmLeader is the running CCM that called the load balancers last: only
+// the leader's service controller does.
+func (r *azureRun) ccmLeader() *ccmInstance {
+	calls, _ := r.emu.Calls(0)
+	for i := len(calls) - 1; i >= 0; i-- {
+		if !strings.HasPrefix(calls[i].Kind, "loadBalancer") {
+			continue
+		}
+		for _, c := range r.ccms {
+			if c.name == calls[i].Client && !c.proc.Exited() {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+// ensuredCounts counts, per Service of the run, the syncs the service
+// controller reported finished (EnsuredLoadBalancer Events, each
+// occurrence of a series).
+func (r *azureRun) ensuredCounts(ctx context.Context) (map[string]int32, error) {
+	var list corev1.EventList
+	if err := r.c.List(ctx, &list, client.InNamespace(r.ns)); err != nil {
+		return nil, fmt.Errorf("list Events: %w", err)
+	}
+	out := map[string]int32{}
+	for _, e := range list.Items {
+		if e.Reason == "EnsuredLoadBalancer" {
+			out[e.InvolvedObject.Name] += max(e.Count, 1)
+		}
+	}
+	return out, nil
+}
+
+// settleRecord waits until the emulator has recorded no call for
+// azureIdle, at most settleLimit.
+func (r *azureRun) settleRecord(ctx context.Context) {
+	_, last := r.emu.Calls(0)
+	since, end := time.Now(), time.Now().Add(settleLimit)
+	for time.Since(since) < azureIdle && ctx.Err() == nil && time.Now().Before(end) {
+		time.Sleep(20 * time.Millisecond)
+		if _, n := r.emu.Calls(0); n != last {
+			last, since = n, time.Now()
+		}
+	}
+}
+
+// stopUpstream stops the CCMs, then removes the run's Services (and the
+// finalizer the CCM put on them) so that a later run's CCM, which watches
+// every namespace, does not take them up.
+func (r *azureRun) stopUpstream(ctx context.Context) {
+	for _, c := range r.ccms {
+		_ = c.proc.Stop()
+	}
+	for _, s := range r.svcs {
+		key := client.ObjectKey{Namespace: r.ns, Name: s.name}
+		var svc corev1.Service
+		if err := r.c.Get(ctx, key, &svc); err != nil {
+			continue
+		}
+		_ = r.c.Delete(ctx, &svc)
+		if err := r.c.Get(ctx, key, &svc); err == nil && len(svc.Finalizers) > 0 {
+			svc.Finalizers = nil
+			_ = r.c.Update(ctx, &svc)
+		}
+	}
+}
+
+// recordFigures are the writes and reads in a stretch of the emulator's
+// record.
+type recordFigures struct {
+	lbPuts, poolPuts, deletes, writes, changed, gets, preconditionFailed int
+}
+
+func figuresOf(calls []emulator.Call) recordFigures {
+	var f recordFigures
+	for _, c := range calls {
+		switch {
+		case c.Method == http.MethodGet:
+			f.gets++
+		case c.Status == http.StatusPreconditionFailed:
+			f.preconditionFailed++
+		}
+		if c.Method != http.MethodPut && c.Method != http.MethodDelete {
+			continue
+		}
+		f.writes++
+		switch {
+		case c.Method == http.MethodDelete:
+			f.deletes++
+		case c.Kind == "loadBalancer":
+			f.lbPuts++
+		case c.Kind == "backendAddressPool":
+			f.poolPuts++
+		}
+		if len(c.Changes) > 0 {
+			f.changed++
+		}
+	}
+	return f
+}
