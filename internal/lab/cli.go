@@ -203,22 +203,7 @@ func execute(ctx context.Context, opts scenarios.Options, jsonPath, htmlPath str
 		report.WriteErrors(stderr, results)
 		fmt.Fprintf(stdout, "\n%d runs in %s\n", len(results), report.FormatDuration(time.Since(start)))
 	}
-	code := 0
-	if err != nil {
-		fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
-		code = 1
-	}
-	for _, r := range results {
-		if r.Err != nil {
-			code = 1
-		}
-	}
-	if jsonPath != "" {
-		if err := report.WriteJSON(jsonPath, report.Report{Scenarios: results}); err != nil {
-			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
-			code = 1
-		}
-	}
+	code := report.Finish(stderr, results, err, jsonPath)
 	if htmlPath != "" {
 		if err := report.WriteHTML(htmlPath, results, opts.Modes); err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)

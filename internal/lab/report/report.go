@@ -138,6 +138,29 @@ func WriteJSON(path string, rep Report) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
+// Finish is the end every lab command shares: the lab's error (err) on
+// stderr, the JSON report at jsonPath (none when empty), and the exit
+// status: 1 when the lab, a run or the report failed, 0 otherwise.
+func Finish(stderr io.Writer, results []Result, err error, jsonPath string) int {
+	code := 0
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
+		code = 1
+	}
+	for _, r := range results {
+		if r.Err != nil {
+			code = 1
+		}
+	}
+	if jsonPath != "" {
+		if err := WriteJSON(jsonPath, Report{Scenarios: results}); err != nil {
+			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
+			code = 1
+		}
+	}
+	return code
+}
+
 // writeTable prints the results side by side: one row per scenario and
 // traffic policy, each figure as upstream | recipe | zerodrop/ip |
 // zerodrop/node (the columns that ran, in the modes' order), "-" where a
@@ -203,6 +226,12 @@ func WriteTable(w io.Writer, results []Result, modes []Mode) {
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	_ = tw.Flush()
+	writeNotes(w, results)
+}
+
+// writeNotes prints, under the table, the figures of a run that have no
+// column: writes per restart and the chaos scenarios' own.
+func writeNotes(w io.Writer, results []Result) {
 	for _, r := range results {
 		if len(r.WritesPerRestart) > 0 {
 			fmt.Fprintf(w, "%s %s: writes per restart %v; WebSockets ended %d (%d closed, %d broken)\n",
