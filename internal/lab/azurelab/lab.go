@@ -139,22 +139,8 @@ func RunAzureCommand(ctx context.Context, scenario, mode string, faultRate float
 // ExecuteAzure runs the scenarios in each mode, each run on a fresh emulator
 // and namespace, and returns a result per run (the runs so far on error).
 func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Result, err error) {
-	if opts.Progress == nil {
-		opts.Progress = io.Discard
-	}
-	if opts.Services <= 0 {
-		opts.Services = 10
-	}
-	if opts.ChurnDuration <= 0 {
-		opts.ChurnDuration = 4 * time.Second
-	}
-	if opts.Kills <= 0 {
-		opts.Kills = report.DefaultMidPlanKills
-	}
-	if opts.Executable == "" && slices.Contains(opts.Scenarios, report.ScenarioKillMidPlan) {
-		if opts.Executable, err = os.Executable(); err != nil {
-			return nil, err
-		}
+	if opts, err = withAzureDefaults(opts); err != nil {
+		return nil, err
 	}
 	upstream := slices.Contains(opts.Modes, report.ModeUpstream) && slices.Contains(opts.Scenarios, "restart")
 	if upstream && opts.CCMBinary == "" {
@@ -218,6 +204,30 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 		}
 	}
 	return results, nil
+}
+
+// withAzureDefaults fills in the options left zero; the executable only
+// when kill-mid-plan runs, the one scenario with controller processes.
+func withAzureDefaults(opts AzureOptions) (AzureOptions, error) {
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if opts.Services <= 0 {
+		opts.Services = 10
+	}
+	if opts.ChurnDuration <= 0 {
+		opts.ChurnDuration = 4 * time.Second
+	}
+	if opts.Kills <= 0 {
+		opts.Kills = report.DefaultMidPlanKills
+	}
+	if opts.Executable == "" && slices.Contains(opts.Scenarios, report.ScenarioKillMidPlan) {
+		var err error
+		if opts.Executable, err = os.Executable(); err != nil {
+			return opts, err
+		}
+	}
+	return opts, nil
 }
 
 // azureRun is one scenario in one mode.
