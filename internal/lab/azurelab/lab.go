@@ -41,9 +41,15 @@ import (
 const ProviderAzureEmulator = "azure-emulator"
 
 // AzureScenarios are the scenarios the emulator lab runs. Upstream (the real
-// cloud-controller-manager) runs restart only; churn's endpoint changes do
-// not reach its node pools, and kill-mid-plan kills zerodrop's writer.
-var AzureScenarios = []string{"restart", "churn", report.ScenarioKillMidPlan}
+// cloud-controller-manager) runs restart and restart-idle; churn's endpoint
+// changes do not reach its node pools, and kill-mid-plan kills zerodrop's
+// writer.
+var AzureScenarios = []string{"restart", "churn", report.ScenarioKillMidPlan, ScenarioRestartIdle}
+
+// upstreamRuns reports whether upstream (the real CCM) runs scenario.
+func upstreamRuns(scenario string) bool {
+	return scenario == "restart" || scenario == ScenarioRestartIdle
+}
 
 // azureModes are the modes the emulator lab runs.
 var azureModes = []report.Mode{report.ModeUpstream, report.ModeZerodrop}
@@ -74,8 +80,9 @@ var azureLBNames = []string{"lb-a", "lb-b"}
 type AzureOptions struct {
 	Scenarios []string
 	Modes     []report.Mode
-	// Services share the two load balancers (default 10).
-	Services int
+	// Services share the two load balancers (default 10); restart-idle has
+	// IdleServices (default 30).
+	Services, IdleServices int
 	// ChurnDuration is how long the churn changes things (default 4s).
 	ChurnDuration time.Duration
 	// FaultRate is the share of ARM requests (polls aside) the emulator
@@ -142,7 +149,7 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 	if opts, err = withAzureDefaults(opts); err != nil {
 		return nil, err
 	}
-	upstream := slices.Contains(opts.Modes, report.ModeUpstream) && slices.Contains(opts.Scenarios, "restart")
+	upstream := slices.Contains(opts.Modes, report.ModeUpstream) && slices.ContainsFunc(opts.Scenarios, upstreamRuns)
 	if upstream && opts.CCMBinary == "" {
 		fmt.Fprintln(opts.Progress, "cloud-provider-azure's cloud-controller-manager: from the cache, or built (minutes) on first use")
 		if opts.CCMBinary, err = ccm.Binary(); err != nil {
@@ -169,7 +176,7 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	if upstream {
+	if upstream || slices.Contains(opts.Scenarios, ScenarioRestartIdle) {
 		if err := ensureNodes(ctx, c); err != nil {
 			return nil, err
 		}
@@ -177,27 +184,14 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 	n := 0
 	for _, sc := range opts.Scenarios {
 		for _, mode := range opts.Modes {
-			if sc != "restart" && mode == report.ModeUpstream {
-				progress("%-8s %-8s skipped: upstream (cloud-provider-azure) runs restart only", sc, mode)
+			if !upstreamRuns(sc) && mode == report.ModeUpstream {
+				progress("%-8s %-8s skipped: upstream (cloud-provider-azure) runs restart and restart-idle only", sc, mode)
 				continue
 			}
 			n++
-			emu := emulator.New(emulator.Options{Seed: uint64(n)})
-			emu.SeedSubnet(azureSub, azureGroup, azureVNet, azureSubnetName, netip.MustParsePrefix("127.240.0.0/16"))
-			emu.SeedSecurityGroup(azureSub, azureGroup, azureNSG)
 			r := &azureRun{cfg: env.Config, c: c, mode: mode, opts: opts, progress: progress,
-				ns: fmt.Sprintf("azure-%d-%s-%s", n, sc, mode), emu: emu}
-			res, err := r.runIn(ctx, sc)
-			res.Err = err
-			results = append(results, res)
-			if err != nil {
-				progress("%-8s %-8s error: %v", sc, mode, err)
-			} else {
-				a := res.Azure
-				progress("%-8s %-8s done: %d writes (%d load balancer PUTs, %d pool PUTs; %d changed something), %d 412s, %d conflicts retried, %d surfaced; %d faults injected, %d Warning Events; converged in %.1fs",
-					sc, mode, res.ProviderWrites, a.LBPuts, a.PoolPuts, a.WritesChanged, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced,
-					a.Faults, a.WarningEvents, a.ConvergeSeconds)
-			}
+				ns: fmt.Sprintf("azure-%d-%s-%s", n, sc, mode), emu: newLabEmulator(n)}
+			results = append(results, r.runAndReport(ctx, sc))
 			if ctx.Err() != nil {
 				return results, ctx.Err()
 			}
@@ -206,8 +200,33 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 	return results, nil
 }
 
+// newLabEmulator is a run's emulator with the cluster's network and
+// security group.
+func newLabEmulator(seed int) *emulator.Emulator {
+	emu := emulator.New(emulator.Options{Seed: uint64(seed)})
+	emu.SeedSubnet(azureSub, azureGroup, azureVNet, azureSubnetName, netip.MustParsePrefix("127.240.0.0/16"))
+	emu.SeedSecurityGroup(azureSub, azureGroup, azureNSG)
+	return emu
+}
+
+// runAndReport runs the scenario and prints its progress line.
+func (r *azureRun) runAndReport(ctx context.Context, sc string) report.Result {
+	res, err := r.runIn(ctx, sc)
+	res.Err = err
+	if err != nil {
+		r.progress("%-8s %-8s error: %v", sc, r.mode, err)
+		return res
+	}
+	a := res.Azure
+	r.progress("%-8s %-8s done: %d writes (%d load balancer PUTs, %d pool PUTs; %d changed something), %d 412s, %d conflicts retried, %d surfaced; %d faults injected, %d Warning Events; converged in %.1fs",
+		sc, r.mode, res.ProviderWrites, a.LBPuts, a.PoolPuts, a.WritesChanged, a.PreconditionFailed, a.ConflictsRetried, a.ConflictsSurfaced,
+		a.Faults, a.WarningEvents, a.ConvergeSeconds)
+	return res
+}
+
 // withAzureDefaults fills in the options left zero; the executable only
-// when kill-mid-plan runs, the one scenario with controller processes.
+// when kill-mid-plan or restart-idle runs, the scenarios with zerodrop
+// controller processes.
 func withAzureDefaults(opts AzureOptions) (AzureOptions, error) {
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
@@ -221,7 +240,11 @@ func withAzureDefaults(opts AzureOptions) (AzureOptions, error) {
 	if opts.Kills <= 0 {
 		opts.Kills = report.DefaultMidPlanKills
 	}
-	if opts.Executable == "" && slices.Contains(opts.Scenarios, report.ScenarioKillMidPlan) {
+	if opts.IdleServices <= 0 {
+		opts.IdleServices = idleServices
+	}
+	processes := slices.Contains(opts.Scenarios, report.ScenarioKillMidPlan) || slices.Contains(opts.Scenarios, ScenarioRestartIdle)
+	if opts.Executable == "" && processes {
 		var err error
 		if opts.Executable, err = os.Executable(); err != nil {
 			return opts, err
@@ -255,10 +278,14 @@ func (r *azureRun) class() string { return "zerodrop.dev/azure-" + r.ns }
 // record; setup writes are not counted.
 func (r *azureRun) run(ctx context.Context, scenario string) (res report.Result, err error) {
 	res = report.Result{Scenario: scenario, Mode: string(r.mode), Azure: &report.AzureFigures{}}
-	if r.upstream() {
+	switch {
+	case r.upstream():
 		defer r.stopUpstream(context.WithoutCancel(ctx))
-		err = r.setupUpstream(ctx)
-	} else {
+		err = r.setupUpstream(ctx, scenario)
+	case scenario == ScenarioRestartIdle:
+		defer r.stopAll()
+		err = r.setupIdle(ctx)
+	default:
 		defer r.stopAll()
 		err = r.setup(ctx)
 	}
@@ -273,6 +300,8 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res report.Result,
 	beforeWarnings, beforeSurfaced := r.warningEvents()
 	start := time.Now()
 	switch {
+	case scenario == ScenarioRestartIdle:
+		err = r.restartIdle(ctx, res.Azure, &res)
 	case scenario == "restart" && r.upstream():
 		err = r.restartUpstream(ctx, res.Azure, &res)
 	case scenario == "restart":

@@ -83,7 +83,7 @@ func (r *azureRun) runIn(ctx context.Context, scenario string) (report.Result, e
 		_ = os.RemoveAll(dir)
 		return report.Result{Scenario: scenario, Mode: string(r.mode)}, err
 	}
-	r.procs.asProcesses = scenario == report.ScenarioKillMidPlan
+	r.procs.asProcesses = scenario == report.ScenarioKillMidPlan || scenario == ScenarioRestartIdle
 	res, err := r.run(ctx, scenario) // stops every process before it returns
 	_ = r.procs.srv.Close()
 	if err != nil {

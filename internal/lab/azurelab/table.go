@@ -23,7 +23,7 @@ func writeAzureTable(w io.Writer, results []report.Result) {
 		}
 		changes := fmt.Sprint(a.Changes)
 		switch r.Scenario {
-		case "restart":
+		case "restart", ScenarioRestartIdle:
 			changes = fmt.Sprintf("%d restarts", a.Restarts)
 		case report.ScenarioKillMidPlan:
 			changes = fmt.Sprintf("%d kills, %d changes", a.Restarts, a.Changes)
@@ -40,10 +40,14 @@ func writeAzureTable(w io.Writer, results []report.Result) {
 	for _, r := range results {
 		if len(r.WritesPerRestart) > 0 {
 			per := "kill"
-			if r.Scenario == "restart" {
+			if r.Scenario != report.ScenarioKillMidPlan {
 				per = "restart"
 			}
 			fmt.Fprintf(w, "%s %s: writes per %s %v\n", r.Scenario, r.Mode, per, r.WritesPerRestart)
+		}
+		if a := r.Azure; a != nil && len(a.Stops) > 0 {
+			fmt.Fprintf(w, "%s %s: stops %v; writes that changed something %v, backend addresses removed %v, probe or rule changes %v\n",
+				r.Scenario, r.Mode, a.Stops, a.ChangedPerRestart, a.RemovedBackendsPerRestart, a.ProbeRuleChangesPerRestart)
 		}
 		if a := r.Azure; a != nil && len(a.WritesLanded) > 0 {
 			fmt.Fprintf(w, "%s %s: writes landed per kill %v, called for by the diff at takeover %v\n",

@@ -65,14 +65,22 @@ type ccmInstance struct {
 
 func (r *azureRun) upstream() bool { return r.mode == "upstream" }
 
-// setupUpstream creates the run's Services for the CCM, starts two CCM
-// processes and waits until the load balancer holds every Service.
-func (r *azureRun) setupUpstream(ctx context.Context) error {
+// setupUpstream creates the run's Services for the CCM (restart-idle's:
+// half of them Local), starts two CCM processes and waits until the load
+// balancer holds every Service.
+func (r *azureRun) setupUpstream(ctx context.Context, scenario string) error {
 	if err := r.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}); err != nil {
 		return fmt.Errorf("create namespace %s: %w", r.ns, err)
 	}
+	svcs := make([]*azureSvc, 0, r.opts.Services)
 	for i := 0; i < r.opts.Services; i++ {
-		s := newAzureSvc(i, azureLBNames)
+		svcs = append(svcs, newAzureSvc(i, azureLBNames))
+	}
+	if scenario == ScenarioRestartIdle {
+		svcs = idleServicesOf(r.opts.IdleServices)
+	}
+	for _, s := range svcs {
+		s.nodeMode = false // zerodrop's annotation; the CCM's pools hold nodes anyway
 		svc := s.object(r.ns, "")
 		svc.Spec.LoadBalancerClass = nil
 		svc.Annotations = map[string]string{"service.beta.kubernetes.io/azure-load-balancer-internal": "true"}
@@ -163,7 +171,7 @@ func (r *azureRun) restartUpstream(ctx context.Context, a *report.AzureFigures, 
 		_, mark := r.emu.Calls(0)
 		t0 := time.Now()
 		_ = leader.proc.Stop()
-		r.ccms = slices.DeleteFunc(r.ccms, func(c *ccmInstance) bool { return c == leader })
+		r.dropCCM(leader)
 		if err := r.startCCM(); err != nil {
 			return err
 		}
@@ -191,6 +199,11 @@ func (r *azureRun) restartUpstream(ctx context.Context, a *report.AzureFigures, 
 		r.progress("%s: restart %d: %s stopped; %d writes (%d changed something)", r.ns, i+1, leader.name, f.writes, f.changed)
 	}
 	return nil
+}
+
+// dropCCM forgets a CCM that was stopped.
+func (r *azureRun) dropCCM(c *ccmInstance) {
+	r.ccms = slices.DeleteFunc(r.ccms, func(x *ccmInstance) bool { return x == c })
 }
 
 // ccmLeader is the running CCM that called the load balancers last: only

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
@@ -50,6 +51,9 @@ type azureSvc struct {
 	interval  string // zerodrop.dev/health-check-interval, "" for the default
 	next      int    // next endpoint address
 	endpoints []string
+	// restart-idle's Services: backends are the nodes (zerodrop's node
+	// mode; the CCM's nodeIP pools), externalTrafficPolicy Local when local.
+	nodeMode, local bool
 }
 
 func newAzureSvc(i int, lbs []string) *azureSvc {
@@ -96,6 +100,12 @@ func (s *azureSvc) object(ns, class string) *corev1.Service {
 	}
 	if s.https {
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "https", Port: 443, TargetPort: intstr.FromInt32(8443), Protocol: corev1.ProtocolTCP})
+	}
+	if s.nodeMode {
+		ann[model.AnnotationBackendMode] = "node"
+	}
+	if s.local {
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	}
 	return svc
 }

@@ -115,6 +115,14 @@ type AzureFigures struct {
 	// the diff at takeover called for (azureWriteBounds).
 	WritesLanded    []int    `json:"writes_landed_per_kill,omitempty"`
 	WritesCalledFor [][2]int `json:"writes_called_for_per_kill,omitempty"`
+	// restart-idle, per restart: how the writer was stopped (SIGKILL,
+	// SIGTERM), and of the writes that followed, those that changed
+	// something, the backend addresses they removed from a pool and their
+	// changes to a probe or a load-balancing rule.
+	Stops                      []string `json:"stops,omitempty"`
+	ChangedPerRestart          []int    `json:"changed_per_restart,omitempty"`
+	RemovedBackendsPerRestart  []int    `json:"removed_backends_per_restart,omitempty"`
+	ProbeRuleChangesPerRestart []int    `json:"probe_rule_changes_per_restart,omitempty"`
 }
 
 // Backend states as HAProxy shows them (and the HTML report draws them).

@@ -1,0 +1,241 @@
+package azurelab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+)
+
+// restart-idle on the emulator: cloud-provider-azure #10224, where six
+// leader changes of the cloud-controller-manager, each a full sync, cut
+// WebSockets for hours with externalTrafficPolicy Local. Nothing changes in
+// the cluster; the writer (the leader) is stopped IdleRestarts times,
+// SIGKILL and SIGTERM in turn (a crash keeps the lease until it expires, a
+// rollout releases it or not, as the writer does), and a replacement
+// started. Its Services are node-backed, half Local and half Cluster, as in
+// the incident: zerodrop's in node mode on its two load balancers, the
+// CCM's on its one with nodeIP pools. Per restart the lab reports the writes
+// from the emulator's record and what they changed: backend addresses
+// removed, probes and rules changed.
+
+// ScenarioRestartIdle is the scenario's name.
+const ScenarioRestartIdle = "restart-idle"
+
+// IdleRestarts is how often restart-idle stops the writer: the incident's
+// six leader changes.
+const IdleRestarts = 6
+
+// idleServices is restart-idle's Service count.
+const idleServices = 30
+
+// idleServicesOf returns restart-idle's Services: even ones Local.
+func idleServicesOf(n int) []*azureSvc {
+	var out []*azureSvc
+	for i := 0; i < n; i++ {
+		s := newAzureSvc(i, azureLBNames)
+		s.nodeMode, s.local = true, i%2 == 0
+		out = append(out, s)
+	}
+	return out
+}
+
+// setupIdle creates the Services and starts two zerodrop controller
+// processes, then waits until every Service has its address and the
+// controllers are quiet.
+func (r *azureRun) setupIdle(ctx context.Context) error {
+	if err := r.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}); err != nil {
+		return fmt.Errorf("create namespace %s: %w", r.ns, err)
+	}
+	r.svcs = idleServicesOf(r.opts.IdleServices)
+	for _, s := range r.svcs {
+		if err := s.create(ctx, r.c, r.ns, r.class()); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := r.start(true); err != nil {
+			return err
+		}
+	}
+	if err := r.wait(ctx, "every Service to have its address", func() string { return r.addressed(ctx) }); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	r.settle(ctx)
+	r.settleRecord(ctx)
+	r.progress("%s: set up %d node-backed Services (half Local) on %v", r.ns, len(r.svcs), azureLBNames)
+	return nil
+}
+
+// addressed says which Service of the run has no load-balancer address
+// yet; "" when all have one.
+func (r *azureRun) addressed(ctx context.Context) string {
+	var list corev1.ServiceList
+	if err := r.c.List(ctx, &list, client.InNamespace(r.ns)); err != nil {
+		return err.Error()
+	}
+	if len(list.Items) < len(r.svcs) {
+		return fmt.Sprintf("%d of %d Services listed", len(list.Items), len(r.svcs))
+	}
+	for _, s := range list.Items {
+		if len(s.Status.LoadBalancer.Ingress) == 0 {
+			return s.Name + " has no address"
+		}
+	}
+	return ""
+}
+
+// idleStop is how restart i (from 0) stops the writer.
+func idleStop(i int) syscall.Signal {
+	if i%2 == 0 {
+		return syscall.SIGKILL
+	}
+	return syscall.SIGTERM
+}
+
+// restartIdle stops the leader IdleRestarts times and measures each restart
+// until a new leader has verified everything and the writers are quiet.
+func (r *azureRun) restartIdle(ctx context.Context, a *report.AzureFigures, res *report.Result) error {
+	for i := 0; i < IdleRestarts; i++ {
+		_, mark := r.emu.Calls(0)
+		t0 := time.Now()
+		sig := idleStop(i)
+		var err error
+		if r.upstream() {
+			err = r.restartCCMOnce(ctx, sig)
+		} else {
+			err = r.restartZerodropOnce(ctx, sig)
+		}
+		if err != nil {
+			return fmt.Errorf("restart %d (%s): %w", i+1, sigName(sig), err)
+		}
+		a.ConvergeSeconds = max(a.ConvergeSeconds, time.Since(t0).Seconds())
+		a.Restarts++
+		r.settle(ctx)
+		r.settleRecord(ctx)
+		calls, _ := r.emu.Calls(mark)
+		f, d := figuresOf(calls), diffsOf(calls)
+		res.WritesPerRestart = append(res.WritesPerRestart, int64(f.writes))
+		a.Stops = append(a.Stops, sigName(sig))
+		a.ChangedPerRestart = append(a.ChangedPerRestart, f.changed)
+		a.RemovedBackendsPerRestart = append(a.RemovedBackendsPerRestart, d.removedBackends)
+		a.ProbeRuleChangesPerRestart = append(a.ProbeRuleChangesPerRestart, d.probeOrRule)
+		r.progress("%s: restart %d (%s): %d writes, %d changed something: %d backend addresses removed, %d probe or rule changes",
+			r.ns, i+1, sigName(sig), f.writes, f.changed, d.removedBackends, d.probeOrRule)
+	}
+	return nil
+}
+
+// restartZerodropOnce stops the leading zerodrop process with sig, starts a
+// replacement and waits until another one leads and has verified every
+// load balancer.
+func (r *azureRun) restartZerodropOnce(ctx context.Context, sig syscall.Signal) error {
+	leader := r.leader()
+	if leader == nil {
+		return errors.New("no leader to restart")
+	}
+	if sig == syscall.SIGKILL {
+		leader.kill()
+	} else {
+		leader.stop()
+	}
+	if _, err := r.start(true); err != nil {
+		return err
+	}
+	return r.wait(ctx, "a new leader verifies every load balancer", func() string {
+		l := r.leader()
+		if l == nil || l == leader {
+			return "no new leader yet"
+		}
+		if n := l.counters().Reconciles; n < float64(len(azureLBNames)) {
+			return fmt.Sprintf("the new leader reconciled %v load balancers", n)
+		}
+		return r.addressed(ctx)
+	})
+}
+
+// restartCCMOnce stops the leading CCM with sig, starts a replacement and
+// waits until a new leader has reported every Service synced.
+func (r *azureRun) restartCCMOnce(ctx context.Context, sig syscall.Signal) error {
+	leader := r.ccmLeader()
+	if leader == nil {
+		return errors.New("no cloud-controller-manager has called ARM: no leader to restart")
+	}
+	ensured, err := r.ensuredCounts(ctx)
+	if err != nil {
+		return err
+	}
+	if sig == syscall.SIGKILL {
+		leader.proc.Kill()
+		<-leader.proc.Done()
+	} else {
+		_ = leader.proc.Stop()
+	}
+	r.dropCCM(leader)
+	if err := r.startCCM(); err != nil {
+		return err
+	}
+	return r.wait(ctx, "a new leader syncs every Service", func() string {
+		now, err := r.ensuredCounts(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		for _, s := range r.svcs {
+			if now[s.name] <= ensured[s.name] {
+				return s.name + " not synced by a new leader yet"
+			}
+		}
+		return r.addressed(ctx)
+	})
+}
+
+func sigName(sig syscall.Signal) string {
+	if sig == syscall.SIGKILL {
+		return "SIGKILL"
+	}
+	return "SIGTERM"
+}
+
+// writeDiffs summarises what writes changed: backend addresses removed
+// (an address that served no longer in its pool) and changes to a probe or
+// a load-balancing rule.
+type writeDiffs struct{ removedBackends, probeOrRule int }
+
+func diffsOf(calls []emulator.Call) writeDiffs {
+	var d writeDiffs
+	for _, c := range calls {
+		if !c.Write() {
+			continue
+		}
+		removed := map[string]bool{}
+		for _, ch := range c.Changes {
+			path := changePath(ch)
+			if strings.HasPrefix(ch, "- ") && strings.Contains(path, "loadBalancerBackendAddresses[") && strings.HasSuffix(path, ".properties.ipAddress") {
+				removed[path] = true
+			}
+			if c.Kind == "loadBalancer" && (strings.HasPrefix(path, "properties.probes[") || strings.HasPrefix(path, "properties.loadBalancingRules[")) {
+				d.probeOrRule++
+			}
+		}
+		d.removedBackends += len(removed)
+	}
+	return d
+}
+
+// changePath is the path of a Call.Changes line.
+func changePath(line string) string {
+	p := line[2:]
+	if i := strings.IndexAny(p, " :"); i >= 0 {
+		p = p[:i]
+	}
+	return p
+}
