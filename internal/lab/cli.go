@@ -45,7 +45,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch f.prov {
 	case "haproxy":
 	case azurelab.ProviderAzureEmulator:
-		return azurelab.RunAzureCommand(ctx, f.scenario, f.mode, f.faultRate, f.chaos.MidPlanKills, f.jsonPath, f.htmlPath, stdout, stderr)
+		return azurelab.RunAzureCommand(ctx, azurelab.CommandFlags{Scenario: f.scenario, Mode: f.mode, FaultRate: f.faultRate,
+			Kills: f.chaos.MidPlanKills, CCMLoadBalancers: f.ccmLBs, JSONPath: f.jsonPath, HTMLPath: f.htmlPath}, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, azurelab.ProviderAzureEmulator)
 		return 2
@@ -63,6 +64,7 @@ type flags struct {
 	keep, fromChart                                                            bool
 	rate, dataPlane                                                            int
 	faultRate                                                                  float64
+	ccmLBs                                                                     string
 	recipe                                                                     scenarios.Recipe
 	chaos                                                                      scenarios.ChaosOptions
 }
@@ -90,6 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.DurationVar(&chaos.APIServerOutage, "apiserver-outage", report.DefaultAPIServerOutage, "apiserver-down: how long kube-apiserver stays stopped")
 	appSigterm := fs.String("app-sigterm", traffic.AppSigtermGraceful, "graceful|exit: the workload's SIGTERM handling — a graceful shutdown, or none (exit at once, every connection closed without a word)")
 	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+azurelab.ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
+	ccmLBs := fs.String("azure-ccm-lbs", azurelab.CCMSingleLB, "with --provider "+azurelab.ProviderAzureEmulator+": upstream's cloud-provider-azure with one Standard load balancer ("+azurelab.CCMSingleLB+") or "+azurelab.CCMMultipleLBs+" (multipleStandardLoadBalancerConfigurations: two, nodes placed by availability set)")
 	fromChart := fs.Bool("from-chart", false, "zerodrop mode: install zerodrop from the repository's chart (helm template, applied per run; the data plane a DaemonSet on the load-balancer hosts), with --data-plane-replicas")
 	dataPlane := fs.Int("data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
 	prov := fs.String("provider", "haproxy", "haproxy|"+azurelab.ProviderAzureEmulator+" (azure-emulator: its own scenarios, restart, churn, kill-mid-plan and restart-idle, see docs/azure.md)")
@@ -112,7 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		return flags{}, 2, false
 	}
 	return flags{scenario: *scenario, mode: *mode, backend: *backend, policy: *policy, jsonPath: *jsonPath, htmlPath: *htmlPath,
-		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, faultRate: *faultRate,
+		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, faultRate: *faultRate, ccmLBs: *ccmLBs,
 		fromChart: *fromChart, dataPlane: *dataPlane, prov: *prov}, 0, true
 }
 

@@ -96,20 +96,37 @@ type AzureOptions struct {
 	// processes run as (`<Executable> lab azure-controller …`); default
 	// os.Executable().
 	Executable string
+	// CCMLoadBalancers is upstream's load-balancer layout: CCMSingleLB
+	// (default) or CCMMultipleLBs.
+	CCMLoadBalancers string
 	// CCMBinary is cloud-provider-azure's cloud-controller-manager (default:
 	// built or taken from the cache by hack/cloud-provider-azure.sh).
 	CCMBinary string
 	Progress  io.Writer
 }
 
-// runAzureCommand is `zerodrop lab --provider azure-emulator …` after flag
-// parsing; scenario and mode are the flags' values.
-func RunAzureCommand(ctx context.Context, scenario, mode string, faultRate float64, kills int, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
+// CommandFlags are the flags of `zerodrop lab --provider azure-emulator`.
+type CommandFlags struct {
+	Scenario, Mode     string
+	FaultRate          float64
+	Kills              int
+	CCMLoadBalancers   string // CCMSingleLB or CCMMultipleLBs
+	JSONPath, HTMLPath string
+}
+
+// RunAzureCommand is `zerodrop lab --provider azure-emulator …` after flag
+// parsing.
+func RunAzureCommand(ctx context.Context, f CommandFlags, stdout, stderr io.Writer) int {
+	scenario, mode, faultRate := f.Scenario, f.Mode, f.FaultRate
 	if faultRate < 0 || faultRate >= 1 {
 		fmt.Fprintf(stderr, "zerodrop lab: --azure-fault-rate %v (--provider azure-emulator): want a share from 0 to below 1\n", faultRate)
 		return 2
 	}
-	opts := AzureOptions{Progress: stderr, FaultRate: faultRate, Kills: kills}
+	if f.CCMLoadBalancers != CCMSingleLB && f.CCMLoadBalancers != CCMMultipleLBs {
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-lbs %q (--provider azure-emulator): want %s or %s\n", f.CCMLoadBalancers, CCMSingleLB, CCMMultipleLBs)
+		return 2
+	}
+	opts := AzureOptions{Progress: stderr, FaultRate: faultRate, Kills: f.Kills, CCMLoadBalancers: f.CCMLoadBalancers}
 	for _, name := range strings.Split(scenario, ",") {
 		switch name = strings.TrimSpace(name); {
 		case name == "all":
@@ -134,13 +151,13 @@ func RunAzureCommand(ctx context.Context, scenario, mode string, faultRate float
 			return 2
 		}
 	}
-	if htmlPath != "" {
+	if f.HTMLPath != "" {
 		fmt.Fprintf(stderr, "zerodrop lab: --html draws traffic timelines; --provider %s has no traffic\n", ProviderAzureEmulator)
 		return 2
 	}
 	results, err := ExecuteAzure(ctx, opts)
 	writeAzureTable(stdout, results)
-	return report.Finish(stderr, results, err, jsonPath)
+	return report.Finish(stderr, results, err, f.JSONPath)
 }
 
 // ExecuteAzure runs the scenarios in each mode, each run on a fresh emulator
@@ -190,7 +207,7 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 			}
 			n++
 			r := &azureRun{cfg: env.Config, c: c, mode: mode, opts: opts, progress: progress,
-				ns: fmt.Sprintf("azure-%d-%s-%s", n, sc, mode), emu: newLabEmulator(n)}
+				ns: fmt.Sprintf("azure-%d-%s-%s", n, sc, mode), emu: newLabEmulator(n, opts.CCMLoadBalancers)}
 			results = append(results, r.runAndReport(ctx, sc))
 			if ctx.Err() != nil {
 				return results, ctx.Err()
@@ -200,12 +217,17 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 	return results, nil
 }
 
-// newLabEmulator is a run's emulator with the cluster's network and
-// security group.
-func newLabEmulator(seed int) *emulator.Emulator {
+// newLabEmulator is a run's emulator with the cluster's network, security
+// group and (multiple load balancers) the nodes' virtual machines.
+func newLabEmulator(seed int, ccmLBs string) *emulator.Emulator {
 	emu := emulator.New(emulator.Options{Seed: uint64(seed)})
 	emu.SeedSubnet(azureSub, azureGroup, azureVNet, azureSubnetName, netip.MustParsePrefix("127.240.0.0/16"))
 	emu.SeedSecurityGroup(azureSub, azureGroup, azureNSG)
+	if ccmLBs == CCMMultipleLBs {
+		for _, n := range labNodes {
+			emu.SeedVirtualMachine(azureSub, azureGroup, n.name, n.availabilitySet)
+		}
+	}
 	return emu
 }
 
@@ -239,6 +261,9 @@ func withAzureDefaults(opts AzureOptions) (AzureOptions, error) {
 	}
 	if opts.Kills <= 0 {
 		opts.Kills = report.DefaultMidPlanKills
+	}
+	if opts.CCMLoadBalancers == "" {
+		opts.CCMLoadBalancers = CCMSingleLB
 	}
 	if opts.IdleServices <= 0 {
 		opts.IdleServices = idleServices

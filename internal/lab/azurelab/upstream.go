@@ -36,7 +36,30 @@ const ccmLB, ccmPool = "kubernetes-internal", "kubernetes"
 
 // labNodes are the cluster's nodes for the CCM's pools: Ready, never
 // renewed (the lab runs no node lifecycle controller), shared by the runs.
-var labNodes = []struct{ name, ip string }{{"lab-node-1", "10.30.0.1"}, {"lab-node-2", "10.30.0.2"}, {"lab-node-3", "10.30.0.3"}}
+// Their VMs (multiple load balancers only) are in two availability sets.
+var labNodes = []struct{ name, ip, availabilitySet string }{
+	{"lab-node-1", "10.30.0.1", "as-1"}, {"lab-node-2", "10.30.0.2", "as-1"}, {"lab-node-3", "10.30.0.3", "as-2"},
+}
+
+// Upstream's load-balancer layouts (--azure-ccm-lbs).
+const (
+	CCMSingleLB    = "single"
+	CCMMultipleLBs = "multiple"
+)
+
+// ccmCloudConfig is what the layout adds to the CCM's cloud config:
+// multipleStandardLoadBalancerConfigurations with the cluster's load
+// balancer and a second, each the primary of one availability set (the
+// CCM places a node by its VM's availability set, pkg/provider/azure_standard.go).
+func ccmCloudConfig(layout string) map[string]any {
+	if layout != CCMMultipleLBs {
+		return nil
+	}
+	return map[string]any{"multipleStandardLoadBalancerConfigurations": []map[string]any{
+		{"name": "kubernetes", "primaryVMSet": "as-1"},
+		{"name": "kubernetes-2", "primaryVMSet": "as-2"},
+	}}
+}
 
 // ensureNodes creates labNodes once per control plane.
 func ensureNodes(ctx context.Context, c client.Client) error {
@@ -48,7 +71,7 @@ func ensureNodes(ctx context.Context, c client.Client) error {
 			return fmt.Errorf("create node %s: %w", n.name, err)
 		}
 		now := metav1.Now()
-		node.Status = corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.ip}},
+		node.Status = corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.ip}, {Type: corev1.NodeHostName, Address: n.name}},
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now}}}
 		if err := c.Status().Update(ctx, node); err != nil {
 			return fmt.Errorf("node %s status: %w", n.name, err)
@@ -87,6 +110,9 @@ func (r *azureRun) setupUpstream(ctx context.Context, scenario string) error {
 		if err := r.c.Create(ctx, svc); err != nil {
 			return fmt.Errorf("create service %s/%s: %w", r.ns, s.name, err)
 		}
+		if err := r.c.Create(ctx, s.slice(r.ns)); err != nil {
+			return fmt.Errorf("create endpointslice %s/%s: %w", r.ns, s.name, err)
+		}
 		r.svcs = append(r.svcs, s)
 	}
 	for i := 0; i < 2; i++ {
@@ -98,7 +124,8 @@ func (r *azureRun) setupUpstream(ctx context.Context, scenario string) error {
 		return fmt.Errorf("setup: %w", err)
 	}
 	r.settleRecord(ctx)
-	r.progress("%s: set up %d Services on %s (cloud-provider-azure)", r.ns, len(r.svcs), ccmLB)
+	r.progress("%s: set up %d Services (cloud-provider-azure, %s load balancer layout): %s", r.ns, len(r.svcs),
+		r.opts.CCMLoadBalancers, r.layout())
 	return nil
 }
 
@@ -110,6 +137,7 @@ func (r *azureRun) startCCM() error {
 		Emulator: r.procs.emulatorURL + "/", CAFile: r.procs.emulatorCA, Identity: name,
 		SubscriptionID: azureSub, ResourceGroup: azureGroup, Location: "westeurope",
 		VNet: azureVNet, Subnet: azureSubnetName, SecurityGroup: azureNSG, LeaseNamespace: r.ns,
+		Extra: ccmCloudConfig(r.opts.CCMLoadBalancers),
 	}, name)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
@@ -132,6 +160,9 @@ func (r *azureRun) ccmConverged(ctx context.Context) string {
 			return s.Name + " has no address"
 		}
 		ports += len(s.Spec.Ports)
+	}
+	if r.opts.CCMLoadBalancers == CCMMultipleLBs {
+		return "" // Services and nodes spread over the load balancers as the CCM places them
 	}
 	lb, ok := r.emu.LoadBalancer(azureGroup, ccmLB)
 	if !ok {
@@ -199,6 +230,23 @@ func (r *azureRun) restartUpstream(ctx context.Context, a *report.AzureFigures, 
 		r.progress("%s: restart %d: %s stopped; %d writes (%d changed something)", r.ns, i+1, leader.name, f.writes, f.changed)
 	}
 	return nil
+}
+
+// layout says which load balancers hold how many rules and pool addresses.
+func (r *azureRun) layout() string {
+	var parts []string
+	for _, name := range r.emu.LoadBalancerNames(azureGroup) {
+		lb, _ := r.emu.LoadBalancer(azureGroup, name)
+		addrs := 0
+		for _, p := range lb.Properties.BackendAddressPools {
+			if p.Properties != nil {
+				addrs += len(p.Properties.LoadBalancerBackendAddresses)
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s (%d rules, %d pools, %d pool addresses)", name,
+			len(lb.Properties.LoadBalancingRules), len(lb.Properties.BackendAddressPools), addrs))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // dropCCM forgets a CCM that was stopped.

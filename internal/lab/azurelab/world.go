@@ -119,8 +119,11 @@ func (s *azureSvc) slice(ns string) *discoveryv1.EndpointSlice {
 			{Name: ptr.To("https"), Port: ptr.To[int32](8443), Protocol: ptr.To(corev1.ProtocolTCP)},
 		},
 	}
-	for _, a := range s.endpoints {
-		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	for i, a := range s.endpoints {
+		// On the nodes in turn: a Local Service's nodes with endpoints are
+		// what cloud-provider-azure's multiple-SLB mode puts in its pool.
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, NodeName: ptr.To(labNodes[i%len(labNodes)].name),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
 	}
 	return sl
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -278,5 +279,19 @@ func clone[T any](v *T) *T {
 	if err := json.Unmarshal(b, out); err != nil {
 		panic(fmt.Sprintf("emulator: unmarshal %T: %v", v, err))
 	}
+	return out
+}
+
+// LoadBalancerNames lists the names of a resource group's load balancers.
+func (e *Emulator) LoadBalancerNames(resourceGroup string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, lb := range e.lbs {
+		if strings.EqualFold(resourceGroupOf(*lb.ID), resourceGroup) {
+			out = append(out, *lb.Name)
+		}
+	}
+	slices.Sort(out)
 	return out
 }

@@ -12,8 +12,9 @@ import (
 // security groups, public IP addresses and route tables (read and written),
 // virtual networks and subnets (read; SeedSubnet stores them), the
 // Microsoft.Compute provider (read once at cloud-provider-azure's start for
-// its zones) and empty lists of virtual machines and scale sets (a cluster
-// whose nodes are not Azure VMs, as vmType standard with nodeIP pools allows).
+// its zones), virtual machines (read; SeedVirtualMachine stores them: the
+// availability set cloud-provider-azure's multiple-SLB mode places a node
+// by) and an empty list of scale sets.
 // ARM fills in what it owns on a write: id, name, type, etag, and
 // properties.provisioningState; a public IP gets its address.
 
@@ -41,6 +42,8 @@ func resourceID(t target) string {
 		return base + "virtualNetworks/" + t.name
 	case kSubnet:
 		return base + "virtualNetworks/" + t.parent + "/subnets/" + t.name
+	case kVM:
+		return "/subscriptions/" + t.sub + "/resourceGroups/" + t.rg + "/providers/Microsoft.Compute/virtualMachines/" + t.name
 	}
 	return base + t.kind + "/" + t.name
 }
@@ -267,4 +270,17 @@ func (e *Emulator) SeedSecurityGroup(subscriptionID, resourceGroup, name string)
 	b, _ := json.Marshal(map[string]any{"id": resourceID(t), "name": name, "type": resourceTypes[kNSG], "etag": etag,
 		"location": e.opts.Location, "properties": map[string]any{"securityRules": []any{}, "provisioningState": "Succeeded"}})
 	e.docs[resourceKey(t)] = &document{body: b, etag: etag}
+}
+
+// SeedVirtualMachine stores a virtual machine in an availability set, as
+// the VM of a node (its name the node's host name).
+func (e *Emulator) SeedVirtualMachine(subscriptionID, resourceGroup, name, availabilitySet string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := target{kind: kVM, sub: subscriptionID, rg: resourceGroup, name: name}
+	asID := "/subscriptions/" + subscriptionID + "/resourceGroups/" + resourceGroup + "/providers/Microsoft.Compute/availabilitySets/" + availabilitySet
+	b, _ := json.Marshal(map[string]any{"id": resourceID(t), "name": name, "type": "Microsoft.Compute/virtualMachines",
+		"location": e.opts.Location, "properties": map[string]any{"availabilitySet": map[string]any{"id": asID},
+			"provisioningState": "Succeeded"}})
+	e.docs[resourceKey(t)] = &document{body: b, etag: e.nextEtag()}
 }

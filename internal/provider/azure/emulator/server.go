@@ -51,6 +51,7 @@ const (
 	kSubnet     = "subnet"
 	kVNet       = "virtualNetwork"
 	kVMs        = "virtualMachines"
+	kVM         = "virtualMachine"
 	kVMSSes     = "virtualMachineScaleSets"
 	kRouteTable = "routeTable"
 )
@@ -81,6 +82,7 @@ var routes = []struct {
 	{regexp.MustCompile(nw + `virtualnetworks/([^/]+)/subnets/([^/]+)$`), kSubnet},
 	{regexp.MustCompile(nw + `routetables/([^/]+)$`), kRouteTable},
 	{regexp.MustCompile(subRG + `microsoft\.compute/virtualmachines$`), kVMs},
+	{regexp.MustCompile(subRG + `microsoft\.compute/virtualmachines/([^/]+)$`), kVM},
 	{regexp.MustCompile(subRG + `microsoft\.compute/virtualmachinescalesets$`), kVMSSes},
 }
 
@@ -320,7 +322,9 @@ func (e *Emulator) read(req *http.Request, t target) *reply {
 		return listReply(lb.Properties.BackendAddressPools)
 	case kProvider:
 		return e.provider(t)
-	case kVMs, kVMSSes:
+	case kVMs:
+		return e.listGeneric(t, kVM)
+	case kVMSSes:
 		return jsonReply(http.StatusOK, []byte(`{"value":[]}`))
 	case kPIPs:
 		return e.listGeneric(t, kPIP)
