@@ -117,6 +117,43 @@ func TestAzureEmulatorKillMidPlan(t *testing.T) {
 	}
 }
 
+// TestAzureRestartIdle runs restart-idle, short (6 Services, the writer
+// stopped twice: SIGKILL, then SIGTERM), with upstream (the real
+// cloud-provider-azure) and zerodrop on the emulator: zerodrop writes
+// nothing on either restart; each restart of each writer is measured from
+// the emulator's record, with what its writes removed or changed.
+func TestAzureRestartIdle(t *testing.T) {
+	exe, err := os.Executable() // this test binary: TestMain runs `lab azure-controller`
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	res, err := azurelab.ExecuteAzure(context.Background(), azurelab.AzureOptions{
+		Scenarios: []string{azurelab.ScenarioRestartIdle}, Modes: []report.Mode{report.ModeUpstream, report.ModeZerodrop},
+		IdleServices: 6, IdleRestarts: 2, Executable: exe, Progress: &progress,
+	})
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 {
+		t.Fatalf("%d results, want upstream and zerodrop", len(res))
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatalf("%s: %v", r.Mode, r.Err)
+		}
+		a := r.Azure
+		if a.Restarts != 2 || len(a.Stops) != 2 || a.Stops[0] != "SIGKILL" || a.Stops[1] != "SIGTERM" ||
+			len(r.WritesPerRestart) != 2 || len(a.RemovedBackendsPerRestart) != 2 || len(a.ProbeRuleChangesPerRestart) != 2 {
+			t.Errorf("%s: %+v, writes per restart %v: want two restarts, SIGKILL then SIGTERM, each measured", r.Mode, a, r.WritesPerRestart)
+		}
+		if r.Mode == string(report.ModeZerodrop) && r.ProviderWrites != 0 {
+			t.Errorf("zerodrop: %d writes on idle restarts %v, want none", r.ProviderWrites, r.WritesPerRestart)
+		}
+	}
+}
+
 // runAzureLab runs `zerodrop lab --provider azure-emulator` with args and a
 // JSON report, logs what it printed, fails the test if the lab exits
 // non-zero or a run has no Azure figures, and returns the report and its

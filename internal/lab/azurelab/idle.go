@@ -105,7 +105,7 @@ func idleStop(i int) syscall.Signal {
 // restartIdle stops the leader IdleRestarts times and measures each restart
 // until a new leader has verified everything and the writers are quiet.
 func (r *azureRun) restartIdle(ctx context.Context, a *report.AzureFigures, res *report.Result) error {
-	for i := 0; i < IdleRestarts; i++ {
+	for i := 0; i < r.opts.IdleRestarts; i++ {
 		_, mark := r.emu.Calls(0)
 		t0 := time.Now()
 		sig := idleStop(i)

@@ -81,8 +81,9 @@ type AzureOptions struct {
 	Scenarios []string
 	Modes     []report.Mode
 	// Services share the two load balancers (default 10); restart-idle has
-	// IdleServices (default 30).
-	Services, IdleServices int
+	// IdleServices (default 30) and stops the writer IdleRestarts times
+	// (default IdleRestarts).
+	Services, IdleServices, IdleRestarts int
 	// ChurnDuration is how long the churn changes things (default 4s).
 	ChurnDuration time.Duration
 	// FaultRate is the share of ARM requests (polls aside) the emulator
@@ -267,6 +268,9 @@ func withAzureDefaults(opts AzureOptions) (AzureOptions, error) {
 	}
 	if opts.IdleServices <= 0 {
 		opts.IdleServices = idleServices
+	}
+	if opts.IdleRestarts <= 0 {
+		opts.IdleRestarts = IdleRestarts
 	}
 	processes := slices.Contains(opts.Scenarios, report.ScenarioKillMidPlan) || slices.Contains(opts.Scenarios, ScenarioRestartIdle)
 	if opts.Executable == "" && processes {
