@@ -189,13 +189,22 @@ func (r *azureRun) restartCCMOnce(ctx context.Context, sig syscall.Signal) error
 		if err != nil {
 			return err.Error()
 		}
-		for _, s := range r.svcs {
+		for _, s := range r.ccmServices() {
 			if now[s.name] <= ensured[s.name] {
 				return s.name + " not synced by a new leader yet"
 			}
 		}
 		return r.addressed(ctx)
 	})
+}
+
+// ccmServices are the Services the CCM writes: the run's, or shared-lb's
+// CCM Services.
+func (r *azureRun) ccmServices() []*azureSvc {
+	if len(r.ccmSvcs) > 0 {
+		return r.ccmSvcs
+	}
+	return r.svcs
 }
 
 func sigName(sig syscall.Signal) string {

@@ -123,7 +123,7 @@ func (r *azureRun) instanceConfig(in *azureInstance, leaderElect bool) (controll
 	cfg.RESTConfig, cfg.Registerer = r.cfg, prometheus.NewRegistry()
 	cfg.Provider, cfg.Class = "azure", r.class()
 	cfg.Azure.SubscriptionID, cfg.Azure.ResourceGroup, cfg.Azure.SubnetID = azureSub, azureGroup, azureSubnet
-	cfg.Azure.LoadBalancers, cfg.Azure.Location = strings.Join(azureLBNames, ","), "westeurope"
+	cfg.Azure.LoadBalancers, cfg.Azure.Location = strings.Join(r.lbNames(), ","), "westeurope"
 	var err error
 	cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(r.procs.emulatorURL, r.procs.caPEM, zerodropIdentity)
 	if err != nil {

@@ -2,7 +2,6 @@ package azurelab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -44,7 +43,7 @@ const ProviderAzureEmulator = "azure-emulator"
 // cloud-controller-manager) runs restart and restart-idle; churn's endpoint
 // changes do not reach its node pools, and kill-mid-plan kills zerodrop's
 // writer.
-var AzureScenarios = []string{"restart", "churn", report.ScenarioKillMidPlan, ScenarioRestartIdle}
+var AzureScenarios = []string{"restart", "churn", report.ScenarioKillMidPlan, ScenarioRestartIdle, ScenarioSharedLB}
 
 // upstreamRuns reports whether upstream (the real CCM) runs scenario.
 func upstreamRuns(scenario string) bool {
@@ -168,7 +167,8 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 		return nil, err
 	}
 	upstream := slices.Contains(opts.Modes, report.ModeUpstream) && slices.ContainsFunc(opts.Scenarios, upstreamRuns)
-	if upstream && opts.CCMBinary == "" {
+	shared := slices.Contains(opts.Modes, report.ModeZerodrop) && slices.Contains(opts.Scenarios, ScenarioSharedLB)
+	if (upstream || shared) && opts.CCMBinary == "" {
 		fmt.Fprintln(opts.Progress, "cloud-provider-azure's cloud-controller-manager: from the cache, or built (minutes) on first use")
 		if opts.CCMBinary, err = ccm.Binary(); err != nil {
 			return nil, err
@@ -194,7 +194,7 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	if upstream || slices.Contains(opts.Scenarios, ScenarioRestartIdle) {
+	if upstream || shared || slices.Contains(opts.Scenarios, ScenarioRestartIdle) {
 		if err := ensureNodes(ctx, c); err != nil {
 			return nil, err
 		}
@@ -203,8 +203,10 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 	for _, sc := range opts.Scenarios {
 		for _, mode := range opts.Modes {
 			if !upstreamRuns(sc) && mode == report.ModeUpstream {
-				progress("%-8s %-8s skipped: upstream (cloud-provider-azure) runs restart and restart-idle only", sc, mode)
-				continue
+				if sc != ScenarioSharedLB {
+					progress("%-8s %-8s skipped: upstream (cloud-provider-azure) runs restart and restart-idle only", sc, mode)
+				}
+				continue // shared-lb runs once, zerodrop with the CCM beside
 			}
 			n++
 			r := &azureRun{cfg: env.Config, c: c, mode: mode, opts: opts, progress: progress,
@@ -299,6 +301,17 @@ type azureRun struct {
 	countErr error
 	ccms     []*ccmInstance // upstream's processes
 	ccmSeq   int            // CCMs started, to name the next
+	ccmSvcs  []*azureSvc    // shared-lb: the CCM's Services (svcs are zerodrop's)
+	// zdLBs are the load balancers zerodrop may write (default azureLBNames).
+	zdLBs []string
+}
+
+// lbNames are the load balancers zerodrop's controllers may write.
+func (r *azureRun) lbNames() []string {
+	if len(r.zdLBs) > 0 {
+		return r.zdLBs
+	}
+	return azureLBNames
 }
 
 func (r *azureRun) class() string { return "zerodrop.dev/azure-" + r.ns }
@@ -308,6 +321,11 @@ func (r *azureRun) class() string { return "zerodrop.dev/azure-" + r.ns }
 func (r *azureRun) run(ctx context.Context, scenario string) (res report.Result, err error) {
 	res = report.Result{Scenario: scenario, Mode: string(r.mode), Azure: &report.AzureFigures{}}
 	switch {
+	case scenario == ScenarioSharedLB:
+		res.Mode = string(report.ModeZerodrop) + "+" + string(report.ModeUpstream)
+		defer r.stopUpstream(context.WithoutCancel(ctx)) // after zerodrop's: runs last
+		defer r.stopAll()
+		err = r.setupShared(ctx)
 	case r.upstream():
 		defer r.stopUpstream(context.WithoutCancel(ctx))
 		err = r.setupUpstream(ctx, scenario)
@@ -329,6 +347,8 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res report.Result,
 	beforeWarnings, beforeSurfaced := r.warningEvents()
 	start := time.Now()
 	switch {
+	case scenario == ScenarioSharedLB:
+		err = r.sharedLB(ctx, res.Azure)
 	case scenario == ScenarioRestartIdle:
 		err = r.restartIdle(ctx, res.Azure, &res)
 	case scenario == "restart" && r.upstream():
@@ -351,6 +371,12 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res report.Result,
 	a.ConflictsRetried, a.ConflictsSurfaced = r.retried()-beforeRetried, surfaced-beforeSurfaced
 	a.Faults = d.InjectedConflicts + d.Throttled + d.ServerErrors + d.Slow
 	a.WarningEvents = warnings - beforeWarnings
+	if scenario == ScenarioSharedLB {
+		a.Writers = writerFigures(calls)
+		if werr := r.sharedWarnings(ctx, a.Writers); werr != nil && err == nil {
+			err = werr
+		}
+	}
 	if err == nil {
 		err = r.countErr
 	}
@@ -381,96 +407,6 @@ func (r *azureRun) setup(ctx context.Context) error {
 	}
 	r.progress("%s: set up %d Services on %v", r.ns, len(r.svcs), azureLBNames)
 	return nil
-}
-
-// restart stops the writer (the leader) azureRestarts times and starts a
-// replacement, with nothing changing in the cluster: every PUT it causes is
-// a write a restart should not make.
-func (r *azureRun) restart(ctx context.Context, a *report.AzureFigures) error {
-	for i := 0; i < AzureRestarts; i++ {
-		leader := r.leader()
-		if leader == nil {
-			return errors.New("no leader to restart")
-		}
-		t0 := time.Now()
-		leader.stop()
-		if _, err := r.start(true); err != nil {
-			return err
-		}
-		// The new writer: the standby that takes over.
-		err := r.waitNewLeader(ctx, leader)
-		if err != nil {
-			return fmt.Errorf("restart %d: %w", i+1, err)
-		}
-		a.ConvergeSeconds = max(a.ConvergeSeconds, time.Since(t0).Seconds())
-		a.Restarts++
-		r.settle(ctx)
-	}
-	return nil
-}
-
-// waitNewLeader waits until a leader other than old has reconciled every
-// load balancer and they hold what the Services ask for.
-func (r *azureRun) waitNewLeader(ctx context.Context, old *azureInstance) error {
-	return r.wait(ctx, "a new leader verifies every load balancer", func() string {
-		l := r.leader()
-		if l == nil || l == old {
-			return "no new leader yet"
-		}
-		if n := l.counters().Reconciles; n < float64(len(azureLBNames)) {
-			return fmt.Sprintf("the new leader reconciled %v load balancers", n)
-		}
-		return azureConverged(r.emu, azureGroup, r.ns, r.svcs)
-	})
-}
-
-// churn replaces endpoints of half the Services (one a tick) while
-// Services change (probe interval, a second port) on both load balancers,
-// the changed ones among the churned: endpoint-driven and service-driven
-// writes to the same load balancers at once, the issue report's race.
-func (r *azureRun) churn(ctx context.Context, a *report.AzureFigures) error {
-	churned := r.svcs[:max(1, len(r.svcs)/2)]
-	changed := []*azureSvc{r.svcs[0], r.svcs[len(r.svcs)-1]}
-	if len(r.svcs) > 1 {
-		changed = append(changed, r.svcs[1])
-	}
-	endpointTick, serviceTick := time.NewTicker(50*time.Millisecond), time.NewTicker(500*time.Millisecond)
-	defer endpointTick.Stop()
-	defer serviceTick.Stop()
-	end := time.After(r.opts.ChurnDuration)
-	for e, s := 0, 0; ; {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-end:
-			t1 := time.Now()
-			if _, err := r.waitConverged(ctx); err != nil {
-				return fmt.Errorf("after churn: %w", err)
-			}
-			a.ConvergeSeconds = time.Since(t1).Seconds()
-			r.settle(ctx)
-			return nil
-		case <-endpointTick.C:
-			svc := churned[e%len(churned)]
-			svc.replaceOne()
-			if err := svc.pushEndpoints(ctx, r.c, r.ns); err != nil {
-				return err
-			}
-			e++
-		case <-serviceTick.C:
-			svc := changed[s%len(changed)]
-			if (s/len(changed))%2 == 0 {
-				svc.interval = map[string]string{"": azureChangedInterval, azureChangedInterval: ""}[svc.interval]
-			} else {
-				svc.https = !svc.https
-			}
-			if err := svc.pushSpec(ctx, r.c, r.ns, r.class()); err != nil {
-				return err
-			}
-			s++
-		}
-		a.Changes++
-	}
 }
 
 func (r *azureRun) retried() (n int64) {

@@ -152,7 +152,7 @@ func (r *azureRun) startProcess(leaderElect bool) (*azureInstance, error) {
 	args := []string{"lab", AzureCommand, "--emulator=" + p.emulatorURL, "--emulator-ca=" + p.emulatorCA,
 		"--provider=azure", "--kubeconfig=" + p.kubeconfig, "--load-balancer-class=" + r.class(),
 		"--azure-subscription-id=" + azureSub, "--azure-resource-group=" + azureGroup,
-		"--azure-load-balancers=" + strings.Join(azureLBNames, ","), "--azure-subnet-id=" + azureSubnet,
+		"--azure-load-balancers=" + strings.Join(r.lbNames(), ","), "--azure-subnet-id=" + azureSubnet,
 		"--azure-location=westeurope", "--resync-period=1h",
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--health-probe-bind-address=0", "--drain-bind-address=0",
 		fmt.Sprintf("--leader-elect=%t", leaderElect), "--leader-election-namespace=" + r.ns, "--leader-election-id=zerodrop-lab-azure",

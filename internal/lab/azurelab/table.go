@@ -45,6 +45,12 @@ func writeAzureTable(w io.Writer, results []report.Result) {
 			}
 			fmt.Fprintf(w, "%s %s: writes per %s %v\n", r.Scenario, r.Mode, per, r.WritesPerRestart)
 		}
+		if a := r.Azure; a != nil {
+			for _, wf := range a.Writers {
+				fmt.Fprintf(w, "%s %s: %s: %d writes, %d 412s, %d 409s, %d Warning Events, removed of the other writer's: %v\n",
+					r.Scenario, r.Mode, wf.Writer, wf.Writes, wf.PreconditionFailed, wf.Conflicts, wf.WarningEvents, wf.RemovedOthers)
+			}
+		}
 		if a := r.Azure; a != nil && len(a.Stops) > 0 {
 			fmt.Fprintf(w, "%s %s: stops %v; writes that changed something %v, backend addresses removed %v, probe or rule changes %v\n",
 				r.Scenario, r.Mode, a.Stops, a.ChangedPerRestart, a.RemovedBackendsPerRestart, a.ProbeRuleChangesPerRestart)

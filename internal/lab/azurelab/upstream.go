@@ -308,7 +308,7 @@ func (r *azureRun) stopUpstream(ctx context.Context) {
 	for _, c := range r.ccms {
 		_ = c.proc.Stop()
 	}
-	for _, s := range r.svcs {
+	for _, s := range append(r.svcs, r.ccmSvcs...) {
 		key := client.ObjectKey{Namespace: r.ns, Name: s.name}
 		var svc corev1.Service
 		if err := r.c.Get(ctx, key, &svc); err != nil {

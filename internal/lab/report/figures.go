@@ -123,6 +123,21 @@ type AzureFigures struct {
 	ChangedPerRestart          []int    `json:"changed_per_restart,omitempty"`
 	RemovedBackendsPerRestart  []int    `json:"removed_backends_per_restart,omitempty"`
 	ProbeRuleChangesPerRestart []int    `json:"probe_rule_changes_per_restart,omitempty"`
+	// Writers (shared-lb): each writer's figures on the load balancer they
+	// share.
+	Writers []WriterFigures `json:"writers,omitempty"`
+}
+
+// WriterFigures are one writer's figures on a shared load balancer.
+type WriterFigures struct {
+	Writer string `json:"writer"`
+	// Writes are its PUTs and DELETEs; PreconditionFailed and Conflicts
+	// its 412 and 409 answers.
+	Writes, PreconditionFailed, Conflicts int
+	WarningEvents                         int64 `json:"warning_events"`
+	// RemovedOthers names every child of the other writer (rule, probe,
+	// pool, frontend) one of its writes removed.
+	RemovedOthers []string `json:"removed_others,omitempty"`
 }
 
 // Backend states as HAProxy shows them (and the HTML report draws them).
