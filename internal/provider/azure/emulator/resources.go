@@ -225,14 +225,13 @@ func (e *Emulator) precondition(t target, info reqInfo) *reply {
 	e.mu.Lock()
 	current, exists := "", false
 	switch t.kind {
-	case kLB, kPool:
-		if lb, ok := e.lbs[lbKey(t.rg, t.name)]; ok && t.kind == kLB {
+	case kLB:
+		if lb, ok := e.lbs[lbKey(t.rg, t.name)]; ok {
 			current, exists = str(lb.Etag), true
 		}
-		if t.kind == kPool {
-			if p := findPool(e.lbs[lbKey(t.rg, t.parent)], t.name); p != nil {
-				current, exists = str(p.Etag), true
-			}
+	case kPool:
+		if p := findPool(e.lbs[lbKey(t.rg, t.parent)], t.name); p != nil {
+			current, exists = str(p.Etag), true
 		}
 	default:
 		if d, ok := e.docs[resourceKey(t)]; ok {

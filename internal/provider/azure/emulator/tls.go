@@ -1,20 +1,14 @@
 package emulator
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
+
+	"zerodrop.dev/zerodrop/internal/certs"
 )
 
 // ARM is served over HTTPS only, and azcore refuses to send a bearer token
@@ -24,42 +18,23 @@ import (
 // which Go's x509 reads on Linux).
 
 // NewTLS returns a server configuration for 127.0.0.1, ::1 and localhost,
-// and the PEM of the authority that signed it.
+// and the PEM of the authority that signed it (issued as the webhook's are,
+// internal/certs).
 func NewTLS() (*tls.Config, []byte, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	now := time.Now()
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "zerodrop ARM emulator CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(7 * 24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	now, validity := time.Now(), 7*24*time.Hour
+	ca, err := certs.NewCA("zerodrop ARM emulator CA", now, validity)
 	if err != nil {
 		return nil, nil, fmt.Errorf("emulator CA: %w", err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(7 * 24 * time.Hour),
-		DNSNames:    []string{"localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	leaf, err := certs.NewServing(ca, []string{"localhost", "127.0.0.1", "::1"}, now, validity)
 	if err != nil {
 		return nil, nil, fmt.Errorf("emulator certificate: %w", err)
 	}
 	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER, caDER}, PrivateKey: key}},
+		Certificates: []tls.Certificate{{Certificate: [][]byte{leaf.Cert.Raw, ca.Cert.Raw}, PrivateKey: leaf.Key}},
 	}
-	return cfg, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
+	return cfg, ca.CertPEM, nil
 }
 
 // CloudConfig is the cloud whose Resource Manager is the emulator at
