@@ -111,7 +111,7 @@ func (r *azureRun) restartIdle(ctx context.Context, a *report.AzureFigures, res 
 		sig := idleStop(i)
 		var err error
 		if r.upstream() {
-			err = r.restartCCMOnce(ctx, sig)
+			_, err = r.restartCCMOnce(ctx, sig, func() string { return r.addressed(ctx) })
 		} else {
 			err = r.restartZerodropOnce(ctx, sig)
 		}
@@ -151,28 +151,20 @@ func (r *azureRun) restartZerodropOnce(ctx context.Context, sig syscall.Signal) 
 	if _, err := r.start(true); err != nil {
 		return err
 	}
-	return r.wait(ctx, "a new leader verifies every load balancer", func() string {
-		l := r.leader()
-		if l == nil || l == leader {
-			return "no new leader yet"
-		}
-		if n := l.counters().Reconciles; n < float64(len(azureLBNames)) {
-			return fmt.Sprintf("the new leader reconciled %v load balancers", n)
-		}
-		return r.addressed(ctx)
-	})
+	return r.waitNewLeaderThen(ctx, leader, func() string { return r.addressed(ctx) })
 }
 
 // restartCCMOnce stops the leading CCM with sig, starts a replacement and
-// waits until a new leader has reported every Service synced.
-func (r *azureRun) restartCCMOnce(ctx context.Context, sig syscall.Signal) error {
+// waits until a new leader has reported every Service synced and then says
+// "" (the state the run must reach); it returns the stopped one's name.
+func (r *azureRun) restartCCMOnce(ctx context.Context, sig syscall.Signal, then func() string) (string, error) {
 	leader := r.ccmLeader()
 	if leader == nil {
-		return errors.New("no cloud-controller-manager has called ARM: no leader to restart")
+		return "", errors.New("no cloud-controller-manager has called ARM: no leader to restart")
 	}
 	ensured, err := r.ensuredCounts(ctx)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if sig == syscall.SIGKILL {
 		leader.proc.Kill()
@@ -182,9 +174,9 @@ func (r *azureRun) restartCCMOnce(ctx context.Context, sig syscall.Signal) error
 	}
 	r.dropCCM(leader)
 	if err := r.startCCM(); err != nil {
-		return err
+		return leader.name, err
 	}
-	return r.wait(ctx, "a new leader syncs every Service", func() string {
+	return leader.name, r.wait(ctx, "a new leader syncs every Service", func() string {
 		now, err := r.ensuredCounts(ctx)
 		if err != nil {
 			return err.Error()
@@ -194,7 +186,7 @@ func (r *azureRun) restartCCMOnce(ctx context.Context, sig syscall.Signal) error
 				return s.name + " not synced by a new leader yet"
 			}
 		}
-		return r.addressed(ctx)
+		return then()
 	})
 }
 

@@ -42,15 +42,22 @@ func (r *azureRun) restart(ctx context.Context, a *report.AzureFigures) error {
 // waitNewLeader waits until a leader other than old has reconciled every
 // load balancer and they hold what the Services ask for.
 func (r *azureRun) waitNewLeader(ctx context.Context, old *azureInstance) error {
+	return r.waitNewLeaderThen(ctx, old, func() string { return azureConverged(r.emu, azureGroup, r.ns, r.svcs) })
+}
+
+// waitNewLeaderThen waits until a zerodrop leader other than old has
+// reconciled every load balancer it may write, and then says "" (the state
+// the run must reach).
+func (r *azureRun) waitNewLeaderThen(ctx context.Context, old *azureInstance, then func() string) error {
 	return r.wait(ctx, "a new leader verifies every load balancer", func() string {
 		l := r.leader()
 		if l == nil || l == old {
 			return "no new leader yet"
 		}
-		if n := l.counters().Reconciles; n < float64(len(azureLBNames)) {
+		if n := l.counters().Reconciles; n < float64(len(r.lbNames())) {
 			return fmt.Sprintf("the new leader reconciled %v load balancers", n)
 		}
-		return azureConverged(r.emu, azureGroup, r.ns, r.svcs)
+		return then()
 	})
 }
 

@@ -151,9 +151,12 @@ func (r *azureRun) sharedLB(ctx context.Context, a *report.AzureFigures) error {
 			if _, err := r.start(true); err != nil {
 				return err
 			}
-			return r.waitNewLeaderReconciled(ctx, leader)
+			return r.waitNewLeaderThen(ctx, leader, func() string { return "" })
 		}},
-		{"the CCM's leader restarted", func() error { return r.restartCCMOnce(ctx, syscall.SIGTERM) }},
+		{"the CCM's leader restarted", func() error {
+			_, err := r.restartCCMOnce(ctx, syscall.SIGTERM, func() string { return r.addressed(ctx) })
+			return err
+		}},
 		{"a new Service for each writer", func() error {
 			if err := r.addCCMService(ctx, len(r.ccmSvcs)); err != nil {
 				return err
@@ -176,21 +179,6 @@ func (r *azureRun) sharedLB(ctx context.Context, a *report.AzureFigures) error {
 		r.progress("%s: %s: converged in %.1fs", r.ns, st.name, time.Since(t0).Seconds())
 	}
 	return nil
-}
-
-// waitNewLeaderReconciled waits until a zerodrop leader other than old has
-// reconciled the load balancer.
-func (r *azureRun) waitNewLeaderReconciled(ctx context.Context, old *azureInstance) error {
-	return r.wait(ctx, "a new zerodrop leader reconciles", func() string {
-		l := r.leader()
-		if l == nil || l == old {
-			return "no new leader yet"
-		}
-		if n := l.counters().Reconciles; n < float64(len(r.lbNames())) {
-			return fmt.Sprintf("the new leader reconciled %v load balancers", n)
-		}
-		return ""
-	})
 }
 
 // rolloutAll replaces every endpoint of zerodrop's Services, one a tick.

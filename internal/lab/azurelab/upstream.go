@@ -2,11 +2,11 @@ package azurelab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -191,33 +191,9 @@ func (r *azureRun) ccmConverged(ctx context.Context) string {
 // a restart should not make.
 func (r *azureRun) restartUpstream(ctx context.Context, a *report.AzureFigures, res *report.Result) error {
 	for i := 0; i < AzureRestarts; i++ {
-		leader := r.ccmLeader()
-		if leader == nil {
-			return errors.New("no cloud-controller-manager has called ARM: no leader to restart")
-		}
-		ensured, err := r.ensuredCounts(ctx)
-		if err != nil {
-			return err
-		}
 		_, mark := r.emu.Calls(0)
 		t0 := time.Now()
-		_ = leader.proc.Stop()
-		r.dropCCM(leader)
-		if err := r.startCCM(); err != nil {
-			return err
-		}
-		err = r.wait(ctx, "a new leader syncs every Service", func() string {
-			now, err := r.ensuredCounts(ctx)
-			if err != nil {
-				return err.Error()
-			}
-			for _, s := range r.svcs {
-				if now[s.name] <= ensured[s.name] {
-					return s.name + " not synced by a new leader yet"
-				}
-			}
-			return r.ccmConverged(ctx)
-		})
+		stopped, err := r.restartCCMOnce(ctx, syscall.SIGTERM, func() string { return r.ccmConverged(ctx) })
 		if err != nil {
 			return fmt.Errorf("restart %d: %w", i+1, err)
 		}
@@ -227,7 +203,7 @@ func (r *azureRun) restartUpstream(ctx context.Context, a *report.AzureFigures, 
 		calls, _ := r.emu.Calls(mark)
 		f := figuresOf(calls)
 		res.WritesPerRestart = append(res.WritesPerRestart, int64(f.writes))
-		r.progress("%s: restart %d: %s stopped; %d writes (%d changed something)", r.ns, i+1, leader.name, f.writes, f.changed)
+		r.progress("%s: restart %d: %s stopped; %d writes (%d changed something)", r.ns, i+1, stopped, f.writes, f.changed)
 	}
 	return nil
 }
