@@ -259,6 +259,18 @@ func TestSupersededOperation(t *testing.T) {
 	if ip := *resp.Properties.LoadBalancerBackendAddresses[0].Properties.IPAddress; ip != "10.0.0.2" {
 		t.Errorf("stored address %s, want the later write's 10.0.0.2", ip)
 	}
+	// The record names the superseded operation once, with its writer, so
+	// that the lab can count each writer's.
+	calls, _ := emu.Calls(0)
+	var ends []emulator.Call
+	for _, call := range calls {
+		if call.Superseded() {
+			ends = append(ends, call)
+		}
+	}
+	if len(ends) != 1 || ends[0].Client == "" || ends[0].Resource == "" {
+		t.Errorf("superseded operations recorded: %v, want one with its writer and resource", ends)
+	}
 }
 
 // TestOnWrite: the hook runs once per write that changed state, with the

@@ -24,6 +24,7 @@ import (
 
 type operation struct {
 	key    string // faultKey of the resource it changes
+	client string // the writer that started it (see clientOf)
 	polls  int    // InProgress answers left
 	status string // when it ends: Succeeded or Canceled
 }
@@ -44,7 +45,7 @@ func (e *Emulator) startOperation(req *http.Request, t target, rep *reply, info 
 	}
 	e.opSeq++
 	id := strconv.FormatUint(e.opSeq, 10)
-	e.ops[id] = &operation{key: key, polls: e.pollSteps(info) - 1, status: "Succeeded"}
+	e.ops[id] = &operation{key: key, client: clientOf(req), polls: e.pollSteps(info) - 1, status: "Succeeded"}
 	after := e.opts.PollRetryAfter
 	e.mu.Unlock()
 
@@ -60,26 +61,41 @@ func (e *Emulator) startOperation(req *http.Request, t target, rep *reply, info 
 	return rep
 }
 
-// pollOperation answers a GET of an operation's status.
-func (e *Emulator) pollOperation(t target) *reply {
+// pollOperation answers a GET of an operation's status; canceled is the
+// operation when this answer says it was superseded.
+func (e *Emulator) pollOperation(t target) (rep *reply, canceled *operation) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	op, ok := e.ops[t.operation]
 	if !ok {
-		return errorReply(http.StatusNotFound, "OperationNotFound", "no operation "+t.operation)
+		return errorReply(http.StatusNotFound, "OperationNotFound", "no operation "+t.operation), nil
 	}
 	if op.polls > 0 {
 		op.polls--
 		rep := jsonReply(http.StatusOK, []byte(`{"status":"InProgress"}`))
 		setRetryAfter(rep.header, e.opts.PollRetryAfter)
-		return rep
+		return rep, nil
 	}
 	delete(e.ops, t.operation)
 	if op.status == "Canceled" {
 		return jsonReply(http.StatusOK, []byte(`{"status":"Canceled","error":{"code":"`+superseded+
-			`","message":"Operation was canceled and superseded by another operation on the same resource."}}`))
+			`","message":"`+supersededMessage+`"}}`)), op
 	}
-	return jsonReply(http.StatusOK, []byte(`{"status":"Succeeded"}`))
+	return jsonReply(http.StatusOK, []byte(`{"status":"Succeeded"}`)), nil
+}
+
+const supersededMessage = "Operation was canceled and superseded by another operation on the same resource."
+
+// recordSuperseded records the end of a superseded operation, as its writer
+// learnt it (polls are not recorded otherwise): Kind "operation", the
+// writer's identity, the resource and the error code, so that a figure can
+// count each writer's superseded operations.
+func (e *Emulator) recordSuperseded(req *http.Request, op *operation) {
+	c := Call{Time: time.Now(), Client: op.client, Method: req.Method, Kind: kOperation, Resource: op.key,
+		Status: http.StatusOK, Error: superseded + ": " + supersededMessage}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.appendCall(c)
 }
 
 // setRetryAfter says when to poll again: ARM's Retry-After in seconds, or

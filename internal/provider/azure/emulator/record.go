@@ -69,10 +69,21 @@ func (e *Emulator) record(req *http.Request, t target, rep *reply, before, after
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.appendCall(c)
+}
+
+// appendCall adds c to the record; e.mu is held.
+func (e *Emulator) appendCall(c Call) {
 	if len(e.calls) >= maxCalls {
 		e.calls = slices.Delete(e.calls, 0, len(e.calls)/10)
 	}
 	e.calls = append(e.calls, c)
+}
+
+// Superseded reports whether the call is the end of a write's operation
+// that a later write to the same load balancer superseded.
+func (c Call) Superseded() bool {
+	return c.Kind == kOperation && strings.HasPrefix(c.Error, superseded+":")
 }
 
 // Calls returns the calls recorded since the n-th (0: all); n is where the

@@ -208,10 +208,13 @@ func (e *Emulator) serve(req *http.Request, body []byte) *reply {
 	case kToken:
 		return e.token(req)
 	case kOperation:
-		rep := e.pollOperation(t)
+		rep, canceled := e.pollOperation(t)
 		e.mu.Lock()
 		e.counters.Polls++
 		e.mu.Unlock()
+		if canceled != nil {
+			e.recordSuperseded(req, canceled)
+		}
 		return rep
 	}
 	if rep := checkAuth(req); rep != nil {
