@@ -21,6 +21,7 @@ type check struct {
 	timing   timing.Timing
 	ignore   map[string]string // rule → reason, from the workload and every selecting Service
 	nsLabels map[string]string
+	nsAnnots map[string]string
 	findings []Finding
 }
 
@@ -38,6 +39,7 @@ func newCheck(ix *index, w *workload, svcs []*service, cfg Config) *check {
 	c.timing = timing.Max(ts)
 	if n := ix.byNS[w.ns]; n != nil {
 		c.nsLabels = n.labels
+		c.nsAnnots = n.annots
 	}
 	return c
 }
@@ -48,6 +50,7 @@ func (c *check) run() {
 	for _, ctr := range serving {
 		c.checkProbes(ctr)
 		c.checkPreStop(ctr)
+		c.checkSidecarStop(ctr)
 	}
 	c.checkReadinessGate()
 	c.checkRollout()

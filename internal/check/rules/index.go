@@ -63,6 +63,7 @@ type nsObjects struct {
 	pdbs     []*budget
 	hpas     []*autoscalingv2.HorizontalPodAutoscaler
 	labels   map[string]string // the Namespace object's labels, if given
+	annots   map[string]string // and its annotations (Linkerd's injection is one)
 }
 
 func objectID(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
@@ -108,6 +109,7 @@ func buildIndex(objs []manifest.Object) *index {
 			ns(obj.Namespace).hpas = append(ns(obj.Namespace).hpas, obj)
 		case *corev1.Namespace:
 			ns(obj.Name).labels = obj.Labels
+			ns(obj.Name).annots = obj.Annotations
 		default:
 			if w := newWorkload(o); w != nil && !ownedByPresent(w, present) && !helmHook(w) {
 				ix.workloads = append(ix.workloads, w)

@@ -41,6 +41,7 @@ var All = []Rule{
 	{"ZD203", Error, "terminationGracePeriodSeconds is not longer than the preStop delay"},
 	{"ZD204", Warning, "externalTrafficPolicy Local and the pod stops serving before its grace period ends"},
 	{"ZD205", Warning, "terminationGracePeriodSeconds is shorter than the load balancer's deregistration time and there is no preStop delay (error at 0)"},
+	{"ZD206", Warning, "A sidecar the serving container needs stops before the load balancer has deregistered the pod (error when the sidecar carries the Service's connections)"},
 	{"ZD301", Warning, "RollingUpdate maxUnavailable resolves to at least one pod (error when it can stop every serving pod)"},
 	{"ZD302", Error, "Deployment strategy Recreate"},
 	{"ZD303", Warning, "Fewer than 2 replicas"},
