@@ -64,6 +64,10 @@ type stoppingSidecar struct {
 // kubelet kills the pod then anyway); its own preStop delay (ZD201/ZD202)
 // does not keep a sibling up.
 func (c *check) checkSidecarStop(ctr *corev1.Container) {
+	sidecars := c.stoppingSidecars(ctr)
+	if len(sidecars) == 0 {
+		return // most pods: nothing to format
+	}
 	dereg := float64(c.timing.Deregistration)
 	grace, graceWhy := c.gracePeriod()
 	need, needWhy := dereg, "the load balancer's deregistration time"
@@ -78,7 +82,7 @@ func (c *check) checkSidecarStop(ctr *corev1.Container) {
 	if own.kind == delayNone || own.kind == delayUnknown {
 		ownWhy = "adding the preStop delay ZD201 asks for would not keep the sidecar up"
 	}
-	for _, s := range c.stoppingSidecars(ctr) {
+	for _, s := range sidecars {
 		if s.window >= need {
 			continue
 		}
