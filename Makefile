@@ -110,11 +110,15 @@ bench: deps
 
 # The main job: the disruption lab, the real upstream service controller (with
 # a typical workload, and with the published recipe) and zerodrop side by side
-# under real traffic; by default a rollout in every mode (LAB_FLAGS, e.g.
-# "--scenario all --json lab.json"), zerodrop installed from the chart with
-# its HAProxy data plane of two replicas (LAB_INSTALL; empty: the lab's own
-# arrangement, one HAProxy, which every scenario runs with).
-LAB_FLAGS     ?=
+# under real traffic. By default (LAB_FLAGS) the seed scenarios, the incidents
+# zerodrop exists for, with externalTrafficPolicy: Local: a rollout, a Local
+# pod moving node (rollout-local) and the writer restarted 3 times while
+# WebSockets stay connected (restart-idle); it ends with a verdict per
+# scenario and mode and the HTML report's path. Set LAB_FLAGS for others
+# (e.g. "--scenario all --json lab.json"; --dry-run shows what would run).
+# zerodrop is installed from the chart with its HAProxy data plane of two
+# replicas (LAB_INSTALL; empty: the lab's own arrangement, one HAProxy).
+LAB_FLAGS     ?= --scenario rollout,rollout-local,restart-idle --traffic-policy local --idle-restarts 3
 LAB_INSTALL   ?= --data-plane-replicas 2 --from-chart
 lab: deps
 	$(GO) run -tags lab ./cmd/zerodrop lab $(LAB_INSTALL) $(LAB_FLAGS)

@@ -17,10 +17,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/lab/azurelab"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
@@ -45,24 +48,47 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch f.prov {
 	case "haproxy":
 	case azurelab.ProviderAzureEmulator:
+		if f.dryRun {
+			return dryRunAzure(f, stdout, stderr)
+		}
 		return azurelab.RunAzureCommand(ctx, azurelab.CommandFlags{Scenario: f.scenario, Mode: f.mode, FaultRate: f.faultRate,
 			Kills: f.chaos.MidPlanKills, CCMLoadBalancers: f.ccmLBs, JSONPath: f.jsonPath, HTMLPath: f.htmlPath}, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, azurelab.ProviderAzureEmulator)
 		return 2
 	}
-	opts, ok := f.options(stderr)
+	opts, notRun, ok := f.options(stderr)
 	if !ok {
 		return 2
 	}
-	return execute(ctx, opts, f.jsonPath, f.htmlPath, stdout, stderr)
+	plan, planNotRun, err := scenarios.Plan(opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
+		return 2
+	}
+	for _, n := range planNotRun {
+		notRun = append(notRun, n.String())
+	}
+	htmlPath, err := f.html()
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
+		return 2
+	}
+	if f.dryRun {
+		writePlan(stdout, plan, notRun, htmlPath, f.jsonPath)
+		return 0
+	}
+	for _, n := range notRun {
+		fmt.Fprintf(stderr, "zerodrop lab: not run: %s\n", n)
+	}
+	return execute(ctx, opts, notRun, f.jsonPath, htmlPath, stdout, stderr)
 }
 
 // flags are `zerodrop lab`'s command line, parsed.
 type flags struct {
 	scenario, mode, backend, policy, jsonPath, htmlPath, dir, appSigterm, prov string
-	keep, fromChart                                                            bool
-	rate, dataPlane                                                            int
+	keep, fromChart, dryRun                                                    bool
+	rate, dataPlane, idleRestarts                                              int
 	faultRate                                                                  float64
 	ccmLBs                                                                     string
 	recipe                                                                     scenarios.Recipe
@@ -79,7 +105,9 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	backend := fs.String("backend", scenarios.BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
 	policy := fs.String("traffic-policy", scenarios.PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
 	jsonPath := fs.String("json", "", "write the JSON report to `FILE`")
-	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE`")
+	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE` (default: "+defaultHTML+" in the repository; none with --provider "+azurelab.ProviderAzureEmulator+")")
+	dryRun := fs.Bool("dry-run", false, "check the flags and scenarios and print the runs the lab would make and what it would not run, with why; start nothing")
+	idleRestarts := fs.Int("idle-restarts", scenarios.DefaultIdleRestarts, "restart-idle: how often to restart the load balancer's writer (SIGKILL and SIGTERM in turn)")
 	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
 	dir := fs.String("dir", "", "work directory (default: a new temporary one); kept")
 	rate := fs.Int("rate", traffic.DefaultRate, "open-loop requests per `second` (each on a fresh connection)")
@@ -110,94 +138,96 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
 		return flags{}, 2, false
 	}
-	if chaos.MidPlanKills < 1 || chaos.APIServerOutage < time.Second {
-		fmt.Fprintln(stderr, "zerodrop lab: --kills must be at least 1 and --apiserver-outage at least 1s")
+	if chaos.MidPlanKills < 1 || chaos.APIServerOutage < time.Second || *idleRestarts < 1 {
+		fmt.Fprintln(stderr, "zerodrop lab: --kills and --idle-restarts must be at least 1 and --apiserver-outage at least 1s")
 		return flags{}, 2, false
 	}
 	return flags{scenario: *scenario, mode: *mode, backend: *backend, policy: *policy, jsonPath: *jsonPath, htmlPath: *htmlPath,
 		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, faultRate: *faultRate, ccmLBs: *ccmLBs,
-		fromChart: *fromChart, dataPlane: *dataPlane, prov: *prov}, 0, true
+		fromChart: *fromChart, dataPlane: *dataPlane, prov: *prov, dryRun: *dryRun, idleRestarts: *idleRestarts}, 0, true
 }
 
 // options checks the flags of the HAProxy lab and turns them into the
-// scenarios' Options; false: a usage error, reported on stderr.
-func (f flags) options(stderr io.Writer) (scenarios.Options, bool) {
+// scenarios' Options, with the scenarios `all` leaves out and why; false: a
+// usage error, reported on stderr.
+func (f flags) options(stderr io.Writer) (scenarios.Options, []string, bool) {
 	if f.rate <= 0 || f.rate > 2000 {
 		fmt.Fprintf(stderr, "zerodrop lab: --rate %d: want 1 to 2000 requests per second\n", f.rate)
-		return scenarios.Options{}, false
+		return scenarios.Options{}, nil, false
 	}
 	for _, d := range []time.Duration{f.recipe.PreStopSleep, f.recipe.GracePeriod, f.recipe.MinReady} {
 		if d < 0 || d%time.Second != 0 {
 			fmt.Fprintf(stderr, "zerodrop lab: recipe durations are whole seconds, not %s\n", d)
-			return scenarios.Options{}, false
+			return scenarios.Options{}, nil, false
 		}
 	}
 	if f.dataPlane != 0 && (f.dataPlane < 2 || f.dataPlane > scenarios.MaxDataPlaneReplicas) {
 		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas %d: want 0, or 2 to %d\n", f.dataPlane, scenarios.MaxDataPlaneReplicas)
-		return scenarios.Options{}, false
+		return scenarios.Options{}, nil, false
 	}
 	if f.fromChart && f.dataPlane == 0 {
 		fmt.Fprintf(stderr, "zerodrop lab: --from-chart installs the chart's HAProxy data plane: give --data-plane-replicas 2 to %d\n", scenarios.MaxDataPlaneReplicas)
-		return scenarios.Options{}, false
+		return scenarios.Options{}, nil, false
 	}
 	opts := scenarios.Options{KeepDir: f.keep, Dir: f.dir, Progress: stderr, Rate: f.rate, Recipe: f.recipe, Chaos: f.chaos, DataPlaneReplicas: f.dataPlane,
-		FromChart: f.fromChart}
+		FromChart: f.fromChart, IdleRestarts: f.idleRestarts}
 	switch f.appSigterm {
 	case traffic.AppSigtermGraceful:
 	case traffic.AppSigtermExit:
 		opts.AppExitOnSIGTERM = true
 	default:
 		fmt.Fprintf(stderr, "zerodrop lab: --app-sigterm %q: want %s or %s\n", f.appSigterm, traffic.AppSigtermGraceful, traffic.AppSigtermExit)
-		return scenarios.Options{}, false
+		return scenarios.Options{}, nil, false
 	}
-	if !f.addScenarios(&opts, stderr) {
-		return scenarios.Options{}, false
+	notRun, ok := f.addScenarios(&opts, stderr)
+	if !ok {
+		return scenarios.Options{}, nil, false
 	}
 	if opts.Modes = parseModes(f.mode); opts.Modes == nil {
 		fmt.Fprintf(stderr, "zerodrop lab: --mode %q: want upstream, recipe, zerodrop (comma-separated) or all\n", f.mode)
-		return scenarios.Options{}, false
+		return scenarios.Options{}, nil, false
 	}
-	var ok bool
 	if opts.Backends, ok = oneOrBoth(f.backend, scenarios.BackendIP, scenarios.BackendNode); !ok {
 		fmt.Fprintf(stderr, "zerodrop lab: --backend %q: want ip, node or both\n", f.backend)
-		return scenarios.Options{}, false
+		return scenarios.Options{}, nil, false
 	}
 	if opts.TrafficPolicies, ok = oneOrBoth(f.policy, scenarios.PolicyCluster, scenarios.PolicyLocal); !ok {
 		fmt.Fprintf(stderr, "zerodrop lab: --traffic-policy %q: want cluster, local or both\n", f.policy)
-		return scenarios.Options{}, false
+		return scenarios.Options{}, nil, false
 	}
-	return opts, true
+	return opts, notRun, true
 }
 
-// addScenarios adds the scenarios --scenario names to opts ("all": every
-// scenario that runs with the data plane and install asked for).
-func (f flags) addScenarios(opts *scenarios.Options, stderr io.Writer) bool {
+// addScenarios adds the scenarios --scenario names to opts: "all" adds
+// every scenario that runs with the data plane and install asked for and
+// returns the others, each with why it does not run; a scenario named that
+// cannot run is a usage error, reported on stderr with why (false).
+func (f flags) addScenarios(opts *scenarios.Options, stderr io.Writer) (notRun []string, ok bool) {
 	for _, name := range strings.Split(f.scenario, ",") {
 		name = strings.TrimSpace(name)
 		if name == "all" {
 			for _, s := range scenarios.All {
-				if scenarios.DataPlaneRuns(s.Name, f.dataPlane) == nil && scenarios.ChartRuns(s.Name, f.fromChart) == nil {
-					opts.Scenarios = append(opts.Scenarios, s.Name)
+				if err := scenarios.Runs(s.Name, f.dataPlane, f.fromChart); err != nil {
+					notRun = append(notRun, err.Error())
+					continue
 				}
+				opts.Scenarios = append(opts.Scenarios, s.Name)
 			}
 			continue
 		}
-		if _, ok := scenarios.ScenarioNamed(name); !ok {
-			fmt.Fprintf(stderr, "zerodrop lab: unknown scenario %q\n", name)
-			return false
-		}
-		if err := errors.Join(scenarios.DataPlaneRuns(name, f.dataPlane), scenarios.ChartRuns(name, f.fromChart)); err != nil {
+		if err := scenarios.Runs(name, f.dataPlane, f.fromChart); err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
-			return false
+			return nil, false
 		}
 		opts.Scenarios = append(opts.Scenarios, name)
 	}
-	return true
+	return notRun, true
 }
 
-// execute runs the lab with opts, prints the table and writes the reports;
-// it returns the exit status.
-func execute(ctx context.Context, opts scenarios.Options, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
+// execute runs the lab with opts, prints the table, writes the reports and
+// ends with the verdict (notRun: what was asked for and is not run, with
+// why); it returns the exit status.
+func execute(ctx context.Context, opts scenarios.Options, notRun []string, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
 	start := time.Now()
 	results, err := scenarios.Execute(ctx, opts)
 	if len(results) > 0 {
@@ -207,11 +237,17 @@ func execute(ctx context.Context, opts scenarios.Options, jsonPath, htmlPath str
 		fmt.Fprintf(stdout, "\n%d runs in %s\n", len(results), report.FormatDuration(time.Since(start)))
 	}
 	code := report.Finish(stderr, results, err, jsonPath)
-	if htmlPath != "" {
+	if htmlPath != "" && len(results) > 0 {
 		if err := report.WriteHTML(htmlPath, results, opts.Modes); err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
 			code = 1
+			htmlPath = ""
 		}
+	} else {
+		htmlPath = ""
+	}
+	if len(results) > 0 || len(notRun) > 0 {
+		report.WriteVerdict(stdout, results, notRun, htmlPath)
 	}
 	return code
 }
@@ -244,4 +280,59 @@ func oneOrBoth(v, a, b string) ([]string, bool) {
 		return []string{a, b}, true
 	}
 	return nil, false
+}
+
+// defaultHTML is where the HAProxy lab writes its HTML report when --html
+// is not given: under the repository's _output (ignored by git), the same
+// path every run, so the newest report is always in one place.
+const defaultHTML = "_output/lab/lab.html"
+
+// html is the HTML report's path: --html, or defaultHTML in the
+// repository; its directory is made (not on a dry run).
+func (f flags) html() (string, error) {
+	if f.htmlPath != "" {
+		return f.htmlPath, nil
+	}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return "", fmt.Errorf("the HTML report's default place: %w (give --html FILE)", err)
+	}
+	path := filepath.Join(root, filepath.FromSlash(defaultHTML))
+	if !f.dryRun {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return "", fmt.Errorf("the HTML report's directory: %w", err)
+		}
+	}
+	return path, nil
+}
+
+// writePlan is --dry-run's answer: the runs the lab would make, in order,
+// what it would not run and why, and where the reports would go.
+func writePlan(w io.Writer, plan []scenarios.Planned, notRun []string, htmlPath, jsonPath string) {
+	fmt.Fprintf(w, "zerodrop lab --dry-run: the flags are valid; the lab would make %d runs (scenario backend/policy mode), starting nothing now:\n", len(plan))
+	for _, p := range plan {
+		fmt.Fprintf(w, "  %s\n", p)
+	}
+	for _, n := range notRun {
+		fmt.Fprintf(w, "not run: %s\n", n)
+	}
+	fmt.Fprintf(w, "HTML report: %s\n", htmlPath)
+	if jsonPath != "" {
+		fmt.Fprintf(w, "JSON report: %s\n", jsonPath)
+	}
+}
+
+// dryRunAzure is --dry-run with --provider azure-emulator: the scenarios
+// it names are checked against the emulator lab's; its other flags are
+// checked when it starts.
+func dryRunAzure(f flags, stdout, stderr io.Writer) int {
+	for _, name := range strings.Split(f.scenario, ",") {
+		if name = strings.TrimSpace(name); name != "all" && !slices.Contains(azurelab.AzureScenarios, name) {
+			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the scenarios %s, not %q\n", azurelab.ProviderAzureEmulator,
+				strings.Join(azurelab.AzureScenarios, ", "), name)
+			return 2
+		}
+	}
+	fmt.Fprintf(stdout, "zerodrop lab --dry-run: the lab on the Azure emulator would run --scenario %s --mode %s, starting nothing now\n", f.scenario, f.mode)
+	return 0
 }

@@ -64,8 +64,8 @@ func TestLabRestartIdle(t *testing.T) {
 		name := fmt.Sprint(s["scenario"], " ", s["mode"], " ", s["backend"], "/", s["external_traffic_policy"])
 		runs = append(runs, name)
 		perRestart, _ := s["writes_per_restart"].([]any)
-		if len(perRestart) != scenarios.IdleRestarts {
-			t.Errorf("%s: writes_per_restart %v, want %d entries", name, s["writes_per_restart"], scenarios.IdleRestarts)
+		if len(perRestart) != scenarios.DefaultIdleRestarts {
+			t.Errorf("%s: writes_per_restart %v, want %d entries", name, s["writes_per_restart"], scenarios.DefaultIdleRestarts)
 		}
 		if s["mode"] != string(report.ModeZerodrop) {
 			continue

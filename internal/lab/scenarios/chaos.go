@@ -248,6 +248,7 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
+	leaderRestarts := r.containerRestarts(leader, chartContainer)
 	r.mark("kube-apiserver stopped for %s", outage)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("stop kube-apiserver: %w", err)
@@ -295,6 +296,10 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 	}
 	fig.WritesAfterRecovery = n2 - n1
 	fig.LeaderExited = r.lab.agent.Finished(ctrlNamespace + "/" + leader)
+	if r.fromChart() {
+		// The lab's kubelet starts a chart pod's container again in place.
+		fig.LeaderExited = r.containerRestarts(leader, chartContainer) > leaderRestarts
+	}
 	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
 }
 

@@ -197,7 +197,18 @@ func (cs *controllers) loop(ctx context.Context) {
 
 // scrapePod reads one pod's metrics; a pod that does not answer keeps its
 // last figures.
-func (cs *controllers) scrapePod(p *corev1.Pod) { cs.scrapeAt(p.UID, p.Name, p.Status.PodIP) }
+func (cs *controllers) scrapePod(p *corev1.Pod) { cs.scrapeAt(cs.scrapeKey(p), p.Name, p.Status.PodIP) }
+
+// scrapeKey keys a controller pod's scrapes by process: the lab's kubelet
+// replaces a pod of the lab's own Deployment whose process ended, but
+// starts a chart pod's container again in place (the same pod), whose new
+// process counts from zero and is a leader candidate of its own.
+func (cs *controllers) scrapeKey(p *corev1.Pod) types.UID {
+	if !cs.run.fromChart() {
+		return p.UID
+	}
+	return types.UID(fmt.Sprintf("%s/%d", p.UID, restartCount(p, chartContainer)))
+}
 
 // scrapeAt reads the metrics at ip into the figures kept under key.
 func (cs *controllers) scrapeAt(key types.UID, name, ip string) {
@@ -226,7 +237,7 @@ func (cs *controllers) stopping(p *corev1.Pod) {
 		cs.scrapePod(p)
 	}
 	cs.mu.Lock()
-	if s := cs.scrape[p.UID]; s != nil {
+	if s := cs.scrape[cs.scrapeKey(p)]; s != nil {
 		s.gone = true
 	}
 	cs.mu.Unlock()

@@ -3,7 +3,6 @@ package scenarios
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -164,37 +163,10 @@ func (cs *controllers) scrapeDataPlanePod(p *corev1.Pod) {
 	if p.Status.PodIP == "" {
 		return
 	}
-	var restarts int32
-	for _, st := range p.Status.ContainerStatuses {
-		if st.Name == "controller" {
-			restarts = st.RestartCount
-		}
-	}
+	restarts := restartCount(p, chartContainer)
 	name := fmt.Sprintf("%s/%d", p.Name, restarts)
 	cs.scrapeAt(types.UID(fmt.Sprintf("%s/%d", p.UID, restarts)), name, p.Status.PodIP)
 }
 
 // maxDataPlaneReplicas bounds --data-plane-replicas.
 const MaxDataPlaneReplicas = 4
-
-// dataPlaneRuns says why scenario cannot run with n data-plane replicas
-// (nil: it can).
-func DataPlaneRuns(scenario string, n int) error {
-	sc, _ := ScenarioNamed(scenario)
-	switch {
-	case n == 0 && sc.dataPlane:
-		return fmt.Errorf("scenario %s needs --data-plane-replicas 2 or more", scenario)
-	case n > 0 && !slices.Contains(dataPlaneScenarios, scenario):
-		return fmt.Errorf("scenario %s does not run with --data-plane-replicas: it counts the writes of the one HAProxy the leader writes", scenario)
-	}
-	return nil
-}
-
-// chartRuns says why scenario cannot run with --from-chart (nil: it can):
-// kill-mid-plan kills the replica processes the lab starts itself.
-func ChartRuns(scenario string, fromChart bool) error {
-	if fromChart && scenario == report.ScenarioKillMidPlan {
-		return fmt.Errorf("scenario %s does not run with --from-chart yet: it drives the data-plane replicas the lab starts itself", scenario)
-	}
-	return nil
-}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -102,24 +103,12 @@ func (r *run) restartFirstControllerContainer(ctx context.Context, d *dataplane.
 	key := ctrlNamespace + "/" + d.PodName()
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		before := d.Landed()
-		restarts := r.containerRestarts(d.PodName(), "controller")
+		restarts := r.containerRestarts(d.PodName(), chartContainer)
 		r.mark("replica 0: %s its controller container", sig)
-		if err := r.lab.agent.SignalContainer(key, "controller", sig); err != nil {
+		if err := r.lab.agent.SignalContainer(key, chartContainer, sig); err != nil {
 			return err
 		}
-		// The kubelet's back-off is 10 s, then 20 s.
-		if err := traffic.WaitFor(ctx, 2*time.Minute, "replica 0's controller container started again and ready", func() (bool, string) {
-			pod, err := r.lab.agent.Pods.Pods(ctrlNamespace).Get(d.PodName())
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, st := range pod.Status.ContainerStatuses {
-				if st.Name == "controller" {
-					return st.RestartCount > restarts && st.Ready, fmt.Sprintf("restarts %d, ready %v", st.RestartCount, st.Ready)
-				}
-			}
-			return false, "no status"
-		}); err != nil {
+		if err := r.waitContainerRestarted(ctx, d.PodName(), chartContainer, restarts); err != nil {
 			return err
 		}
 		r.mark("replica 0: controller container ready again")
@@ -171,6 +160,11 @@ func (r *run) containerRestarts(pod, name string) int32 {
 	if err != nil {
 		return 0
 	}
+	return restartCount(p, name)
+}
+
+// restartCount is the restart count of container name of p, by its status.
+func restartCount(p *corev1.Pod, name string) int32 {
 	for _, st := range p.Status.ContainerStatuses {
 		if st.Name == name {
 			return st.RestartCount

@@ -15,7 +15,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +57,9 @@ type Options struct {
 	Recipe Recipe
 	// Chaos tunes the chaos scenarios (kill-mid-plan, apiserver-down).
 	Chaos ChaosOptions
+	// IdleRestarts is how often restart-idle restarts the writer (default
+	// DefaultIdleRestarts).
+	IdleRestarts int
 	// AppExitOnSIGTERM makes the workload an app without SIGTERM handling:
 	// it exits at SIGTERM and every connection it holds is closed as a
 	// process exit closes it (podServer.exit; the default is a graceful
@@ -106,8 +108,7 @@ func Execute(ctx context.Context, opts Options) (results []report.Result, err er
 	if opts, err = withDefaults(opts); err != nil {
 		return nil, err
 	}
-	scs, err := scenariosNamed(opts.Scenarios)
-	if err != nil {
+	if _, _, err := Plan(opts); err != nil {
 		return nil, err
 	}
 	// The webhook's admission code logs through controller-runtime.
@@ -138,7 +139,7 @@ func Execute(ctx context.Context, opts Options) (results []report.Result, err er
 		return nil, err
 	}
 	defer l.stopShared()
-	return l.runAll(ctx, scs, variants(opts.Backends, opts.TrafficPolicies))
+	return l.runAll(ctx)
 }
 
 // withDefaults fills in the options left zero.
@@ -207,40 +208,22 @@ func variants(backends, policies []string) []variant {
 	return out
 }
 
-// runAll runs each scenario in each of its variants and modes, in order,
-// until ctx ends.
-func (l *lab) runAll(ctx context.Context, scs []scenario, vs []variant) ([]report.Result, error) {
+// runAll runs each run of the plan (Plan), in order, until ctx ends.
+func (l *lab) runAll(ctx context.Context) ([]report.Result, error) {
+	plan, _, err := Plan(l.opts)
+	if err != nil {
+		return nil, err
+	}
 	var results []report.Result
-	seenNode := map[string]bool{}
-	for _, sc := range scs {
-		for _, v := range scenarioVariants(sc, vs) {
-			for _, mode := range l.opts.Modes {
-				v := v
-				if sc.modes != nil && !slices.Contains(sc.modes, mode) {
-					continue
-				}
-				if mode.NodeBacked() {
-					// The upstream controller is node-backed by nature
-					// (--backend is zerodrop's): it runs once per traffic
-					// policy, in the first variant of that policy. Nothing
-					// changes in restart-idle but the controller, which the
-					// recipe leaves as upstream has it: that runs once, as
-					// upstream.
-					k := string(mode) + "/" + sc.Name + "/" + v.policy
-					if seenNode[k] || mode == report.ModeRecipe && sc.Name == scenarioRestartIdle {
-						continue
-					}
-					seenNode[k] = true
-					v = variant{BackendNode, v.policy}
-				}
-				res, err := l.runScenario(ctx, sc, v, mode)
-				res.Err = err
-				results = append(results, res)
-				l.progressDone(sc, v, mode, res)
-				if ctx.Err() != nil {
-					return results, ctx.Err()
-				}
-			}
+	for _, p := range plan {
+		sc, _ := ScenarioNamed(p.Scenario)
+		v := variant{p.Backend, p.Policy}
+		res, err := l.runScenario(ctx, sc, v, p.Mode)
+		res.Err = err
+		results = append(results, res)
+		l.progressDone(sc, v, p.Mode, res)
+		if ctx.Err() != nil {
+			return results, ctx.Err()
 		}
 	}
 	return results, nil

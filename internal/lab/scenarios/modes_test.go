@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,31 +58,76 @@ func TestTableColumns(t *testing.T) {
 	}
 }
 
-// TestDataPlaneRuns: which scenarios run with and without a data plane of
-// replicas, and what `all` means with each.
-func TestDataPlaneRuns(t *testing.T) {
+// TestRuns: which scenarios run with and without a data plane of replicas,
+// and installed from the chart; each refusal says why.
+func TestRuns(t *testing.T) {
 	cases := []struct {
-		scenario string
-		replicas int
-		ok       bool
+		scenario  string
+		replicas  int
+		fromChart bool
+		ok        bool
 	}{
-		{"rollout", 0, true},
-		{"rollout", 2, true},
-		{report.ScenarioKillMidPlan, 2, true},
-		{ScenarioLBReplicaRestart, 2, true},
-		{ScenarioLBReplicaRestart, 0, false},
-		{scenarioRestartIdle, 2, false},
-		{report.ScenarioAPIServerDown, 2, false},
-		{scenarioRestartIdle, 0, true},
+		{"rollout", 0, false, true},
+		{"rollout", 2, false, true},
+		{"rollout", 2, true, true},
+		{report.ScenarioKillMidPlan, 2, false, true},
+		{report.ScenarioKillMidPlan, 2, true, false},
+		{ScenarioLBReplicaRestart, 2, false, true},
+		{ScenarioLBReplicaRestart, 2, true, true},
+		{ScenarioLBReplicaRestart, 0, false, false},
+		{scenarioRestartIdle, 2, false, false},
+		{scenarioRestartIdle, 2, true, true},
+		{report.ScenarioAPIServerDown, 2, false, false},
+		{report.ScenarioAPIServerDown, 2, true, true},
+		{scenarioRestartIdle, 0, false, true},
+		{"no-such-scenario", 0, false, false},
 	}
 	for _, tc := range cases {
-		if err := DataPlaneRuns(tc.scenario, tc.replicas); (err == nil) != tc.ok {
-			t.Errorf("%s with %d replicas: %v, want ok=%v", tc.scenario, tc.replicas, err, tc.ok)
+		err := Runs(tc.scenario, tc.replicas, tc.fromChart)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s with %d replicas, from chart %v: %v, want ok=%v", tc.scenario, tc.replicas, tc.fromChart, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), tc.scenario) {
+			t.Errorf("%s: the refusal %q does not name the scenario", tc.scenario, err)
 		}
 	}
 	for _, s := range dataPlaneScenarios {
 		if _, ok := ScenarioNamed(s); !ok {
 			t.Errorf("dataPlaneScenarios names %q, which is no scenario", s)
 		}
+	}
+}
+
+// TestPlan: the seed scenarios in every mode with Local make a run per
+// mode of each, but restart-idle's recipe run, which Plan names with why;
+// a scenario bound to zerodrop names the modes it leaves out.
+func TestPlan(t *testing.T) {
+	plan, notRun, err := Plan(Options{Scenarios: []string{"rollout", "rollout-local", scenarioRestartIdle, report.ScenarioKillMidPlan},
+		Modes: report.AllModes, Backends: []string{BackendIP}, TrafficPolicies: []string{PolicyLocal}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range plan {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"rollout node/local upstream", "rollout node/local recipe", "rollout ip/local zerodrop",
+		"rollout-local node/local upstream", "rollout-local node/local recipe", "rollout-local ip/local zerodrop",
+		"restart-idle node/local upstream", "restart-idle ip/local zerodrop",
+		"kill-mid-plan ip/local zerodrop",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("plan\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var named []string
+	for _, n := range notRun {
+		named = append(named, n.Scenario+" "+string(n.Mode))
+		if n.Reason == "" {
+			t.Errorf("%s: no reason", n)
+		}
+	}
+	if want := []string{"restart-idle recipe", "kill-mid-plan upstream", "kill-mid-plan recipe"}; !slices.Equal(named, want) {
+		t.Errorf("not run %v, want %v", named, want)
 	}
 }

@@ -30,13 +30,22 @@ func actRestart(ctx context.Context, r *run) error {
 // nothing changes.
 const scenarioRestartIdle = "restart-idle"
 
-// idleRestarts is how often restart-idle restarts the writer (the incident's
-// count); idleVerify how long it then lets the new writer work before the
-// next restart (its first sync of every Service takes well under that).
+// DefaultIdleRestarts is how often restart-idle restarts the writer (the
+// incident's count; Options.IdleRestarts); idleVerify how long it then lets
+// the new writer work before the next restart (its first sync of every
+// Service takes well under that).
 const (
-	IdleRestarts = 6
-	idleVerify   = 5 * time.Second
+	DefaultIdleRestarts = 6
+	idleVerify          = 5 * time.Second
 )
+
+// idleRestarts is restart-idle's count of restarts.
+func (o Options) idleRestarts() int {
+	if o.IdleRestarts > 0 {
+		return o.IdleRestarts
+	}
+	return DefaultIdleRestarts
+}
 
 // actRestartIdle kills the process that writes the load balancer (the
 // leader: zerodrop's controller, or the upstream service controller's
@@ -47,10 +56,18 @@ const (
 // the next (the last: to the end of the act) is that restart's.
 func actRestartIdle(ctx context.Context, r *run) error {
 	var at []int64
-	for i := range IdleRestarts {
+	for i := range r.lab.opts.idleRestarts() {
 		sig, name := syscall.SIGKILL, "SIGKILL"
 		if i%2 == 1 {
 			sig, name = syscall.SIGTERM, "SIGTERM"
+		}
+		if r.fromChart() {
+			n, err := r.restartIdleChart(ctx, i, sig)
+			if err != nil {
+				return fmt.Errorf("restart %d: %w", i+1, err)
+			}
+			at = append(at, n)
+			continue
 		}
 		target, err := r.waitLeader(ctx, "")
 		if err != nil {

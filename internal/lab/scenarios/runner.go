@@ -17,12 +17,19 @@ const settle = 2 * time.Second
 
 // actTimeout bounds how long a scenario's act may take before it counts as
 // failed: the workload's steady-state bound plus 30 s, and for restart-idle
-// 40 s per restart (a lease to expire, a replacement to start, idleVerify).
+// 40 s per restart (a lease to expire, a replacement to start, idleVerify;
+// installed from the chart 90 s, for the kubelet's back-off).
 func (r *run) actTimeout(sc scenario) time.Duration {
 	d := r.steadyTimeout(max(sc.replicas, 4)) + 30*time.Second
 	switch sc.Name {
 	case scenarioRestartIdle:
-		d += IdleRestarts * 40 * time.Second
+		per := 40 * time.Second
+		if r.fromChart() {
+			// Each container restart waits out the kubelet's back-off
+			// (10 s, doubling per restart of the same container).
+			per = 90 * time.Second
+		}
+		d += time.Duration(r.lab.opts.idleRestarts()) * per
 	case report.ScenarioKillMidPlan:
 		// A lease to expire, a replacement to start, a rollout to resume.
 		d += time.Duration(r.lab.opts.Chaos.kills()) * 60 * time.Second

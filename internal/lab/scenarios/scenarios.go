@@ -16,8 +16,10 @@ type scenario struct {
 	policy string
 	// act disrupts and returns once the workload is steady again.
 	act func(ctx context.Context, r *run) error
-	// modes, when set, are the only modes the scenario runs in.
-	modes []report.Mode
+	// modes, when set, are the only modes the scenario runs in; modesWhy
+	// says why (Plan names the others with it).
+	modes    []report.Mode
+	modesWhy string
 	// lossless: a zerodrop run fails unless it lost nothing (see lossless).
 	lossless bool
 	// dataPlane: the scenario disrupts a data plane of replicas, and runs
@@ -25,11 +27,12 @@ type scenario struct {
 	dataPlane bool
 }
 
-// dataPlaneScenarios are the scenarios that run with a data plane of
-// replicas: those whose disruption is the workload's or the data plane's
-// (kill-mid-plan kills the replicas' processes there). restart-idle and
-// apiserver-down are about the leader as the writer of the one HAProxy,
-// which a data plane of replicas has not.
+// dataPlaneScenarios are the scenarios that run with the lab's own data
+// plane of replicas: those whose disruption is the workload's or the data
+// plane's (kill-mid-plan kills the replicas' processes there). restart-idle
+// and apiserver-down are about the leader as the writer of the one HAProxy,
+// which the lab's replicas have not; installed from the chart they run,
+// on the chart's controller and data-plane processes (Runs).
 var dataPlaneScenarios = []string{"rollout", "rollout-local", "restart", "scale-down", "drain-node", "churn", report.ScenarioKillMidPlan, ScenarioLBReplicaRestart}
 
 // All are the scenarios, in the order `all` runs them. Their acts are in one
@@ -42,7 +45,7 @@ var All = []scenario{
 	{Name: "rollout", about: "rolling update of a 3-replica Deployment", replicas: replicas, act: actRollout},
 	{Name: "rollout-local", about: "rolling update of a 1-replica Deployment behind an externalTrafficPolicy Local Service: the last pod of its node replaced by one on another node",
 		replicas: 1, policy: PolicyLocal, act: actRolloutLocal},
-	{Name: scenarioRestartIdle, about: "nothing changes: the load balancer's writer killed and restarted 6 times, SIGKILL and SIGTERM in turn, while WebSockets stay connected through an externalTrafficPolicy Local Service",
+	{Name: scenarioRestartIdle, about: "nothing changes: the load balancer's writer killed and restarted --idle-restarts times (default 6), SIGKILL and SIGTERM in turn, while WebSockets stay connected through an externalTrafficPolicy Local Service",
 		replicas: replicas, policy: PolicyLocal, act: actRestartIdle},
 	{Name: "restart", about: "the controller restarted 3 times during a rolling update", replicas: replicas, act: actRestart},
 	{Name: "scale-down", about: "3 → 1 replicas", replicas: replicas, act: actScaleDown},
@@ -52,12 +55,14 @@ var All = []scenario{
 	// plans follow the endpoints: the upstream controller's follow the
 	// nodes, which a rollout leaves alone.
 	{Name: report.ScenarioKillMidPlan, about: "the writer SIGKILLed at the first write of a plan, --kills times (default 20), during rolling updates",
-		replicas: replicas, act: actKillMidPlan, modes: []report.Mode{report.ModeZerodrop}, lossless: true},
+		replicas: replicas, act: actKillMidPlan, modes: []report.Mode{report.ModeZerodrop}, lossless: true,
+		modesWhy: "it kills zerodrop's writer at the first write of a plan; the upstream controller's plans follow the nodes, which a rollout leaves alone"},
 	{Name: report.ScenarioAPIServerDown, about: "kube-apiserver stopped for --apiserver-outage (default 30 s, longer than the leader's lease) while nothing changes",
 		replicas: replicas, act: actAPIServerDown, lossless: true},
 	// The HAProxy data plane of replicas (--data-plane-replicas).
 	{Name: ScenarioLBReplicaRestart, about: "nothing changes: a data-plane replica's zerodrop process restarted (SIGKILL, SIGTERM) while its HAProxy serves; another replica replaced as a DaemonSet update does; then that one failing hard",
-		replicas: replicas, act: actLBReplicaRestart, modes: []report.Mode{report.ModeZerodrop}, dataPlane: true},
+		replicas: replicas, act: actLBReplicaRestart, modes: []report.Mode{report.ModeZerodrop}, dataPlane: true,
+		modesWhy: "it disrupts zerodrop's data plane of replicas, which the other modes have not"},
 }
 
 // scenarioVariants are the variants sc runs in: all, or, for a scenario

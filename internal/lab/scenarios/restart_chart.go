@@ -1,0 +1,90 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+)
+
+// chartContainer is the container that runs zerodrop in the chart's
+// controller Deployment and in its data-plane DaemonSet (beside haproxy).
+const chartContainer = "controller"
+
+// restartIdleChart is restart i of restart-idle on zerodrop installed from
+// the chart, where two kinds of process write or decide what is written:
+// the controller Deployment's leader (the control role) and each
+// data-plane pod's zerodrop container (the one writer of its HAProxy). Both
+// get sig at once, as a node's reboot or an upgrade of both would do: the
+// leader's controller container and the controller container of data-plane
+// replica i mod N; the lab's kubelet starts each again in place after its
+// back-off, as the kubelet does. The restart lasts until another process
+// holds the lease, both containers run again and are ready, and idleVerify
+// more. It returns the writes counted at every data-plane HAProxy's
+// sockets when the signals were sent.
+func (r *run) restartIdleChart(ctx context.Context, i int, sig syscall.Signal) (int64, error) {
+	leader, err := r.waitLeader(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	n := r.lab.opts.DataPlaneReplicas
+	d := r.dp.ReplicaAt(i % n)
+	if d == nil {
+		return 0, fmt.Errorf("no data-plane pod on %s", cluster.HostNodeName(i%n))
+	}
+	targets := []string{leader, d.PodName()}
+	before := make([]int32, len(targets))
+	for j, pod := range targets {
+		before[j] = r.containerRestarts(pod, chartContainer)
+	}
+	at, err := r.landed()
+	if err != nil {
+		return 0, err
+	}
+	r.mark("%s %s (the leader) and %s (data-plane replica %d): their %s containers", sig, shortPod(leader), shortPod(d.PodName()), i%n, chartContainer)
+	// The leader's process is no leader candidate from here on; its
+	// container's next process is scraped under a key of its own
+	// (controllers.scrapeKey), so it may take the lease again.
+	r.ctrls.gone(leader)
+	for _, pod := range targets {
+		if err := r.lab.agent.SignalContainer(ctrlNamespace+"/"+pod, chartContainer, sig); err != nil {
+			return 0, err
+		}
+	}
+	next, err := r.waitLeader(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	r.mark("leader %s", shortPod(next))
+	for j, pod := range targets {
+		if err := r.waitContainerRestarted(ctx, pod, chartContainer, before[j]); err != nil {
+			return 0, err
+		}
+	}
+	r.mark("both containers ready again")
+	if !traffic.SleepCtx(ctx, idleVerify) {
+		return 0, ctx.Err()
+	}
+	return at, nil
+}
+
+// waitContainerRestarted waits until container name of the chart's pod
+// has been started again (its restart count above before) and is ready.
+// The kubelet's back-off is 10 s, doubling with each restart.
+func (r *run) waitContainerRestarted(ctx context.Context, pod, name string, before int32) error {
+	return traffic.WaitFor(ctx, 6*time.Minute, pod+"'s "+name+" container started again and ready", func() (bool, string) {
+		p, err := r.lab.agent.Pods.Pods(ctrlNamespace).Get(pod)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, st := range p.Status.ContainerStatuses {
+			if st.Name == name {
+				return st.RestartCount > before && st.Ready, fmt.Sprintf("restarts %d, ready %v", st.RestartCount, st.Ready)
+			}
+		}
+		return false, "no status"
+	})
+}
