@@ -49,14 +49,14 @@ func idleServicesOf(n int) []*azureSvc {
 	return out
 }
 
-// setupIdle creates the Services and starts two zerodrop controller
-// processes, then waits until every Service has its address and the
-// controllers are quiet.
-func (r *azureRun) setupIdle(ctx context.Context) error {
+// setupNodeBacked creates restart-idle's or churn's node-backed Services
+// and starts two zerodrop controller processes, then waits until every
+// Service has its address and the controllers are quiet.
+func (r *azureRun) setupNodeBacked(ctx context.Context, svcs []*azureSvc) error {
 	if err := r.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}); err != nil {
 		return fmt.Errorf("create namespace %s: %w", r.ns, err)
 	}
-	r.svcs = idleServicesOf(r.opts.IdleServices)
+	r.svcs = svcs
 	for _, s := range r.svcs {
 		if err := s.create(ctx, r.c, r.ns, r.class()); err != nil {
 			return err

@@ -40,14 +40,14 @@ import (
 const ProviderAzureEmulator = "azure-emulator"
 
 // AzureScenarios are the scenarios the emulator lab runs. Upstream (the real
-// cloud-controller-manager) runs restart and restart-idle; churn's endpoint
-// changes do not reach its node pools, and kill-mid-plan kills zerodrop's
-// writer.
-var AzureScenarios = []string{"restart", "churn", report.ScenarioKillMidPlan, ScenarioRestartIdle, ScenarioSharedLB}
+// cloud-controller-manager) runs restart, restart-idle and churn;
+// kill-mid-plan kills zerodrop's writer, and shared-lb runs both writers at
+// once.
+var AzureScenarios = []string{"restart", ScenarioChurn, report.ScenarioKillMidPlan, ScenarioRestartIdle, ScenarioSharedLB}
 
 // upstreamRuns reports whether upstream (the real CCM) runs scenario.
 func upstreamRuns(scenario string) bool {
-	return scenario == "restart" || scenario == ScenarioRestartIdle
+	return scenario == "restart" || scenario == ScenarioRestartIdle || scenario == ScenarioChurn
 }
 
 // azureModes are the modes the emulator lab runs.
@@ -81,8 +81,8 @@ type AzureOptions struct {
 	Modes     []report.Mode
 	// Services share the two load balancers (default 10); restart-idle has
 	// IdleServices (default 30) and stops the writer IdleRestarts times
-	// (default IdleRestarts).
-	Services, IdleServices, IdleRestarts int
+	// (default IdleRestarts); churn starts with ChurnServices (default 30).
+	Services, IdleServices, IdleRestarts, ChurnServices int
 	// ChurnDuration is how long the churn changes things (default 4s).
 	ChurnDuration time.Duration
 	// FaultRate is the share of ARM requests (polls aside) the emulator
@@ -194,17 +194,17 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	if upstream || shared || slices.Contains(opts.Scenarios, ScenarioRestartIdle) {
-		if err := ensureNodes(ctx, c); err != nil {
-			return nil, err
-		}
+	// The nodes: the CCM's pools and zerodrop's node-backed Services
+	// (restart-idle, churn) hold them.
+	if err := ensureNodes(ctx, c); err != nil {
+		return nil, err
 	}
 	n := 0
 	for _, sc := range opts.Scenarios {
 		for _, mode := range opts.Modes {
 			if !upstreamRuns(sc) && mode == report.ModeUpstream {
 				if sc != ScenarioSharedLB {
-					progress("%-8s %-8s skipped: upstream (cloud-provider-azure) runs restart and restart-idle only", sc, mode)
+					progress("%-8s %-8s skipped: upstream (cloud-provider-azure) runs restart, restart-idle and churn only", sc, mode)
 				}
 				continue // shared-lb runs once, zerodrop with the CCM beside
 			}
@@ -250,8 +250,7 @@ func (r *azureRun) runAndReport(ctx context.Context, sc string) report.Result {
 }
 
 // withAzureDefaults fills in the options left zero; the executable only
-// when kill-mid-plan or restart-idle runs, the scenarios with zerodrop
-// controller processes.
+// when a scenario with zerodrop controller processes runs (asProcesses).
 func withAzureDefaults(opts AzureOptions) (AzureOptions, error) {
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
@@ -274,7 +273,10 @@ func withAzureDefaults(opts AzureOptions) (AzureOptions, error) {
 	if opts.IdleRestarts <= 0 {
 		opts.IdleRestarts = IdleRestarts
 	}
-	processes := slices.Contains(opts.Scenarios, report.ScenarioKillMidPlan) || slices.Contains(opts.Scenarios, ScenarioRestartIdle)
+	if opts.ChurnServices <= 0 {
+		opts.ChurnServices = churnServices
+	}
+	processes := slices.ContainsFunc(opts.Scenarios, asProcesses)
 	if opts.Executable == "" && processes {
 		var err error
 		if opts.Executable, err = os.Executable(); err != nil {
@@ -331,7 +333,10 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res report.Result,
 		err = r.setupUpstream(ctx, scenario)
 	case scenario == ScenarioRestartIdle:
 		defer r.stopAll()
-		err = r.setupIdle(ctx)
+		err = r.setupNodeBacked(ctx, idleServicesOf(r.opts.IdleServices))
+	case scenario == ScenarioChurn:
+		defer r.stopAll()
+		err = r.setupNodeBacked(ctx, churnServicesOf(r.opts.ChurnServices))
 	default:
 		defer r.stopAll()
 		err = r.setup(ctx)
@@ -355,7 +360,7 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res report.Result,
 		err = r.restartUpstream(ctx, res.Azure, &res)
 	case scenario == "restart":
 		err = r.restart(ctx, res.Azure)
-	case scenario == "churn":
+	case scenario == ScenarioChurn:
 		err = r.churn(ctx, res.Azure)
 	case scenario == report.ScenarioKillMidPlan:
 		err = r.killMidPlan(ctx, res.Azure, &res)
@@ -367,6 +372,7 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res report.Result,
 	res.ProviderWrites, res.ProviderConflicts = int64(f.writes), int64(f.preconditionFailed)
 	a := res.Azure
 	a.LBPuts, a.PoolPuts, a.Gets, a.PreconditionFailed, a.WritesChanged = f.lbPuts, f.poolPuts, f.gets, f.preconditionFailed, f.changed
+	a.Conflicts, a.Superseded = f.conflicts, f.superseded
 	warnings, surfaced := r.warningEvents()
 	a.ConflictsRetried, a.ConflictsSurfaced = r.retried()-beforeRetried, surfaced-beforeSurfaced
 	a.Faults = d.InjectedConflicts + d.Throttled + d.ServerErrors + d.Slow

@@ -83,7 +83,7 @@ func (r *azureRun) runIn(ctx context.Context, scenario string) (report.Result, e
 		_ = os.RemoveAll(dir)
 		return report.Result{Scenario: scenario, Mode: string(r.mode)}, err
 	}
-	r.procs.asProcesses = scenario == report.ScenarioKillMidPlan || scenario == ScenarioRestartIdle
+	r.procs.asProcesses = asProcesses(scenario)
 	res, err := r.run(ctx, scenario) // stops every process before it returns
 	_ = r.procs.srv.Close()
 	if err != nil {
@@ -92,6 +92,13 @@ func (r *azureRun) runIn(ctx context.Context, scenario string) (report.Result, e
 		_ = os.RemoveAll(dir)
 	}
 	return res, err
+}
+
+// asProcesses reports whether the scenario runs zerodrop's controllers as
+// processes of their own: kill-mid-plan SIGKILLs them, restart-idle stops
+// them, churn counts their error log lines.
+func asProcesses(scenario string) bool {
+	return scenario == report.ScenarioKillMidPlan || scenario == ScenarioRestartIdle || scenario == ScenarioChurn
 }
 
 // zerodropIdentity names zerodrop's requests in the emulator's record.

@@ -9,9 +9,9 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/report"
 )
 
-// The restart and churn scenarios of zerodrop's controllers (restart-idle:
-// idle.go; kill-mid-plan: chaos.go; shared-lb: sharedlb.go; upstream's
-// restart: upstream.go).
+// The restart scenario of zerodrop's controllers (restart-idle: idle.go;
+// churn: churn.go; kill-mid-plan: chaos.go; shared-lb: sharedlb.go;
+// upstream's restart: upstream.go).
 
 // restart stops the writer (the leader) azureRestarts times and starts a
 // replacement, with nothing changing in the cluster: every PUT it causes is
@@ -59,53 +59,4 @@ func (r *azureRun) waitNewLeaderThen(ctx context.Context, old *azureInstance, th
 		}
 		return then()
 	})
-}
-
-// churn replaces endpoints of half the Services (one a tick) while
-// Services change (probe interval, a second port) on both load balancers,
-// the changed ones among the churned: endpoint-driven and service-driven
-// writes to the same load balancers at once, the issue report's race.
-func (r *azureRun) churn(ctx context.Context, a *report.AzureFigures) error {
-	churned := r.svcs[:max(1, len(r.svcs)/2)]
-	changed := []*azureSvc{r.svcs[0], r.svcs[len(r.svcs)-1]}
-	if len(r.svcs) > 1 {
-		changed = append(changed, r.svcs[1])
-	}
-	endpointTick, serviceTick := time.NewTicker(50*time.Millisecond), time.NewTicker(500*time.Millisecond)
-	defer endpointTick.Stop()
-	defer serviceTick.Stop()
-	end := time.After(r.opts.ChurnDuration)
-	for e, s := 0, 0; ; {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-end:
-			t1 := time.Now()
-			if _, err := r.waitConverged(ctx); err != nil {
-				return fmt.Errorf("after churn: %w", err)
-			}
-			a.ConvergeSeconds = time.Since(t1).Seconds()
-			r.settle(ctx)
-			return nil
-		case <-endpointTick.C:
-			svc := churned[e%len(churned)]
-			svc.replaceOne()
-			if err := svc.pushEndpoints(ctx, r.c, r.ns); err != nil {
-				return err
-			}
-			e++
-		case <-serviceTick.C:
-			svc := changed[s%len(changed)]
-			if (s/len(changed))%2 == 0 {
-				svc.interval = map[string]string{"": azureChangedInterval, azureChangedInterval: ""}[svc.interval]
-			} else {
-				svc.https = !svc.https
-			}
-			if err := svc.pushSpec(ctx, r.c, r.ns, r.class()); err != nil {
-				return err
-			}
-			s++
-		}
-		a.Changes++
-	}
 }

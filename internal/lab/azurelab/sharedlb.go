@@ -78,10 +78,7 @@ func (r *azureRun) setupShared(ctx context.Context) error {
 func (r *azureRun) addCCMService(ctx context.Context, i int) error {
 	s := newAzureSvc(100+i, []string{ccmLB})
 	s.name = fmt.Sprintf("ccm-svc-%02d", i)
-	svc := s.object(r.ns, "")
-	svc.Spec.LoadBalancerClass = nil
-	svc.Annotations = map[string]string{"service.beta.kubernetes.io/azure-load-balancer-internal": "true"}
-	if err := r.c.Create(ctx, svc); err != nil {
+	if err := r.c.Create(ctx, s.ccmObject(r.ns)); err != nil {
 		return fmt.Errorf("create service %s/%s: %w", r.ns, s.name, err)
 	}
 	r.ccmSvcs = append(r.ccmSvcs, s)
@@ -215,6 +212,9 @@ func writerFigures(calls []emulator.Call) []report.WriterFigures {
 		if w == nil {
 			w = &report.WriterFigures{Writer: name}
 			out[name] = w
+		}
+		if c.Superseded() {
+			w.Superseded++
 		}
 		if c.Method != http.MethodPut && c.Method != http.MethodDelete {
 			continue

@@ -47,9 +47,13 @@ func writeAzureTable(w io.Writer, results []report.Result) {
 		}
 		if a := r.Azure; a != nil {
 			for _, wf := range a.Writers {
-				fmt.Fprintf(w, "%s %s: %s: %d writes, %d 412s, %d 409s, %d Warning Events, removed of the other writer's: %v\n",
-					r.Scenario, r.Mode, wf.Writer, wf.Writes, wf.PreconditionFailed, wf.Conflicts, wf.WarningEvents, wf.RemovedOthers)
+				fmt.Fprintf(w, "%s %s: %s: %d writes, %d 412s, %d 409s, %d superseded, %d Warning Events, removed of the other writer's: %v\n",
+					r.Scenario, r.Mode, wf.Writer, wf.Writes, wf.PreconditionFailed, wf.Conflicts, wf.Superseded, wf.WarningEvents, wf.RemovedOthers)
 			}
+		}
+		if a := r.Azure; a != nil && r.Scenario == ScenarioChurn {
+			fmt.Fprintf(w, "%s %s: %d 409s, %d superseded operations, %d error log lines; after the churn %d Local Services' pools stale, %d Services not on the load balancer they ask for\n",
+				r.Scenario, r.Mode, a.Conflicts, a.Superseded, a.ErrorLogLines, a.StaleLocalPools, a.Misplaced)
 		}
 		if a := r.Azure; a != nil && len(a.Stops) > 0 {
 			fmt.Fprintf(w, "%s %s: stops %v; writes that changed something %v, backend addresses removed %v, probe or rule changes %v\n",

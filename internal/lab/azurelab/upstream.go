@@ -37,9 +37,11 @@ const ccmLB, ccmPool = "kubernetes-internal", "kubernetes"
 // labNodes are the cluster's nodes for the CCM's pools: Ready, never
 // renewed (the lab runs no node lifecycle controller), shared by the runs.
 // Their VMs (multiple load balancers only) are in two availability sets.
-var labNodes = []struct{ name, ip, availabilitySet string }{
+var labNodes = []labNode{
 	{"lab-node-1", "10.30.0.1", "as-1"}, {"lab-node-2", "10.30.0.2", "as-1"}, {"lab-node-3", "10.30.0.3", "as-2"},
 }
+
+type labNode struct{ name, ip, availabilitySet string }
 
 // Upstream's load-balancer layouts (--azure-ccm-lbs).
 const (
@@ -99,15 +101,14 @@ func (r *azureRun) setupUpstream(ctx context.Context, scenario string) error {
 	for i := 0; i < r.opts.Services; i++ {
 		svcs = append(svcs, newAzureSvc(i, azureLBNames))
 	}
-	if scenario == ScenarioRestartIdle {
+	switch scenario {
+	case ScenarioRestartIdle:
 		svcs = idleServicesOf(r.opts.IdleServices)
+	case ScenarioChurn:
+		svcs = churnServicesOf(r.opts.ChurnServices)
 	}
 	for _, s := range svcs {
-		s.nodeMode = false // zerodrop's annotation; the CCM's pools hold nodes anyway
-		svc := s.object(r.ns, "")
-		svc.Spec.LoadBalancerClass = nil
-		svc.Annotations = map[string]string{"service.beta.kubernetes.io/azure-load-balancer-internal": "true"}
-		if err := r.c.Create(ctx, svc); err != nil {
+		if err := r.c.Create(ctx, s.ccmObject(r.ns)); err != nil {
 			return fmt.Errorf("create service %s/%s: %w", r.ns, s.name, err)
 		}
 		if err := r.c.Create(ctx, s.slice(r.ns)); err != nil {
@@ -302,16 +303,24 @@ func (r *azureRun) stopUpstream(ctx context.Context) {
 // record.
 type recordFigures struct {
 	lbPuts, poolPuts, deletes, writes, changed, gets, preconditionFailed int
+	// conflicts are 409 answers; superseded the writes whose operation a
+	// later write to the same load balancer superseded.
+	conflicts, superseded int
 }
 
 func figuresOf(calls []emulator.Call) recordFigures {
 	var f recordFigures
 	for _, c := range calls {
 		switch {
+		case c.Superseded():
+			f.superseded++
+			continue
 		case c.Method == http.MethodGet:
 			f.gets++
 		case c.Status == http.StatusPreconditionFailed:
 			f.preconditionFailed++
+		case c.Status == http.StatusConflict:
+			f.conflicts++
 		}
 		if c.Method != http.MethodPut && c.Method != http.MethodDelete {
 			continue

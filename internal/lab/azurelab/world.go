@@ -51,9 +51,17 @@ type azureSvc struct {
 	interval  string // zerodrop.dev/health-check-interval, "" for the default
 	next      int    // next endpoint address
 	endpoints []string
-	// restart-idle's Services: backends are the nodes (zerodrop's node
-	// mode; the CCM's nodeIP pools), externalTrafficPolicy Local when local.
+	// restart-idle's and churn's Services: backends are the nodes
+	// (zerodrop's node mode; the CCM's nodeIP pools),
+	// externalTrafficPolicy Local when local.
 	nodeMode, local bool
+	// shift moves the endpoints to other nodes: endpoint i is on
+	// labNodes[(i+shift) mod 3].
+	shift int
+	// ccmConfig is the load balancer configuration the CCM's Service names
+	// (service.beta.kubernetes.io/azure-load-balancer-configurations, with
+	// multiple standard load balancers); "" lets the CCM choose.
+	ccmConfig string
 }
 
 func newAzureSvc(i int, lbs []string) *azureSvc {
@@ -122,11 +130,41 @@ func (s *azureSvc) slice(ns string) *discoveryv1.EndpointSlice {
 	for i, a := range s.endpoints {
 		// On the nodes in turn: a Local Service's nodes with endpoints are
 		// what cloud-provider-azure's multiple-SLB mode puts in its pool.
-		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, NodeName: ptr.To(labNodes[i%len(labNodes)].name),
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, NodeName: ptr.To(s.nodeOf(i).name),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
 	}
 	return sl
 }
+
+// nodeOf is the node of the Service's i-th endpoint.
+func (s *azureSvc) nodeOf(i int) labNode { return labNodes[(i+s.shift)%len(labNodes)] }
+
+// endpointNodeIPs is the set of addresses of the nodes with an endpoint.
+func (s *azureSvc) endpointNodeIPs() map[string]bool {
+	out := map[string]bool{}
+	for i := range s.endpoints {
+		out[s.nodeOf(i).ip] = true
+	}
+	return out
+}
+
+// ccmObject is the Service as the CCM's: no class, internal, on the load
+// balancer configuration it names if any.
+func (s *azureSvc) ccmObject(ns string) *corev1.Service {
+	svc := s.object(ns, "")
+	svc.Spec.LoadBalancerClass = nil
+	svc.Annotations = map[string]string{ccmInternalAnnotation: "true"}
+	if s.ccmConfig != "" {
+		svc.Annotations[ccmConfigAnnotation] = s.ccmConfig
+	}
+	return svc
+}
+
+// The CCM's annotations (cloud-provider-azure pkg/consts/consts.go).
+const (
+	ccmInternalAnnotation = "service.beta.kubernetes.io/azure-load-balancer-internal"
+	ccmConfigAnnotation   = "service.beta.kubernetes.io/azure-load-balancer-configurations"
+)
 
 func (s *azureSvc) create(ctx context.Context, c client.Client, ns, class string) error {
 	if err := c.Create(ctx, s.object(ns, class)); err != nil {
@@ -155,10 +193,10 @@ func (s *azureSvc) pushEndpoints(ctx context.Context, c client.Client, ns string
 	return nil
 }
 
-// pushSpec writes the Service's ports and annotations; the controllers
-// patch the status meanwhile, hence the retry.
-func (s *azureSvc) pushSpec(ctx context.Context, c client.Client, ns, class string) error {
-	want := s.object(ns, class)
+// pushSpec writes want's ports and annotations (the Service's as zerodrop's,
+// object, or as the CCM's, ccmObject); the controllers patch the status
+// meanwhile, hence the retry.
+func pushSpec(ctx context.Context, c client.Client, want *corev1.Service) error {
 	err := retry.RetryOnConflict(azureRetry, func() error {
 		var svc corev1.Service
 		if err := c.Get(ctx, client.ObjectKeyFromObject(want), &svc); err != nil {
@@ -169,7 +207,7 @@ func (s *azureSvc) pushSpec(ctx context.Context, c client.Client, ns, class stri
 		return c.Update(ctx, &svc)
 	})
 	if err != nil {
-		return fmt.Errorf("update service %s/%s: %w", ns, s.name, err)
+		return fmt.Errorf("update service %s/%s: %w", want.Namespace, want.Name, err)
 	}
 	return nil
 }

@@ -44,3 +44,19 @@ func TestWriteBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestIsKlogError: churn's error log lines are klog's of severity E only.
+func TestIsKlogError(t *testing.T) {
+	for line, want := range map[string]bool{
+		`E1127 05:17:53.073714    4354 controller.go:302] "Unhandled Error" err=<`: true,
+		`I1127 05:17:53.073714    4354 controller.go:302] "Ensured load balancer"`: false,
+		`W1127 05:17:53.073714    4354 azure.go:1] "slow"`:                         false,
+		`Error: something`:        false,
+		`E112 7`:                  false,
+		`	get PLS: GET https://x`: false,
+	} {
+		if got := isKlogError(line); got != want {
+			t.Errorf("isKlogError(%q) = %v, want %v", line, got, want)
+		}
+	}
+}

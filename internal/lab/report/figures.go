@@ -103,6 +103,20 @@ type AzureFigures struct {
 	// WarningEvents every Warning Event the controllers recorded.
 	Faults        int   `json:"faults_injected"`
 	WarningEvents int64 `json:"warning_events"`
+	// Conflicts are 409 answers; Superseded the writes whose long-running
+	// operation a later write to the same load balancer superseded
+	// (CanceledAndSupersededDueToAnotherOperation).
+	Conflicts  int `json:"conflicts_409"`
+	Superseded int `json:"superseded"`
+	// ErrorLogLines (churn) are the lines of severity error the writer's
+	// processes logged; StaleLocalPools the upstream Local Services whose
+	// own pool (multiple standard load balancers) disagreed with their
+	// endpoints' nodes once the churn was over.
+	ErrorLogLines   int `json:"error_log_lines"`
+	StaleLocalPools int `json:"stale_local_pools"`
+	// Misplaced (churn, upstream) are the Services that asked to move to
+	// another load balancer and were not on it once the churn was over.
+	Misplaced int `json:"misplaced_services"`
 	// Changes made to Services and EndpointSlices (churn), or restarts.
 	Changes  int `json:"changes"`
 	Restarts int `json:"restarts"`
@@ -132,9 +146,10 @@ type AzureFigures struct {
 type WriterFigures struct {
 	Writer string `json:"writer"`
 	// Writes are its PUTs and DELETEs; PreconditionFailed and Conflicts
-	// its 412 and 409 answers.
-	Writes, PreconditionFailed, Conflicts int
-	WarningEvents                         int64 `json:"warning_events"`
+	// its 412 and 409 answers; Superseded its writes whose operation a
+	// later write superseded.
+	Writes, PreconditionFailed, Conflicts, Superseded int
+	WarningEvents                                     int64 `json:"warning_events"`
 	// RemovedOthers names every child of the other writer (rule, probe,
 	// pool, frontend) one of its writes removed.
 	RemovedOthers []string `json:"removed_others,omitempty"`

@@ -310,3 +310,27 @@ func TestOnWrite(t *testing.T) {
 		t.Fatalf("hook saw ETags %v, want %v (one per write, after it)", seen, want)
 	}
 }
+
+// TestPrivateLinkServicesListed: the resource group's private link
+// services list (none are modelled) answers an empty list, not the 404 of
+// an unknown API: cloud-provider-azure lists them when a Service moves to
+// another load balancer, and fails the move on an error.
+func TestPrivateLinkServicesListed(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	f, err := armnetwork.NewClientFactory(sub, emu.Credential(), emu.ClientOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pager := f.NewPrivateLinkServicesClient().NewListPager(rg, nil)
+	n := 0
+	for pager.More() {
+		page, err := pager.NextPage(context.Background())
+		if err != nil {
+			t.Fatalf("list private link services: %v", err)
+		}
+		n += len(page.Value)
+	}
+	if n != 0 {
+		t.Errorf("%d private link services listed, want none", n)
+	}
+}

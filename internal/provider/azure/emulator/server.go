@@ -54,6 +54,7 @@ const (
 	kVM         = "virtualMachine"
 	kVMSSes     = "virtualMachineScaleSets"
 	kRouteTable = "routeTable"
+	kPLSes      = "privateLinkServices"
 )
 
 const (
@@ -81,6 +82,7 @@ var routes = []struct {
 	{regexp.MustCompile(nw + `virtualnetworks/([^/]+)$`), kVNet},
 	{regexp.MustCompile(nw + `virtualnetworks/([^/]+)/subnets/([^/]+)$`), kSubnet},
 	{regexp.MustCompile(nw + `routetables/([^/]+)$`), kRouteTable},
+	{regexp.MustCompile(nw + `privatelinkservices$`), kPLSes},
 	{regexp.MustCompile(subRG + `microsoft\.compute/virtualmachines$`), kVMs},
 	{regexp.MustCompile(subRG + `microsoft\.compute/virtualmachines/([^/]+)$`), kVM},
 	{regexp.MustCompile(subRG + `microsoft\.compute/virtualmachinescalesets$`), kVMSSes},
@@ -125,7 +127,7 @@ func parseTarget(path, apiVersion string) (target, bool) {
 // network reports whether the route is one of Microsoft.Network's.
 func (t target) network() bool {
 	switch t.kind {
-	case kLBs, kLB, kPools, kPool, kNSG, kPIPs, kPIP, kSubnet, kVNet, kRouteTable, kOperation:
+	case kLBs, kLB, kPools, kPool, kNSG, kPIPs, kPIP, kSubnet, kVNet, kRouteTable, kPLSes, kOperation:
 		return true
 	}
 	return false
@@ -327,7 +329,11 @@ func (e *Emulator) read(req *http.Request, t target) *reply {
 		return e.provider(t)
 	case kVMs:
 		return e.listGeneric(t, kVM)
-	case kVMSSes:
+	case kVMSSes, kPLSes:
+		// None modelled: cloud-provider-azure lists the resource group's
+		// scale sets to place nodes, and its private link services when a
+		// Service leaves a load balancer (to remove one attached to the
+		// frontend, pkg/provider/azure_privatelinkservice.go).
 		return jsonReply(http.StatusOK, []byte(`{"value":[]}`))
 	case kPIPs:
 		return e.listGeneric(t, kPIP)
