@@ -116,7 +116,8 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.DurationVar(&recipe.GracePeriod, "recipe-grace-period", scenarios.DefaultRecipe.GracePeriod, "recipe mode: terminationGracePeriodSeconds")
 	fs.DurationVar(&recipe.MinReady, "recipe-min-ready", scenarios.DefaultRecipe.MinReady, "recipe mode: the Deployment's minReadySeconds")
 	var chaos scenarios.ChaosOptions
-	fs.IntVar(&chaos.MidPlanKills, "kills", report.DefaultMidPlanKills, "kill-mid-plan: how often to SIGKILL the writer at a plan's first write")
+	fs.IntVar(&chaos.MidPlanKills, "kills", 0, fmt.Sprintf("kill-mid-plan: how often to SIGKILL the writer at a plan's first write (default %d; %d with --from-chart, where each kill waits out the kubelet's back-off)",
+		report.DefaultMidPlanKills, scenarios.DefaultChartKills))
 	fs.DurationVar(&chaos.APIServerOutage, "apiserver-outage", report.DefaultAPIServerOutage, "apiserver-down: how long kube-apiserver stays stopped")
 	appSigterm := fs.String("app-sigterm", traffic.AppSigtermGraceful, "graceful|exit: the workload's SIGTERM handling — a graceful shutdown, or none (exit at once, every connection closed without a word)")
 	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+azurelab.ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
@@ -138,8 +139,8 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
 		return flags{}, 2, false
 	}
-	if chaos.MidPlanKills < 1 || chaos.APIServerOutage < time.Second || *idleRestarts < 1 {
-		fmt.Fprintln(stderr, "zerodrop lab: --kills and --idle-restarts must be at least 1 and --apiserver-outage at least 1s")
+	if chaos.MidPlanKills < 0 || chaos.APIServerOutage < time.Second || *idleRestarts < 1 {
+		fmt.Fprintln(stderr, "zerodrop lab: --kills must be 1 or more (0: its default), --idle-restarts at least 1 and --apiserver-outage at least 1s")
 		return flags{}, 2, false
 	}
 	return flags{scenario: *scenario, mode: *mode, backend: *backend, policy: *policy, jsonPath: *jsonPath, htmlPath: *htmlPath,

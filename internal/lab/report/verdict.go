@@ -53,9 +53,14 @@ func writeVerdictLine(tw io.Writer, r Result) {
 		fmt.Fprintf(tw, "    %s\tdid not complete: %s\n", r.column(), firstLine(r.Err.Error()))
 		return
 	}
-	fmt.Fprintf(tw, "    %s\t%s of %s requests failed\t%s of %s WebSockets broken\t%s writes\t%.1f s\n",
-		r.column(), Thousands(r.FailedRequests), Thousands(r.Requests), Thousands(r.LongConnsBroken), Thousands(r.LongConns),
-		Thousands(r.ProviderWrites), r.RolloutSeconds)
+	failed := fmt.Sprintf("%s of %s requests failed", Thousands(r.FailedRequests), Thousands(r.Requests))
+	if r.RequestsLateStall > 0 {
+		// Late because the lab's own client woke too late, before any
+		// connection was tried: counted, but no load balancer's doing.
+		failed += fmt.Sprintf(" (%s of them the lab client's stall)", Thousands(r.RequestsLateStall))
+	}
+	fmt.Fprintf(tw, "    %s\t%s\t%s of %s WebSockets broken\t%s writes\t%.1f s\n",
+		r.column(), failed, Thousands(r.LongConnsBroken), Thousands(r.LongConns), Thousands(r.ProviderWrites), r.RolloutSeconds)
 }
 
 // verdictTitle names a scenario row in words: "rollout-local,

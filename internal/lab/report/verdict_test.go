@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -13,18 +14,19 @@ import (
 func TestWriteVerdict(t *testing.T) {
 	results := []Result{
 		{Scenario: "rollout", Mode: "upstream", Backend: "node", ExternalTrafficPolicy: "local", Requests: 3063, FailedRequests: 48, LongConns: 9, LongConnsBroken: 5, RolloutSeconds: 7.1},
-		{Scenario: "rollout", Mode: "zerodrop", Backend: "ip", ExternalTrafficPolicy: "local", Requests: 3100, ProviderWrites: 12, LongConns: 4, RolloutSeconds: 14.6},
+		{Scenario: "rollout", Mode: "zerodrop", Backend: "ip", ExternalTrafficPolicy: "local", Requests: 3100, FailedRequests: 8, RequestsLate: 8, RequestsLateStall: 8, ProviderWrites: 12, LongConns: 4, RolloutSeconds: 14.6},
 		{Scenario: "restart-idle", Mode: "zerodrop", Backend: "ip", ExternalTrafficPolicy: "local", Err: errors.New("restart 2: no leader\nmore")},
 	}
 	var b bytes.Buffer
 	WriteVerdict(&b, results, []string{"restart-idle in recipe mode: why"}, "out/lab.html")
-	out := b.String()
+	// Cells are apart by two spaces or more, as the column widths say.
+	out := regexp.MustCompile(`  +`).ReplaceAllString(b.String(), "  ")
 	for _, want := range []string{
 		"rollout, externalTrafficPolicy Local\n",
-		"upstream     48 of 3,063 requests failed  5 of 9 WebSockets broken  0 writes   7.1 s\n",
-		"zerodrop/ip  0 of 3,100 requests failed   0 of 4 WebSockets broken  12 writes  14.6 s\n",
+		"  upstream  48 of 3,063 requests failed  5 of 9 WebSockets broken  0 writes  7.1 s\n",
+		"  zerodrop/ip  8 of 3,100 requests failed (8 of them the lab client's stall)  0 of 4 WebSockets broken  12 writes  14.6 s\n",
 		"restart-idle, externalTrafficPolicy Local\n",
-		"zerodrop/ip  did not complete: restart 2: no leader\n",
+		"  zerodrop/ip  did not complete: restart 2: no leader\n",
 		"Not run:\n  restart-idle in recipe mode: why\n",
 		"HTML report (timelines of every run): out/lab.html\n",
 	} {

@@ -26,9 +26,21 @@ type ChaosOptions struct {
 	APIServerOutage time.Duration
 }
 
-func (o ChaosOptions) kills() int {
-	if o.MidPlanKills > 0 {
-		return o.MidPlanKills
+// DefaultChartKills is kill-mid-plan's count of kills on zerodrop installed
+// from the chart when ChaosOptions.MidPlanKills is 0: each kill there waits
+// out the kubelet's back-off before the killed container runs again (10 s,
+// doubling with each restart of the same container), so 20 kills of two
+// containers would take about an hour; 4 kill each replica's writer twice.
+const DefaultChartKills = 4
+
+// midPlanKills is kill-mid-plan's count of kills: ChaosOptions.MidPlanKills,
+// or its default for the install.
+func (o Options) midPlanKills() int {
+	switch {
+	case o.Chaos.MidPlanKills > 0:
+		return o.Chaos.MidPlanKills
+	case o.FromChart:
+		return DefaultChartKills
 	}
 	return report.DefaultMidPlanKills
 }
@@ -41,7 +53,8 @@ func (o ChaosOptions) outage() time.Duration {
 }
 
 // actKillMidPlan SIGKILLs the writer (the leader; with a data plane of
-// replicas, a replica's own zerodrop process, the replicas in turn) at the
+// replicas, a replica's own zerodrop process, the replicas in turn;
+// installed from the chart, a data-plane pod's controller container) at the
 // first write of a plan it sends HAProxy, as an OOM kill or a node failure
 // would, until it has done so MidPlanKills times; rolling updates of the
 // workload make the plans, a new one whenever the last is done. The socket
@@ -52,10 +65,13 @@ func (o ChaosOptions) outage() time.Duration {
 // interrupted plan and carrying on the rollout.
 func actKillMidPlan(ctx context.Context, r *run) error {
 	next := r.leaderWriter
-	if r.dataPlaneEnabled() {
+	switch {
+	case r.fromChart():
+		next = r.chartReplicaWriter
+	case r.dataPlaneEnabled():
 		next = r.replicaWriter
 	}
-	want := r.lab.opts.Chaos.kills()
+	want := r.lab.opts.midPlanKills()
 	fig := r.chaosFigures()
 	var at []int64
 	rolling := false

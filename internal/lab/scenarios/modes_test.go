@@ -71,7 +71,7 @@ func TestRuns(t *testing.T) {
 		{"rollout", 2, false, true},
 		{"rollout", 2, true, true},
 		{report.ScenarioKillMidPlan, 2, false, true},
-		{report.ScenarioKillMidPlan, 2, true, false},
+		{report.ScenarioKillMidPlan, 2, true, true},
 		{ScenarioLBReplicaRestart, 2, false, true},
 		{ScenarioLBReplicaRestart, 2, true, true},
 		{ScenarioLBReplicaRestart, 0, false, false},
@@ -129,5 +129,15 @@ func TestPlan(t *testing.T) {
 	}
 	if want := []string{"restart-idle recipe", "kill-mid-plan upstream", "kill-mid-plan recipe"}; !slices.Equal(named, want) {
 		t.Errorf("not run %v, want %v", named, want)
+	}
+
+	// kill-mid-plan's node/Cluster variant is left out, and said so.
+	_, notRun, err = Plan(Options{Scenarios: []string{report.ScenarioKillMidPlan}, Modes: []report.Mode{report.ModeZerodrop},
+		Backends: []string{BackendIP, BackendNode}, TrafficPolicies: []string{PolicyCluster, PolicyLocal}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(notRun) != 1 || notRun[0].Variant != "node/cluster" {
+		t.Errorf("not run %v, want kill-mid-plan's node/cluster variant", notRun)
 	}
 }

@@ -88,3 +88,40 @@ func (r *run) waitContainerRestarted(ctx context.Context, pod, name string, befo
 		return false, "no status"
 	})
 }
+
+// chartReplicaWriter is kill-mid-plan's writer on zerodrop installed from
+// the chart: the controller container of a data-plane pod (the replicas in
+// turn), the one writer of its HAProxy. After the kill the lab's kubelet
+// starts it again in place after its back-off while the pod's HAProxy
+// serves on, and the lab waits until it is ready.
+func (r *run) chartReplicaWriter(_ context.Context, kills int) (writer, error) {
+	i := kills % r.lab.opts.DataPlaneReplicas
+	d := r.dp.ReplicaAt(i)
+	if d == nil {
+		return writer{}, fmt.Errorf("no data-plane pod on %s", cluster.HostNodeName(i))
+	}
+	pod := d.PodName()
+	before := r.containerRestarts(pod, chartContainer)
+	return writer{
+		name:  fmt.Sprintf("%s (data-plane replica %d)'s %s container", shortPod(pod), i, chartContainer),
+		socks: d.Socks(),
+		kill: func() {
+			if err := r.lab.agent.SignalContainer(ctrlNamespace+"/"+pod, chartContainer, syscall.SIGKILL); err != nil {
+				r.lab.logf("%s: kill %s: %v", r.name(), pod, err)
+			}
+		},
+		recover: func(ctx context.Context) error { return r.waitContainerRestarted(ctx, pod, chartContainer, before) },
+	}, nil
+}
+
+// chartBackoffs is the lab's kubelet's back-off summed over kills restarts
+// of n containers killed in turn (10 s, doubling with each restart of the
+// same container, at most 5 min): what kill-mid-plan on the chart's install
+// waits for on top of each kill's own recovery.
+func chartBackoffs(kills, n int) time.Duration {
+	var d time.Duration
+	for k := range kills {
+		d += min(10*time.Second<<(k/max(n, 1)), 5*time.Minute)
+	}
+	return d
+}

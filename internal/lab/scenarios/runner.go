@@ -32,7 +32,11 @@ func (r *run) actTimeout(sc scenario) time.Duration {
 		d += time.Duration(r.lab.opts.idleRestarts()) * per
 	case report.ScenarioKillMidPlan:
 		// A lease to expire, a replacement to start, a rollout to resume.
-		d += time.Duration(r.lab.opts.Chaos.kills()) * 60 * time.Second
+		kills := r.lab.opts.midPlanKills()
+		d += time.Duration(kills) * 60 * time.Second
+		if r.fromChart() {
+			d += chartBackoffs(kills, r.lab.opts.DataPlaneReplicas)
+		}
 	case report.ScenarioAPIServerDown:
 		d += r.lab.opts.Chaos.outage() + 90*time.Second
 	}

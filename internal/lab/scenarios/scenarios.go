@@ -54,7 +54,7 @@ var All = []scenario{
 	// Chaos (make chaos). Killing the writer mid-plan needs a writer whose
 	// plans follow the endpoints: the upstream controller's follow the
 	// nodes, which a rollout leaves alone.
-	{Name: report.ScenarioKillMidPlan, about: "the writer SIGKILLed at the first write of a plan, --kills times (default 20), during rolling updates",
+	{Name: report.ScenarioKillMidPlan, about: "the writer SIGKILLed at the first write of a plan, --kills times (default 20; 4 on the chart's install), during rolling updates",
 		replicas: replicas, act: actKillMidPlan, modes: []report.Mode{report.ModeZerodrop}, lossless: true,
 		modesWhy: "it kills zerodrop's writer at the first write of a plan; the upstream controller's plans follow the nodes, which a rollout leaves alone"},
 	{Name: report.ScenarioAPIServerDown, about: "kube-apiserver stopped for --apiserver-outage (default 30 s, longer than the leader's lease) while nothing changes",
