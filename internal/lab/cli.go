@@ -52,7 +52,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return dryRunAzure(f, stdout, stderr)
 		}
 		return azurelab.RunAzureCommand(ctx, azurelab.CommandFlags{Scenario: f.scenario, Mode: f.mode, FaultRate: f.faultRate,
-			Kills: f.chaos.MidPlanKills, CCMLoadBalancers: f.ccmLBs, JSONPath: f.jsonPath, HTMLPath: f.htmlPath}, stdout, stderr)
+			Kills: f.chaos.MidPlanKills, CCMLoadBalancers: f.ccmLBs, IdleChange: f.idleChange, JSONPath: f.jsonPath, HTMLPath: f.htmlPath}, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, azurelab.ProviderAzureEmulator)
 		return 2
@@ -90,7 +90,7 @@ type flags struct {
 	keep, fromChart, dryRun                                                    bool
 	rate, dataPlane, idleRestarts                                              int
 	faultRate                                                                  float64
-	ccmLBs                                                                     string
+	ccmLBs, idleChange                                                         string
 	recipe                                                                     scenarios.Recipe
 	chaos                                                                      scenarios.ChaosOptions
 }
@@ -121,6 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.DurationVar(&chaos.APIServerOutage, "apiserver-outage", report.DefaultAPIServerOutage, "apiserver-down: how long kube-apiserver stays stopped")
 	appSigterm := fs.String("app-sigterm", traffic.AppSigtermGraceful, "graceful|exit: the workload's SIGTERM handling — a graceful shutdown, or none (exit at once, every connection closed without a word)")
 	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+azurelab.ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
+	idleChange := fs.String("azure-idle-change", azurelab.IdleChangeNone, "with --provider "+azurelab.ProviderAzureEmulator+": what restart-idle changes while the writer is down: "+strings.Join(azurelab.IdleChanges, ", ")+" (a node joins; every Local Service's endpoints move to other nodes)")
 	ccmLBs := fs.String("azure-ccm-lbs", azurelab.CCMSingleLB, "with --provider "+azurelab.ProviderAzureEmulator+": upstream's cloud-provider-azure with one Standard load balancer ("+azurelab.CCMSingleLB+") or "+azurelab.CCMMultipleLBs+" (multipleStandardLoadBalancerConfigurations: two, nodes placed by availability set)")
 	fromChart := fs.Bool("from-chart", false, "zerodrop mode: install zerodrop from the repository's chart (helm template, applied per run; the data plane a DaemonSet on the load-balancer hosts), with --data-plane-replicas")
 	dataPlane := fs.Int("data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
@@ -144,7 +145,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		return flags{}, 2, false
 	}
 	return flags{scenario: *scenario, mode: *mode, backend: *backend, policy: *policy, jsonPath: *jsonPath, htmlPath: *htmlPath,
-		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, faultRate: *faultRate, ccmLBs: *ccmLBs,
+		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, faultRate: *faultRate, ccmLBs: *ccmLBs, idleChange: *idleChange,
 		fromChart: *fromChart, dataPlane: *dataPlane, prov: *prov, dryRun: *dryRun, idleRestarts: *idleRestarts}, 0, true
 }
 

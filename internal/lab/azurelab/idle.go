@@ -110,10 +110,11 @@ func (r *azureRun) restartIdle(ctx context.Context, a *report.AzureFigures, res 
 		t0 := time.Now()
 		sig := idleStop(i)
 		var err error
+		during := func() error { return r.duringOutage(ctx, i) }
 		if r.upstream() {
-			_, err = r.restartCCMOnce(ctx, sig, func() string { return r.addressed(ctx) })
+			_, err = r.restartCCMOnce(ctx, sig, during, func() string { return r.addressed(ctx) })
 		} else {
-			err = r.restartZerodropOnce(ctx, sig)
+			err = r.restartZerodropOnce(ctx, sig, during)
 		}
 		if err != nil {
 			return fmt.Errorf("restart %d (%s): %w", i+1, sigName(sig), err)
@@ -135,10 +136,10 @@ func (r *azureRun) restartIdle(ctx context.Context, a *report.AzureFigures, res 
 	return nil
 }
 
-// restartZerodropOnce stops the leading zerodrop process with sig, starts a
-// replacement and waits until another one leads and has verified every
-// load balancer.
-func (r *azureRun) restartZerodropOnce(ctx context.Context, sig syscall.Signal) error {
+// restartZerodropOnce stops the leading zerodrop process with sig, calls
+// during (if any) while no writer leads, starts a replacement and waits
+// until another one leads and has verified every load balancer.
+func (r *azureRun) restartZerodropOnce(ctx context.Context, sig syscall.Signal, during func() error) error {
 	leader := r.leader()
 	if leader == nil {
 		return errors.New("no leader to restart")
@@ -148,16 +149,22 @@ func (r *azureRun) restartZerodropOnce(ctx context.Context, sig syscall.Signal) 
 	} else {
 		leader.stop()
 	}
+	if during != nil {
+		if err := during(); err != nil {
+			return err
+		}
+	}
 	if _, err := r.start(true); err != nil {
 		return err
 	}
 	return r.waitNewLeaderThen(ctx, leader, func() string { return r.addressed(ctx) })
 }
 
-// restartCCMOnce stops the leading CCM with sig, starts a replacement and
-// waits until a new leader has reported every Service synced and then says
-// "" (the state the run must reach); it returns the stopped one's name.
-func (r *azureRun) restartCCMOnce(ctx context.Context, sig syscall.Signal, then func() string) (string, error) {
+// restartCCMOnce stops the leading CCM with sig, calls during (if any)
+// while the standby has not taken over yet, starts a replacement and waits
+// until a new leader has reported every Service synced and then says ""
+// (the state the run must reach); it returns the stopped one's name.
+func (r *azureRun) restartCCMOnce(ctx context.Context, sig syscall.Signal, during func() error, then func() string) (string, error) {
 	leader := r.ccmLeader()
 	if leader == nil {
 		return "", errors.New("no cloud-controller-manager has called ARM: no leader to restart")
@@ -173,6 +180,11 @@ func (r *azureRun) restartCCMOnce(ctx context.Context, sig syscall.Signal, then 
 		_ = leader.proc.Stop()
 	}
 	r.dropCCM(leader)
+	if during != nil {
+		if err := during(); err != nil {
+			return leader.name, err
+		}
+	}
 	if err := r.startCCM(); err != nil {
 		return leader.name, err
 	}
@@ -197,6 +209,56 @@ func (r *azureRun) ccmServices() []*azureSvc {
 		return r.ccmSvcs
 	}
 	return r.svcs
+}
+
+// What restart-idle changes while the writer is down (--azure-idle-change):
+// configurations of the #10224 search that differ right after a restart.
+const (
+	IdleChangeNone = "none"
+	// IdleChangeNodeJoins: a node joins the cluster at each restart (its
+	// VM in the next availability set).
+	IdleChangeNodeJoins = "node-joins"
+	// IdleChangeEndpointsMove: every Local Service's endpoints move to
+	// other nodes at each restart.
+	IdleChangeEndpointsMove = "endpoints-move"
+)
+
+// IdleChanges are the --azure-idle-change values.
+var IdleChanges = []string{IdleChangeNone, IdleChangeNodeJoins, IdleChangeEndpointsMove}
+
+// duringOutage makes restart i's change (opts.IdleChange) while no writer
+// leads.
+func (r *azureRun) duringOutage(ctx context.Context, i int) error {
+	switch r.opts.IdleChange {
+	case IdleChangeNodeJoins:
+		n := labNode{name: fmt.Sprintf("lab-node-%d", len(labNodes)+1+i), ip: fmt.Sprintf("10.30.0.%d", len(labNodes)+1+i),
+			availabilitySet: []string{"as-1", "as-2"}[i%2]}
+		r.emu.SeedVirtualMachine(azureSub, azureGroup, n.name, n.availabilitySet)
+		r.joined = append(r.joined, n.name)
+		return createNode(ctx, r.c, n)
+	case IdleChangeEndpointsMove:
+		for _, s := range r.svcs {
+			if !s.local {
+				continue
+			}
+			s.shift++
+			for range s.endpoints {
+				s.replaceOne()
+			}
+			if err := s.pushEndpoints(ctx, r.c, r.ns); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// removeJoined deletes the nodes restart-idle added: the next run starts
+// with labNodes only.
+func (r *azureRun) removeJoined(ctx context.Context) {
+	for _, name := range r.joined {
+		_ = r.c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	}
 }
 
 func sigName(sig syscall.Signal) string {

@@ -99,6 +99,9 @@ type AzureOptions struct {
 	// CCMLoadBalancers is upstream's load-balancer layout: CCMSingleLB
 	// (default) or CCMMultipleLBs.
 	CCMLoadBalancers string
+	// IdleChange is what restart-idle changes while the writer is down
+	// (IdleChanges; default IdleChangeNone).
+	IdleChange string
 	// CCMBinary is cloud-provider-azure's cloud-controller-manager (default:
 	// built or taken from the cache by hack/cloud-provider-azure.sh).
 	CCMBinary string
@@ -111,6 +114,7 @@ type CommandFlags struct {
 	FaultRate          float64
 	Kills              int
 	CCMLoadBalancers   string // CCMSingleLB or CCMMultipleLBs
+	IdleChange         string // one of IdleChanges
 	JSONPath, HTMLPath string
 }
 
@@ -126,7 +130,11 @@ func RunAzureCommand(ctx context.Context, f CommandFlags, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-lbs %q (--provider azure-emulator): want %s or %s\n", f.CCMLoadBalancers, CCMSingleLB, CCMMultipleLBs)
 		return 2
 	}
-	opts := AzureOptions{Progress: stderr, FaultRate: faultRate, Kills: f.Kills, CCMLoadBalancers: f.CCMLoadBalancers}
+	if f.IdleChange != "" && !slices.Contains(IdleChanges, f.IdleChange) {
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-idle-change %q (--provider azure-emulator): want one of %s\n", f.IdleChange, strings.Join(IdleChanges, ", "))
+		return 2
+	}
+	opts := AzureOptions{Progress: stderr, FaultRate: faultRate, Kills: f.Kills, CCMLoadBalancers: f.CCMLoadBalancers, IdleChange: f.IdleChange}
 	for _, name := range strings.Split(scenario, ",") {
 		switch name = strings.TrimSpace(name); {
 		case name == "all":
@@ -276,6 +284,12 @@ func withAzureDefaults(opts AzureOptions) (AzureOptions, error) {
 	if opts.ChurnServices <= 0 {
 		opts.ChurnServices = churnServices
 	}
+	if opts.IdleChange == "" {
+		opts.IdleChange = IdleChangeNone
+	}
+	if !slices.Contains(IdleChanges, opts.IdleChange) {
+		return opts, fmt.Errorf("idle change %q: want one of %v", opts.IdleChange, IdleChanges)
+	}
 	processes := slices.ContainsFunc(opts.Scenarios, asProcesses)
 	if opts.Executable == "" && processes {
 		var err error
@@ -304,6 +318,7 @@ type azureRun struct {
 	ccms     []*ccmInstance // upstream's processes
 	ccmSeq   int            // CCMs started, to name the next
 	ccmSvcs  []*azureSvc    // shared-lb: the CCM's Services (svcs are zerodrop's)
+	joined   []string       // restart-idle: the nodes it added (removeJoined)
 	// zdLBs are the load balancers zerodrop may write (default azureLBNames).
 	zdLBs []string
 }
@@ -322,6 +337,13 @@ func (r *azureRun) class() string { return "zerodrop.dev/azure-" + r.ns }
 // record; setup writes are not counted.
 func (r *azureRun) run(ctx context.Context, scenario string) (res report.Result, err error) {
 	res = report.Result{Scenario: scenario, Mode: string(r.mode), Azure: &report.AzureFigures{}}
+	defer r.removeJoined(context.WithoutCancel(ctx)) // once every writer has stopped
+	if scenario == ScenarioRestartIdle && r.opts.IdleChange != IdleChangeNone {
+		res.Azure.IdleChange = r.opts.IdleChange
+	}
+	if r.upstream() || scenario == ScenarioSharedLB {
+		res.Azure.CCMLoadBalancers = r.opts.CCMLoadBalancers
+	}
 	switch {
 	case scenario == ScenarioSharedLB:
 		res.Mode = string(report.ModeZerodrop) + "+" + string(report.ModeUpstream)

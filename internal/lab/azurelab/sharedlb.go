@@ -151,7 +151,7 @@ func (r *azureRun) sharedLB(ctx context.Context, a *report.AzureFigures) error {
 			return r.waitNewLeaderThen(ctx, leader, func() string { return "" })
 		}},
 		{"the CCM's leader restarted", func() error {
-			_, err := r.restartCCMOnce(ctx, syscall.SIGTERM, func() string { return r.addressed(ctx) })
+			_, err := r.restartCCMOnce(ctx, syscall.SIGTERM, nil, func() string { return r.addressed(ctx) })
 			return err
 		}},
 		{"a new Service for each writer", func() error {

@@ -56,8 +56,15 @@ func writeAzureTable(w io.Writer, results []report.Result) {
 				r.Scenario, r.Mode, a.Conflicts, a.Superseded, a.ErrorLogLines, a.StaleLocalPools, a.Misplaced)
 		}
 		if a := r.Azure; a != nil && len(a.Stops) > 0 {
-			fmt.Fprintf(w, "%s %s: stops %v; writes that changed something %v, backend addresses removed %v, probe or rule changes %v\n",
-				r.Scenario, r.Mode, a.Stops, a.ChangedPerRestart, a.RemovedBackendsPerRestart, a.ProbeRuleChangesPerRestart)
+			conf := ""
+			if a.CCMLoadBalancers != "" {
+				conf += ", " + a.CCMLoadBalancers + " load balancer layout"
+			}
+			if a.IdleChange != "" {
+				conf += ", " + a.IdleChange + " during each outage"
+			}
+			fmt.Fprintf(w, "%s %s%s: stops %v; writes that changed something %v, backend addresses removed %v, probe or rule changes %v\n",
+				r.Scenario, r.Mode, conf, a.Stops, a.ChangedPerRestart, a.RemovedBackendsPerRestart, a.ProbeRuleChangesPerRestart)
 		}
 		if a := r.Azure; a != nil && len(a.WritesLanded) > 0 {
 			fmt.Fprintf(w, "%s %s: writes landed per kill %v, called for by the diff at takeover %v\n",

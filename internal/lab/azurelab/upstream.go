@@ -66,18 +66,27 @@ func ccmCloudConfig(layout string) map[string]any {
 // ensureNodes creates labNodes once per control plane.
 func ensureNodes(ctx context.Context, c client.Client) error {
 	for _, n := range labNodes {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}
-		if err := c.Create(ctx, node); apierrors.IsAlreadyExists(err) {
-			continue
-		} else if err != nil {
-			return fmt.Errorf("create node %s: %w", n.name, err)
+		if err := createNode(ctx, c, n); err != nil {
+			return err
 		}
-		now := metav1.Now()
-		node.Status = corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.ip}, {Type: corev1.NodeHostName, Address: n.name}},
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now}}}
-		if err := c.Status().Update(ctx, node); err != nil {
-			return fmt.Errorf("node %s status: %w", n.name, err)
-		}
+	}
+	return nil
+}
+
+// createNode creates a Ready node with its internal address, unless it
+// exists.
+func createNode(ctx context.Context, c client.Client, n labNode) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}
+	if err := c.Create(ctx, node); apierrors.IsAlreadyExists(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("create node %s: %w", n.name, err)
+	}
+	now := metav1.Now()
+	node.Status = corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.ip}, {Type: corev1.NodeHostName, Address: n.name}},
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now}}}
+	if err := c.Status().Update(ctx, node); err != nil {
+		return fmt.Errorf("node %s status: %w", n.name, err)
 	}
 	return nil
 }
@@ -194,7 +203,7 @@ func (r *azureRun) restartUpstream(ctx context.Context, a *report.AzureFigures, 
 	for i := 0; i < AzureRestarts; i++ {
 		_, mark := r.emu.Calls(0)
 		t0 := time.Now()
-		stopped, err := r.restartCCMOnce(ctx, syscall.SIGTERM, func() string { return r.ccmConverged(ctx) })
+		stopped, err := r.restartCCMOnce(ctx, syscall.SIGTERM, nil, func() string { return r.ccmConverged(ctx) })
 		if err != nil {
 			return fmt.Errorf("restart %d: %w", i+1, err)
 		}

@@ -137,6 +137,11 @@ type AzureFigures struct {
 	ChangedPerRestart          []int    `json:"changed_per_restart,omitempty"`
 	RemovedBackendsPerRestart  []int    `json:"removed_backends_per_restart,omitempty"`
 	ProbeRuleChangesPerRestart []int    `json:"probe_rule_changes_per_restart,omitempty"`
+	// CCMLoadBalancers is upstream's load-balancer layout (single,
+	// multiple) where the real cloud-provider-azure ran; IdleChange what
+	// restart-idle changed while the writer was down, if anything.
+	CCMLoadBalancers string `json:"ccm_load_balancers,omitempty"`
+	IdleChange       string `json:"idle_change,omitempty"`
 	// Writers (shared-lb): each writer's figures on the load balancer they
 	// share.
 	Writers []WriterFigures `json:"writers,omitempty"`
