@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build image chaos deps control-plane cloud-provider-azure helm render-deploy haproxy network test unit lint fmt-check bench lab demo clean docs
+.PHONY: all build image chaos deps packages control-plane cloud-provider-azure helm render-deploy haproxy network test unit lint fmt-check bench lab demo clean docs
 
 all: build
 
@@ -47,7 +47,16 @@ haproxy:
 network:
 	@bash hack/setup-network.sh
 
-deps: control-plane cloud-provider-azure helm haproxy network
+# Everything at once: the three builds from the Go module proxy overlap
+# (one's downloads and links beside another's compiles; each script takes its
+# own lock) and the distribution's packages install meanwhile, one apt-get
+# after the other (they share dpkg's lock).
+deps:
+	@$(MAKE) --no-print-directory -j4 control-plane cloud-provider-azure helm packages
+
+packages:
+	@$(MAKE) --no-print-directory haproxy
+	@$(MAKE) --no-print-directory network
 
 # Unit and integration tests (real apiserver + etcd, real HAProxy).
 test: deps fmt-check
