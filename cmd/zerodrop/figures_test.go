@@ -158,7 +158,7 @@ var figureAllowList = []allowed{
 		"tries again 200 ms", "stop for over 100 ms", "any 250 ms sample", "250 ms samples of HAProxy's state",
 		"every 250 ms.", "drain timeout 2 s", "only after 5 minutes", "(leases 30 s, renew deadline 20 s;", "its default 15 s lease",
 		"(10 ms; azcore", "provider's 1 s)", "asks for 10 s,",
-		"within 250 ms)", "for about 30 s:", "30 s lease expires", "replaced every 250 ms", "for 4 s, one endpoint",
+		"within 250 ms)", "for about 30 s:", "30 s lease expires", "replaced every 250 ms", "for 4 s a `Local`", "upstream's at most 90 s,",
 		"every 50 ms", "every 500 ms", "1 s before its containers get SIGTERM", "default 1 s,", "wait 2 s)",
 		"than 100 ms after its slot", "at most 10 minutes", "the lab's 2 s timeout",
 	}},
