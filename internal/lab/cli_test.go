@@ -1,10 +1,14 @@
 package lab
 
 import (
+	"bytes"
+	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/scenarios"
 )
 
 func TestParseModes(t *testing.T) {
@@ -22,6 +26,57 @@ func TestParseModes(t *testing.T) {
 	} {
 		if got := parseModes(tc.in); !slices.Equal(got, tc.want) {
 			t.Errorf("parseModes(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestDryRunNamesWhatItSkips: with --dry-run nothing starts; on the chart's
+// install `all` runs every scenario (restart-idle, kill-mid-plan and
+// apiserver-down included), and what a mode or the flags leave out is named
+// with why; a scenario named that cannot run with the flags exits 2 saying
+// why.
+func TestDryRunNamesWhatItSkips(t *testing.T) {
+	run := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := Run(context.Background(), append(args, "--dry-run"), &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	code, out, errOut := run("--data-plane-replicas", "2", "--from-chart", "--scenario", "all")
+	if code != 0 {
+		t.Fatalf("--scenario all on the chart: exit %d: %s", code, errOut)
+	}
+	for _, sc := range scenarios.All {
+		if !strings.Contains(out, "\n  "+sc.Name+" ") {
+			t.Errorf("--scenario all on the chart does not run %s:\n%s", sc.Name, out)
+		}
+	}
+	if !strings.Contains(out, "not run: restart-idle in recipe mode: ") {
+		t.Errorf("restart-idle's recipe run is not named as not run:\n%s", out)
+	}
+
+	code, out, _ = run("--data-plane-replicas", "2", "--scenario", "all")
+	if code != 0 {
+		t.Fatalf("--scenario all with the lab's replicas: exit %d", code)
+	}
+	for _, sc := range []string{"restart-idle", "apiserver-down"} {
+		if !strings.Contains(out, "not run: scenario "+sc+" does not run with --data-plane-replicas without --from-chart") {
+			t.Errorf("%s is not named as not run with the lab's own replicas:\n%s", sc, out)
+		}
+	}
+
+	if code, _, errOut := run("--provider", "azure-emulator", "--scenario", "all"); code != 0 {
+		t.Errorf("--provider azure-emulator --scenario all: exit %d: %s", code, errOut)
+	}
+	for _, args := range [][]string{
+		{"--provider", "azure-emulator", "--scenario", "rollout"},
+		{"--data-plane-replicas", "2", "--scenario", "restart-idle"},
+		{"--scenario", "lb-replica-restart"},
+		{"--scenario", "rollout,no-such-scenario"},
+	} {
+		code, _, errOut := run(args...)
+		name := args[len(args)-1]
+		if code != 2 || !strings.Contains(errOut, name[strings.LastIndex(name, ",")+1:]) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming the scenario and why", args, code, errOut)
 		}
 	}
 }
