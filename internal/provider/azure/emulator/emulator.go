@@ -48,6 +48,12 @@ type Options struct {
 	// PollRetryAfter is the Retry-After of an operation in progress
 	// (default 10ms; ARM's network provider sends 10 s).
 	PollRetryAfter time.Duration
+	// WriteLatency, when set, is how long a write's operation takes: it
+	// ends that long after it was accepted, whatever the polls, and until
+	// then a GET of the resource shows provisioningState Updating (as ARM
+	// does while an operation runs); PollSteps then does not apply. Zero:
+	// operations end after PollSteps polls.
+	WriteLatency time.Duration
 	// Seed makes fault injection deterministic.
 	Seed   uint64
 	Faults Faults
@@ -120,6 +126,8 @@ type Emulator struct {
 	ops      map[string]*operation
 	opSeq    uint64
 	onWrite  func() // see OnWrite
+	// ruleHealth answers the rule-health operation (SetRuleHealth).
+	ruleHealth RuleHealth
 	// writesInFlight: see WritesInFlight.
 	writesInFlight atomic.Int64
 

@@ -26,7 +26,20 @@ type operation struct {
 	key    string // faultKey of the resource it changes
 	client string // the writer that started it (see clientOf)
 	polls  int    // InProgress answers left
+	// end, when set (Options.WriteLatency), is when it ends instead.
+	end    time.Time
 	status string // when it ends: Succeeded or Canceled
+	// health, for a rule-health operation: its answer, computed when it
+	// ends (health.go).
+	health *healthQuery
+}
+
+// running reports whether the operation has not ended yet.
+func (op *operation) running(now time.Time) bool {
+	if !op.end.IsZero() {
+		return now.Before(op.end)
+	}
+	return op.polls > 0
 }
 
 const superseded = "CanceledAndSupersededDueToAnotherOperation"
@@ -38,14 +51,22 @@ func (e *Emulator) startOperation(req *http.Request, t target, rep *reply, info 
 	}
 	e.mu.Lock()
 	key := t.faultKey()
+	now := time.Now()
 	for _, op := range e.ops {
-		if op.key == key && op.polls > 0 {
+		if op.key == key && op.health == nil && op.running(now) {
 			op.polls, op.status = 0, "Canceled"
+			if !op.end.IsZero() {
+				op.end = now
+			}
 		}
 	}
 	e.opSeq++
 	id := strconv.FormatUint(e.opSeq, 10)
-	e.ops[id] = &operation{key: key, client: clientOf(req), polls: e.pollSteps(info) - 1, status: "Succeeded"}
+	op := &operation{key: key, client: clientOf(req), polls: e.pollSteps(info) - 1, status: "Succeeded"}
+	if e.opts.WriteLatency > 0 {
+		op.end = now.Add(e.opts.WriteLatency)
+	}
+	e.ops[id] = op
 	after := e.opts.PollRetryAfter
 	e.mu.Unlock()
 
@@ -70,8 +91,10 @@ func (e *Emulator) pollOperation(t target) (rep *reply, canceled *operation) {
 	if !ok {
 		return errorReply(http.StatusNotFound, "OperationNotFound", "no operation "+t.operation), nil
 	}
-	if op.polls > 0 {
-		op.polls--
+	if op.running(time.Now()) {
+		if op.end.IsZero() {
+			op.polls--
+		}
 		rep := jsonReply(http.StatusOK, []byte(`{"status":"InProgress"}`))
 		setRetryAfter(rep.header, e.opts.PollRetryAfter)
 		return rep, nil
@@ -113,6 +136,21 @@ func (e *Emulator) pollSteps(info reqInfo) int {
 		return e.opts.PollSteps + 3
 	}
 	return e.opts.PollSteps
+}
+
+// updating reports whether an operation that writes the resource of key
+// is still running with a write latency (Options.WriteLatency): a GET then
+// shows it Updating. Operations that end by their polls are left out: a
+// writer that never polls (one that was killed) would leave them running
+// for ever. e.mu is held.
+func (e *Emulator) updating(key string) bool {
+	now := time.Now()
+	for _, op := range e.ops {
+		if op.key == key && op.health == nil && !op.end.IsZero() && op.running(now) {
+			return true
+		}
+	}
+	return false
 }
 
 // withProvisioningState returns a document with another

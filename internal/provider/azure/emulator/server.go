@@ -55,6 +55,10 @@ const (
 	kVMSSes     = "virtualMachineScaleSets"
 	kRouteTable = "routeTable"
 	kPLSes      = "privateLinkServices"
+	// kRuleHealth is a rule's health operation; kOperationResult the
+	// Location of its result (health.go).
+	kRuleHealth      = "ruleHealth"
+	kOperationResult = "operationResult"
 )
 
 const (
@@ -83,6 +87,8 @@ var routes = []struct {
 	{regexp.MustCompile(nw + `virtualnetworks/([^/]+)/subnets/([^/]+)$`), kSubnet},
 	{regexp.MustCompile(nw + `routetables/([^/]+)$`), kRouteTable},
 	{regexp.MustCompile(nw + `privatelinkservices$`), kPLSes},
+	{regexp.MustCompile(nw + `loadbalancers/([^/]+)/loadbalancingrules/([^/]+)/health$`), kRuleHealth},
+	{regexp.MustCompile(`^/subscriptions/([^/]+)/providers/microsoft\.network/locations/([^/]+)/operationresults/([^/]+)$`), kOperationResult},
 	{regexp.MustCompile(subRG + `microsoft\.compute/virtualmachines$`), kVMs},
 	{regexp.MustCompile(subRG + `microsoft\.compute/virtualmachines/([^/]+)$`), kVM},
 	{regexp.MustCompile(subRG + `microsoft\.compute/virtualmachinescalesets$`), kVMSSes},
@@ -105,11 +111,11 @@ func parseTarget(path, apiVersion string) (target, bool) {
 		t := target{kind: r.kind, apiVersion: apiVersion}
 		switch r.kind {
 		case kMetadata, kToken:
-		case kOperation:
+		case kOperation, kOperationResult:
 			t.sub, t.location, t.operation = g[0], g[1], g[2]
 		case kProvider:
 			t.sub, t.name = g[0], g[1]
-		case kPool, kSubnet:
+		case kPool, kSubnet, kRuleHealth:
 			t.sub, t.rg, t.parent, t.name = g[0], g[1], g[2], g[3]
 		case kPools:
 			t.sub, t.rg, t.parent = g[0], g[1], g[2]
@@ -127,7 +133,7 @@ func parseTarget(path, apiVersion string) (target, bool) {
 // network reports whether the route is one of Microsoft.Network's.
 func (t target) network() bool {
 	switch t.kind {
-	case kLBs, kLB, kPools, kPool, kNSG, kPIPs, kPIP, kSubnet, kVNet, kRouteTable, kPLSes, kOperation:
+	case kLBs, kLB, kPools, kPool, kNSG, kPIPs, kPIP, kSubnet, kVNet, kRouteTable, kPLSes, kRuleHealth, kOperation, kOperationResult:
 		return true
 	}
 	return false
@@ -139,7 +145,7 @@ func (t target) faultKey() string {
 	switch t.kind {
 	case kLB, kLBs:
 		return lbKey(t.rg, t.name)
-	case kPool, kPools:
+	case kPool, kPools, kRuleHealth:
 		return lbKey(t.rg, t.parent)
 	}
 	return strings.ToLower(t.kind + "/" + t.rg + "/" + t.parent + "/" + t.name)
@@ -218,6 +224,12 @@ func (e *Emulator) serve(req *http.Request, body []byte) *reply {
 			e.recordSuperseded(req, canceled)
 		}
 		return rep
+	case kOperationResult:
+		rep := e.operationResult(t)
+		e.mu.Lock()
+		e.counters.Polls++
+		e.mu.Unlock()
+		return rep
 	}
 	if rep := checkAuth(req); rep != nil {
 		e.record(req, t, rep, nil, nil)
@@ -232,6 +244,11 @@ func (e *Emulator) serve(req *http.Request, body []byte) *reply {
 	e.count(req.Method, t.kind == kPool, int64(len(body)))
 	info := reqInfo{subscription: t.sub, ifMatch: req.Header.Get("If-Match"), ifNoneMatch: req.Header.Get("If-None-Match")}
 	if rep := e.injectFault(req.Context(), t, write, &info); rep != nil {
+		e.record(req, t, rep, nil, nil)
+		return rep
+	}
+	if t.kind == kRuleHealth {
+		rep := e.startRuleHealth(req, t)
 		e.record(req, t, rep, nil, nil)
 		return rep
 	}
@@ -301,6 +318,15 @@ func (e *Emulator) injectFault(ctx context.Context, t target, write bool, info *
 	return nil
 }
 
+// withState shows the resource Updating while a write's operation on it
+// runs (Options.WriteLatency). e.mu is held.
+func (e *Emulator) withState(t target, rep *reply) *reply {
+	if rep.status == http.StatusOK && e.updating(t.faultKey()) {
+		rep.body = withProvisioningState(rep.body, "Updating")
+	}
+	return rep
+}
+
 // read answers a GET.
 func (e *Emulator) read(req *http.Request, t target) *reply {
 	e.mu.Lock()
@@ -311,12 +337,12 @@ func (e *Emulator) read(req *http.Request, t target) *reply {
 		if !ok {
 			return notFound(t)
 		}
-		return docReply(http.StatusOK, lb)
+		return e.withState(t, docReply(http.StatusOK, lb))
 	case kLBs:
 		return e.listLBs(t)
 	case kPool:
 		if p := findPool(e.lbs[lbKey(t.rg, t.parent)], t.name); p != nil {
-			return docReply(http.StatusOK, p)
+			return e.withState(t, docReply(http.StatusOK, p))
 		}
 		return notFound(t)
 	case kPools:
