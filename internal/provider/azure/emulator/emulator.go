@@ -125,7 +125,9 @@ type Emulator struct {
 	counters Counters
 	ops      map[string]*operation
 	opSeq    uint64
-	onWrite  func() // see OnWrite
+	onWrite  func()            // see OnWrite
+	subs     map[uint64]func() // see Subscribe
+	subSeq   uint64
 	// ruleHealth answers the rule-health operation (SetRuleHealth).
 	ruleHealth RuleHealth
 	// writesInFlight: see WritesInFlight.
@@ -243,10 +245,12 @@ func (e *Emulator) Seed(subscriptionID, resourceGroup string, lb armnetwork.Load
 	e.writeMu.Lock()
 	defer e.writeMu.Unlock()
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if _, apiErr := e.storeLB(subscriptionID, resourceGroup, *lb.Name, lb); apiErr != nil {
+	_, apiErr := e.storeLB(subscriptionID, resourceGroup, *lb.Name, lb)
+	e.mu.Unlock()
+	if apiErr != nil {
 		return apiErr
 	}
+	e.notify()
 	return nil
 }
 

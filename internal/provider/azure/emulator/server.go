@@ -273,6 +273,7 @@ func (e *Emulator) serve(req *http.Request, body []byte) *reply {
 		if f != nil {
 			f()
 		}
+		e.notify()
 	}
 	return rep
 }
