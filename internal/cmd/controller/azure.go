@@ -39,6 +39,12 @@ type AzureConfig struct {
 	// Read bounds the Service controller's ARM reads (--azure-read-qps,
 	// --azure-read-burst; zero: DefaultAzureRead).
 	Read ReadLimit
+	// RuleHealth, RuleHealthQPS and RuleHealthBurst are azure.Options'
+	// RuleHealth, HealthQPS and HealthBurst: the gates' read-back of probe
+	// health through ARM's rule-health operation, and its budget.
+	RuleHealth      bool
+	RuleHealthQPS   float64
+	RuleHealthBurst int
 
 	// Credential and ClientOptions, when set by a caller of RunConfig,
 	// replace the credential and ARM client options --azure-cloud chooses:
@@ -72,6 +78,11 @@ func (a *AzureConfig) flags(fs *pflag.FlagSet) {
 		"a try past it is cancelled and retried like a failed connection (3 retries)")
 	fs.DurationVar(&a.PollTimeout, "azure-poll-timeout", azure.DefaultPollTimeout, "azure: deadline of the wait for a write ARM has accepted "+
 		"(its long-running operation); past it the sync fails and is retried")
+	fs.BoolVar(&a.RuleHealth, "azure-rule-health", true, "azure: the gates read each backend's probe health with ARM's rule-health operation "+
+		"(a readiness gate then waits for the probe Up, not only for the pool); false: pool membership only")
+	fs.Float64Var(&a.RuleHealthQPS, "azure-rule-health-qps", azure.DefaultHealthQPS, "azure: rule-health operations started a second, sustained "+
+		"(each a POST, metered with the subscription's ARM writes, 200 refilled at 10 a second, plus its polls); an answer serves a rule for 5s")
+	fs.IntVar(&a.RuleHealthBurst, "azure-rule-health-burst", azure.DefaultHealthBurst, "azure: rule-health operations that may start at once after a quiet spell")
 	a.Read.flags(fs, "azure", DefaultAzureRead, "each an ARM GET, under Azure Resource Manager's read bucket of 250 refilled at 25 a second per principal, subscription and region, "+
 		"and Microsoft.Network's 10,000 GETs per 5 minutes per subscription and region, shared with every other client there")
 }
@@ -153,6 +164,9 @@ func (a *AzureConfig) validate() error {
 	if err := a.Read.validate("azure"); err != nil {
 		errs = append(errs, err)
 	}
+	if a.RuleHealth && (a.RuleHealthQPS <= 0 || a.RuleHealthBurst <= 0) {
+		errs = append(errs, fmt.Errorf("--azure-rule-health-qps %g and --azure-rule-health-burst %d must be positive", a.RuleHealthQPS, a.RuleHealthBurst))
+	}
 	return errors.Join(errs...)
 }
 
@@ -163,6 +177,7 @@ func (a *AzureConfig) options() (azure.Options, error) {
 		SubscriptionID: a.SubscriptionID, ResourceGroup: a.ResourceGroup, LoadBalancers: a.names(),
 		SubnetID: a.SubnetID, Location: a.Location, Owner: a.Owner,
 		TryTimeout: a.TryTimeout, PollTimeout: a.PollTimeout, PollFrequency: a.PollFrequency,
+		RuleHealth: a.RuleHealth, HealthQPS: a.RuleHealthQPS, HealthBurst: a.RuleHealthBurst,
 	}
 	if a.Credential != nil || a.ClientOptions != nil {
 		opts.Credential, opts.ClientOptions = a.Credential, a.ClientOptions

@@ -79,6 +79,15 @@ type Options struct {
 	// 1s). The gates poll Backends on every replica; a standby never
 	// observes, so without a bound it would answer from its start-up read.
 	BackendsMaxAge time.Duration
+	// RuleHealth makes Backends report each address's probe health as ARM's
+	// rule-health operation answers it (health.go); answers are kept for
+	// HealthMaxAge (default DefaultHealthMaxAge) and asked at most
+	// HealthQPS a second, HealthBurst at once (defaults DefaultHealthQPS,
+	// DefaultHealthBurst). Off: HealthKnown is false.
+	RuleHealth   bool
+	HealthMaxAge time.Duration
+	HealthQPS    float64
+	HealthBurst  int
 }
 
 // The defaults of Options.TryTimeout and Options.PollTimeout.
@@ -93,6 +102,7 @@ type Provider struct {
 	opts       Options
 	lbs        *armnetwork.LoadBalancersClient
 	pools      *armnetwork.LoadBalancerBackendAddressPoolsClient
+	rules      *armnetwork.LoadBalancerLoadBalancingRulesClient
 	vnetID     string
 	configured map[string]bool
 
@@ -103,6 +113,8 @@ type Provider struct {
 	readAt   map[string]time.Time
 	// placed records, per Service, the load balancers that have its frontend.
 	placed map[string]map[string]bool
+	// health is what rule health is known (health.go).
+	health *healthState
 }
 
 // New creates the provider and reads every configured load balancer once, so
@@ -130,6 +142,15 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	if opts.BackendsMaxAge <= 0 {
 		opts.BackendsMaxAge = time.Second
+	}
+	if opts.HealthMaxAge <= 0 {
+		opts.HealthMaxAge = DefaultHealthMaxAge
+	}
+	if opts.HealthQPS <= 0 {
+		opts.HealthQPS = DefaultHealthQPS
+	}
+	if opts.HealthBurst <= 0 {
+		opts.HealthBurst = DefaultHealthBurst
 	}
 	if opts.Credential == nil {
 		cred, err := azidentity.NewDefaultAzureCredential(nil)
@@ -162,6 +183,8 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		opts:       opts,
 		lbs:        factory.NewLoadBalancersClient(),
 		pools:      factory.NewLoadBalancerBackendAddressPoolsClient(),
+		rules:      factory.NewLoadBalancerLoadBalancingRulesClient(),
+		health:     newHealthState(opts),
 		vnetID:     vnet,
 		configured: map[string]bool{},
 		observed:   map[string]*armnetwork.LoadBalancer{},
@@ -314,9 +337,10 @@ func (p *Provider) Delete(ctx context.Context, key string) error {
 	return p.putLB(ctx, key, rest, raw)
 }
 
-// Backends implements provider.Provider. ARM reports neither per-backend
-// health nor connection counts, so HealthKnown is false and Connections -1:
-// a draining backend is removed when its drain timeout passes. What ARM does
+// Backends implements provider.Provider. ARM reports no connection counts,
+// so Connections is -1: a draining backend is removed when its drain
+// timeout passes. Health comes from the rule-health operation with
+// Options.RuleHealth (health.go); without it HealthKnown is false. What ARM does
 // report (the admin states) comes from the last document read, Observe's or
 // Backends' own, when it is younger than Options.BackendsMaxAge; otherwise
 // (after a write, or on a standby that never observes) it is read again, so
@@ -340,6 +364,7 @@ func (p *Provider) Backends(ctx context.Context, key string) ([]provider.Backend
 				State: b.State, Connections: -1})
 		}
 	}
+	p.withRuleHealth(key, out)
 	return out, nil
 }
 

@@ -1,0 +1,161 @@
+package azure
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"golang.org/x/time/rate"
+
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// Rule health: what Azure's probes say of each backend address of a rule,
+// read with ARM's rule-health operation (POST
+// …/loadBalancers/{lb}/loadBalancingRules/{rule}/health, a long-running
+// operation; https://learn.microsoft.com/rest/api/load-balancer/load-balancer-load-balancing-rules/health).
+// It is the one read-back of probe health ARM offers: with it the readiness
+// gate on Azure means "in the pool and probed Up" instead of "in the pool".
+//
+// It costs: each answer is a POST (ARM meters it with the subscription's
+// writes: a bucket of 200 refilled at 10 a second, shared with every other
+// client) and its polls. So answers are kept for HealthMaxAge (a probe
+// changes its verdict at most once per interval, 5 s by default in
+// cloud-provider-azure), asked only when a caller of Backends wants a rule's
+// health, one at a time per rule, in the background (Backends answers from
+// what it has), and at most HealthQPS a second over all rules. Until a
+// rule's first answer its health is unknown, as without rule health (a
+// readiness gate then goes by the pool, as before); from then on an address
+// the last answer did not list — one added since, a new pod's — is not
+// healthy until an answer says its probe is Up. Where the operation is refused (an API version or cloud
+// without it: 400, 404, 405, 501) or keeps failing, health is left unknown
+// (HealthKnown false: "in the pool" again) for healthOff, and said once in
+// the log.
+
+// The defaults of Options.HealthMaxAge, HealthQPS and HealthBurst.
+const (
+	DefaultHealthMaxAge = 5 * time.Second
+	DefaultHealthQPS    = 1.0
+	DefaultHealthBurst  = 5
+)
+
+const (
+	// healthOff is how long a rule whose health could not be read reports
+	// it unknown before the operation is asked again.
+	healthOff = time.Minute
+	// healthFailures is how many failed answers in a row turn a rule's
+	// health off.
+	healthFailures = 3
+)
+
+// ruleHealth is what is known of one rule's health.
+type ruleHealth struct {
+	up         map[string]bool // address → probed Up, from the last answer
+	at         time.Time       // when the last answer came; zero: none yet
+	refreshing bool
+	failures   int
+	off        time.Time // until then, health is unknown
+}
+
+// healthState is the provider's rule-health cache and budget.
+type healthState struct {
+	rules   map[string]*ruleHealth // by load balancer "/" rule
+	limiter *rate.Limiter
+}
+
+func newHealthState(opts Options) *healthState {
+	return &healthState{rules: map[string]*ruleHealth{}, limiter: rate.NewLimiter(rate.Limit(opts.HealthQPS), opts.HealthBurst)}
+}
+
+// withRuleHealth fills in the health of statuses (one load balancer's, key)
+// from what is known of each rule, and asks again in the background where
+// that is older than HealthMaxAge.
+func (p *Provider) withRuleHealth(key string, statuses []provider.BackendStatus) {
+	if !p.opts.RuleHealth || len(statuses) == 0 {
+		return
+	}
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range statuses {
+		s := &statuses[i]
+		rule, err := ruleName(s.Listener)
+		if err != nil {
+			continue
+		}
+		h := p.health.rules[key+"/"+rule]
+		if h == nil {
+			h = &ruleHealth{}
+			p.health.rules[key+"/"+rule] = h
+		}
+		if now.Before(h.off) {
+			continue // unknown: HealthKnown stays false
+		}
+		if !h.refreshing && now.Sub(h.at) >= p.opts.HealthMaxAge && p.health.limiter.Allow() {
+			h.refreshing = true
+			go p.refreshRuleHealth(key, rule, h)
+		}
+		if h.at.IsZero() {
+			continue // no answer yet: unknown, as without rule health
+		}
+		// An address the last answer did not list (added since) is not yet
+		// known to be up.
+		s.HealthKnown, s.Healthy = true, h.up[canonicalIP(s.Address)]
+	}
+}
+
+// refreshRuleHealth asks ARM for a rule's health and keeps the answer.
+func (p *Provider) refreshRuleHealth(key, rule string, h *ruleHealth) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.PollTimeout)
+	defer cancel()
+	up, err := p.readRuleHealth(ctx, key, rule)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h.refreshing = false
+	if err == nil {
+		h.up, h.at, h.failures = up, time.Now(), 0
+		return
+	}
+	h.failures++
+	var re *azcore.ResponseError
+	refused := errors.As(err, &re) && (re.StatusCode == http.StatusBadRequest || re.StatusCode == http.StatusNotFound ||
+		re.StatusCode == http.StatusMethodNotAllowed || re.StatusCode == http.StatusNotImplemented)
+	if refused || h.failures >= healthFailures {
+		h.off, h.failures = time.Now().Add(healthOff), 0
+		p.opts.Log.Info("rule health unavailable; the gates read pool membership only for a while",
+			"loadBalancer", key, "rule", rule, "for", healthOff, "error", err.Error())
+	}
+}
+
+// readRuleHealth runs the rule-health operation: each address of the
+// rule's pool, and whether its probe is Up.
+func (p *Provider) readRuleHealth(ctx context.Context, key, rule string) (map[string]bool, error) {
+	p.opts.Hooks.OnRead("rule-health")
+	poller, err := p.rules.BeginHealth(ctx, p.opts.ResourceGroup, key, rule, nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := poller.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: p.opts.PollFrequency})
+	if err != nil {
+		return nil, err
+	}
+	up := map[string]bool{}
+	for _, a := range res.LoadBalancerBackendAddresses {
+		if a != nil && a.IPAddress != nil {
+			up[canonicalIP(*a.IPAddress)] = a.State != nil && *a.State == "Up"
+		}
+	}
+	return up, nil
+}
+
+// canonicalIP spells an IP address one way, as ARM and the pool may differ.
+func canonicalIP(addr string) string {
+	if a, err := netip.ParseAddr(addr); err == nil {
+		return a.Unmap().String()
+	}
+	return addr
+}
