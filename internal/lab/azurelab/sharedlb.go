@@ -78,6 +78,13 @@ func (r *azureRun) setupShared(ctx context.Context) error {
 func (r *azureRun) addCCMService(ctx context.Context, i int) error {
 	s := newAzureSvc(100+i, []string{ccmLB})
 	s.name = fmt.Sprintf("ccm-svc-%02d", i)
+	if r.opts.CCMLoadBalancers == CCMMultipleLBs {
+		// With multiple standard load balancers the CCM spreads its
+		// Services; pinned to the cluster's own configuration they all
+		// land on ccmLB, the one zerodrop shares, as a user who runs
+		// zerodrop beside it would pin them.
+		s.ccmConfig = ccmConfigs[0]
+	}
 	if err := r.c.Create(ctx, s.ccmObject(r.ns)); err != nil {
 		return fmt.Errorf("create service %s/%s: %w", r.ns, s.name, err)
 	}
