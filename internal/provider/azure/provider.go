@@ -111,6 +111,9 @@ type Provider struct {
 	// that Apply can write the plan against exactly what it was computed from.
 	observed map[string]*armnetwork.LoadBalancer
 	readAt   map[string]time.Time
+	// settled holds the last document read of each load balancer in
+	// provisioningState Succeeded, what the gates read (applied.go).
+	settled map[string]*armnetwork.LoadBalancer
 	// placed records, per Service, the load balancers that have its frontend.
 	placed map[string]map[string]bool
 	// health is what rule health is known (health.go).
@@ -189,6 +192,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		configured: map[string]bool{},
 		observed:   map[string]*armnetwork.LoadBalancer{},
 		readAt:     map[string]time.Time{},
+		settled:    map[string]*armnetwork.LoadBalancer{},
 		placed:     map[string]map[string]bool{},
 	}
 	for _, name := range opts.LoadBalancers {
@@ -342,7 +346,9 @@ func (p *Provider) Delete(ctx context.Context, key string) error {
 // timeout passes. Health comes from the rule-health operation with
 // Options.RuleHealth (health.go); without it HealthKnown is false. What ARM does
 // report (the admin states) comes from the last document read, Observe's or
-// Backends' own, when it is younger than Options.BackendsMaxAge; otherwise
+// Backends' own, when it is younger than Options.BackendsMaxAge — or, while
+// that one shows a write not yet applied, the last one that was applied
+// (applied.go); otherwise
 // (after a write, or on a standby that never observes) it is read again, so
 // the gates poll ARM at most once per max age and load balancer.
 func (p *Provider) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
@@ -356,6 +362,10 @@ func (p *Provider) Backends(ctx context.Context, key string) ([]provider.Backend
 		if raw == nil {
 			return nil, nil
 		}
+	}
+	raw, err := p.applied(key, raw)
+	if err != nil {
+		return nil, err
 	}
 	var out []provider.BackendStatus
 	for _, l := range toModel(key, raw).Listeners {
@@ -392,8 +402,12 @@ func (p *Provider) remember(key string, raw *armnetwork.LoadBalancer) {
 	defer p.mu.Unlock()
 	if raw == nil {
 		delete(p.observed, key)
+		delete(p.settled, key)
 	} else {
 		p.observed[key], p.readAt[key] = raw, time.Now()
+		if settledState(raw) {
+			p.settled[key] = raw
+		}
 	}
 	for svc, lbs := range p.placed {
 		delete(lbs, key)
