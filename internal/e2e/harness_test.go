@@ -66,6 +66,8 @@ type controllerOptions struct {
 	// drainProvider, when set, is what the drain endpoint asks instead of
 	// prov (a wrapper that fails some reads).
 	drainProvider provider.Provider
+	// class, when set, is the controller's --load-balancer-class.
+	class string
 }
 
 // startController runs the controller as `zerodrop controller` does
@@ -93,6 +95,9 @@ func startController(t *testing.T, rc *rest.Config, prov provider.Provider, m *m
 		cfg.Sync = string(service.SyncIncremental)
 	}
 	cfg.AddressPool, cfg.AddressMap = o.pool, labMapText
+	if o.class != "" {
+		cfg.Class = o.class
+	}
 	// The tests' nodes run no kube-proxy: node-mode Cluster listeners
 	// probe the nodePort, and the drain waits the fallback delay.
 	cfg.KubeProxyHealthzPort = 0

@@ -35,6 +35,11 @@ import (
 const (
 	// Finalizer keeps a Service until its load balancer is gone.
 	Finalizer = "zerodrop.dev/load-balancer-cleanup"
+	// AnnotationFinalizedBy is set with Finalizer to the class of the
+	// controller that put it on: only that controller removes it. Outside
+	// the zerodrop.dev/ prefix, whose keys are the user's to set (and any
+	// unknown one is refused).
+	AnnotationFinalizedBy = "controller.zerodrop.dev/finalized-by"
 	// ConditionReady is True once the load balancer serves the Service.
 	ConditionReady = "zerodrop.dev/LoadBalancerReady"
 	// ConditionConfigValid is False while the Service asks for something

@@ -247,7 +247,7 @@ func (c *Controller) collect(ctx context.Context, key string) (*state, error) {
 	for i := range list.Items {
 		svc := list.Items[i].DeepCopy()
 		if !c.managed(svc) || svc.DeletionTimestamp != nil {
-			if hasFinalizer(svc) {
+			if hasFinalizer(svc) && c.finalizedByUs(svc) {
 				st.leaving = append(st.leaving, svc)
 			}
 			continue

@@ -61,22 +61,46 @@ func (c *Controller) slices(ctx context.Context, svc *corev1.Service) ([]*discov
 }
 
 // ensureFinalizer is added before the provider creates anything, so that a
-// deleted Service cannot leave a load balancer behind.
+// deleted Service cannot leave a load balancer behind. It is added with
+// AnnotationFinalizedBy naming this controller's class: every zerodrop
+// controller uses the one Finalizer, and a controller of another class must
+// leave it (and the Service's status) alone (finalizedByUs).
 func (c *Controller) ensureFinalizer(ctx context.Context, svc *corev1.Service) error {
-	if hasFinalizer(svc) {
+	if hasFinalizer(svc) && svc.Annotations[AnnotationFinalizedBy] == c.opts.LoadBalancerClass {
 		return nil
 	}
 	orig := svc.DeepCopy()
 	controllerutil.AddFinalizer(svc, Finalizer)
+	if svc.Annotations == nil {
+		svc.Annotations = map[string]string{}
+	}
+	svc.Annotations[AnnotationFinalizedBy] = c.opts.LoadBalancerClass
 	if err := c.client.Patch(ctx, svc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("add finalizer to %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
 	return nil
 }
 
+// finalizedByUs reports whether this controller put Finalizer on svc, and
+// so may clear its status and remove it once the Service leaves it. Since
+// AnnotationFinalizedBy names the class that did, a controller of another
+// class (two zerodrop installations in one cluster) no longer strips, and
+// empties the status of, the other's Services on every reconcile. A
+// finalizer put on before the annotation existed is ours unless the Service
+// is now the load balancer of another class (its class is immutable while it
+// stays a LoadBalancer Service).
+func (c *Controller) finalizedByUs(svc *corev1.Service) bool {
+	if by, ok := svc.Annotations[AnnotationFinalizedBy]; ok {
+		return by == c.opts.LoadBalancerClass
+	}
+	return svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.LoadBalancerClass == nil ||
+		*svc.Spec.LoadBalancerClass == c.opts.LoadBalancerClass
+}
+
 func (c *Controller) removeFinalizer(ctx context.Context, svc *corev1.Service) error {
 	orig := svc.DeepCopy()
 	controllerutil.RemoveFinalizer(svc, Finalizer)
+	delete(svc.Annotations, AnnotationFinalizedBy)
 	if err := c.client.Patch(ctx, svc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("remove finalizer from %s/%s: %w", svc.Namespace, svc.Name, err))
 	}
