@@ -52,17 +52,8 @@ const (
 	churnCCMLimit = 90 * time.Second
 )
 
-// churnServicesOf returns churn's Services: even ones Local, with their
-// endpoints on two nodes.
-func churnServicesOf(n int) []*azureSvc {
-	out := idleServicesOf(n)
-	for _, s := range out {
-		if s.local {
-			s.endpoints = s.endpoints[:2]
-		}
-	}
-	return out
-}
+// churnServicesOf returns churn's Services: restart-idle's.
+func churnServicesOf(n int) []*azureSvc { return idleServicesOf(n) }
 
 // churn changes the cluster for ChurnDuration, then waits for the load
 // balancers and measures each writer.

@@ -38,12 +38,19 @@ const IdleRestarts = 6
 // idleServices is restart-idle's Service count.
 const idleServices = 30
 
-// idleServicesOf returns restart-idle's Services: even ones Local.
+// idleServicesOf returns restart-idle's (and churn's) Services: even ones
+// Local, with their endpoints on two of the three nodes, so that one node
+// has none (the CCM's Local pool leaves it out with multiple load
+// balancers; zerodrop keeps it draining) and moving the endpoints
+// (endpoints-move, churn) changes which.
 func idleServicesOf(n int) []*azureSvc {
 	var out []*azureSvc
 	for i := 0; i < n; i++ {
 		s := newAzureSvc(i, azureLBNames)
 		s.nodeMode, s.local = true, i%2 == 0
+		if s.local {
+			s.endpoints = s.endpoints[:2]
+		}
 		out = append(out, s)
 	}
 	return out
