@@ -1,0 +1,89 @@
+package azuredp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+)
+
+// The probe state as the data plane has it, for the lab and for the
+// emulator's rule-health operation (which adds its own lag).
+
+// Backend is one backend address of a rule as the data plane sees it.
+type Backend struct {
+	Addr netip.Addr
+	// ProbeUp is the probe's state (false before the first success; true
+	// for a rule without a probe).
+	ProbeUp bool
+	// Admin is the address's admin state: None, Up or Down.
+	Admin string
+	// Eligible: the programmed ruleset sends it new flows (probe, admin
+	// state and noHealthyBackendsBehavior together).
+	Eligible bool
+	// Detail is the last probe's result.
+	Detail string
+}
+
+// ErrUnknownRule: the rule is not programmed (not stored, not yet
+// propagated, or not modelled).
+var ErrUnknownRule = errors.New("azuredp: no such rule programmed")
+
+// Health is each backend address of a rule as the data plane has it now:
+// the rule as last programmed (after propagation), each address's probe
+// state as last probed, and whether the programmed ruleset sends it new
+// flows (a probe change reaches the ruleset a moment after the probe).
+func (d *DataPlane) Health(loadBalancer, ruleName string) ([]Backend, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := ruleKey{strings.ToLower(loadBalancer), strings.ToLower(ruleName)}
+	for _, r := range d.view.rules {
+		if r.key() != k {
+			continue
+		}
+		up := func(t target) bool { h := d.health[t]; return h != nil && h.up }
+		elig := d.elig[k]
+		var out []Backend
+		for _, b := range r.Backends {
+			x := Backend{Addr: b.Addr, Admin: b.Admin, ProbeUp: true, Eligible: slices.Contains(elig, b.Addr), Detail: "no probe"}
+			if r.Probe != "" {
+				t := target{r.probeKey(), b.Addr}
+				x.ProbeUp = up(t)
+				if h := d.health[t]; h != nil {
+					x.Detail = h.last
+				}
+			}
+			out = append(out, x)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%w: %s/%s", ErrUnknownRule, loadBalancer, ruleName)
+}
+
+// RuleHealth answers the emulator's rule-health operation
+// (emulator.RuleHealth): Up where new flows may go, Down otherwise, with the
+// probe's result or the admin state as the reason.
+func (d *DataPlane) RuleHealth(resourceGroup, loadBalancer, ruleName string) ([]emulator.BackendHealth, error) {
+	if !strings.EqualFold(resourceGroup, d.cfg.ResourceGroup) {
+		return nil, fmt.Errorf("%w: resource group %s is not %s", ErrUnknownRule, resourceGroup, d.cfg.ResourceGroup)
+	}
+	bs, err := d.Health(loadBalancer, ruleName)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]emulator.BackendHealth, 0, len(bs))
+	for _, b := range bs {
+		h := emulator.BackendHealth{IPAddress: b.Addr.String(), State: "Down", Reason: b.Detail}
+		if b.Eligible {
+			h.State = "Up"
+		}
+		if b.Admin != adminNone {
+			h.Reason = "admin state " + b.Admin + "; " + b.Detail
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}

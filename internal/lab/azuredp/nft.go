@@ -1,0 +1,217 @@
+package azuredp
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
+)
+
+// The ruleset, in two tables of the load-balancer namespace, both named
+// azuredp:
+//
+//   - netdev azuredp, on the ingress of the namespace's device: floating-IP
+//     rules. A new flow (a SYN) is hashed onto the rule's eligible
+//     addresses; its choice goes into the flows map, keyed by the 4-tuple
+//     (the protocol is always TCP), with the rule's idle timeout, refreshed
+//     by every packet; every packet of the flow is forwarded unchanged (its
+//     destination still the frontend address and port) to the backend's
+//     next hop (`fwd`). The backend answers the client directly, so the
+//     replies never pass here: conntrack, which needs both directions,
+//     cannot track these flows, the flows map does, as Azure's own flow
+//     table does. A packet of no known flow that is not a SYN is dropped,
+//     as Azure drops a flow's packets after its idle timeout.
+//   - ip azuredp, in the IP stack with conntrack: rules without floating
+//     IP. A new connection is hashed onto the eligible addresses and
+//     DNATed to address:backendPort; conntrack keeps an established one on
+//     its backend whatever the rules become. Traffic to a frontend address
+//     that no rule takes is dropped, as Azure answers nothing there.
+//
+// Each programming replaces every chain, rule and element in one nft
+// transaction, so a packet sees either the old ruleset or the new one; the
+// flows map and conntrack are never flushed, which is what keeps
+// established flows on their backend.
+
+const (
+	table    = "azuredp"
+	flowsMap = "flows"
+	nexthops = "nexthops"
+	vipSet   = "vips"
+	// maxFlows bounds the flows map; a new flow beyond it is dropped.
+	maxFlows = 65536
+)
+
+// setupScript creates both tables with their base chains, maps and sets;
+// `create` fails if a table of that name exists (another data plane in the
+// namespace).
+func setupScript(device string) string {
+	return fmt.Sprintf(`create table netdev %[1]s
+add map netdev %[1]s %[2]s { type ipv4_addr . inet_service . ipv4_addr . inet_service : mark; flags timeout; size %[4]d; }
+add map netdev %[1]s %[3]s { type mark : ipv4_addr; }
+add chain netdev %[1]s ingress { type filter hook ingress device %[5]q priority 0; policy accept; }
+create table ip %[1]s
+add set ip %[1]s %[6]s { type ipv4_addr; }
+add chain ip %[1]s pre { type filter hook prerouting priority mangle; policy accept; }
+add chain ip %[1]s nat_pre { type nat hook prerouting priority dstnat; policy accept; }
+add chain ip %[1]s nat_post { type nat hook postrouting priority srcnat; policy accept; }
+`, table, flowsMap, nexthops, maxFlows, device, vipSet)
+}
+
+// teardownScript deletes both tables (and with them every chain, map and
+// element).
+func teardownScript() string {
+	return fmt.Sprintf("delete table netdev %[1]s\ndelete table ip %[1]s\n", table)
+}
+
+// ruleset is one programming's input.
+type ruleset struct {
+	rules    []rule
+	eligible [][]netip.Addr // per rule
+	marks    map[netip.Addr]uint32
+	nexthops map[uint32]netip.Addr
+	seed     uint32
+	device   string
+}
+
+// chainSet names the regular chains of a programming, per table family.
+type chainSet struct{ netdev, ip []string }
+
+// render returns the transaction that replaces the previous programming
+// (whose regular chains were old) with rs, and the chains it makes.
+func render(rs ruleset, old chainSet) (string, chainSet) {
+	var b strings.Builder
+	var made chainSet
+	var ingressMap, preMap, natMap []string
+	var body []string // rules, after every chain exists
+	for i, r := range rs.rules {
+		elig := rs.eligible[i]
+		key := fmt.Sprintf("%s . %d", r.Frontend, r.Port)
+		if r.Floating {
+			c, cNew := fmt.Sprintf("f_%d", i), fmt.Sprintf("f_%d_new", i)
+			made.netdev = append(made.netdev, c, cNew)
+			ingressMap = append(ingressMap, key+" : jump "+c)
+			remember := fmt.Sprintf("update @%s { ip saddr . tcp sport . ip daddr . tcp dport timeout %ds : meta mark }",
+				flowsMap, int(r.Idle.Seconds()))
+			fwd := fmt.Sprintf("fwd ip to meta mark map @%s device %q", nexthops, rs.device)
+			body = append(body,
+				fmt.Sprintf("add rule netdev %s %s tcp flags & (syn | ack) == syn goto %s", table, c, cNew),
+				fmt.Sprintf("add rule netdev %s %s meta mark set ip saddr . tcp sport . ip daddr . tcp dport map @%s %s %s", table, c, flowsMap, remember, fwd),
+				fmt.Sprintf("add rule netdev %s %s drop", table, c))
+			if len(elig) > 0 {
+				body = append(body, fmt.Sprintf("add rule netdev %s %s meta mark set %s map { %s } %s %s",
+					table, cNew, hashExpr(r, len(elig), rs.seed), markElems(elig, rs.marks), remember, fwd))
+			}
+			body = append(body, fmt.Sprintf("add rule netdev %s %s drop", table, cNew))
+			continue
+		}
+		d, n := fmt.Sprintf("d_%d", i), fmt.Sprintf("n_%d", i)
+		made.ip = append(made.ip, d, n)
+		preMap = append(preMap, key+" : goto "+d)
+		natMap = append(natMap, key+" : goto "+n)
+		body = append(body,
+			fmt.Sprintf("add rule ip %s %s ct state established,related accept", table, d),
+			// A connection conntrack does not know that does not start with
+			// a SYN: dropped, as for floating IP.
+			fmt.Sprintf("add rule ip %s %s tcp flags & (syn | ack) != syn drop", table, d))
+		if len(elig) == 0 {
+			body = append(body, fmt.Sprintf("add rule ip %s %s drop", table, d))
+		} else {
+			var addrs []string
+			for j, a := range elig {
+				addrs = append(addrs, fmt.Sprintf("%d : %s", j, a))
+			}
+			body = append(body, fmt.Sprintf("add rule ip %s %s dnat to %s map { %s } : %d",
+				table, n, hashExpr(r, len(elig), rs.seed), strings.Join(addrs, ", "), r.BackendPort))
+		}
+		body = append(body, fmt.Sprintf("add rule ip %s %s accept", table, d))
+	}
+	// Flush what references the old chains, then the old chains, then delete
+	// those not made again: nothing references them any more.
+	for _, c := range []string{"netdev " + table + " ingress", "ip " + table + " pre", "ip " + table + " nat_pre"} {
+		fmt.Fprintf(&b, "flush chain %s\n", c)
+	}
+	for _, c := range old.netdev {
+		fmt.Fprintf(&b, "flush chain netdev %s %s\n", table, c)
+	}
+	for _, c := range old.ip {
+		fmt.Fprintf(&b, "flush chain ip %s %s\n", table, c)
+	}
+	for _, c := range old.netdev {
+		if !slices.Contains(made.netdev, c) {
+			fmt.Fprintf(&b, "delete chain netdev %s %s\n", table, c)
+		}
+	}
+	for _, c := range old.ip {
+		if !slices.Contains(made.ip, c) {
+			fmt.Fprintf(&b, "delete chain ip %s %s\n", table, c)
+		}
+	}
+	fmt.Fprintf(&b, "flush map netdev %s %s\n", table, nexthops)
+	if len(rs.nexthops) > 0 {
+		marks := make([]uint32, 0, len(rs.nexthops))
+		for m := range rs.nexthops {
+			marks = append(marks, m)
+		}
+		slices.Sort(marks)
+		var elems []string
+		for _, m := range marks {
+			elems = append(elems, fmt.Sprintf("0x%x : %s", m, rs.nexthops[m]))
+		}
+		fmt.Fprintf(&b, "add element netdev %s %s { %s }\n", table, nexthops, strings.Join(elems, ", "))
+	}
+	fmt.Fprintf(&b, "flush set ip %s %s\n", table, vipSet)
+	var vips []string
+	for _, r := range rs.rules {
+		if s := r.Frontend.String(); !slices.Contains(vips, s) {
+			vips = append(vips, s)
+		}
+	}
+	if len(vips) > 0 {
+		fmt.Fprintf(&b, "add element ip %s %s { %s }\n", table, vipSet, strings.Join(vips, ", "))
+	}
+	for _, c := range made.netdev {
+		fmt.Fprintf(&b, "add chain netdev %s %s\n", table, c)
+	}
+	for _, c := range made.ip {
+		fmt.Fprintf(&b, "add chain ip %s %s\n", table, c)
+	}
+	if len(ingressMap) > 0 {
+		fmt.Fprintf(&b, "add rule netdev %s ingress ip protocol tcp ip daddr . tcp dport vmap { %s }\n", table, strings.Join(ingressMap, ", "))
+	}
+	if len(preMap) > 0 {
+		fmt.Fprintf(&b, "add rule ip %s pre ip protocol tcp ip daddr . tcp dport vmap { %s }\n", table, strings.Join(preMap, ", "))
+		fmt.Fprintf(&b, "add rule ip %s nat_pre ip protocol tcp ip daddr . tcp dport vmap { %s }\n", table, strings.Join(natMap, ", "))
+	}
+	// Anything else to a frontend address: dropped (ICMP is answered).
+	fmt.Fprintf(&b, "add rule ip %s pre ip daddr @%s meta l4proto { tcp, udp } drop\n", table, vipSet)
+	for _, l := range body {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	return b.String(), made
+}
+
+// hashExpr picks one of n eligible addresses by the rule's distribution:
+// the 5-tuple by default (the protocol is always TCP here), source and
+// destination address for SourceIP, and the protocol too for
+// SourceIPProtocol (distribution-mode-concepts).
+func hashExpr(r rule, n int, seed uint32) string {
+	tuple := "ip saddr . tcp sport . ip daddr . tcp dport"
+	switch r.Distribution {
+	case armnetwork.LoadDistributionSourceIP:
+		tuple = "ip saddr . ip daddr"
+	case armnetwork.LoadDistributionSourceIPProtocol:
+		tuple = "ip saddr . ip daddr . meta l4proto"
+	}
+	return fmt.Sprintf("jhash %s mod %d seed 0x%x", tuple, n, seed)
+}
+
+func markElems(addrs []netip.Addr, marks map[netip.Addr]uint32) string {
+	var out []string
+	for i, a := range addrs {
+		out = append(out, fmt.Sprintf("%d : 0x%x", i, marks[a]))
+	}
+	return strings.Join(out, ", ")
+}

@@ -1,0 +1,149 @@
+package azuredp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"zerodrop.dev/zerodrop/internal/supervisor"
+)
+
+// What the data plane changes in its namespace besides the nftables tables:
+// frontend addresses on lo, and three sysctls. Each change is undone by
+// Close; nothing outside the namespace is touched.
+
+// sysctls the data plane sets, and why.
+var sysctls = []struct{ key, value string }{
+	// Rules without floating IP are DNATed and forwarded by the IP stack.
+	{"net/ipv4/ip_forward", "1"},
+	// A DNATed packet leaves by the interface it came in on; an ICMP
+	// redirect would tell the backend to answer the client directly,
+	// around the reverse translation. send_redirects is on when either the
+	// "all" or the interface's value is: both go off.
+	{"net/ipv4/conf/all/send_redirects", "0"},
+	{"net/ipv4/conf/%s/send_redirects", "0"},
+}
+
+// nft runs an nft script inside the namespace as one transaction. The
+// script goes through a temporary file: a ruleset can outgrow an argument.
+func (d *DataPlane) nft(ctx context.Context, script string) error {
+	f, err := os.CreateTemp("", "azuredp-*.nft")
+	if err != nil {
+		return fmt.Errorf("nft script: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(script); err != nil {
+		f.Close()
+		return fmt.Errorf("nft script: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("nft script: %w", err)
+	}
+	if err := d.ns.Run(ctx, "nft", "-f", f.Name()); err != nil {
+		return fmt.Errorf("nft: %w", err)
+	}
+	return nil
+}
+
+// ip runs `ip -n NS args…` and returns its output.
+func (d *DataPlane) ip(ctx context.Context, args ...string) ([]byte, error) {
+	out, err := supervisor.Output(ctx, supervisor.Command{Name: "ip", Args: append([]string{"-n", d.ns.Name}, args...)})
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: %w", d.ns.Name, err)
+	}
+	return out, nil
+}
+
+// setSysctls sets the data plane's sysctls, remembering each old value
+// (restoreSysctls puts them back).
+func (d *DataPlane) setSysctls() error {
+	return d.ns.Do(func() error {
+		for _, s := range sysctls {
+			path := filepath.Join("/proc/sys", strings.ReplaceAll(s.key, "%s", d.cfg.Device))
+			old, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", path, err)
+			}
+			if err := os.WriteFile(path, []byte(s.value), 0o644); err != nil {
+				return fmt.Errorf("write %s: %w", path, err)
+			}
+			d.oldSysctls = append(d.oldSysctls, [2]string{path, strings.TrimSpace(string(old))})
+		}
+		return nil
+	})
+}
+
+// restoreSysctls puts back every sysctl setSysctls changed, last first.
+func (d *DataPlane) restoreSysctls() error {
+	if len(d.oldSysctls) == 0 {
+		return nil
+	}
+	err := d.ns.Do(func() error {
+		var errs []error
+		for i := len(d.oldSysctls) - 1; i >= 0; i-- {
+			s := d.oldSysctls[i]
+			if err := os.WriteFile(s[0], []byte(s[1]), 0o644); err != nil {
+				errs = append(errs, fmt.Errorf("restore %s: %w", s[0], err))
+			}
+		}
+		return joinErrs(errs)
+	})
+	d.oldSysctls = nil
+	return err
+}
+
+// syncAddresses makes the frontend addresses on lo exactly want (as /32s):
+// the namespace answers ARP for them on its device, so clients on the
+// fabric reach them. Only addresses the data plane added are removed.
+func (d *DataPlane) syncAddresses(ctx context.Context, want []netip.Addr) error {
+	var errs []error
+	for a := range d.addrs {
+		if !slices.Contains(want, a) {
+			if _, err := d.ip(ctx, "addr", "del", a.String()+"/32", "dev", "lo"); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			delete(d.addrs, a)
+		}
+	}
+	for _, a := range want {
+		if d.addrs[a] {
+			continue
+		}
+		if _, err := d.ip(ctx, "addr", "add", a.String()+"/32", "dev", "lo"); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		d.addrs[a] = true
+	}
+	return joinErrs(errs)
+}
+
+// nextHop is where a floating-IP packet for addr goes: addr itself when it
+// is on the device's link, else the gateway the namespace routes addr
+// through (a pod behind its node).
+func (d *DataPlane) nextHop(ctx context.Context, addr netip.Addr) (netip.Addr, error) {
+	out, err := d.ip(ctx, "-j", "route", "get", addr.String())
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	var routes []struct {
+		Gateway string `json:"gateway"`
+		Dev     string `json:"dev"`
+	}
+	if err := json.Unmarshal(out, &routes); err != nil || len(routes) == 0 {
+		return netip.Addr{}, fmt.Errorf("route to %s in netns %s: %q", addr, d.ns.Name, out)
+	}
+	if routes[0].Dev != d.cfg.Device {
+		return netip.Addr{}, fmt.Errorf("route to %s in netns %s leaves by %s, not %s", addr, d.ns.Name, routes[0].Dev, d.cfg.Device)
+	}
+	if routes[0].Gateway == "" {
+		return addr, nil
+	}
+	return netip.ParseAddr(routes[0].Gateway)
+}
