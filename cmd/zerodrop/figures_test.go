@@ -162,9 +162,6 @@ var figureAllowList = []allowed{
 		"every 50 ms", "every 500 ms", "1 s before its containers get SIGTERM", "default 1 s,", "wait 2 s)",
 		"than 100 ms after its slot", "at most 10 minutes", "the lab's 2 s timeout",
 	}},
-	{"docs/azure.md", "what an incident report says (cloud-provider-azure #10224), not a measurement of ours", []string{
-		"for about 3.5 hours",
-	}},
 	{"docs/azure.md", "Azure's documented limits and rule settings", []string{
 		"idle timeout 4 min", "runs as 5 s", "= 3 failures", "(at least 5 s)", "(≥ 5 s)", "probe interval ≥ 5 s",
 	}},
@@ -173,7 +170,6 @@ var figureAllowList = []allowed{
 		"`--renew-deadline` (10 s)", "`--lease-duration` (15 s)", "budget (5 s,", "the default 30 s is enough",
 		"| 20 % injected faults", "the 30 s lease", "10 ms, which the Azure SDK refuses",
 		"(the emulator's is 10 ms unless set; ARM's network provider sends 10 s)",
-		"the CCM's 15 s lease (a stopped", "zerodrop's 30 s lease in",
 	}},
 }
 
