@@ -6,7 +6,6 @@ package lbtarget
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"strings"
 	"sync"
 
@@ -165,7 +164,7 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			if err := f.Reader.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, &node); err != nil {
 				return nil, fmt.Errorf("get node %s of pod %s/%s: %w", pod.Spec.NodeName, pod.Namespace, pod.Name, err)
 			}
-			addrs = map[string]bool{canonical(model.MapAddress(f.AddressMap, model.NodeAddress(&node))): true}
+			addrs = map[string]bool{model.CanonicalIP(model.MapAddress(f.AddressMap, model.NodeAddress(&node))): true}
 			nodeOnly = svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 			var last bool
 			if last, published, err = f.localView(ctx, svc, pod); err != nil {
@@ -233,7 +232,7 @@ func (f *Finder) portTargets(svc *corev1.Service, base Target, addrs map[string]
 			if s.Listener != t.Listener {
 				continue
 			}
-			mine := addrs[canonical(s.Address)]
+			mine := addrs[model.CanonicalIP(s.Address)]
 			if mine {
 				t.add(s)
 			}
@@ -297,21 +296,12 @@ func isPod(ep discoveryv1.Endpoint, pod *corev1.Pod) bool {
 func (f *Finder) podAddresses(pod *corev1.Pod) map[string]bool {
 	out := map[string]bool{}
 	if pod.Status.PodIP != "" {
-		out[canonical(model.MapAddress(f.AddressMap, pod.Status.PodIP))] = true
+		out[model.CanonicalIP(model.MapAddress(f.AddressMap, pod.Status.PodIP))] = true
 	}
 	for _, ip := range pod.Status.PodIPs {
-		out[canonical(model.MapAddress(f.AddressMap, ip.IP))] = true
+		out[model.CanonicalIP(model.MapAddress(f.AddressMap, ip.IP))] = true
 	}
 	return out
-}
-
-// canonical spells an IP address one way (IPv6 has many spellings); other
-// strings are kept as they are.
-func canonical(addr string) string {
-	if a, err := netip.ParseAddr(addr); err == nil {
-		return a.Unmap().String()
-	}
-	return addr
 }
 
 // add counts one backend of the pod on the target's listener. A dual-stack

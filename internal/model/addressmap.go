@@ -46,6 +46,15 @@ func ParseAddressMap(s string) ([]AddressMapping, error) {
 	return out, nil
 }
 
+// CanonicalIP spells an IP address one way (IPv6 has many spellings, and an
+// IPv4-mapped one is its IPv4 address); other strings are kept as they are.
+func CanonicalIP(addr string) string {
+	if a, err := netip.ParseAddr(addr); err == nil {
+		return a.Unmap().String()
+	}
+	return addr
+}
+
 // MapAddress applies the first mapping that contains addr.
 func MapAddress(mappings []AddressMapping, addr string) string {
 	if len(mappings) == 0 {

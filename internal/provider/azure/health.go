@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/netip"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"golang.org/x/time/rate"
 
+	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 )
 
@@ -104,7 +104,7 @@ func (p *Provider) withRuleHealth(key string, statuses []provider.BackendStatus)
 		}
 		// An address the last answer did not list (added since) is not yet
 		// known to be up.
-		s.HealthKnown, s.Healthy = true, h.up[canonicalIP(s.Address)]
+		s.HealthKnown, s.Healthy = true, h.up[model.CanonicalIP(s.Address)]
 	}
 }
 
@@ -146,16 +146,8 @@ func (p *Provider) readRuleHealth(ctx context.Context, key, rule string) (map[st
 	up := map[string]bool{}
 	for _, a := range res.LoadBalancerBackendAddresses {
 		if a != nil && a.IPAddress != nil {
-			up[canonicalIP(*a.IPAddress)] = a.State != nil && *a.State == "Up"
+			up[model.CanonicalIP(*a.IPAddress)] = a.State != nil && *a.State == "Up"
 		}
 	}
 	return up, nil
-}
-
-// canonicalIP spells an IP address one way, as ARM and the pool may differ.
-func canonicalIP(addr string) string {
-	if a, err := netip.ParseAddr(addr); err == nil {
-		return a.Unmap().String()
-	}
-	return addr
 }
