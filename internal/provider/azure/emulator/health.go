@@ -3,7 +3,6 @@ package emulator
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -65,14 +64,7 @@ func (e *Emulator) startRuleHealth(req *http.Request, t target) *reply {
 		return errorReply(http.StatusBadRequest, "RuleHealthNotModelled",
 			"emulator: the rule-health operation needs a data plane (SetRuleHealth)")
 	}
-	e.opSeq++
-	id := strconv.FormatUint(e.opSeq, 10)
-	op := &operation{key: t.faultKey(), client: clientOf(req), polls: e.opts.PollSteps - 1, status: "Succeeded",
-		health: &healthQuery{rg: t.rg, lb: t.parent, rule: t.name}}
-	if e.opts.WriteLatency > 0 {
-		op.end = time.Now().Add(e.opts.WriteLatency)
-	}
-	e.ops[id] = op
+	id := e.newOperation(t.faultKey(), clientOf(req), e.opts.PollSteps-1, &healthQuery{rg: t.rg, lb: t.parent, rule: t.name})
 	rep := &reply{status: http.StatusAccepted, header: http.Header{}}
 	rep.header.Set("Location", baseURL(req)+"subscriptions/"+t.sub+"/providers/Microsoft.Network/locations/"+
 		e.opts.Location+"/operationResults/"+id+"?api-version="+t.apiVersion)
@@ -89,10 +81,7 @@ func (e *Emulator) operationResult(t target) *reply {
 		e.mu.Unlock()
 		return errorReply(http.StatusNotFound, "OperationNotFound", "no operation "+t.operation)
 	}
-	if op.running(time.Now()) {
-		if op.end.IsZero() {
-			op.polls--
-		}
+	if op.poll(time.Now()) {
 		rep := &reply{status: http.StatusAccepted, header: http.Header{}}
 		setRetryAfter(rep.header, e.opts.PollRetryAfter)
 		e.mu.Unlock()

@@ -42,6 +42,32 @@ func (op *operation) running(now time.Time) bool {
 	return op.polls > 0
 }
 
+// poll is one poll of the operation: whether it still runs, spending one of
+// its in-progress answers when it ends by polls.
+func (op *operation) poll(now time.Time) bool {
+	if !op.running(now) {
+		return false
+	}
+	if op.end.IsZero() {
+		op.polls--
+	}
+	return true
+}
+
+// newOperation registers an operation on the resource of key that ends
+// after polls in-progress answers, or after Options.WriteLatency when set;
+// it returns its ID. e.mu is held.
+func (e *Emulator) newOperation(key, client string, polls int, health *healthQuery) string {
+	e.opSeq++
+	id := strconv.FormatUint(e.opSeq, 10)
+	op := &operation{key: key, client: client, polls: polls, status: "Succeeded", health: health}
+	if e.opts.WriteLatency > 0 {
+		op.end = time.Now().Add(e.opts.WriteLatency)
+	}
+	e.ops[id] = op
+	return id
+}
+
 const superseded = "CanceledAndSupersededDueToAnotherOperation"
 
 // startOperation turns a write's reply into the start of its operation.
@@ -60,13 +86,7 @@ func (e *Emulator) startOperation(req *http.Request, t target, rep *reply, info 
 			}
 		}
 	}
-	e.opSeq++
-	id := strconv.FormatUint(e.opSeq, 10)
-	op := &operation{key: key, client: clientOf(req), polls: e.pollSteps(info) - 1, status: "Succeeded"}
-	if e.opts.WriteLatency > 0 {
-		op.end = now.Add(e.opts.WriteLatency)
-	}
-	e.ops[id] = op
+	id := e.newOperation(key, clientOf(req), e.pollSteps(info)-1, nil)
 	after := e.opts.PollRetryAfter
 	e.mu.Unlock()
 
@@ -91,10 +111,7 @@ func (e *Emulator) pollOperation(t target) (rep *reply, canceled *operation) {
 	if !ok {
 		return errorReply(http.StatusNotFound, "OperationNotFound", "no operation "+t.operation), nil
 	}
-	if op.running(time.Now()) {
-		if op.end.IsZero() {
-			op.polls--
-		}
+	if op.poll(time.Now()) {
 		rep := jsonReply(http.StatusOK, []byte(`{"status":"InProgress"}`))
 		setRetryAfter(rep.header, e.opts.PollRetryAfter)
 		return rep, nil
