@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -102,22 +101,9 @@ func (r *azureRun) changeService(ctx context.Context, n int) error {
 	svc := r.svcs[(n/3)%len(r.svcs)]
 	switch n % 3 {
 	case 0:
-		s := newAzureSvc(len(r.svcs), azureLBNames)
-		s.nodeMode, s.local = true, s.index%2 == 0
-		if s.local {
-			s.endpoints = s.endpoints[:2]
-		}
+		s := nodeBackedSvc(len(r.svcs))
 		r.svcs = append(r.svcs, s)
-		if r.upstream() {
-			if err := r.c.Create(ctx, s.ccmObject(r.ns)); err != nil {
-				return fmt.Errorf("create service %s/%s: %w", r.ns, s.name, err)
-			}
-			if err := r.c.Create(ctx, s.slice(r.ns)); err != nil {
-				return fmt.Errorf("create endpointslice %s/%s: %w", r.ns, s.name, err)
-			}
-			return nil
-		}
-		return s.create(ctx, r.c, r.ns, r.class())
+		return s.createAs(ctx, r.c, r.objectOf(s))
 	case 1:
 		switch {
 		case !r.upstream():
@@ -134,10 +120,16 @@ func (r *azureRun) changeService(ctx context.Context, n int) error {
 	default:
 		svc.https = !svc.https
 	}
+	return pushSpec(ctx, r.c, r.objectOf(svc))
+}
+
+// objectOf is the Service s as the run's writer has it: the CCM's
+// (upstream) or zerodrop's.
+func (r *azureRun) objectOf(s *azureSvc) *corev1.Service {
 	if r.upstream() {
-		return pushSpec(ctx, r.c, svc.ccmObject(r.ns))
+		return s.ccmObject(r.ns)
 	}
-	return pushSpec(ctx, r.c, svc.object(r.ns, r.class()))
+	return s.object(r.ns, r.class())
 }
 
 // ccmConfigs are the CCM's load balancer configurations with multiple
@@ -308,10 +300,8 @@ func (r *azureRun) staleLocalPools() int {
 		lb, _ := r.emu.LoadBalancer(azureGroup, name)
 		for _, p := range lb.Properties.BackendAddressPools {
 			var ips []string
-			if p.Properties != nil {
-				for _, addr := range p.Properties.LoadBalancerBackendAddresses {
-					ips = append(ips, ptr.Deref(addr.Properties.IPAddress, ""))
-				}
+			for _, addr := range poolAddresses(lb, ptr.Deref(p.Name, "")) {
+				ips = append(ips, addr[0])
 			}
 			slices.Sort(ips)
 			pools[strings.ToLower(ptr.Deref(p.Name, ""))] = ips
@@ -358,7 +348,7 @@ func (r *azureRun) writerLogs() []string {
 		}
 	}
 	for _, c := range r.ccms {
-		out = append(out, filepath.Join(r.procs.dir, c.name+".log"))
+		out = append(out, c.log)
 	}
 	return out
 }

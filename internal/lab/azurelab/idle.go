@@ -46,14 +46,19 @@ const idleServices = 30
 func idleServicesOf(n int) []*azureSvc {
 	var out []*azureSvc
 	for i := 0; i < n; i++ {
-		s := newAzureSvc(i, azureLBNames)
-		s.nodeMode, s.local = true, i%2 == 0
-		if s.local {
-			s.endpoints = s.endpoints[:2]
-		}
-		out = append(out, s)
+		out = append(out, nodeBackedSvc(i))
 	}
 	return out
+}
+
+// nodeBackedSvc is the i-th of idleServicesOf.
+func nodeBackedSvc(i int) *azureSvc {
+	s := newAzureSvc(i, azureLBNames)
+	s.nodeMode, s.local = true, i%2 == 0
+	if s.local {
+		s.endpoints = s.endpoints[:2]
+	}
+	return s
 }
 
 // setupNodeBacked creates restart-idle's or churn's node-backed Services

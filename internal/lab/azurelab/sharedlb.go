@@ -209,43 +209,31 @@ func (r *azureRun) rolloutAll(ctx context.Context, a *report.AzureFigures) error
 // identities are ccm-N) and finds each writer's removals of the other's
 // children: zerodrop's are named zd-, the CCM's are not.
 func writerFigures(calls []emulator.Call) []report.WriterFigures {
-	out := map[string]*report.WriterFigures{}
+	byWriter := map[string][]emulator.Call{}
 	for _, c := range calls {
 		name := c.Client
 		if strings.HasPrefix(name, "ccm-") {
 			name = "upstream (cloud-provider-azure)"
 		}
-		w := out[name]
-		if w == nil {
-			w = &report.WriterFigures{Writer: name}
-			out[name] = w
-		}
-		if c.Superseded() {
-			w.Superseded++
-		}
-		if c.Method != http.MethodPut && c.Method != http.MethodDelete {
-			continue
-		}
-		w.Writes++
-		if c.Status == http.StatusPreconditionFailed {
-			w.PreconditionFailed++
-		}
-		if c.Status == http.StatusConflict {
-			w.Conflicts++
-		}
-		if c.Kind != "loadBalancer" {
-			continue // a pool's write removes addresses, not another writer's children
-		}
-		mine := func(child string) bool { return strings.HasPrefix(child, "zd-") == (c.Client == zerodropIdentity) }
-		for _, ch := range c.Changes {
-			if child, ok := removedChild(ch); ok && !mine(child) {
-				w.RemovedOthers = append(w.RemovedOthers, child)
-			}
-		}
+		byWriter[name] = append(byWriter[name], c)
 	}
 	var list []report.WriterFigures
-	for _, w := range out {
-		list = append(list, *w)
+	for name, mine := range byWriter {
+		f := figuresOf(mine)
+		w := report.WriterFigures{Writer: name, Writes: f.writes, PreconditionFailed: f.preconditionFailed,
+			Conflicts: f.conflicts, Superseded: f.superseded}
+		for _, c := range mine {
+			if c.Kind != "loadBalancer" || c.Method != http.MethodPut && c.Method != http.MethodDelete {
+				continue // a pool's write removes addresses, not another writer's children
+			}
+			owned := func(child string) bool { return strings.HasPrefix(child, "zd-") == (c.Client == zerodropIdentity) }
+			for _, ch := range c.Changes {
+				if child, ok := removedChild(ch); ok && !owned(child) {
+					w.RemovedOthers = append(w.RemovedOthers, child)
+				}
+			}
+		}
+		list = append(list, w)
 	}
 	return list
 }

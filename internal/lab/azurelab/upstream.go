@@ -93,8 +93,8 @@ func createNode(ctx context.Context, c client.Client, n labNode) error {
 
 // ccmInstance is one cloud-controller-manager process.
 type ccmInstance struct {
-	name string
-	proc *supervisor.Process
+	name, log string
+	proc      *supervisor.Process
 }
 
 func (r *azureRun) upstream() bool { return r.mode == "upstream" }
@@ -117,11 +117,8 @@ func (r *azureRun) setupUpstream(ctx context.Context, scenario string) error {
 		svcs = churnServicesOf(r.opts.ChurnServices)
 	}
 	for _, s := range svcs {
-		if err := r.c.Create(ctx, s.ccmObject(r.ns)); err != nil {
-			return fmt.Errorf("create service %s/%s: %w", r.ns, s.name, err)
-		}
-		if err := r.c.Create(ctx, s.slice(r.ns)); err != nil {
-			return fmt.Errorf("create endpointslice %s/%s: %w", r.ns, s.name, err)
+		if err := s.createAs(ctx, r.c, s.ccmObject(r.ns)); err != nil {
+			return err
 		}
 		r.svcs = append(r.svcs, s)
 	}
@@ -152,7 +149,7 @@ func (r *azureRun) startCCM() error {
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
-	r.ccms = append(r.ccms, &ccmInstance{name: name, proc: p})
+	r.ccms = append(r.ccms, &ccmInstance{name: name, log: ccm.LogPath(r.procs.dir, name), proc: p})
 	return nil
 }
 

@@ -166,12 +166,19 @@ const (
 	ccmConfigAnnotation   = "service.beta.kubernetes.io/azure-load-balancer-configurations"
 )
 
+// create creates the Service as zerodrop's and its EndpointSlice.
 func (s *azureSvc) create(ctx context.Context, c client.Client, ns, class string) error {
-	if err := c.Create(ctx, s.object(ns, class)); err != nil {
-		return fmt.Errorf("create service %s/%s: %w", ns, s.name, err)
+	return s.createAs(ctx, c, s.object(ns, class))
+}
+
+// createAs creates svc (the Service as zerodrop's, object, or as the
+// CCM's, ccmObject) and the Service's EndpointSlice.
+func (s *azureSvc) createAs(ctx context.Context, c client.Client, svc *corev1.Service) error {
+	if err := c.Create(ctx, svc); err != nil {
+		return fmt.Errorf("create service %s/%s: %w", svc.Namespace, s.name, err)
 	}
-	if err := c.Create(ctx, s.slice(ns)); err != nil {
-		return fmt.Errorf("create endpointslice %s/%s: %w", ns, s.name, err)
+	if err := c.Create(ctx, s.slice(svc.Namespace)); err != nil {
+		return fmt.Errorf("create endpointslice %s/%s: %w", svc.Namespace, s.name, err)
 	}
 	return nil
 }

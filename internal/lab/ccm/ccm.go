@@ -86,6 +86,9 @@ func (c Config) CloudConfig() map[string]any {
 	return m
 }
 
+// LogPath is where Start has the process named name log: in dir.
+func LogPath(dir, name string) string { return filepath.Join(dir, name+".log") }
+
 // Start writes the cloud config and starts the process; the caller stops it.
 func Start(c Config, name string) (*supervisor.Process, error) {
 	cfgPath := filepath.Join(c.Dir, name+"-azure.json")
@@ -118,5 +121,5 @@ func Start(c Config, name string) (*supervisor.Process, error) {
 		"IDENTITY_HEADER="+c.Identity,
 	)
 	return supervisor.Start(supervisor.Spec{Name: c.Binary, Args: args, Env: env,
-		Log: filepath.Join(c.Dir, name+".log"), DieWithParent: true})
+		Log: LogPath(c.Dir, name), DieWithParent: true})
 }
