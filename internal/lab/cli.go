@@ -48,6 +48,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch f.prov {
 	case "haproxy":
 	case azurelab.ProviderAzureEmulator:
+		if azureTraffic(f.scenario) {
+			break
+		}
 		if f.dryRun {
 			return dryRunAzure(f, stdout, stderr)
 		}
@@ -60,6 +63,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts, notRun, ok := f.options(stderr)
 	if !ok {
 		return 2
+	}
+	if f.prov == azurelab.ProviderAzureEmulator {
+		if opts.Azure, ok = f.azureOptions(opts, stderr); !ok {
+			return 2
+		}
 	}
 	plan, planNotRun, err := scenarios.Plan(opts)
 	if err != nil {
@@ -91,6 +99,7 @@ type flags struct {
 	rate, dataPlane, idleRestarts                                              int
 	faultRate                                                                  float64
 	ccmLBs, idleChange                                                         string
+	armLatency, lbPropagation, healthLag                                       time.Duration
 	recipe                                                                     scenarios.Recipe
 	chaos                                                                      scenarios.ChaosOptions
 }
@@ -123,6 +132,9 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+azurelab.ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
 	idleChange := fs.String("azure-idle-change", azurelab.IdleChangeNone, "with --provider "+azurelab.ProviderAzureEmulator+": what restart-idle changes while the writer is down: "+strings.Join(azurelab.IdleChanges, ", ")+" (a node joins; every Local Service's endpoints move to other nodes)")
 	ccmLBs := fs.String("azure-ccm-lbs", azurelab.CCMSingleLB, "with --provider "+azurelab.ProviderAzureEmulator+": upstream's cloud-provider-azure with one Standard load balancer ("+azurelab.CCMSingleLB+") or "+azurelab.CCMMultipleLBs+" (multipleStandardLoadBalancerConfigurations: two, nodes placed by availability set)")
+	armLatency := fs.Duration("arm-latency", scenarios.DefaultARMLatency, "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how long an ARM write's operation takes (a GET shows Updating until then)")
+	lbPropagation := fs.Duration("lb-propagation", 0, "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how long after ARM's operation ends the data plane applies a write (no client can see it)")
+	healthLag := fs.Duration("health-lag", 0, "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how old the rule-health operation's answer is")
 	fromChart := fs.Bool("from-chart", false, "zerodrop mode: install zerodrop from the repository's chart (helm template, applied per run; the data plane a DaemonSet on the load-balancer hosts), with --data-plane-replicas")
 	dataPlane := fs.Int("data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
 	prov := fs.String("provider", "haproxy", "haproxy|"+azurelab.ProviderAzureEmulator+" (azure-emulator: its own scenarios, restart, churn, kill-mid-plan and restart-idle, see docs/azure.md)")
@@ -146,7 +158,8 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	}
 	return flags{scenario: *scenario, mode: *mode, backend: *backend, policy: *policy, jsonPath: *jsonPath, htmlPath: *htmlPath,
 		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, faultRate: *faultRate, ccmLBs: *ccmLBs, idleChange: *idleChange,
-		fromChart: *fromChart, dataPlane: *dataPlane, prov: *prov, dryRun: *dryRun, idleRestarts: *idleRestarts}, 0, true
+		fromChart: *fromChart, dataPlane: *dataPlane, prov: *prov, dryRun: *dryRun, idleRestarts: *idleRestarts,
+		armLatency: *armLatency, lbPropagation: *lbPropagation, healthLag: *healthLag}, 0, true
 }
 
 // options checks the flags of the HAProxy lab and turns them into the

@@ -87,3 +87,22 @@ func (d *DataPlane) RuleHealth(resourceGroup, loadBalancer, ruleName string) ([]
 	}
 	return out, nil
 }
+
+// HealthAt is Health of the rule that takes frontend:port (the lab knows a
+// Service by the address and port its status and spec give, not by the rule
+// name its writer chose), with the rule's backend port.
+func (d *DataPlane) HealthAt(frontend netip.Addr, port uint16) (lb, rule string, backendPort uint16, bs []Backend, err error) {
+	d.mu.Lock()
+	for _, r := range d.view.rules {
+		if r.Frontend == frontend && r.Port == port {
+			lb, rule, backendPort = r.LB, r.Name, r.BackendPort
+			break
+		}
+	}
+	d.mu.Unlock()
+	if rule == "" {
+		return "", "", 0, nil, fmt.Errorf("%w: none takes %s", ErrUnknownRule, netip.AddrPortFrom(frontend, port))
+	}
+	bs, err = d.Health(lb, rule)
+	return lb, rule, backendPort, bs, err
+}

@@ -47,7 +47,12 @@ type Agent struct {
 	OnStop func(*corev1.Pod)
 	// hookDone, when set, learns the end of every preStop hook.
 	HookDone func(pod *corev1.Pod, failed bool)
-	logf     func(string, ...any)
+	// ControllerForwards, when set, returns more loopback addresses a
+	// controller pod reaches in the root namespace (the lab's ARM
+	// emulator): each is forwarded from the same address on the pod's
+	// loopback, as the API server is.
+	ControllerForwards func() []string
+	logf               func(string, ...any)
 
 	factory informers.SharedInformerFactory
 	Pods    corelisters.PodLister
@@ -278,7 +283,7 @@ func (a *Agent) startPod(ctx context.Context, key string, pod *corev1.Pod) (*pod
 // namespace, whose address is hostIP.
 func (a *Agent) podEnv(dial func(ctx context.Context, network, addr string) (net.Conn, error), hostIP string) podEnv {
 	return podEnv{dial: dial, hostIP: hostIP, lab: a.net.Net, exe: a.exe, apiserver: a.net.apiserver, logDir: a.dir,
-		hookDone: a.HookDone, containers: a.Containers}
+		hookDone: a.HookDone, containers: a.Containers, forwards: a.ControllerForwards}
 }
 
 func deletionGrace(pod *corev1.Pod) time.Duration {

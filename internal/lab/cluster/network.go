@@ -28,10 +28,10 @@ const (
 	// drainClusterIP is the drain Service's fixed ClusterIP (deploy/ uses
 	// the same), given to the webhook as the preStop hook's host.
 	DrainClusterIP = "10.96.0.90"
-	// frontendNet holds every run's frontend address pool (a /24 each):
+	// FrontendNet holds every run's frontend address pool (a /24 each):
 	// local on the load balancer namespace's loopback, routed to it from the
 	// client namespace.
-	frontendNet = "198.18.128.0/17"
+	FrontendNet = "198.18.128.0/17"
 	// apiserverInNetns is where namespaces that need the API server reach
 	// it: a forwarder on their own loopback (the certificate is valid for
 	// 127.0.0.1), since the API server listens on the root namespace's.
@@ -118,7 +118,7 @@ func (n *Network) addLBHosts(ctx context.Context, lbHosts int) error {
 	// would: hashed on the 5-tuple (fib_multipath_hash_policy 1), and
 	// resilient, so a member taken out moves only its own flows.
 	for i, h := range n.LBs {
-		if err := h.Run(ctx, "ip", "addr", "add", frontendNet, "dev", "lo"); err != nil {
+		if err := h.Run(ctx, "ip", "addr", "add", FrontendNet, "dev", "lo"); err != nil {
 			return err
 		}
 		if err := n.Client.Run(ctx, "ip", "nexthop", "add", "id", strconv.Itoa(i+1), "via", h.IP.String(), "dev", "eth0"); err != nil {
@@ -132,7 +132,7 @@ func (n *Network) addLBHosts(ctx context.Context, lbHosts int) error {
 		"type", "resilient", "buckets", "64"); err != nil {
 		return err
 	}
-	if err := n.Client.Run(ctx, "ip", "route", "add", frontendNet, "nhid", strconv.Itoa(frontendGroup)); err != nil {
+	if err := n.Client.Run(ctx, "ip", "route", "add", FrontendNet, "nhid", strconv.Itoa(frontendGroup)); err != nil {
 		return err
 	}
 	return nil
@@ -217,7 +217,7 @@ func (n *Network) RouteTo(ctx context.Context, fresh bool, members ...int) error
 	if !fresh {
 		return n.Client.Run(ctx, "ip", append([]string{"nexthop", "replace"}, group...)...)
 	}
-	if err := n.Client.Run(ctx, "ip", "route", "del", frontendNet); err != nil {
+	if err := n.Client.Run(ctx, "ip", "route", "del", FrontendNet); err != nil {
 		return err
 	}
 	if err := n.Client.Run(ctx, "ip", "nexthop", "del", "id", strconv.Itoa(frontendGroup)); err != nil {
@@ -226,7 +226,7 @@ func (n *Network) RouteTo(ctx context.Context, fresh bool, members ...int) error
 	if err := n.Client.Run(ctx, "ip", append([]string{"nexthop", "add"}, group...)...); err != nil {
 		return err
 	}
-	return n.Client.Run(ctx, "ip", "route", "add", frontendNet, "nhid", strconv.Itoa(frontendGroup))
+	return n.Client.Run(ctx, "ip", "route", "add", FrontendNet, "nhid", strconv.Itoa(frontendGroup))
 }
 
 // frontendPool is run k's frontend address pool.

@@ -75,6 +75,9 @@ type podEnv struct {
 	host bool
 	// containers is how the chart's pods are run (pods_containers.go).
 	containers *ContainerEnv
+	// forwards, when set, are more root-namespace loopback addresses a
+	// controller pod reaches (Agent.ControllerForwards).
+	forwards func() []string
 }
 
 // controllerImage marks zerodrop's controller pods: the agent runs their
@@ -154,6 +157,24 @@ func (r *podRuntime) startProcess(c *corev1.Container) error {
 	_, stop, err := r.env.lab.Forward(r.netPod.Netns, APIServerInNetns, r.env.apiserver)
 	if err != nil {
 		return err
+	}
+	if r.env.forwards != nil {
+		stops := []func(){stop}
+		for _, addr := range r.env.forwards() {
+			_, s, err := r.env.lab.Forward(r.netPod.Netns, addr, addr)
+			if err != nil {
+				for _, f := range stops {
+					f()
+				}
+				return err
+			}
+			stops = append(stops, s)
+		}
+		stop = func() {
+			for _, f := range stops {
+				f()
+			}
+		}
 	}
 	r.stopFwd = stop
 	p, err := r.startContainerProcess(c, "controller", r.pod.Namespace+"_"+r.pod.Name+".log")

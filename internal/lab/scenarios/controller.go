@@ -79,7 +79,9 @@ func (cs *controllers) zerodropArgs() []string {
 		"--load-balancer-class=" + r.class,
 		"--address-pool=" + cluster.FrontendPool(r.id),
 	}
-	if r.dataPlaneEnabled() {
+	if r.azure() {
+		args = cs.azureArgs()
+	} else if r.dataPlaneEnabled() {
 		args = append(args, r.dp.ControlArgs()...)
 	} else {
 		args = append(args, "--haproxy-dir="+r.dir, "--haproxy-binary="+r.haproxyBinary())

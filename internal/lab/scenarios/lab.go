@@ -72,6 +72,9 @@ type Options struct {
 	// FromChart installs zerodrop mode's zerodrop from the chart (chart.go);
 	// it needs DataPlaneReplicas.
 	FromChart bool
+	// Azure, when set, runs every scenario on emulated Azure (azure.go)
+	// instead of HAProxy.
+	Azure *AzureOptions
 }
 
 // lab is the running lab: control plane, node agent, drain Service and

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
@@ -20,6 +21,11 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 	l.net, err = cluster.StartNetwork(ctx, l.dir, labNodes, max(1, l.opts.DataPlaneReplicas), l.cp.Config, l.logf)
 	if err != nil {
 		return err
+	}
+	if l.opts.Azure != nil {
+		if err := l.azureReturnRoutes(ctx); err != nil {
+			return err
+		}
 	}
 	if l.egress, err = cluster.ServeEgress(cluster.EgressSocket(l.dir), l.net.Net.Nodes[0].DialContext, l.logf); err != nil {
 		return err
@@ -50,6 +56,16 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 			l.hooks[p.Namespace]++
 			l.curMu.Unlock()
 		}
+	}
+	// zerodrop's controller pods reach the current run's ARM emulator
+	// (azure.go) on their loopback, as they reach the API server.
+	l.agent.ControllerForwards = func() []string {
+		l.curMu.Lock()
+		defer l.curMu.Unlock()
+		if r := l.current; r != nil && r.az != nil && r.az.srv != nil {
+			return []string{strings.TrimPrefix(r.az.url, "https://")}
+		}
+		return nil
 	}
 	l.agentStop = cancel
 	if err := l.agent.Start(agentCtx); err != nil {

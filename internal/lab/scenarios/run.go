@@ -67,6 +67,8 @@ type run struct {
 	// (dataplane.go); prov is then the first replica's HAProxy, and the
 	// replicas' counting proxies are dp's.
 	dp *dataplane.Plane
+	// az is the run's emulated Azure (Options.Azure; azure.go).
+	az *azureLB
 	// chartObjs are the run's install of the chart (chart.go).
 	chartObjs []*unstructured.Unstructured
 	ctrls     *controllers
@@ -111,6 +113,9 @@ func (r *run) counters() ctrlmetrics.Counters { return r.ctrls.counters() }
 // its sockets (every replica's, with a data plane), and an error when a
 // socket's proxy was bypassed.
 func (r *run) landed() (int64, error) {
+	if r.azure() {
+		return r.azureWrites(), nil
+	}
 	r.socksMu.Lock()
 	socks := slices.Clone(r.socks)
 	r.socksMu.Unlock()

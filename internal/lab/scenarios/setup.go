@@ -42,7 +42,9 @@ func (r *run) setup(ctx context.Context, want int32) error {
 			return err
 		}
 	}
-	if !r.fromChart() {
+	// On emulated Azure the upstream and recipe modes' writer is the CCM,
+	// started with the load balancer.
+	if !r.fromChart() && !(r.azure() && r.mode.NodeBacked()) {
 		if err := r.ctrls.start(ctx); err != nil {
 			return err
 		}
@@ -72,6 +74,9 @@ func (r *run) setup(ctx context.Context, want int32) error {
 func (r *run) startLoadBalancer(ctx, sctx context.Context) error {
 	if r.fromChart() {
 		return r.startChartDataPlane(ctx, sctx)
+	}
+	if r.azure() {
+		return r.startAzure(ctx)
 	}
 	if r.dataPlaneEnabled() {
 		if err := r.dp.Start(ctx); err != nil {
@@ -122,6 +127,9 @@ func (r *run) createService(ctx context.Context) error {
 	}
 	if r.mode.NodeBacked() {
 		svc.Spec.LoadBalancerClass = nil
+	}
+	if r.azure() {
+		r.azureServiceAnnotations(svc)
 	}
 	created, err := r.lab.cp.Client.CoreV1().Services(r.ns).Create(ctx, svc, metav1.CreateOptions{})
 	if err != nil {

@@ -27,6 +27,7 @@ func (r *run) teardown() {
 		r.stop()
 	}
 	r.stopDataPlane()
+	r.stopAzure()
 	if r.prov != nil && !r.dataPlaneEnabled() {
 		_ = r.stopHAProxy(r.prov, r.dir)
 	}

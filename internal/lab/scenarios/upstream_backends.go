@@ -17,6 +17,9 @@ import (
 // recipe modes from the upstream cloud's own configuration, which shares
 // no names with zerodrop's (upstreamBackends).
 func (r *run) backends(ctx context.Context, prov *haproxy.Provider) ([]provider.BackendStatus, error) {
+	if r.azure() {
+		return r.azureBackends()
+	}
 	if r.mode.NodeBacked() {
 		return r.upstreamBackends(ctx)
 	}
