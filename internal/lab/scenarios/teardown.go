@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
@@ -42,6 +43,14 @@ func (r *run) teardown() {
 	}
 	r.lab.agent.Abandon(func(p *corev1.Pod) bool { return p.Namespace == r.ns })
 	_ = r.lab.cp.Client.AppsV1().Deployments(r.ns).Delete(ctx, appName, bg)
+	if r.azure() {
+		// The next run's cloud-controller-manager would take this one's
+		// classless Service too.
+		// Its writer is stopped: its cleanup finalizer goes with the run.
+		_ = r.lab.cp.Client.CoreV1().Services(r.ns).Delete(ctx, appName, bg)
+		_, _ = r.lab.cp.Client.CoreV1().Services(r.ns).Patch(ctx, appName, types.MergePatchType,
+			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	}
 	for _, n := range r.cordoned {
 		_ = r.lab.setUnschedulable(ctx, n, false)
 	}
