@@ -64,10 +64,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 2
 	}
+	var points []scenarios.AzureOptions
 	if f.prov == azurelab.ProviderAzureEmulator {
-		if opts.Azure, ok = f.azureOptions(opts, stderr); !ok {
+		if points, ok = f.azureOptions(opts, stderr); !ok {
 			return 2
 		}
+		opts.Azure = &points[0]
 	}
 	plan, planNotRun, err := scenarios.Plan(opts)
 	if err != nil {
@@ -89,6 +91,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, n := range notRun {
 		fmt.Fprintf(stderr, "zerodrop lab: not run: %s\n", n)
 	}
+	if len(points) > 0 {
+		return executeSweep(ctx, opts, points, notRun, f.jsonPath, htmlPath, stdout, stderr)
+	}
 	return execute(ctx, opts, notRun, f.jsonPath, htmlPath, stdout, stderr)
 }
 
@@ -99,7 +104,7 @@ type flags struct {
 	rate, dataPlane, idleRestarts                                              int
 	faultRate                                                                  float64
 	ccmLBs, idleChange                                                         string
-	armLatency, lbPropagation, healthLag                                       time.Duration
+	armLatency, lbPropagation, healthLag                                       string
 	recipe                                                                     scenarios.Recipe
 	chaos                                                                      scenarios.ChaosOptions
 }
@@ -132,9 +137,9 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+azurelab.ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
 	idleChange := fs.String("azure-idle-change", azurelab.IdleChangeNone, "with --provider "+azurelab.ProviderAzureEmulator+": what restart-idle changes while the writer is down: "+strings.Join(azurelab.IdleChanges, ", ")+" (a node joins; every Local Service's endpoints move to other nodes)")
 	ccmLBs := fs.String("azure-ccm-lbs", azurelab.CCMSingleLB, "with --provider "+azurelab.ProviderAzureEmulator+": upstream's cloud-provider-azure with one Standard load balancer ("+azurelab.CCMSingleLB+") or "+azurelab.CCMMultipleLBs+" (multipleStandardLoadBalancerConfigurations: two, nodes placed by availability set)")
-	armLatency := fs.Duration("arm-latency", scenarios.DefaultARMLatency, "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how long an ARM write's operation takes (a GET shows Updating until then)")
-	lbPropagation := fs.Duration("lb-propagation", 0, "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how long after ARM's operation ends the data plane applies a write (no client can see it)")
-	healthLag := fs.Duration("health-lag", 0, "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how old the rule-health operation's answer is")
+	armLatency := fs.String("arm-latency", scenarios.DefaultARMLatency.String(), "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how long an ARM write's operation takes (a GET shows Updating until then); a comma-separated list sweeps")
+	lbPropagation := fs.String("lb-propagation", "0s", "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how long after ARM's operation ends the data plane applies a write (no client can see it); a list sweeps")
+	healthLag := fs.String("health-lag", "0s", "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how old the rule-health operation's answer is (zerodrop mode reads it); a list sweeps")
 	fromChart := fs.Bool("from-chart", false, "zerodrop mode: install zerodrop from the repository's chart (helm template, applied per run; the data plane a DaemonSet on the load-balancer hosts), with --data-plane-replicas")
 	dataPlane := fs.Int("data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
 	prov := fs.String("provider", "haproxy", "haproxy|"+azurelab.ProviderAzureEmulator+" (azure-emulator: its own scenarios, restart, churn, kill-mid-plan and restart-idle, see docs/azure.md)")
@@ -245,6 +250,12 @@ func (f flags) addScenarios(opts *scenarios.Options, stderr io.Writer) (notRun [
 func execute(ctx context.Context, opts scenarios.Options, notRun []string, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
 	start := time.Now()
 	results, err := scenarios.Execute(ctx, opts)
+	return finish(start, opts, results, err, notRun, jsonPath, htmlPath, stdout, stderr)
+}
+
+// finish prints the table of results, writes the reports and ends with the
+// verdict; it returns the exit status.
+func finish(start time.Time, opts scenarios.Options, results []report.Result, err error, notRun []string, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
 	if len(results) > 0 {
 		fmt.Fprintln(stdout)
 		report.WriteTable(stdout, results, opts.Modes)

@@ -1,10 +1,12 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"zerodrop.dev/zerodrop/internal/lab/azurelab"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
@@ -29,8 +31,10 @@ func azureTraffic(scenario string) bool {
 }
 
 // azureOptions checks the flags of the traffic lab on emulated Azure and
-// returns its clocks; false: a usage error, reported on stderr.
-func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) (*scenarios.AzureOptions, bool) {
+// returns its clocks, one per point of the sweep (every ARM latency with
+// every propagation delay and every health lag); false: a usage error,
+// reported on stderr.
+func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]scenarios.AzureOptions, bool) {
 	for _, name := range opts.Scenarios {
 		if !slices.Contains(AzureTrafficScenarios, name) {
 			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs %s with traffic and %s without (ARM writes only), not both at once: %s is of the second kind\n",
@@ -42,18 +46,81 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) (*scenario
 		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas and --from-chart are the HAProxy data plane's, not --provider %s's\n", azurelab.ProviderAzureEmulator)
 		return nil, false
 	}
-	if f.armLatency < 0 || f.lbPropagation < 0 || f.healthLag < 0 {
-		fmt.Fprintln(stderr, "zerodrop lab: --arm-latency, --lb-propagation and --health-lag are 0 or more")
-		return nil, false
-	}
-	o := &scenarios.AzureOptions{ARMLatency: f.armLatency, LBPropagation: f.lbPropagation, HealthLag: f.healthLag}
-	if !f.dryRun && (slices.Contains(opts.Modes, report.ModeUpstream) || slices.Contains(opts.Modes, report.ModeRecipe)) {
-		bin, err := ccm.Binary()
+	lists := map[string][]time.Duration{}
+	for _, fl := range []struct{ name, v string }{{"arm-latency", f.armLatency}, {"lb-propagation", f.lbPropagation}, {"health-lag", f.healthLag}} {
+		ds, err := durations(fl.v)
 		if err != nil {
+			fmt.Fprintf(stderr, "zerodrop lab: --%s %q: %v\n", fl.name, fl.v, err)
+			return nil, false
+		}
+		lists[fl.name] = ds
+	}
+	var bin string
+	if !f.dryRun && (slices.Contains(opts.Modes, report.ModeUpstream) || slices.Contains(opts.Modes, report.ModeRecipe)) {
+		var err error
+		if bin, err = ccm.Binary(); err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
 			return nil, false
 		}
-		o.CCMBinary = bin
 	}
-	return o, true
+	var points []scenarios.AzureOptions
+	for _, a := range lists["arm-latency"] {
+		for _, p := range lists["lb-propagation"] {
+			for _, h := range lists["health-lag"] {
+				points = append(points, scenarios.AzureOptions{ARMLatency: a, LBPropagation: p, HealthLag: h, CCMBinary: bin})
+			}
+		}
+	}
+	return points, true
+}
+
+// durations parses a comma-separated list of durations, each 0 or more,
+// none twice.
+func durations(v string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, s := range strings.Split(v, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil {
+			return nil, err
+		}
+		if d < 0 {
+			return nil, fmt.Errorf("%s is negative", d)
+		}
+		if slices.Contains(out, d) {
+			return nil, fmt.Errorf("%s twice", d)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// executeSweep runs the lab once per point of the sweep, each with its own
+// control plane, and reports every run together. The rule-health lag is
+// read only by zerodrop's gates: the upstream and recipe modes run at the
+// first lag only.
+func executeSweep(ctx context.Context, opts scenarios.Options, points []scenarios.AzureOptions, notRun []string, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
+	start := time.Now()
+	var results []report.Result
+	var err error
+	firstLag := points[0].HealthLag
+	for i := range points {
+		o := opts
+		o.Azure = &points[i]
+		if points[i].HealthLag != firstLag {
+			o.Modes = slices.DeleteFunc(slices.Clone(o.Modes), report.Mode.NodeBacked)
+			if len(o.Modes) == 0 {
+				continue
+			}
+		}
+		fmt.Fprintf(stderr, "zerodrop lab: sweep point %d of %d: %s\n", i+1, len(points),
+			report.AzureClock{ARMLatencySeconds: points[i].ARMLatency.Seconds(), LBPropagationSeconds: points[i].LBPropagation.Seconds(),
+				HealthLagSeconds: points[i].HealthLag.Seconds()})
+		var rs []report.Result
+		rs, err = scenarios.Execute(ctx, o)
+		results = append(results, rs...)
+		if err != nil {
+			break
+		}
+	}
+	return finish(start, opts, results, err, notRun, jsonPath, htmlPath, stdout, stderr)
 }

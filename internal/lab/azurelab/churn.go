@@ -216,7 +216,11 @@ func (r *azureRun) afterChurn(ctx context.Context, a *report.AzureFigures, logs 
 		r.settle(ctx)
 		r.settleRecord(ctx)
 	}
-	a.ErrorLogLines = r.errorLogLines(logs)
+	var lines []string
+	a.ErrorLogLines, lines = r.errorLogLines(logs)
+	for _, l := range lines {
+		r.progress("%s: error log line: %s", r.ns, l)
+	}
 	return nil
 }
 
@@ -354,9 +358,11 @@ func (r *azureRun) writerLogs() []string {
 }
 
 // errorLogLines counts the klog lines of severity E (`E1127 …`) the writers
-// logged after from.
-func (r *azureRun) errorLogLines(from map[string]int64) int {
+// logged after from, and returns the first few (maxShownErrorLines), each cut to 300 bytes, so
+// that a run that has them says what they were.
+func (r *azureRun) errorLogLines(from map[string]int64) (int, []string) {
 	n := 0
+	var shown []string
 	for _, path := range r.writerLogs() {
 		f, err := os.Open(path)
 		if err != nil {
@@ -368,12 +374,24 @@ func (r *azureRun) errorLogLines(from map[string]int64) int {
 			for sc.Scan() {
 				if isKlogError(sc.Text()) {
 					n++
+					if len(shown) < maxShownErrorLines {
+						shown = append(shown, truncateLine(sc.Text(), 300))
+					}
 				}
 			}
 		}
 		_ = f.Close()
 	}
-	return n
+	return n, shown
+}
+
+const maxShownErrorLines = 5
+
+func truncateLine(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // isKlogError reports whether line is a klog line of severity E:

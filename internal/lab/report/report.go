@@ -86,6 +86,8 @@ type Result struct {
 	TrafficEnd   string `json:"traffic_end,omitempty"`
 	// Azure holds the --provider azure-emulator figures (azure.go).
 	Azure *AzureFigures `json:"azure,omitempty"`
+	// AzureClock is the clocks of a traffic run on emulated Azure.
+	AzureClock *AzureClock `json:"azure_clock,omitempty"`
 
 	// Timeline is what the HTML report draws and Err why the run failed;
 	// neither is in the JSON.
@@ -96,10 +98,14 @@ type Result struct {
 // row names the result's table row: the scenario and, when set, its traffic
 // policy (the modes and backends are the columns).
 func (r Result) row() string {
-	if r.ExternalTrafficPolicy == "" {
-		return r.Scenario
+	row := r.Scenario
+	if r.ExternalTrafficPolicy != "" {
+		row += " " + r.ExternalTrafficPolicy
 	}
-	return r.Scenario + " " + r.ExternalTrafficPolicy
+	if c := r.AzureClock; c != nil {
+		row += " " + c.String()
+	}
+	return row
 }
 
 // column names the result's table column: its mode and, when set, its
@@ -287,4 +293,19 @@ func Milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 
 
 func FormatDuration(d time.Duration) string {
 	return d.Round(100 * time.Millisecond).String()
+}
+
+// AzureClock is what a traffic run on emulated Azure took its time from
+// (--arm-latency, --lb-propagation, --health-lag) and the grace period the
+// run's pods had.
+type AzureClock struct {
+	ARMLatencySeconds    float64 `json:"arm_latency_seconds"`
+	LBPropagationSeconds float64 `json:"lb_propagation_seconds"`
+	HealthLagSeconds     float64 `json:"health_lag_seconds"`
+}
+
+// String names the point of a sweep: "arm 10s lb+0s lag 0s".
+func (c AzureClock) String() string {
+	d := func(s float64) string { return time.Duration(s * float64(time.Second)).String() }
+	return "arm " + d(c.ARMLatencySeconds) + " lb+" + d(c.LBPropagationSeconds) + " lag " + d(c.HealthLagSeconds)
 }

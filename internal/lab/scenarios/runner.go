@@ -58,6 +58,10 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 	l.current = r
 	l.curMu.Unlock()
 	res := report.Result{Scenario: sc.Name, Mode: string(mode), Backend: v.backend, ExternalTrafficPolicy: v.policy}
+	if o := l.opts.Azure; o != nil {
+		res.AzureClock = &report.AzureClock{ARMLatencySeconds: o.ARMLatency.Seconds(),
+			LBPropagationSeconds: o.LBPropagation.Seconds(), HealthLagSeconds: o.HealthLag.Seconds()}
+	}
 	defer r.teardown()
 	label := fmt.Sprintf("%-10s %-13s %-8s", sc.Name, v, mode)
 	l.progressf("%s setting up (%s)", label, sc.about)
