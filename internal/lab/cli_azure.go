@@ -18,12 +18,14 @@ import (
 // azure-emulator` runs with traffic through the emulated load balancer (the
 // HAProxy lab's scenarios on emulated Azure); its other scenarios count ARM
 // writes (package azurelab).
-var AzureTrafficScenarios = []string{"rollout", "rollout-local", "scale-down", "drain-node"}
+var AzureTrafficScenarios = []string{"rollout", "rollout-local", "scale-down", "drain-node", "restart-idle"}
 
-// azureTraffic reports whether --scenario names a traffic scenario.
+// azureTraffic reports whether --scenario names a traffic scenario:
+// restart-idle is both a traffic scenario and one of the emulator lab's, and
+// runs with traffic when named beside another traffic scenario.
 func azureTraffic(scenario string) bool {
 	for _, name := range strings.Split(scenario, ",") {
-		if slices.Contains(AzureTrafficScenarios, strings.TrimSpace(name)) {
+		if name = strings.TrimSpace(name); name != "restart-idle" && slices.Contains(AzureTrafficScenarios, name) {
 			return true
 		}
 	}

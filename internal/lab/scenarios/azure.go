@@ -14,12 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"zerodrop.dev/zerodrop/internal/lab/azuredp"
-	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
-	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // The traffic lab on emulated Azure (Options.Azure, `zerodrop lab
@@ -81,7 +79,7 @@ type azureLB struct {
 	kubeconfig string // the API server as the root namespace reaches it
 	dp         *azuredp.DataPlane
 	stopLag    func()
-	ccms       []*supervisor.Process
+	ccms       []*ccmProc
 }
 
 func (r *run) azure() bool { return r.lab.opts.Azure != nil }
@@ -138,18 +136,10 @@ func (r *run) startAzure(ctx context.Context) (err error) {
 	if a.kubeconfig, err = cluster.WriteKubeconfig(r.lab.cp.Config, server, filepath.Join(r.dir, "kubeconfig")); err != nil {
 		return err
 	}
-	for i := 1; i <= controllerReplicas; i++ {
-		name := fmt.Sprintf("ccm-%d", i)
-		p, err := ccm.Start(ccm.Config{
-			Binary: o.CCMBinary, Dir: r.dir, Kubeconfig: a.kubeconfig,
-			Emulator: a.url + "/", CAFile: a.caPath, Identity: name,
-			SubscriptionID: azSub, ResourceGroup: azGroup, Location: azLocation,
-			VNet: azVNet, Subnet: azSubnetName, SecurityGroup: azNSG, LeaseNamespace: r.ns,
-		}, name)
-		if err != nil {
-			return fmt.Errorf("start %s: %w", name, err)
+	for range controllerReplicas {
+		if err := r.startCCM(); err != nil {
+			return err
 		}
-		a.ccms = append(a.ccms, p)
 	}
 	return nil
 }
@@ -160,8 +150,8 @@ func (r *run) stopAzure() {
 	if a == nil {
 		return
 	}
-	for _, p := range a.ccms {
-		if err := p.Stop(); err != nil {
+	for _, c := range a.ccms {
+		if err := c.proc.Stop(); err != nil {
 			r.lab.logf("%s: cloud-controller-manager: %v", r.name(), err)
 		}
 	}

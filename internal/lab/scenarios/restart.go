@@ -55,6 +55,9 @@ func (o Options) idleRestarts() int {
 // idleVerify more. Every write counted at HAProxy's sockets from one kill to
 // the next (the last: to the end of the act) is that restart's.
 func actRestartIdle(ctx context.Context, r *run) error {
+	if r.azure() && r.mode.NodeBacked() {
+		return actRestartIdleCCM(ctx, r)
+	}
 	var at []int64
 	for i := range r.lab.opts.idleRestarts() {
 		sig, name := syscall.SIGKILL, "SIGKILL"
