@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,5 +73,47 @@ func TestStatusFromStaleServiceKeepsOthers(t *testing.T) {
 	}
 	if !meta.IsStatusConditionTrue(got.Status.Conditions, ConditionReady) || len(got.Status.LoadBalancer.Ingress) != 1 {
 		t.Errorf("the controller's status is missing: %+v", got.Status)
+	}
+}
+
+// TestFinalizerFromStaleServiceSucceeds: the controller adds its finalizer
+// to a Service from its cache while another writer has meanwhile changed
+// the Service (a spec push, another controller's finalizer). Adding ours
+// must neither fail on the stale copy (a conflict was a failed reconcile
+// logged as an error, counted toward the Warning Event) nor drop what the
+// other writer added.
+func TestFinalizerFromStaleServiceSucceeds(t *testing.T) {
+	cfg := controlplane.Start(t)
+	c := testutil.Client(t, cfg)
+	ctx := context.Background()
+	svc := testutil.LBService("default", "web", "zerodrop.dev/memory", 80, 8080)
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	cached := svc.DeepCopy()
+
+	var now corev1.Service
+	if err := c.Get(ctx, client.ObjectKeyFromObject(svc), &now); err != nil {
+		t.Fatal(err)
+	}
+	now.Finalizers = append(now.Finalizers, "example.com/other")
+	now.Annotations = map[string]string{"example.com/pushed": "yes"}
+	if err := c.Update(ctx, &now); err != nil {
+		t.Fatal(err)
+	}
+
+	ctrl := &Controller{client: c, opts: Options{LoadBalancerClass: "zerodrop.dev/memory"}}
+	if err := ctrl.ensureFinalizer(ctx, cached); err != nil {
+		t.Fatalf("adding the finalizer to a stale copy: %v, want success", err)
+	}
+	var got corev1.Service
+	if err := c.Get(ctx, client.ObjectKeyFromObject(svc), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(got.Finalizers, Finalizer) || !slices.Contains(got.Finalizers, "example.com/other") {
+		t.Errorf("finalizers %v: want ours and the other writer's", got.Finalizers)
+	}
+	if got.Annotations[AnnotationFinalizedBy] != "zerodrop.dev/memory" || got.Annotations["example.com/pushed"] != "yes" {
+		t.Errorf("annotations %v: want %s and the other writer's", got.Annotations, AnnotationFinalizedBy)
 	}
 }
