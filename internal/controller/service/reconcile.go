@@ -57,9 +57,14 @@ func (c *Controller) reconcileKey(ctx context.Context, key string) (time.Duratio
 	c.opts.Metrics.ReconcileLatency.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	if err != nil {
 		c.recordFailure(ctx, key, err)
-		if result == resultConflict {
+		switch {
+		case result == resultConflict:
 			log.V(2).Info("load balancer changed under us; re-planning", "err", err)
-		} else {
+		case apierrors.IsConflict(err):
+			// A Service or its status changed under us: the requeue reads
+			// it again (persistent conflicts still make the Warning Event).
+			log.V(2).Info("Service changed under us; reconciling again", "err", err)
+		default:
 			log.Error(err, "reconcile failed")
 		}
 		return 0, err

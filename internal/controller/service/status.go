@@ -75,7 +75,11 @@ func (c *Controller) ensureFinalizer(ctx context.Context, svc *corev1.Service) e
 		svc.Annotations = map[string]string{}
 	}
 	svc.Annotations[AnnotationFinalizedBy] = c.opts.LoadBalancerClass
-	if err := c.client.Patch(ctx, svc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	// A strategic merge patch adds our finalizer to the list and our
+	// annotation to the map as they are now: it cannot drop what another
+	// writer added meanwhile, so it needs no resourceVersion, and a Service
+	// changed since the cache saw it (a spec push) is no conflict.
+	if err := c.client.Patch(ctx, svc, client.StrategicMergeFrom(orig)); err != nil {
 		return fmt.Errorf("add finalizer to %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
 	return nil
