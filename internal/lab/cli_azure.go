@@ -44,6 +44,11 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]scenari
 			return nil, false
 		}
 	}
+	if f.faultRate != 0 || f.idleChange != azurelab.IdleChangeNone || f.ccmLBs != azurelab.CCMSingleLB {
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-fault-rate, --azure-idle-change and --azure-ccm-lbs are the emulator lab's (%s), not the traffic scenarios' of --provider %s\n",
+			strings.Join(azurelab.AzureScenarios, ", "), azurelab.ProviderAzureEmulator)
+		return nil, false
+	}
 	if f.dataPlane != 0 || f.fromChart {
 		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas and --from-chart are the HAProxy data plane's, not --provider %s's\n", azurelab.ProviderAzureEmulator)
 		return nil, false

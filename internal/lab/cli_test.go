@@ -67,8 +67,12 @@ func TestDryRunNamesWhatItSkips(t *testing.T) {
 	if code, _, errOut := run("--provider", "azure-emulator", "--scenario", "all"); code != 0 {
 		t.Errorf("--provider azure-emulator --scenario all: exit %d: %s", code, errOut)
 	}
+	if code, out, errOut := run("--provider", "azure-emulator", "--scenario", "rollout,rollout-local", "--arm-latency", "1s,10s"); code != 0 ||
+		!strings.Contains(out, "rollout-local ip/local zerodrop") {
+		t.Errorf("--provider azure-emulator --scenario rollout,rollout-local: exit %d, plan %q, stderr %q; want its traffic runs planned", code, out, errOut)
+	}
 	for _, args := range [][]string{
-		{"--provider", "azure-emulator", "--scenario", "rollout"},
+		{"--provider", "azure-emulator", "--scenario", "rollout,kill-mid-plan"},
 		{"--data-plane-replicas", "2", "--scenario", "restart-idle"},
 		{"--scenario", "lb-replica-restart"},
 		{"--scenario", "rollout,no-such-scenario"},
