@@ -115,7 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down, lb-replica-restart (with --data-plane-replicas), or all")
-	mode := fs.String("mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator: upstream,zerodrop; upstream is the real cloud-provider-azure)")
+	mode := fs.String("mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator, upstream and recipe are the real cloud-provider-azure; without traffic: upstream,zerodrop)")
 	backend := fs.String("backend", scenarios.BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
 	policy := fs.String("traffic-policy", scenarios.PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
 	jsonPath := fs.String("json", "", "write the JSON report to `FILE`")
@@ -142,9 +142,9 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	healthLag := fs.String("health-lag", "0s", "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how old the rule-health operation's answer is (zerodrop mode reads it); a list sweeps")
 	fromChart := fs.Bool("from-chart", false, "zerodrop mode: install zerodrop from the repository's chart (helm template, applied per run; the data plane a DaemonSet on the load-balancer hosts), with --data-plane-replicas")
 	dataPlane := fs.Int("data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
-	prov := fs.String("provider", "haproxy", "haproxy|"+azurelab.ProviderAzureEmulator+" (azure-emulator: its own scenarios, restart, churn, kill-mid-plan and restart-idle, see docs/azure.md)")
+	prov := fs.String("provider", "haproxy", "haproxy|"+azurelab.ProviderAzureEmulator+" (azure-emulator: rollout, rollout-local, scale-down and drain-node with traffic through the emulated load balancer, restart-idle beside them; or, without traffic, restart, churn, kill-mid-plan, restart-idle and shared-lb; see docs/azure.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down,lb-replica-restart|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator] [--rate N] [--json FILE] [--html FILE]")
+		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down,lb-replica-restart|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator [--arm-latency LIST] [--lb-propagation LIST] [--health-lag LIST]] [--rate N] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
