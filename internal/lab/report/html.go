@@ -60,6 +60,7 @@ h2{margin-top:2em;font-size:1.2em}
 	WriteErrors(&table, results)
 	b.WriteString(html.EscapeString(table.String()))
 	b.WriteString("</pre>\n")
+	writeSweep(&b, results)
 	b.WriteString(`<p class="legend"><span><i class="sw" style="background:#9bb7d4"></i>requests/s</span>` +
 		`<span><i class="sw" style="border-left:2px dashed #555;width:0"></i>events</span> failures/s by kind: `)
 	for _, k := range kindColours {

@@ -302,6 +302,8 @@ type AzureClock struct {
 	ARMLatencySeconds    float64 `json:"arm_latency_seconds"`
 	LBPropagationSeconds float64 `json:"lb_propagation_seconds"`
 	HealthLagSeconds     float64 `json:"health_lag_seconds"`
+	// GraceSeconds is the workload pods' terminationGracePeriodSeconds.
+	GraceSeconds float64 `json:"grace_seconds"`
 }
 
 // String names the point of a sweep: "arm 10s lb+0s lag 0s".
