@@ -25,6 +25,8 @@ var ServiceAnnotations = []AnnotationDoc{
 		"The share (`25%`) or count (`2`) of serving backends one step of a change may remove."},
 	{AnnotationAddress, "Service", "allocated from the pool",
 		"HAProxy: the frontend address the Service asks for, in the address pool and unused (`spec.loadBalancerIP` is read when this is absent)."},
+	{AnnotationGateOnly, "Service", "false",
+		"`true`: another controller (on Azure the cloud's own) writes this Service's load balancer; zerodrop only serves the readiness and termination gates for its pods, reading that load balancer, and never writes it. Needs `--azure-gate-only-load-balancers`."},
 	{AnnotationIgnore, "any object", "",
 		"Read by `zerodrop check`: rules to suppress on this object, with a reason (`ZD101: why; ZD301: why`); the controller accepts it."},
 }

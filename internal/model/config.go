@@ -22,6 +22,9 @@ const (
 	AnnotationDrainTimeout        = AnnotationPrefix + "drain-timeout"
 	AnnotationMaxUnavailable      = AnnotationPrefix + "max-unavailable"
 	AnnotationAddress             = AnnotationPrefix + "address"
+	// AnnotationGateOnly="true" asks for the gates only: another controller
+	// (the cloud's) writes the Service's load balancer, zerodrop reads it.
+	AnnotationGateOnly = AnnotationPrefix + "gate-only"
 	// AnnotationIgnore is read by `zerodrop check`; the controller accepts it.
 	AnnotationIgnore = AnnotationPrefix + "ignore"
 )
@@ -48,6 +51,8 @@ type ServiceConfig struct {
 	DrainTimeout        time.Duration
 	MaxUnavailable      intstr.IntOrString
 	Address             string
+	// GateOnly: zerodrop serves the gates and writes nothing (GateOnly).
+	GateOnly bool
 }
 
 // InvalidConfigError lists every problem with a Service's annotations, so the
@@ -136,6 +141,13 @@ func ParseServiceConfig(annotations map[string]string) (ServiceConfig, error) {
 			}
 		case AnnotationAddress:
 			cfg.Address = value
+		case AnnotationGateOnly:
+			switch value {
+			case "true", "false":
+				cfg.GateOnly = value == "true"
+			default:
+				bad(key, value, `must be "true" or "false"`)
+			}
 		case AnnotationIgnore:
 		}
 	}
@@ -143,6 +155,14 @@ func ParseServiceConfig(annotations map[string]string) (ServiceConfig, error) {
 		return cfg, &InvalidConfigError{Problems: problems, Keys: invalid}
 	}
 	return cfg, nil
+}
+
+// GateOnly reports whether a Service asks for the gates only (the
+// annotation exactly "true"). The Service controller never writes such a
+// Service, whatever its class says: the test is on the annotation alone, so
+// that a malformed value elsewhere cannot make zerodrop take it over.
+func GateOnly(annotations map[string]string) bool {
+	return annotations[AnnotationGateOnly] == "true"
 }
 
 func parseDuration(s string, min, max time.Duration) (time.Duration, error) {

@@ -302,10 +302,17 @@ func TestParseServiceConfig(t *testing.T) {
 		{AnnotationMaxUnavailable: "99999999999999999999"},
 		{AnnotationMaxUnavailable: "-2147483649"},
 		{"zerodrop.dev/colour": "blue"},
+		{AnnotationGateOnly: "yes"},
 	} {
 		if _, err := ParseServiceConfig(bad); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
+	}
+	if cfg, err := ParseServiceConfig(map[string]string{AnnotationGateOnly: "true"}); err != nil || !cfg.GateOnly {
+		t.Errorf("gate-only true: %+v, %v", cfg, err)
+	}
+	if !GateOnly(map[string]string{AnnotationGateOnly: "true"}) || GateOnly(map[string]string{AnnotationGateOnly: "True"}) {
+		t.Error(`GateOnly: only "true" asks for the gates only`)
 	}
 	// An out-of-range count says what the range is, not "not a number".
 	_, err = ParseServiceConfig(map[string]string{AnnotationMaxUnavailable: "2147483648"})

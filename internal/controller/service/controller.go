@@ -338,9 +338,11 @@ func (c *Controller) Managed(svc *corev1.Service) bool { return c.managed(svc) }
 // Key returns the load balancer key of a Service.
 func (c *Controller) Key(svc *corev1.Service) string { return c.opts.KeyFunc(svc) }
 
-// managed reports whether zerodrop owns the Service's load balancer.
+// managed reports whether zerodrop owns the Service's load balancer. A
+// gate-only Service never is, whatever its class: another controller writes
+// its load balancer, and zerodrop only reads it for the gates.
 func (c *Controller) managed(svc *corev1.Service) bool {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || model.GateOnly(svc.Annotations) {
 		return false
 	}
 	if svc.Spec.LoadBalancerClass == nil {
