@@ -46,6 +46,12 @@ type BackendStatus struct {
 	// provider does not check health.
 	Healthy     bool
 	HealthKnown bool
+	// Probed: the health answer listed this address (an address added
+	// after it is not healthy, but not known down either); ProbedAt is when
+	// the read that answered began, so a verdict is never taken for newer
+	// than it is. Providers without such a read leave both zero.
+	Probed   bool
+	ProbedAt time.Time
 	// Connections is the number of current connections, -1 when unknown.
 	Connections int64
 }

@@ -56,6 +56,7 @@ const (
 type ruleHealth struct {
 	up         map[string]bool // address → probed Up, from the last answer
 	at         time.Time       // when the last answer came; zero: none yet
+	asked      time.Time       // when the read that gave it began
 	refreshing bool
 	failures   int
 	off        time.Time // until then, health is unknown
@@ -82,42 +83,50 @@ func (p *Provider) withRuleHealth(key string, statuses []provider.BackendStatus)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i := range statuses {
-		s := &statuses[i]
-		rule, err := ruleName(s.Listener)
+		rule, err := ruleName(statuses[i].Listener)
 		if err != nil {
 			continue
 		}
-		h := p.health.rules[key+"/"+rule]
-		if h == nil {
-			h = &ruleHealth{}
-			p.health.rules[key+"/"+rule] = h
-		}
-		if now.Before(h.off) {
-			continue // unknown: HealthKnown stays false
-		}
-		if !h.refreshing && now.Sub(h.at) >= p.opts.HealthMaxAge && p.health.limiter.Allow() {
-			h.refreshing = true
-			go p.refreshRuleHealth(key, rule, h)
-		}
-		if h.at.IsZero() {
-			continue // no answer yet: unknown, as without rule health
-		}
-		// An address the last answer did not list (added since) is not yet
-		// known to be up.
-		s.HealthKnown, s.Healthy = true, h.up[model.CanonicalIP(s.Address)]
+		p.fillHealth(key, rule, &statuses[i], now)
 	}
+}
+
+// fillHealth fills in one address's health on rule of load balancer key
+// (any rule: zerodrop's, or another controller's for a gate-only Service)
+// and starts a read where the last is older than HealthMaxAge. p.mu is held.
+func (p *Provider) fillHealth(key, rule string, s *provider.BackendStatus, now time.Time) {
+	h := p.health.rules[key+"/"+rule]
+	if h == nil {
+		h = &ruleHealth{}
+		p.health.rules[key+"/"+rule] = h
+	}
+	if now.Before(h.off) {
+		return // unknown: HealthKnown stays false
+	}
+	if !h.refreshing && now.Sub(h.at) >= p.opts.HealthMaxAge && p.health.limiter.Allow() {
+		h.refreshing = true
+		go p.refreshRuleHealth(key, rule, h)
+	}
+	if h.at.IsZero() {
+		return // no answer yet: unknown, as without rule health
+	}
+	// An address the last answer did not list (added since) is not yet
+	// known to be up, nor known to be down.
+	up, listed := h.up[model.CanonicalIP(s.Address)]
+	s.HealthKnown, s.Healthy, s.Probed, s.ProbedAt = true, up, listed, h.asked
 }
 
 // refreshRuleHealth asks ARM for a rule's health and keeps the answer.
 func (p *Provider) refreshRuleHealth(key, rule string, h *ruleHealth) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.opts.PollTimeout)
 	defer cancel()
+	asked := time.Now()
 	up, err := p.readRuleHealth(ctx, key, rule)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h.refreshing = false
 	if err == nil {
-		h.up, h.at, h.failures = up, time.Now(), 0
+		h.up, h.at, h.asked, h.failures = up, time.Now(), asked, 0
 		return
 	}
 	h.failures++

@@ -88,6 +88,12 @@ type Options struct {
 	HealthMaxAge time.Duration
 	HealthQPS    float64
 	HealthBurst  int
+	// GateOnlyLoadBalancers are load balancers in ResourceGroup that another
+	// controller writes (the cloud-controller-manager's), which the gates of
+	// gate-only Services read and zerodrop never writes (foreign.go). They
+	// may include one of LoadBalancers: zerodrop's children on a load
+	// balancer it shares are written as ever, the others only read.
+	GateOnlyLoadBalancers []string
 }
 
 // The defaults of Options.TryTimeout and Options.PollTimeout.
@@ -202,6 +208,19 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		raw, err := p.initialRead(ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("azure: initial read: %w", err)
+		}
+		p.remember(name, raw)
+	}
+	// The gate-only load balancers are read once too, so that a missing
+	// permission fails at start; one that does not exist yet (the other
+	// controller creates it with its first Service) is no error.
+	for _, name := range opts.GateOnlyLoadBalancers {
+		if p.configured[name] {
+			continue
+		}
+		raw, err := p.initialRead(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("azure: initial read of gate-only load balancer: %w", err)
 		}
 		p.remember(name, raw)
 	}
