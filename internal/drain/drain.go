@@ -603,11 +603,19 @@ func gracePeriod(pod *corev1.Pod) time.Duration {
 func (h *Handler) settle(targets []lbtarget.Target) time.Duration {
 	s, ok := h.opts.Finder.Provider.(provider.Settler)
 	if !ok {
-		return 0
+		s = noSettle{}
 	}
 	var d time.Duration
 	for _, t := range targets {
-		if !t.Node || t.LastLocal {
+		switch {
+		case t.GateOnly:
+			// Drained by the pool (the node out of it, or admin Down) as ARM
+			// reports it applied: the data plane takes it on later. Drained
+			// by the probe Down: that is the data plane's own state.
+			if t.LastLocal && (!t.Registered || t.State != model.Active) {
+				d = max(d, t.Settle)
+			}
+		case !t.Node || t.LastLocal:
 			d = max(d, s.RemovalSettle(t.LB, t.Listener))
 		}
 	}
@@ -616,15 +624,23 @@ func (h *Handler) settle(targets []lbtarget.Target) time.Duration {
 
 // noNewConnections: no load balancer has the pod's own backend active: each
 // has it in drain (or maintenance, on its way out) or not at all, as the
-// provider reads it back. In node mode that backend is the node, and it is
+// provider reads it back (for a gate-only Service, or its probe Down). In node mode that backend is the node, and it is
 // the pod's own only when the pod is its node's last local endpoint of an
 // externalTrafficPolicy Local Service (Target.LastLocal); otherwise the node
 // stays and kube-proxy is what must stop sending (proxiesSynced).
 func noNewConnections(targets []lbtarget.Target) bool {
 	for _, t := range targets {
-		if (!t.Node || t.LastLocal) && t.Registered && t.State == model.Active {
+		// A gate-only Service's last local pod: its node stays in the other
+		// controller's pool, active; the node's probe Down, read back after
+		// the deletion began, is what says the load balancer stopped.
+		if (!t.Node || t.LastLocal) && t.Registered && t.State == model.Active && !(t.GateOnly && t.ProbedDown) {
 			return false
 		}
 	}
 	return true
 }
+
+// noSettle is the settle of a provider without one.
+type noSettle struct{}
+
+func (noSettle) RemovalSettle(string, string) time.Duration { return 0 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -40,6 +41,11 @@ type Finder struct {
 	// it drained. No replica at all is an error: nothing can say the pod is
 	// served.
 	Replicas func(ctx context.Context) ([]Replica, error)
+	// GateOnly, when set, reads the load balancers of gate-only Services
+	// (model.AnnotationGateOnly), which another controller writes: their
+	// pods are gated from it (gateonly.go). Nil: gate-only is off, and
+	// those Services select nothing.
+	GateOnly provider.ForeignReader
 }
 
 // Replica is one data-plane replica: its name, for messages, and a view of
@@ -107,6 +113,18 @@ type Target struct {
 	// Connections of the pod's backend, -1 when unknown or not registered.
 	Connections int64
 	State       model.BackendState
+	// GateOnly: another controller writes this load balancer (a gate-only
+	// Service); the backend is the pod's node (gateonly.go).
+	GateOnly bool
+	// ReadySibling: another endpoint of the Service on the pod's node is
+	// ready (gate-only: the node's probe is Up without this pod).
+	ReadySibling bool
+	// ProbedDown: gate-only, the pod terminating, and the rule health read
+	// after its deletion began has the node's probe Down.
+	ProbedDown bool
+	// Settle is how long the data plane may take to act on the node's
+	// removal from a gate-only rule's pool (one probe interval).
+	Settle time.Duration
 }
 
 // Selecting lists the zerodrop Services whose selector matches the pod.
@@ -118,7 +136,7 @@ func (f *Finder) Selecting(ctx context.Context, pod *corev1.Pod) ([]*corev1.Serv
 	var out []*corev1.Service
 	for i := range list.Items {
 		svc := &list.Items[i]
-		if !f.Services.Managed(svc) || svc.DeletionTimestamp != nil || len(svc.Spec.Selector) == 0 {
+		if !(f.Services.Managed(svc) || f.gateOnly(svc)) || svc.DeletionTimestamp != nil || len(svc.Spec.Selector) == 0 {
 			continue
 		}
 		if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
@@ -137,8 +155,10 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 	if err != nil {
 		return nil, err
 	}
-	if len(svcs) == 0 {
-		return nil, nil
+	var out []Target
+	svcs, out, err = f.splitGateOnly(ctx, pod, svcs)
+	if err != nil || len(svcs) == 0 {
+		return out, err
 	}
 	views, err := f.views(ctx)
 	if err != nil {
@@ -166,11 +186,11 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			}
 			addrs = map[string]bool{model.CanonicalIP(model.MapAddress(f.AddressMap, model.NodeAddress(&node))): true}
 			nodeOnly = svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
-			var last bool
-			if last, published, err = f.localView(ctx, svc, pod); err != nil {
+			lv, err := f.localView(ctx, svc, pod)
+			if err != nil {
 				return nil, err
 			}
-			lastLocal = nodeOnly && last
+			published, lastLocal = lv.published, nodeOnly && lv.last
 		}
 		key := f.Services.Key(svc)
 		sel = append(sel, selecting{svc: svc, addrs: addrs, base: Target{Service: svc.Namespace + "/" + svc.Name, LB: key,
@@ -195,7 +215,6 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 		}
 	}
 	wg.Wait()
-	var out []Target
 	for _, s := range sel {
 		for _, view := range views {
 			rd := reads[view.Name+"\x00"+s.base.LB]
@@ -228,49 +247,66 @@ func (f *Finder) portTargets(svc *corev1.Service, base Target, addrs map[string]
 		}
 		t := base
 		t.Listener = model.ListenerName(svc.Namespace, svc.Name, proto, port.Port)
-		for _, s := range statuses {
-			if s.Listener != t.Listener {
-				continue
-			}
-			mine := addrs[model.CanonicalIP(s.Address)]
-			if mine {
-				t.add(s)
-			}
-			sending := s.State == model.Active && (!s.HealthKnown || s.Healthy)
-			if t.Node && !t.LastLocal && sending && (mine || !t.NodeOnly) {
-				t.Sending = append(t.Sending, s.Address)
-			}
-		}
+		t.collect(addrs, statuses)
 		out = append(out, t)
 	}
 	return out
 }
 
-// localView reads the Service's EndpointSlices: last, the pod is the last
-// endpoint of svc on its node that is not terminating (the pod itself does
-// not count, whatever its slice says yet: the drain call comes as soon as the
-// kubelet sees the deletion, maybe before the slice does); published, the
-// slices show the pod's endpoint terminating or no more.
-func (f *Finder) localView(ctx context.Context, svc *corev1.Service, pod *corev1.Pod) (last, published bool, err error) {
+// collect counts what statuses report of the target's listener: the pod's
+// own backends (addrs), and in node mode the nodes that still send to it.
+func (t *Target) collect(addrs map[string]bool, statuses []provider.BackendStatus) {
+	for _, s := range statuses {
+		if s.Listener != t.Listener {
+			continue
+		}
+		mine := addrs[model.CanonicalIP(s.Address)]
+		if mine {
+			t.add(s)
+		}
+		sending := s.State == model.Active && (!s.HealthKnown || s.Healthy)
+		if t.Node && !t.LastLocal && sending && (mine || !t.NodeOnly) {
+			t.Sending = append(t.Sending, s.Address)
+		}
+	}
+}
+
+// localState is what the Service's EndpointSlices say around one pod.
+type localState struct {
+	// last: no other endpoint of the Service on the pod's node that is not
+	// terminating (the pod itself does not count, whatever its slice says
+	// yet: the drain call comes as soon as the kubelet sees the deletion,
+	// maybe before the slice does).
+	last bool
+	// readySibling: another endpoint on the pod's node is ready.
+	readySibling bool
+	// published: the slices show the pod's endpoint terminating or no more.
+	published bool
+}
+
+// localView reads the Service's EndpointSlices for what localState says.
+func (f *Finder) localView(ctx context.Context, svc *corev1.Service, pod *corev1.Pod) (localState, error) {
 	var slices discoveryv1.EndpointSliceList
 	if err := f.Reader.List(ctx, &slices, client.InNamespace(svc.Namespace),
 		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
-		return false, false, fmt.Errorf("list endpoint slices of %s/%s: %w", svc.Namespace, svc.Name, err)
+		return localState{}, fmt.Errorf("list endpoint slices of %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
-	last, published = true, true
+	out := localState{last: true, published: true}
 	for _, s := range slices.Items {
 		for _, ep := range s.Endpoints {
 			terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
 			if isPod(ep, pod) {
-				published = published && terminating
+				out.published = out.published && terminating
 				continue
 			}
 			if ep.NodeName != nil && *ep.NodeName == pod.Spec.NodeName && !terminating {
-				last = false
+				out.last = false
+				// A nil Ready is unknown, which the API asks consumers to take as ready.
+				out.readySibling = out.readySibling || ep.Conditions.Ready == nil || *ep.Conditions.Ready
 			}
 		}
 	}
-	return last, published, nil
+	return out, nil
 }
 
 // isPod: the endpoint is pod's, by its target (the uid when the slice has

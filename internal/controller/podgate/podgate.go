@@ -192,11 +192,33 @@ func verdict(targets []lbtarget.Target) (bool, string, string) {
 		return true, "NoLoadBalancer", "no zerodrop load balancer selects this pod"
 	}
 	for _, t := range targets {
+		if t.GateOnly {
+			if !gateOnlyServed(t) {
+				return false, "", ""
+			}
+			continue
+		}
 		if !t.Registered || (!t.NodeOnly && !t.Healthy) || (t.NodeOnly && t.State != model.Active) {
 			return false, "", ""
 		}
 	}
 	return true, "LoadBalancerServing", "every zerodrop load balancer selecting this pod serves it: " + lbtarget.Describe(targets)
+}
+
+// gateOnlyServed decides a gate-only Service's target (another controller
+// writes its load balancer; the backend is the pod's node): the node in the
+// rule's pool and not admin Down, as read back; with externalTrafficPolicy
+// Local and a ready sibling on the node, also probed Up (Healthy: rule
+// health, or the pool alone where rule health is unknown). Without a ready
+// sibling the node's probe answers only once this pod is Ready, which waits
+// for this gate: waiting for it would be a cycle (invariant 5). Cluster:
+// kube-proxy programs the pod only once it is Ready, which nothing can read
+// before: the pool only.
+func gateOnlyServed(t lbtarget.Target) bool {
+	if !t.Registered || t.State != model.Active {
+		return false
+	}
+	return !(t.NodeOnly && t.ReadySibling) || t.Healthy
 }
 
 func setCondition(pod *corev1.Pod, c corev1.PodCondition) {

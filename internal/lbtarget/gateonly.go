@@ -1,0 +1,131 @@
+package lbtarget
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// Gate-only Services (model.AnnotationGateOnly): another controller — the
+// cloud's own — writes their load balancer, which Finder.GateOnly reads and
+// nothing in zerodrop writes. Their rules are found by the Service's
+// frontend (status.loadBalancer.ingress, the Service port) and their
+// backends are node addresses (cloud-provider-azure's nodeIP pools), so a
+// pod's target is its node, as in node mode. What each gate makes of it:
+// podgate.verdict and drain's noNewConnections; docs/azure.md, "Gate-only
+// Services".
+
+// gateOnly reports whether svc is a gate-only Service whose gates this
+// finder serves.
+func (f *Finder) gateOnly(svc *corev1.Service) bool {
+	return f.GateOnly != nil && svc.Spec.Type == corev1.ServiceTypeLoadBalancer && model.GateOnly(svc.Annotations) &&
+		!f.Services.Managed(svc)
+}
+
+// splitGateOnly returns the Services zerodrop writes, and the targets of
+// the gate-only ones.
+func (f *Finder) splitGateOnly(ctx context.Context, pod *corev1.Pod, svcs []*corev1.Service) ([]*corev1.Service, []Target, error) {
+	var own []*corev1.Service
+	var out []Target
+	for _, svc := range svcs {
+		if !f.gateOnly(svc) {
+			own = append(own, svc)
+			continue
+		}
+		ts, err := f.gateOnlyTargets(ctx, pod, svc)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, ts...)
+	}
+	return own, out, nil
+}
+
+// gateOnlyTargets is one target per port and ingress address of svc: the
+// rule serving it, and what it reports of the pod's node. A port without
+// an ingress address yet, or without a rule, is a target not registered:
+// nothing sends to the pod through it yet.
+func (f *Finder) gateOnlyTargets(ctx context.Context, pod *corev1.Pod, svc *corev1.Service) ([]Target, error) {
+	var node corev1.Node
+	if err := f.Reader.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, &node); err != nil {
+		return nil, fmt.Errorf("get node %s of pod %s/%s: %w", pod.Spec.NodeName, pod.Namespace, pod.Name, err)
+	}
+	addrs := map[string]bool{model.CanonicalIP(model.MapAddress(f.AddressMap, model.NodeAddress(&node))): true}
+	lv, err := f.localView(ctx, svc, pod)
+	if err != nil {
+		return nil, err
+	}
+	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	base := Target{Service: svc.Namespace + "/" + svc.Name, GateOnly: true, Node: true, NodeOnly: local,
+		// The node's probe (kube-proxy's health-check node port) counts
+		// ready local endpoints: without a ready sibling it fails once
+		// this pod stops being ready, and the node is this pod's own.
+		LastLocal: local && !lv.readySibling, ReadySibling: lv.readySibling,
+		ChangePublished: lv.published, Connections: -1}
+	var ingress []string
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if in.IP != "" {
+			ingress = append(ingress, in.IP)
+		}
+	}
+	var out []Target
+	for _, port := range svc.Spec.Ports {
+		proto := port.Protocol
+		if proto == "" {
+			proto = corev1.ProtocolTCP
+		}
+		if len(ingress) == 0 {
+			t := base
+			t.Listener = model.ListenerName(svc.Namespace, svc.Name, proto, port.Port) + " (no ingress address yet)"
+			out = append(out, t)
+		}
+		for _, ip := range ingress {
+			r, err := f.GateOnly.ForeignRule(ctx, ip, port.Port, model.Protocol(proto))
+			if err != nil {
+				return nil, fmt.Errorf("gate-only Service %s/%s: %w", svc.Namespace, svc.Name, err)
+			}
+			t := base
+			if r == nil {
+				t.Listener = fmt.Sprintf("%s:%d/%s (no rule found)", ip, port.Port, proto)
+				out = append(out, t)
+				continue
+			}
+			t.LB, t.Listener, t.Settle = r.LB, r.LB+"/"+r.Rule, r.Settle
+			t.collect(addrs, r.Backends)
+			t.ProbedDown = probedDown(pod, addrs, r.Backends)
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// probedDown: the pod is terminating, and rule health read after its
+// deletion began lists every one of its node's addresses Down. A Down read
+// before then may be older than the pod's last ready moment.
+func probedDown(pod *corev1.Pod, addrs map[string]bool, statuses []provider.BackendStatus) bool {
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	grace := int64(30)
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = *pod.DeletionGracePeriodSeconds
+	}
+	started := pod.DeletionTimestamp.Add(-time.Duration(grace) * time.Second)
+	found := false
+	for _, s := range statuses {
+		if !addrs[model.CanonicalIP(s.Address)] {
+			continue
+		}
+		if !s.HealthKnown || !s.Probed || s.Healthy || !s.ProbedAt.After(started) {
+			return false
+		}
+		found = true
+	}
+	return found
+}
