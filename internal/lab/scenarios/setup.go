@@ -165,6 +165,13 @@ func (r *run) steadyTimeout(n int32) time.Duration {
 		rc := r.lab.opts.Recipe
 		d += time.Duration(n)*(rc.MinReady+10*time.Second) + rc.GracePeriod
 	}
+	if o := r.lab.opts.Azure; o != nil {
+		// On emulated Azure each replaced pod waits for about four writes
+		// to take effect (its address added, the old one drained, then
+		// removed at the drain timeout, which the lab leaves at its
+		// default) and for a probe interval or two.
+		d += time.Duration(n) * (4*(o.ARMLatency+o.LBPropagation) + o.HealthLag + model.DefaultDrainTimeout)
+	}
 	return d
 }
 
