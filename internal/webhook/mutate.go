@@ -44,6 +44,10 @@ type Filter struct {
 	// IncludeClassless also counts Services without a class (the
 	// controller's --adopt-classless).
 	IncludeClassless bool
+	// GateOnly also counts Services annotated zerodrop.dev/gate-only=true,
+	// whatever their class: another controller writes their load balancer
+	// and zerodrop serves their gates (--azure-gate-only-load-balancers).
+	GateOnly bool
 }
 
 func (f Filter) class(class *string) bool {
@@ -68,7 +72,7 @@ func Selecting(pod *corev1.Pod, services []corev1.Service, f Filter) []*corev1.S
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil || len(svc.Spec.Selector) == 0 {
 			continue
 		}
-		if !f.class(svc.Spec.LoadBalancerClass) {
+		if !f.class(svc.Spec.LoadBalancerClass) && !(f.GateOnly && model.GateOnly(svc.Annotations)) {
 			continue
 		}
 		if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {

@@ -52,6 +52,9 @@ type Options struct {
 	// IncludeClassless also injects for LoadBalancer Services without a
 	// loadBalancerClass (pass the controller's --adopt-classless).
 	IncludeClassless bool
+	// GateOnly also injects for Services annotated
+	// zerodrop.dev/gate-only=true (the controller serves their gates).
+	GateOnly bool
 	// DrainHost is the preStop hook's host, required: the drain Service's
 	// fixed clusterIP (deploy/services.yaml). A hook keeps the address it
 	// was given at admission for the pod's life, so it must not change
@@ -177,7 +180,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		Reader:     opts.Reader,
 		Decoder:    admission.NewDecoder(mgr.GetScheme()),
 		Recorder:   opts.Recorder,
-		Filter:     Filter{Classes: opts.Classes, IncludeClassless: opts.IncludeClassless},
+		Filter:     Filter{Classes: opts.Classes, IncludeClassless: opts.IncludeClassless, GateOnly: opts.GateOnly},
 		DrainHost:  opts.DrainHost,
 		DrainPort:  opts.DrainPort,
 		DrainRelay: opts.relay(),

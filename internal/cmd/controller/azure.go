@@ -45,6 +45,11 @@ type AzureConfig struct {
 	RuleHealth      bool
 	RuleHealthQPS   float64
 	RuleHealthBurst int
+	// GateOnlyLoadBalancers is a comma-separated list of load balancers in
+	// ResourceGroup that another controller writes (the cloud's own), read
+	// for the gates of gate-only Services and never written; empty: the
+	// gate-only mode is off.
+	GateOnlyLoadBalancers string
 
 	// Credential and ClientOptions, when set by a caller of RunConfig,
 	// replace the credential and ARM client options --azure-cloud chooses:
@@ -83,6 +88,9 @@ func (a *AzureConfig) flags(fs *pflag.FlagSet) {
 	fs.Float64Var(&a.RuleHealthQPS, "azure-rule-health-qps", azure.DefaultHealthQPS, "azure: rule-health operations started a second, sustained "+
 		"(each a POST, metered with the subscription's ARM writes, 200 refilled at 10 a second, plus its polls); an answer serves a rule for 5s")
 	fs.IntVar(&a.RuleHealthBurst, "azure-rule-health-burst", azure.DefaultHealthBurst, "azure: rule-health operations that may start at once after a quiet spell")
+	fs.StringVar(&a.GateOnlyLoadBalancers, "azure-gate-only-load-balancers", "", "azure: comma-separated load balancers another controller writes "+
+		"(the cloud-controller-manager's, e.g. kubernetes-internal), read and never written: the pods of Services annotated "+
+		"zerodrop.dev/gate-only=true get the gates, from the rule of the Service's ingress address and port there; empty: gate-only is off")
 	a.Read.flags(fs, "azure", DefaultAzureRead, "each an ARM GET, under Azure Resource Manager's read bucket of 250 refilled at 25 a second per principal, subscription and region, "+
 		"and Microsoft.Network's 10,000 GETs per 5 minutes per subscription and region, shared with every other client there")
 }
@@ -101,9 +109,14 @@ var (
 )
 
 // names splits --azure-load-balancers.
-func (a *AzureConfig) names() []string {
+func (a *AzureConfig) names() []string { return splitNames(a.LoadBalancers) }
+
+// gateOnlyNames splits --azure-gate-only-load-balancers.
+func (a *AzureConfig) gateOnlyNames() []string { return splitNames(a.GateOnlyLoadBalancers) }
+
+func splitNames(list string) []string {
 	var out []string
-	for _, n := range strings.Split(a.LoadBalancers, ",") {
+	for _, n := range strings.Split(list, ",") {
 		if n = strings.TrimSpace(n); n != "" {
 			out = append(out, n)
 		}
@@ -139,6 +152,11 @@ func (a *AzureConfig) validate() error {
 		seen[strings.ToLower(n)] = true
 		if !lbNameRE.MatchString(n) {
 			errs = append(errs, fmt.Errorf("--azure-load-balancers: %q is not a load balancer name (1–80 letters, digits, '_', '.', '-')", n))
+		}
+	}
+	for _, n := range a.gateOnlyNames() {
+		if !lbNameRE.MatchString(n) {
+			errs = append(errs, fmt.Errorf("--azure-gate-only-load-balancers: %q is not a load balancer name (1–80 letters, digits, '_', '.', '-')", n))
 		}
 	}
 	if a.SubnetID == "" {
@@ -178,6 +196,7 @@ func (a *AzureConfig) options() (azure.Options, error) {
 		SubnetID: a.SubnetID, Location: a.Location, Owner: a.Owner,
 		TryTimeout: a.TryTimeout, PollTimeout: a.PollTimeout, PollFrequency: a.PollFrequency,
 		RuleHealth: a.RuleHealth, HealthQPS: a.RuleHealthQPS, HealthBurst: a.RuleHealthBurst,
+		GateOnlyLoadBalancers: a.gateOnlyNames(),
 	}
 	if a.Credential != nil || a.ClientOptions != nil {
 		opts.Credential, opts.ClientOptions = a.Credential, a.ClientOptions

@@ -224,6 +224,12 @@ func (c *Config) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// gateOnly: the gates serve gate-only Services (the Azure provider, given
+// load balancers another controller writes).
+func (c *Config) gateOnly() bool {
+	return c.Provider == "azure" && len(c.Azure.gateOnlyNames()) > 0
+}
+
 // leaderElection tells whether this process elects a leader: a data-plane
 // replica is the only writer of its own HAProxy, so every one writes and
 // none is elected.
@@ -285,6 +291,7 @@ func setupWebhook(ctx context.Context, mgr manager.Manager, cfg Config, log logr
 	// No gate for a class nobody serves: the pod would never turn Ready.
 	w.Classes = []string{class}
 	w.IncludeClassless = cfg.AdoptClassless
+	w.GateOnly = cfg.gateOnly()
 	w.Logger = log.WithName("webhook")
 	if err := webhook.Setup(ctx, mgr, w); err != nil {
 		return fmt.Errorf("webhook: %w", err)
@@ -299,6 +306,8 @@ type wiring struct {
 	keyFunc  func(*corev1.Service) string
 	validate func(*corev1.Service) error
 	replicas func(context.Context) ([]lbtarget.Replica, error)
+	// gateOnly reads the load balancers of gate-only Services (nil: off).
+	gateOnly provider.ForeignReader
 }
 
 // addProvider starts the provider the configuration names (or takes the
@@ -339,6 +348,9 @@ func (in *Instance) addProvider(ctx context.Context, cfg Config, role service.Ro
 	}
 	if v, ok := w.prov.(interface{ ValidateService(*corev1.Service) error }); ok {
 		w.validate = v.ValidateService
+	}
+	if fr, ok := w.prov.(provider.ForeignReader); ok && cfg.gateOnly() {
+		w.gateOnly = fr
 	}
 	return w, nil
 }
@@ -433,7 +445,8 @@ func (in *Instance) addGates(cfg Config, w wiring, addrMap []model.AddressMappin
 		})
 		return nil
 	}
-	finder := &lbtarget.Finder{Reader: in.Manager.GetCache(), Services: in.Service, Provider: w.prov, AddressMap: addrMap, Replicas: w.replicas}
+	finder := &lbtarget.Finder{Reader: in.Manager.GetCache(), Services: in.Service, Provider: w.prov, AddressMap: addrMap, Replicas: w.replicas,
+		GateOnly: w.gateOnly}
 	if cfg.ReadinessGate {
 		if err := setupReadinessGate(in.Manager, finder, in.Metrics, cfg.Override.GatePollInterval, in.log); err != nil {
 			return err
