@@ -115,7 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down, lb-replica-restart (with --data-plane-replicas), or all")
-	mode := fs.String("mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator, upstream and recipe are the real cloud-provider-azure; without traffic: upstream,zerodrop)")
+	mode := fs.String("mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator, upstream and recipe are the real cloud-provider-azure, and gates is that CCM with zerodrop's gates only; without traffic: upstream,zerodrop)")
 	backend := fs.String("backend", scenarios.BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
 	policy := fs.String("traffic-policy", scenarios.PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
 	jsonPath := fs.String("json", "", "write the JSON report to `FILE`")
@@ -204,7 +204,11 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, bool) {
 		return scenarios.Options{}, nil, false
 	}
 	if opts.Modes = parseModes(f.mode); opts.Modes == nil {
-		fmt.Fprintf(stderr, "zerodrop lab: --mode %q: want upstream, recipe, zerodrop (comma-separated) or all\n", f.mode)
+		fmt.Fprintf(stderr, "zerodrop lab: --mode %q: want upstream, recipe, zerodrop (comma-separated; gates with --provider %s) or all\n", f.mode, azurelab.ProviderAzureEmulator)
+		return scenarios.Options{}, nil, false
+	}
+	if slices.Contains(opts.Modes, report.ModeGates) && f.prov != azurelab.ProviderAzureEmulator {
+		fmt.Fprintf(stderr, "zerodrop lab: --mode gates keeps the cloud's own writer and adds zerodrop's gates: it runs with --provider %s only\n", azurelab.ProviderAzureEmulator)
 		return scenarios.Options{}, nil, false
 	}
 	if opts.Backends, ok = oneOrBoth(f.backend, scenarios.BackendIP, scenarios.BackendNode); !ok {
@@ -287,7 +291,7 @@ func parseModes(v string) []report.Mode {
 	var out []report.Mode
 	for _, name := range strings.Split(v, ",") {
 		m := report.Mode(strings.TrimSpace(name))
-		if !slices.Contains(report.AllModes, m) {
+		if !slices.Contains(report.KnownModes, m) {
 			return nil
 		}
 		if !slices.Contains(out, m) {

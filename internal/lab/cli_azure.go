@@ -63,7 +63,7 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]scenari
 		lists[fl.name] = ds
 	}
 	var bin string
-	if !f.dryRun && (slices.Contains(opts.Modes, report.ModeUpstream) || slices.Contains(opts.Modes, report.ModeRecipe)) {
+	if !f.dryRun && slices.ContainsFunc(opts.Modes, report.Mode.NodeBacked) {
 		var err error
 		if bin, err = ccm.Binary(); err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
@@ -114,7 +114,7 @@ func executeSweep(ctx context.Context, opts scenarios.Options, points []scenario
 		o := opts
 		o.Azure = &points[i]
 		if points[i].HealthLag != firstLag {
-			o.Modes = slices.DeleteFunc(slices.Clone(o.Modes), report.Mode.NodeBacked)
+			o.Modes = slices.DeleteFunc(slices.Clone(o.Modes), func(m report.Mode) bool { return !m.Gated() })
 			if len(o.Modes) == 0 {
 				continue
 			}

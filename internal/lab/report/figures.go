@@ -28,7 +28,17 @@ const (
 	// pods with the readiness gate and drain hook from the real webhook, a
 	// PDB and maxUnavailable 0.
 	ModeZerodrop Mode = "zerodrop"
+	// ModeGates (emulated Azure only) keeps the upstream writer, the real
+	// cloud-controller-manager, and adds zerodrop's gates for the
+	// Service (zerodrop.dev/gate-only): zerodrop's controller pods read
+	// the CCM's load balancer and write nothing; the workload has
+	// zerodrop's rollout settings and PDB.
+	ModeGates Mode = "gates"
 )
+
+// KnownModes are every mode --mode takes: AllModes and, on emulated Azure
+// only, gates.
+var KnownModes = []Mode{ModeUpstream, ModeRecipe, ModeZerodrop, ModeGates}
 
 // AllModes are the modes in the order `--mode all` runs them.
 var AllModes = []Mode{ModeUpstream, ModeRecipe, ModeZerodrop}
@@ -36,7 +46,11 @@ var AllModes = []Mode{ModeUpstream, ModeRecipe, ModeZerodrop}
 // nodeBacked reports whether the mode's load balancer always sends to
 // node IP:nodePort (the upstream controller's clouds do): --backend is
 // zerodrop's.
-func (m Mode) NodeBacked() bool { return m == ModeUpstream || m == ModeRecipe }
+func (m Mode) NodeBacked() bool { return m == ModeUpstream || m == ModeRecipe || m == ModeGates }
+
+// Gated reports whether zerodrop's gates and controller pods run in the
+// mode: zerodrop's own, or only the gates beside the cloud's writer.
+func (m Mode) Gated() bool { return m == ModeZerodrop || m == ModeGates }
 
 // marker is an event on a scenario's timeline.
 type Marker struct {

@@ -14,7 +14,8 @@ import (
 // rollout time and grace period of each run beside them.
 
 // modeColours colour the modes' lines.
-var modeColours = map[string]string{string(ModeUpstream): "#d62728", string(ModeRecipe): "#ff7f0e", string(ModeZerodrop): "#2ca02c"}
+var modeColours = map[string]string{string(ModeUpstream): "#d62728", string(ModeRecipe): "#ff7f0e", string(ModeZerodrop): "#2ca02c",
+	string(ModeGates): "#1f77b4"}
 
 // sweepGroup is one scenario and policy's runs across the sweep.
 type sweepGroup struct {

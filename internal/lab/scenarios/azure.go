@@ -15,6 +15,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/lab/azuredp"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
@@ -62,6 +63,9 @@ const (
 	azLB                        = "lb-traffic" // zerodrop's
 	azLocation                  = "westeurope"
 	azureInternalAnnotation     = "service.beta.kubernetes.io/azure-load-balancer-internal"
+	// ccmLB is the load balancer cloud-provider-azure writes for the
+	// cluster "kubernetes"'s internal Services.
+	ccmLB = "kubernetes-internal"
 )
 
 func azSubnetID() string {
@@ -173,7 +177,7 @@ func (r *run) stopAzure() {
 // emulator's endpoint and credential, and production defaults otherwise.
 func (cs *controllers) azureArgs() []string {
 	r := cs.run
-	return []string{
+	args := []string{
 		"lab", "azure-controller", "--emulator=" + r.az.url, "--emulator-ca=" + r.az.caPath,
 		"--provider=azure",
 		"--kubeconfig=" + r.lab.net.Kubeconfig,
@@ -181,6 +185,12 @@ func (cs *controllers) azureArgs() []string {
 		"--azure-subscription-id=" + azSub, "--azure-resource-group=" + azGroup,
 		"--azure-load-balancers=" + azLB, "--azure-subnet-id=" + azSubnetID(), "--azure-location=" + azLocation,
 	}
+	if r.mode == report.ModeGates {
+		// The gates read the CCM's load balancer for the run's
+		// gate-only Service.
+		args = append(args, "--azure-gate-only-load-balancers="+ccmLB)
+	}
+	return args
 }
 
 // azureServiceAnnotations are what the Service needs on emulated Azure:
@@ -191,6 +201,9 @@ func (r *run) azureServiceAnnotations(svc *corev1.Service) {
 	}
 	if r.mode.NodeBacked() {
 		svc.Annotations[azureInternalAnnotation] = "true"
+	}
+	if r.mode == report.ModeGates {
+		svc.Annotations[model.AnnotationGateOnly] = "true"
 	}
 }
 

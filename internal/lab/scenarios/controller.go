@@ -17,7 +17,6 @@ import (
 	"k8s.io/utils/ptr"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
-	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/scenarios/dataplane"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 )
@@ -125,7 +124,7 @@ func (cs *controllers) deployment(name string, replicas int32, args []string) *a
 		Args:  args,
 		Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: metricsPort}},
 	}
-	if r.mode == report.ModeZerodrop {
+	if r.mode.Gated() {
 		c.Ports = append(c.Ports, corev1.ContainerPort{Name: "probes", ContainerPort: probesPort},
 			corev1.ContainerPort{Name: "drain", ContainerPort: drainPort})
 		c.ReadinessProbe = &corev1.Probe{PeriodSeconds: 5, ProbeHandler: corev1.ProbeHandler{
@@ -159,7 +158,7 @@ const controllerReplicas = 2
 func (cs *controllers) start(ctx context.Context) error {
 	r := cs.run
 	d := cs.deployment("zerodrop", controllerReplicas, cs.zerodropArgs())
-	if r.mode != report.ModeZerodrop {
+	if !r.mode.Gated() {
 		d = cs.deployment("upstream", controllerReplicas, cs.upstreamArgs())
 	}
 	if _, err := r.lab.cp.Client.AppsV1().Deployments(ctrlNamespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {

@@ -25,7 +25,7 @@ import (
 func (r *run) setup(ctx context.Context, want int32) error {
 	cs := r.lab.cp.Client
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}
-	if r.mode == report.ModeZerodrop {
+	if r.mode.Gated() {
 		ns.Labels = map[string]string{webhook.LabelInject: webhook.InjectEnabled}
 	}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
@@ -37,14 +37,14 @@ func (r *run) setup(ctx context.Context, want int32) error {
 		return err
 	}
 	r.ctrls = newControllers(r)
-	if r.mode == report.ModeZerodrop && !r.fromChart() {
+	if r.mode.Gated() && !r.fromChart() {
 		if err := r.lab.selectDrainReplicas(ctx, r.id); err != nil {
 			return err
 		}
 	}
 	// On emulated Azure the upstream and recipe modes' writer is the CCM,
 	// started with the load balancer.
-	if !r.fromChart() && !(r.azure() && r.mode.NodeBacked()) {
+	if !r.fromChart() && !(r.azure() && r.mode.NodeBacked() && !r.mode.Gated()) {
 		if err := r.ctrls.start(ctx); err != nil {
 			return err
 		}
@@ -53,7 +53,7 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	if err := r.createService(ctx); err != nil {
 		return err
 	}
-	if r.mode == report.ModeZerodrop || r.mode == report.ModeRecipe {
+	if r.mode.Gated() || r.mode == report.ModeRecipe {
 		if err := r.createPDB(ctx); err != nil {
 			return err
 		}
@@ -208,7 +208,7 @@ func (r *run) deployment(n int32) *appsv1.Deployment {
 	if r.lab.opts.AppExitOnSIGTERM {
 		d.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: traffic.AppSigtermEnv, Value: traffic.AppSigtermExit}}
 	}
-	if r.mode == report.ModeZerodrop || r.mode == report.ModeRecipe {
+	if r.mode.Gated() || r.mode == report.ModeRecipe {
 		d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
 			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))}}
 	}

@@ -49,7 +49,7 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 		// must forward its ClusterIP to a ready replica of this run (until
 		// then kube-proxy refuses, and a hook that fails lets the pod stop
 		// at once).
-		if r.mode == report.ModeZerodrop {
+		if r.mode.Gated() {
 			if err := r.drainReachable(ctx); err != nil {
 				return false, err.Error()
 			}

@@ -54,8 +54,12 @@ func startWebhook(ctx context.Context, cfg *rest.Config) (*webhookServer, error)
 		return nil, err
 	}
 	handler := &admission.Webhook{Handler: &webhook.Handler{
-		Reader:    reader,
-		Decoder:   admission.NewDecoder(scheme.Scheme),
+		Reader:  reader,
+		Decoder: admission.NewDecoder(scheme.Scheme),
+		// Gate-only Services (the gates mode on emulated Azure) too; the
+		// other modes' Services carry a zerodrop class or live in a
+		// namespace the webhook does not see.
+		Filter:    webhook.Filter{GateOnly: true},
 		DrainHost: cluster.DrainClusterIP,
 		DrainPort: drainPort,
 		// As the chart installs it (drain.relay.enabled), with the lab's
