@@ -56,6 +56,46 @@ func TestDataPlane(t *testing.T) {
 		}
 	})
 
+	t.Run("a reused 4-tuple is a new flow", func(t *testing.T) {
+		// A client reuses its ports: a SYN from a 4-tuple whose last flow
+		// went to a backend that no longer gets new flows must go, with
+		// every later packet of the new flow, to a backend that does.
+		// (The flows map kept the old choice: the SYN went to the new
+		// backend, its ACK to the old one, which reset it.)
+		port := 40000 + int(time.Now().UnixNano()%20000)
+		first, err := dialFrom(w.fipCli, port, fipPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line, err := first.get()
+		first.reset()
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := w.serverNamed(strings.Fields(line)[0])
+		old.healthy.Store(false)
+		defer func() {
+			old.healthy.Store(true)
+			w.waitEligible(t, dp, "fip", "b1", "b2", "b3")
+		}()
+		var others []string
+		for _, b := range w.backends {
+			if b != old {
+				others = append(others, b.name)
+			}
+		}
+		w.waitEligible(t, dp, "fip", others...)
+		again, err := dialFrom(w.fipCli, port, fipPort)
+		if err != nil {
+			t.Fatalf("the same 4-tuple again: %v", err)
+		}
+		defer again.reset()
+		line, err = again.get()
+		if err != nil || strings.HasPrefix(line, old.name+" ") {
+			t.Errorf("the same 4-tuple after %s left the rule: %q, %v; want an answer from another backend", old.name, line, err)
+		}
+	})
+
 	t.Run("probe down stops new flows only", func(t *testing.T) {
 		openF, openN := connTo(t, w.fipCli, fipPort, "b2"), connTo(t, w.natCli, natPort, "b2")
 		defer openF.close()

@@ -9,9 +9,11 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -264,6 +266,50 @@ func (c *conn) get() (string, error) {
 }
 
 func (c *conn) close() { c.c.Close() }
+
+// reset closes the connection with a RST (no TIME_WAIT), so that its
+// 4-tuple can be used again at once.
+func (c *conn) reset() {
+	if tc, ok := c.c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.c.Close()
+}
+
+// dialFrom opens a connection from cli's local port to the frontend's
+// port (SO_REUSEADDR: the port may have just been used).
+func dialFrom(cli *netlab.Host, local, port int) (*conn, error) {
+	var c net.Conn
+	err := cli.Do(func() error {
+		d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: cli.IP.AsSlice(), Port: local},
+			Control: func(_, _ string, rc syscall.RawConn) error {
+				var serr error
+				if err := rc.Control(func(fd uintptr) {
+					serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+				}); err != nil {
+					return err
+				}
+				return serr
+			}}
+		var err error
+		c, err = d.Dial("tcp", net.JoinHostPort(vip, strconv.Itoa(port)))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &conn{c: c, br: bufio.NewReader(c)}, nil
+}
+
+// serverNamed is the backend named name.
+func (w *world) serverNamed(name string) *server {
+	for _, b := range w.backends {
+		if b.name == name {
+			return b
+		}
+	}
+	return nil
+}
 
 // spread opens n fresh connections and counts the backends that answer
 // each; a connection that cannot be opened counts as "".

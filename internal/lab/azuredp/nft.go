@@ -48,7 +48,7 @@ const (
 // namespace).
 func setupScript(device string) string {
 	return fmt.Sprintf(`create table netdev %[1]s
-add map netdev %[1]s %[2]s { type ipv4_addr . inet_service . ipv4_addr . inet_service : mark; flags timeout; size %[4]d; }
+add map netdev %[1]s %[2]s { type ipv4_addr . inet_service . ipv4_addr . inet_service : mark; flags dynamic,timeout; size %[4]d; }
 add map netdev %[1]s %[3]s { type mark : ipv4_addr; }
 add chain netdev %[1]s ingress { type filter hook ingress device %[5]q priority 0; policy accept; }
 create table ip %[1]s
@@ -99,9 +99,14 @@ func render(rs ruleset, old chainSet) (string, chainSet) {
 				fmt.Sprintf("add rule netdev %s %s tcp flags & (syn | ack) == syn goto %s", table, c, cNew),
 				fmt.Sprintf("add rule netdev %s %s meta mark set ip saddr . tcp sport . ip daddr . tcp dport map @%s %s %s", table, c, flowsMap, remember, fwd),
 				fmt.Sprintf("add rule netdev %s %s drop", table, c))
+			// A SYN is a new flow: it replaces what the map remembers of
+			// its 4-tuple (a client reuses its ports within the idle
+			// timeout), and `update` alone keeps an element's old backend,
+			// so the flow's later packets followed a stale choice.
+			forget := fmt.Sprintf("delete @%s { ip saddr . tcp sport . ip daddr . tcp dport : meta mark }", flowsMap)
 			if len(elig) > 0 {
-				body = append(body, fmt.Sprintf("add rule netdev %s %s meta mark set %s map { %s } %s %s",
-					table, cNew, hashExpr(r, len(elig), rs.seed), markElems(elig, rs.marks), remember, fwd))
+				body = append(body, fmt.Sprintf("add rule netdev %s %s meta mark set %s map { %s } %s %s %s",
+					table, cNew, hashExpr(r, len(elig), rs.seed), markElems(elig, rs.marks), forget, remember, fwd))
 			}
 			body = append(body, fmt.Sprintf("add rule netdev %s %s drop", table, cNew))
 			continue
