@@ -183,18 +183,25 @@ func runAzureLab(t *testing.T, args ...string) (report.Report, []byte) {
 	if code != 0 {
 		t.Fatalf("zerodrop lab exited %d", code)
 	}
-	raw, err := os.ReadFile(jsonPath)
+	rep, raw := readReport(t, jsonPath)
+	for _, r := range rep.Scenarios {
+		if r.Azure == nil {
+			t.Fatalf("%s/%s has no azure figures: %s", r.Scenario, r.Mode, raw)
+		}
+	}
+	return rep, raw
+}
+
+// readReport reads and decodes the lab's JSON report at path.
+func readReport(t *testing.T, path string) (report.Report, []byte) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rep report.Report
 	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatalf("report %s: %v", raw, err)
-	}
-	for _, r := range rep.Scenarios {
-		if r.Azure == nil {
-			t.Fatalf("%s/%s has no azure figures: %s", r.Scenario, r.Mode, raw)
-		}
 	}
 	return rep, raw
 }

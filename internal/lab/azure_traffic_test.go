@@ -3,13 +3,10 @@ package lab
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"zerodrop.dev/zerodrop/internal/lab/report"
 )
 
 // TestLabAzureRollout is the traffic lab's smoke test on emulated Azure: a
@@ -40,14 +37,7 @@ func TestLabAzureRollout(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("zerodrop lab exited %d", code)
 	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report.Report
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatalf("report %s: %v", raw, err)
-	}
+	rep, raw := readReport(t, jsonPath)
 	if len(rep.Scenarios) != 1 {
 		t.Fatalf("report %s: want one run", raw)
 	}

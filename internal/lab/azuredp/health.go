@@ -91,7 +91,8 @@ func (d *DataPlane) RuleHealth(resourceGroup, loadBalancer, ruleName string) ([]
 // HealthAt is Health of the rule that takes frontend:port (the lab knows a
 // Service by the address and port its status and spec give, not by the rule
 // name its writer chose), with the rule's backend port.
-func (d *DataPlane) HealthAt(frontend netip.Addr, port uint16) (lb, rule string, backendPort uint16, bs []Backend, err error) {
+func (d *DataPlane) HealthAt(frontend netip.Addr, port uint16) (backendPort uint16, bs []Backend, err error) {
+	var lb, rule string
 	d.mu.Lock()
 	for _, r := range d.view.rules {
 		if r.Frontend == frontend && r.Port == port {
@@ -101,8 +102,12 @@ func (d *DataPlane) HealthAt(frontend netip.Addr, port uint16) (lb, rule string,
 	}
 	d.mu.Unlock()
 	if rule == "" {
-		return "", "", 0, nil, fmt.Errorf("%w: none takes %s", ErrUnknownRule, netip.AddrPortFrom(frontend, port))
+		return 0, nil, fmt.Errorf("%w: none takes %s", ErrUnknownRule, netip.AddrPortFrom(frontend, port))
 	}
 	bs, err = d.Health(lb, rule)
-	return lb, rule, backendPort, bs, err
+	return backendPort, bs, err
 }
+
+// AdminDown reports whether the address's admin state is Down: no new
+// flows whatever its probe (zerodrop's drain).
+func (b Backend) AdminDown() bool { return b.Admin == adminDown }

@@ -232,14 +232,14 @@ func (r *run) azureBackends() ([]provider.BackendStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, _, port, bs, err := r.az.dp.HealthAt(ap.Addr(), ap.Port())
+	port, bs, err := r.az.dp.HealthAt(ap.Addr(), ap.Port())
 	if err != nil {
 		return nil, err
 	}
 	out := make([]provider.BackendStatus, 0, len(bs))
 	for _, b := range bs {
 		state := model.Active
-		if b.Admin == "Down" {
+		if b.AdminDown() {
 			state = model.Draining
 		}
 		out = append(out, provider.BackendStatus{
