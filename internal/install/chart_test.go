@@ -110,6 +110,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"azure.subscriptionID="}, []string{"missing values for provider=azure", "azure.subscriptionID"}},
 		{[]string{"azure.resourceGroup=", "azure.loadBalancers="}, []string{"azure.resourceGroup", "azure.loadBalancers"}},
 		{[]string{"azure.workloadIdentity.clientID="}, []string{"azure.workloadIdentity.clientID"}},
+		{[]string{"provider=haproxy", "haproxy.addressPool=192.0.2.0/24", "azure.gateOnlyLoadBalancers=kubernetes"},
+			[]string{"azure.gateOnlyLoadBalancers is set but provider=haproxy"}},
 	}
 	for _, tc := range cases {
 		out, err := template(t, tc.set...)

@@ -45,14 +45,24 @@ app.kubernetes.io/version: {{ include "zerodrop.tag" . | quote }}
 {{- printf "%s-webhook" (include "zerodrop.fullname" .) -}}
 {{- end -}}
 
-{{/* Azure load balancer names, a list or a comma-separated string, joined. */}}
-{{- define "zerodrop.loadBalancers" -}}
-{{- $lbs := .Values.azure.loadBalancers -}}
+{{/* Load balancer names, a list or a comma-separated string, joined. */}}
+{{- define "zerodrop.joinNames" -}}
+{{- $lbs := . | default "" -}}
 {{- if kindIs "slice" $lbs -}}
 {{- join "," $lbs -}}
 {{- else -}}
 {{- $lbs | toString -}}
 {{- end -}}
+{{- end -}}
+
+{{/* zerodrop's own Azure load balancers (azure.loadBalancers). */}}
+{{- define "zerodrop.loadBalancers" -}}
+{{- include "zerodrop.joinNames" .Values.azure.loadBalancers -}}
+{{- end -}}
+
+{{/* The load balancers gate-only Services are read from (azure.gateOnlyLoadBalancers). */}}
+{{- define "zerodrop.gateOnlyLoadBalancers" -}}
+{{- include "zerodrop.joinNames" .Values.azure.gateOnlyLoadBalancers -}}
 {{- end -}}
 
 {{/*
@@ -63,6 +73,9 @@ Checks the values before anything renders, so that a missing setting fails
 {{- $provider := toString .Values.provider -}}
 {{- if not (has $provider (list "azure" "haproxy")) -}}
 {{- fail (printf "provider %q is not installable with this chart: provider=azure or provider=haproxy" $provider) -}}
+{{- end -}}
+{{- if and (ne $provider "azure") (include "zerodrop.gateOnlyLoadBalancers" . | trim) -}}
+{{- fail (printf "azure.gateOnlyLoadBalancers is set but provider=%s: gate-only Services read Azure load balancers (provider=azure)" $provider) -}}
 {{- end -}}
 {{- $missing := list -}}
 {{- if eq $provider "azure" -}}

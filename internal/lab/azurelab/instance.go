@@ -125,7 +125,7 @@ func (r *azureRun) instanceConfig(in *azureInstance, leaderElect bool) (controll
 	cfg.Azure.SubscriptionID, cfg.Azure.ResourceGroup, cfg.Azure.SubnetID = azureSub, azureGroup, azureSubnet
 	cfg.Azure.LoadBalancers, cfg.Azure.Location = strings.Join(r.lbNames(), ","), "westeurope"
 	var err error
-	cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(r.procs.emulatorURL, r.procs.caPEM, zerodropIdentity)
+	cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(r.procs.served.URL, r.procs.served.CAPEM, zerodropIdentity)
 	if err != nil {
 		return cfg, err
 	}

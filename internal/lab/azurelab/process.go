@@ -85,7 +85,7 @@ func (r *azureRun) runIn(ctx context.Context, scenario string) (report.Result, e
 	}
 	r.procs.asProcesses = asProcesses(scenario)
 	res, err := r.run(ctx, scenario) // stops every process before it returns
-	_ = r.procs.srv.Close()
+	_ = r.procs.served.Close()
 	if err != nil {
 		r.progress("%s: controller logs kept in %s", r.ns, dir)
 	} else {
@@ -107,9 +107,8 @@ const zerodropIdentity = "zerodrop"
 // azureProcs is the emulator as served to a run, and what its processes
 // need to reach it and the API server.
 type azureProcs struct {
-	dir, kubeconfig, emulatorURL, emulatorCA string
-	caPEM                                    []byte
-	srv                                      *http.Server
+	dir, kubeconfig string
+	served          *emulator.Served
 	// asProcesses runs zerodrop's controllers as processes of their own
 	// (kill-mid-plan), not in the lab process.
 	asProcesses bool
@@ -119,31 +118,20 @@ type azureProcs struct {
 // and writes the authority to trust and a kubeconfig for its processes
 // into dir.
 func (r *azureRun) serveEmulator(dir string) error {
-	tlsCfg, caPEM, err := emulator.NewTLS()
+	served, err := r.emu.ServeTLS(filepath.Join(dir, "emulator-ca.pem"))
 	if err != nil {
 		return err
 	}
-	caPath := filepath.Join(dir, "emulator-ca.pem")
-	if err := os.WriteFile(caPath, caPEM, 0o600); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("emulator listener: %w", err)
-	}
-	srv := &http.Server{Handler: r.emu.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
-	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	server := r.cfg.Host
 	if !strings.Contains(server, "://") {
 		server = "https://" + server
 	}
 	kc, err := cluster.WriteKubeconfig(r.cfg, server, filepath.Join(dir, "kubeconfig"))
 	if err != nil {
-		_ = srv.Close()
+		_ = served.Close()
 		return err
 	}
-	r.procs = &azureProcs{dir: dir, kubeconfig: kc, caPEM: caPEM,
-		emulatorURL: "https://" + ln.Addr().String(), emulatorCA: caPath, srv: srv}
+	r.procs = &azureProcs{dir: dir, kubeconfig: kc, served: served}
 	return nil
 }
 
@@ -156,7 +144,7 @@ func (r *azureRun) startProcess(leaderElect bool) (*azureInstance, error) {
 		return nil, err
 	}
 	n := len(r.instances) + 1
-	args := []string{"lab", AzureCommand, "--emulator=" + p.emulatorURL, "--emulator-ca=" + p.emulatorCA,
+	args := []string{"lab", AzureCommand, "--emulator=" + p.served.URL, "--emulator-ca=" + p.served.CAFile,
 		"--provider=azure", "--kubeconfig=" + p.kubeconfig, "--load-balancer-class=" + r.class(),
 		"--azure-subscription-id=" + azureSub, "--azure-resource-group=" + azureGroup,
 		"--azure-load-balancers=" + strings.Join(r.lbNames(), ","), "--azure-subnet-id=" + azureSubnet,

@@ -3,7 +3,6 @@ package ccm_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -48,27 +47,17 @@ func newWorld(t *testing.T) *world {
 	emu := emulator.New(emulator.Options{})
 	emu.SeedSubnet(sub, group, "vnet", "nodes", netip.MustParsePrefix("127.240.0.0/16"))
 	emu.SeedSecurityGroup(sub, group, "nsg")
-	tlsCfg, caPEM, err := emulator.NewTLS()
+	served, err := emu.ServeTLS(filepath.Join(dir, "ca.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: emu, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.ServeTLS(ln, "", "") }()
-	t.Cleanup(func() { _ = srv.Close() })
+	t.Cleanup(func() { _ = served.Close() })
 	kc, err := cluster.WriteKubeconfig(env.Config, env.Config.Host, filepath.Join(dir, "kubeconfig"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &world{cs: kubernetes.NewForConfigOrDie(env.Config), emu: emu, base: ccm.Config{
-		Binary: bin, Dir: dir, Kubeconfig: kc, Emulator: "https://" + ln.Addr().String() + "/", CAFile: caFile,
+		Binary: bin, Dir: dir, Kubeconfig: kc, Emulator: served.URL + "/", CAFile: served.CAFile,
 		SubscriptionID: sub, ResourceGroup: group, Location: "westeurope", VNet: "vnet", Subnet: "nodes", SecurityGroup: "nsg",
 		LeaseNamespace: "kube-system",
 	}}

@@ -3,8 +3,6 @@ package scenarios
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -77,9 +75,7 @@ func azSubnetID() string {
 // data plane, the forwarders to it and the CCM processes.
 type azureLB struct {
 	emu        *emulator.Emulator
-	srv        *http.Server
-	url        string // https://127.0.0.1:PORT
-	caPath     string
+	served     *emulator.Served
 	kubeconfig string // the API server as the root namespace reaches it
 	dp         *azuredp.DataPlane
 	stopLag    func()
@@ -100,21 +96,9 @@ func (r *run) startAzure(ctx context.Context) (err error) {
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return err
 	}
-	tlsCfg, caPEM, err := emulator.NewTLS()
-	if err != nil {
+	if a.served, err = a.emu.ServeTLS(filepath.Join(r.dir, "emulator-ca.pem")); err != nil {
 		return err
 	}
-	a.caPath = filepath.Join(r.dir, "emulator-ca.pem")
-	if err := os.WriteFile(a.caPath, caPEM, 0o600); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("emulator listener: %w", err)
-	}
-	a.srv = &http.Server{Handler: a.emu.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
-	go func() { _ = a.srv.ServeTLS(ln, "", "") }()
-	a.url = "https://" + ln.Addr().String()
 	// The agent reads it for the controller pods' forwarders.
 	r.lab.curMu.Lock()
 	r.az = a
@@ -167,8 +151,8 @@ func (r *run) stopAzure() {
 			r.lab.progressf("%s: azure data plane teardown: %v", r.name(), err)
 		}
 	}
-	if a.srv != nil {
-		_ = a.srv.Close()
+	if a.served != nil {
+		_ = a.served.Close()
 	}
 }
 
@@ -178,7 +162,7 @@ func (r *run) stopAzure() {
 func (cs *controllers) azureArgs() []string {
 	r := cs.run
 	args := []string{
-		"lab", "azure-controller", "--emulator=" + r.az.url, "--emulator-ca=" + r.az.caPath,
+		"lab", "azure-controller", "--emulator=" + r.az.served.URL, "--emulator-ca=" + r.az.served.CAFile,
 		"--provider=azure",
 		"--kubeconfig=" + r.lab.net.Kubeconfig,
 		"--load-balancer-class=" + r.class,

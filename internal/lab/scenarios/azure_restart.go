@@ -31,7 +31,7 @@ func (r *run) startCCM() error {
 	name := fmt.Sprintf("ccm-%d", len(a.ccms)+1)
 	p, err := ccm.Start(ccm.Config{
 		Binary: o.CCMBinary, Dir: r.dir, Kubeconfig: a.kubeconfig,
-		Emulator: a.url + "/", CAFile: a.caPath, Identity: name,
+		Emulator: a.served.URL + "/", CAFile: a.served.CAFile, Identity: name,
 		SubscriptionID: azSub, ResourceGroup: azGroup, Location: azLocation,
 		VNet: azVNet, Subnet: azSubnetName, SecurityGroup: azNSG, LeaseNamespace: r.ns,
 	}, name)

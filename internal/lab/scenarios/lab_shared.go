@@ -62,8 +62,8 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 	l.agent.ControllerForwards = func() []string {
 		l.curMu.Lock()
 		defer l.curMu.Unlock()
-		if r := l.current; r != nil && r.az != nil && r.az.srv != nil {
-			return []string{strings.TrimPrefix(r.az.url, "https://")}
+		if r := l.current; r != nil && r.az != nil && r.az.served != nil {
+			return []string{strings.TrimPrefix(r.az.served.URL, "https://")}
 		}
 		return nil
 	}
