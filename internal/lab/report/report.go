@@ -304,6 +304,9 @@ type AzureClock struct {
 	HealthLagSeconds     float64 `json:"health_lag_seconds"`
 	// GraceSeconds is the workload pods' terminationGracePeriodSeconds.
 	GraceSeconds float64 `json:"grace_seconds"`
+	// Promise is what the mode's published bound says at these clocks
+	// (PromiseAt); none for upstream and recipe.
+	Promise *Promise `json:"promise,omitempty"`
 }
 
 // String names the point of a sweep: "arm 10s lb+0s lag 0s".

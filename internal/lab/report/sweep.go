@@ -88,7 +88,7 @@ func writeSweep(b *bytes.Buffer, results []Result) {
 		}
 		b.WriteString("</div>\n<table border=\"1\" cellpadding=\"4\" style=\"border-collapse:collapse;margin-top:1em\"><tr><th>point</th>")
 		for _, c := range cols {
-			fmt.Fprintf(b, "<th>%s failed / requests</th><th>%s broken</th><th>%s rollout s</th><th>%s grace s</th>", c, c, c, c)
+			fmt.Fprintf(b, "<th>%s failed / requests</th><th>%s broken</th><th>%s rollout s</th><th>%s grace s</th><th>%s bound</th>", c, c, c, c, c)
 		}
 		b.WriteString("</tr>\n")
 		for _, p := range g.points {
@@ -97,12 +97,12 @@ func writeSweep(b *bytes.Buffer, results []Result) {
 				r, ok := g.runs[c][p]
 				switch {
 				case !ok:
-					b.WriteString("<td>not run</td><td></td><td></td><td></td>")
+					b.WriteString("<td>not run</td><td></td><td></td><td></td><td></td>")
 				case r.Err != nil:
-					fmt.Fprintf(b, "<td colspan=\"4\">error: %s</td>", html.EscapeString(r.Err.Error()))
+					fmt.Fprintf(b, "<td colspan=\"4\">error: %s</td><td>%s</td>", html.EscapeString(r.Err.Error()), promiseCell(r.AzureClock.Promise))
 				default:
-					fmt.Fprintf(b, "<td>%d / %d</td><td>%d</td><td>%.1f</td><td>%.0f</td>", r.FailedRequests, r.Requests, r.LongConnsBroken,
-						r.RolloutSeconds, r.AzureClock.GraceSeconds)
+					fmt.Fprintf(b, "<td>%d / %d</td><td>%d</td><td>%.1f</td><td>%.0f</td><td>%s</td>", r.FailedRequests, r.Requests, r.LongConnsBroken,
+						r.RolloutSeconds, r.AzureClock.GraceSeconds, promiseCell(r.AzureClock.Promise))
 				}
 			}
 			b.WriteString("</tr>\n")
@@ -171,4 +171,15 @@ func sweepSVG(g *sweepGroup, cols []string, value func(Result) float64) string {
 func modeOf(col string) string {
 	mode, _, _ := strings.Cut(col, "/")
 	return mode
+}
+
+// promiseCell says what the mode's published bound promises at the point.
+func promiseCell(p *Promise) string {
+	switch {
+	case p == nil:
+		return "none published"
+	case p.Holds:
+		return "must lose nothing: " + html.EscapeString(p.Why)
+	}
+	return "not promised: " + html.EscapeString(p.Why)
 }

@@ -241,6 +241,15 @@ func (l *lab) progressDone(sc scenario, v variant, mode report.Mode, res report.
 	l.progressf("%-10s %-13s %-8s done: %d requests, %d failed (%d late, %d by a client stall); %d long conns, %d closed, %d broken; %d writes, %d conflicts; %d hook failures, %d drain relay retries; %.1fs%s",
 		sc.Name, v, mode, res.Requests, res.FailedRequests, res.RequestsLate, res.RequestsLateStall, res.LongConns, res.LongConnsClosed, res.LongConnsBroken,
 		res.ProviderWrites, res.ProviderConflicts, res.HookFailures, res.DrainRelayRetries, res.DurationSeconds, report.Kinds(res.Timeline))
+	if c := res.AzureClock; c != nil && c.Promise != nil {
+		lost := res.FailedRequests > 0 || res.LongConnsBroken > 0
+		switch {
+		case c.Promise.Holds && lost:
+			l.progressf("%-10s %-13s %-8s LOST WHERE ITS BOUND HOLDS (%s)", sc.Name, v, mode, c.Promise.Why)
+		case !c.Promise.Holds:
+			l.progressf("%-10s %-13s %-8s the bound promises nothing here (%s)", sc.Name, v, mode, c.Promise.Why)
+		}
+	}
 }
 
 // variant is a run's backend and traffic policy.

@@ -62,6 +62,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 		res.AzureClock = &report.AzureClock{ARMLatencySeconds: o.ARMLatency.Seconds(),
 			LBPropagationSeconds: o.LBPropagation.Seconds(), HealthLagSeconds: o.HealthLag.Seconds(),
 			GraceSeconds: float64(*r.deployment(sc.replicas).Spec.Template.Spec.TerminationGracePeriodSeconds)}
+		res.AzureClock.Promise = report.PromiseAt(mode, *res.AzureClock)
 	}
 	defer r.teardown()
 	label := fmt.Sprintf("%-10s %-13s %-8s", sc.Name, v, mode)
