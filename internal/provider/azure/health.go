@@ -50,6 +50,11 @@ const (
 	// healthFailures is how many failed answers in a row turn a rule's
 	// health off.
 	healthFailures = 3
+	// healthForget is how long a rule's entry outlives its last use: a
+	// rule no gate asks about any more (its Service or load balancer gone,
+	// or the pod it gated ready) is forgotten, so the cache holds the
+	// rules in use, not every rule ever read.
+	healthForget = 10 * time.Minute
 )
 
 // ruleHealth is what is known of one rule's health.
@@ -60,12 +65,14 @@ type ruleHealth struct {
 	refreshing bool
 	failures   int
 	off        time.Time // until then, health is unknown
+	used       time.Time // when a gate last asked
 }
 
 // healthState is the provider's rule-health cache and budget.
 type healthState struct {
 	rules   map[string]*ruleHealth // by load balancer "/" rule
 	limiter *rate.Limiter
+	pruned  time.Time // when forget last ran
 }
 
 func newHealthState(opts Options) *healthState {
@@ -95,11 +102,13 @@ func (p *Provider) withRuleHealth(key string, statuses []provider.BackendStatus)
 // (any rule: zerodrop's, or another controller's for a gate-only Service)
 // and starts a read where the last is older than HealthMaxAge. p.mu is held.
 func (p *Provider) fillHealth(key, rule string, s *provider.BackendStatus, now time.Time) {
+	p.health.forget(now)
 	h := p.health.rules[key+"/"+rule]
 	if h == nil {
 		h = &ruleHealth{}
 		p.health.rules[key+"/"+rule] = h
 	}
+	h.used = now
 	if now.Before(h.off) {
 		return // unknown: HealthKnown stays false
 	}
@@ -114,6 +123,21 @@ func (p *Provider) fillHealth(key, rule string, s *provider.BackendStatus, now t
 	// known to be up, nor known to be down.
 	up, listed := h.up[model.CanonicalIP(s.Address)]
 	s.HealthKnown, s.Healthy, s.Probed, s.ProbedAt = true, up, listed, h.asked
+}
+
+// forget drops the entries of rules not asked about for healthForget, at
+// most once a minute (a scan of the cache). An entry being refreshed stays:
+// its read holds it and writes into it. p.mu is held.
+func (s *healthState) forget(now time.Time) {
+	if now.Sub(s.pruned) < time.Minute {
+		return
+	}
+	s.pruned = now
+	for k, h := range s.rules {
+		if !h.refreshing && now.Sub(h.used) >= healthForget {
+			delete(s.rules, k)
+		}
+	}
 }
 
 // refreshRuleHealth asks ARM for a rule's health and keeps the answer.
