@@ -89,6 +89,10 @@ type Result struct {
 	// AzureClock is the clocks of a traffic run on emulated Azure.
 	AzureClock *AzureClock `json:"azure_clock,omitempty"`
 
+	// Error is Err's text in the JSON (WriteJSON), so that a run that did
+	// not complete is there with its reason, not missing.
+	Error string `json:"error,omitempty"`
+
 	// Timeline is what the HTML report draws and Err why the run failed;
 	// neither is in the JSON.
 	Timeline *Timeline `json:"-"`
@@ -134,9 +138,14 @@ type Timeline struct {
 }
 
 func WriteJSON(path string, rep Report) error {
-	if rep.Scenarios == nil {
-		rep.Scenarios = []Result{}
+	scenarios := make([]Result, 0, len(rep.Scenarios))
+	for _, r := range rep.Scenarios {
+		if r.Err != nil {
+			r.Error = r.Err.Error()
+		}
+		scenarios = append(scenarios, r)
 	}
+	rep.Scenarios = scenarios
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
