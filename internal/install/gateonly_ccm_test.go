@@ -112,9 +112,9 @@ func TestChartGateOnlyWithRealCCM(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	proc, err := ccm.Start(ccm.Config{Binary: bin, Dir: dir, Kubeconfig: kc, Emulator: served.URL + "/", CAFile: served.CAFile,
-		Identity: "ccm", SubscriptionID: gateOnlySub, ResourceGroup: gateOnlyGroup, Location: "westeurope",
-		VNet: "vnet", Subnet: "nodes", SecurityGroup: "nsg"}, "ccm")
+	proc, err := ccm.Start(ccm.Config{Binary: bin, Dir: dir, Kubeconfig: kc, Emulator: served, Identity: "ccm",
+		Resources: ccm.Resources{SubscriptionID: gateOnlySub, ResourceGroup: gateOnlyGroup, Location: "westeurope",
+			VNet: "vnet", Subnet: "nodes", SecurityGroup: "nsg"}}, "ccm")
 	if err != nil {
 		t.Fatal(err)
 	}

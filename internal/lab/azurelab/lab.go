@@ -50,6 +50,11 @@ func upstreamRuns(scenario string) bool {
 	return scenario == "restart" || scenario == ScenarioRestartIdle || scenario == ScenarioChurn
 }
 
+// ccmResources are the lab's Azure resources, as its CCMs' cloud config
+// names them.
+var ccmResources = ccm.Resources{SubscriptionID: azureSub, ResourceGroup: azureGroup, Location: "westeurope",
+	VNet: azureVNet, Subnet: azureSubnetName, SecurityGroup: azureNSG}
+
 // azureModes are the modes the emulator lab runs.
 var azureModes = []report.Mode{report.ModeUpstream, report.ModeZerodrop}
 

@@ -141,9 +141,7 @@ func (r *azureRun) startCCM() error {
 	name := fmt.Sprintf("ccm-%d", r.ccmSeq)
 	p, err := ccm.Start(ccm.Config{
 		Binary: r.opts.CCMBinary, Dir: r.procs.dir, Kubeconfig: r.procs.kubeconfig,
-		Emulator: r.procs.served.URL + "/", CAFile: r.procs.served.CAFile, Identity: name,
-		SubscriptionID: azureSub, ResourceGroup: azureGroup, Location: "westeurope",
-		VNet: azureVNet, Subnet: azureSubnetName, SecurityGroup: azureNSG, LeaseNamespace: r.ns,
+		Emulator: r.procs.served, Identity: name, Resources: ccmResources, LeaseNamespace: r.ns,
 		Extra: ccmCloudConfig(r.opts.CCMLoadBalancers),
 	}, name)
 	if err != nil {

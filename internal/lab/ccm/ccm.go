@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
@@ -39,15 +40,13 @@ type Config struct {
 	Binary     string
 	Dir        string // for its cloud config and log
 	Kubeconfig string
-	// Emulator is the ARM emulator's base URL (https://127.0.0.1:PORT) and
-	// CAFile the authority its certificate chains to.
-	Emulator, CAFile string
+	// Emulator is the ARM emulator as served on HTTPS: its URL and the
+	// authority its certificate chains to.
+	Emulator *emulator.Served
 	// Identity names the process in the emulator's record: the secret of
 	// its managed-identity endpoint, which the emulator's token carries.
 	Identity string
-	// The cluster's Azure resources.
-	SubscriptionID, ResourceGroup, Location string
-	VNet, Subnet, SecurityGroup             string
+	Resources
 	// ClusterName names the load balancer (kubernetes, kubernetes-internal).
 	ClusterName string
 	// LeaseNamespace holds the leader-election Lease; "" runs without
@@ -55,6 +54,12 @@ type Config struct {
 	LeaseNamespace string
 	// Extra is merged into the cloud config (multipleStandardLoadBalancerConfigurations, say).
 	Extra map[string]any
+}
+
+// Resources are the cluster's Azure resources, as the emulator holds them.
+type Resources struct {
+	SubscriptionID, ResourceGroup, Location string
+	VNet, Subnet, SecurityGroup             string
 }
 
 // CloudConfig is the azure.json of a self-managed cluster whose nodes are
@@ -78,7 +83,7 @@ func (c Config) CloudConfig() map[string]any {
 		"loadBalancerBackendPoolConfigurationType": "nodeIP",
 		"useManagedIdentityExtension":              true,
 		"useInstanceMetadata":                      false,
-		"resourceManagerEndpoint":                  c.Emulator,
+		"resourceManagerEndpoint":                  c.Emulator.URL + "/",
 	}
 	for k, v := range c.Extra {
 		m[k] = v
@@ -115,9 +120,9 @@ func Start(c Config, name string) (*supervisor.Process, error) {
 		args = append(args, "--leader-elect=false")
 	}
 	env := append(os.Environ(),
-		"SSL_CERT_FILE="+c.CAFile,
+		"SSL_CERT_FILE="+c.Emulator.CAFile,
 		// The managed identity's token endpoint (see the emulator's identity.go).
-		"IDENTITY_ENDPOINT="+strings.TrimSuffix(c.Emulator, "/")+"/msi/token",
+		"IDENTITY_ENDPOINT="+c.Emulator.URL+"/msi/token",
 		"IDENTITY_HEADER="+c.Identity,
 	)
 	return supervisor.Start(supervisor.Spec{Name: c.Binary, Args: args, Env: env,

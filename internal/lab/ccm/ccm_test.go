@@ -57,8 +57,8 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	return &world{cs: kubernetes.NewForConfigOrDie(env.Config), emu: emu, base: ccm.Config{
-		Binary: bin, Dir: dir, Kubeconfig: kc, Emulator: served.URL + "/", CAFile: served.CAFile,
-		SubscriptionID: sub, ResourceGroup: group, Location: "westeurope", VNet: "vnet", Subnet: "nodes", SecurityGroup: "nsg",
+		Binary: bin, Dir: dir, Kubeconfig: kc, Emulator: served,
+		Resources:      ccm.Resources{SubscriptionID: sub, ResourceGroup: group, Location: "westeurope", VNet: "vnet", Subnet: "nodes", SecurityGroup: "nsg"},
 		LeaseNamespace: "kube-system",
 	}}
 }

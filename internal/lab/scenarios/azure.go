@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"zerodrop.dev/zerodrop/internal/lab/azuredp"
+	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/model"
@@ -65,6 +66,11 @@ const (
 	// cluster "kubernetes"'s internal Services.
 	ccmLB = "kubernetes-internal"
 )
+
+// ccmResources are the run's Azure resources, as its CCMs' cloud config
+// names them.
+var ccmResources = ccm.Resources{SubscriptionID: azSub, ResourceGroup: azGroup, Location: azLocation,
+	VNet: azVNet, Subnet: azSubnetName, SecurityGroup: azNSG}
 
 func azSubnetID() string {
 	return "/subscriptions/" + azSub + "/resourceGroups/" + azGroup + "/providers/Microsoft.Network/virtualNetworks/" +

@@ -31,9 +31,7 @@ func (r *run) startCCM() error {
 	name := fmt.Sprintf("ccm-%d", len(a.ccms)+1)
 	p, err := ccm.Start(ccm.Config{
 		Binary: o.CCMBinary, Dir: r.dir, Kubeconfig: a.kubeconfig,
-		Emulator: a.served.URL + "/", CAFile: a.served.CAFile, Identity: name,
-		SubscriptionID: azSub, ResourceGroup: azGroup, Location: azLocation,
-		VNet: azVNet, Subnet: azSubnetName, SecurityGroup: azNSG, LeaseNamespace: r.ns,
+		Emulator: a.served, Identity: name, Resources: ccmResources, LeaseNamespace: r.ns,
 	}, name)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
