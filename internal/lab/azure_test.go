@@ -141,7 +141,7 @@ func TestAzureRestartIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	var progress bytes.Buffer
-	res, err := azurelab.ExecuteAzure(context.Background(), azurelab.AzureOptions{
+	res, err := azurelab.ExecuteAzure(interrupted, azurelab.AzureOptions{
 		Scenarios: []string{azurelab.ScenarioRestartIdle}, Modes: []report.Mode{report.ModeUpstream, report.ModeZerodrop},
 		IdleServices: 6, IdleRestarts: 2, Executable: exe, Progress: &progress,
 	})
@@ -174,7 +174,7 @@ func TestAzureRestartIdle(t *testing.T) {
 func runAzureLab(t *testing.T, args ...string) (report.Report, []byte) {
 	t.Helper()
 	jsonPath := filepath.Join(t.TempDir(), "lab.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(interrupted, 10*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	start := time.Now()

@@ -46,8 +46,21 @@ func TestMain(m *testing.M) {
 	if os.Getenv(cluster.ChildEnv) == "controller" && len(os.Args) > 2 && os.Args[1] == "lab" {
 		os.Exit(Run(context.Background(), os.Args[2:], os.Stdout, os.Stderr))
 	}
+	// A lab run in a test tears down what it made (namespaces, links,
+	// rules, processes) at the first SIGINT or SIGTERM, as the command does
+	// at Ctrl-C; the default behaviour (exit at once) is back for a second.
+	var stop context.CancelFunc
+	interrupted, stop = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-interrupted.Done()
+		stop()
+	}()
 	os.Exit(m.Run())
 }
+
+// interrupted is the context the lab tests run the lab under: canceled at
+// the test binary's first SIGINT or SIGTERM (TestMain).
+var interrupted = context.Background()
 
 // TestLabRollout is the lab's smoke test: the rollout scenario in zerodrop
 // mode on the real control plane, HAProxy and loopback pods. The JSON report
@@ -57,7 +70,7 @@ func TestMain(m *testing.M) {
 func TestLabRollout(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, htmlPath := filepath.Join(dir, "lab.json"), filepath.Join(dir, "lab.html")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	before := rootState(t)
@@ -171,7 +184,7 @@ func TestLabRollout(t *testing.T) {
 // namespace's links, routes, nftables ruleset and sysctls are as before.
 func TestLabInterruptLeavesNothing(t *testing.T) {
 	before := rootState(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
 	defer cancel()
 	stderr := &cancelOn{marker: "traffic start", cancel: cancel}
 	var stdout bytes.Buffer

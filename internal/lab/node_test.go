@@ -56,7 +56,7 @@ func runLab(t *testing.T, timeout time.Duration, args ...string) []map[string]an
 	if err := os.Mkdir(workDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(interrupted, timeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	code := Run(ctx, append(args, "--json", jsonPath, "--dir", workDir), &stdout, &stderr)

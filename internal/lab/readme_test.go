@@ -115,7 +115,7 @@ func labArgs(root, cmd string) ([]string, error) {
 	case words[0] == "go":
 		return words[len(strings.Fields(labInvocation)):], nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(interrupted, time.Minute)
 	defer cancel()
 	out, err := supervisor.Output(ctx, supervisor.Command{Name: "make", Args: append([]string{"-n", "--no-print-directory"}, words[1:]...), Dir: root})
 	if err != nil {
