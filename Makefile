@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build image chaos deps packages control-plane cloud-provider-azure helm render-deploy haproxy network test unit lint fmt-check bench lab demo clean docs
+.PHONY: all build image chaos deps packages control-plane cloud-provider-azure helm render-deploy haproxy network test unit lint fmt-check bench lab lab-azure demo clean docs
 
 all: build
 
@@ -131,6 +131,18 @@ LAB_FLAGS     ?= --scenario rollout,rollout-local,restart-idle --traffic-policy 
 LAB_INSTALL   ?= --data-plane-replicas 2 --from-chart
 lab: deps
 	$(GO) run -tags lab ./cmd/zerodrop lab $(LAB_INSTALL) $(LAB_FLAGS)
+
+# The Azure incidents with traffic (docs/azure.md, "Traffic through emulated
+# Azure"): the real cloud-controller-manager of cloud-provider-azure with the
+# typical workload (upstream), with the recipe (recipe) and with zerodrop's
+# gates only (gates), beside zerodrop writing (zerodrop), on emulated Azure
+# whose ARM writes take --arm-latency, one lab per point. The default is a
+# short sweep of two points (1s and 10s, Local); the acceptance sweeps of
+# docs/azure.md (30s, propagation, rule-health lag, both policies) go in
+# AZURE_LAB_FLAGS and take hours on 2 cores.
+AZURE_LAB_FLAGS ?= --mode upstream,recipe,gates,zerodrop --scenario rollout,rollout-local,restart-idle --traffic-policy local --arm-latency 1s,10s
+lab-azure: deps
+	$(GO) run -tags lab ./cmd/zerodrop lab --provider azure-emulator $(AZURE_LAB_FLAGS)
 
 # Faults, with figures (docs/lab.md): on the real-network lab, the writer
 # SIGKILLed at the first write of a plan 20 times during rolling updates, and

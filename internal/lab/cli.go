@@ -86,6 +86,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if f.dryRun {
 		writePlan(stdout, plan, notRun, htmlPath, f.jsonPath)
+		writeSweepPlan(stdout, plan, points)
 		return 0
 	}
 	for _, n := range notRun {

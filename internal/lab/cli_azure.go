@@ -101,6 +101,32 @@ func durations(v string) ([]time.Duration, error) {
 	return out, nil
 }
 
+// writeSweepPlan adds to --dry-run's answer what a sweep multiplies the
+// plan by: the points, in order, and the runs at each (executeSweep's
+// rule: a lag beyond the first runs the gated modes only).
+func writeSweepPlan(w io.Writer, plan []scenarios.Planned, points []scenarios.AzureOptions) {
+	if len(points) < 2 {
+		return
+	}
+	total := 0
+	fmt.Fprintf(w, "the runs above at each of %d sweep points, one lab per point:\n", len(points))
+	for _, p := range points {
+		n := len(plan)
+		if p.HealthLag != points[0].HealthLag {
+			n = 0
+			for _, r := range plan {
+				if r.Mode.Gated() {
+					n++
+				}
+			}
+		}
+		total += n
+		fmt.Fprintf(w, "  %s: %d runs\n", report.AzureClock{ARMLatencySeconds: p.ARMLatency.Seconds(),
+			LBPropagationSeconds: p.LBPropagation.Seconds(), HealthLagSeconds: p.HealthLag.Seconds()}, n)
+	}
+	fmt.Fprintf(w, "%d runs in all\n", total)
+}
+
 // executeSweep runs the lab once per point of the sweep, each with its own
 // control plane, and reports every run together. The rule-health lag is
 // read only by zerodrop's gates: the upstream and recipe modes run at the

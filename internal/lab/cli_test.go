@@ -71,6 +71,13 @@ func TestDryRunNamesWhatItSkips(t *testing.T) {
 		!strings.Contains(out, "rollout-local ip/local zerodrop") {
 		t.Errorf("--provider azure-emulator --scenario rollout,rollout-local: exit %d, plan %q, stderr %q; want its traffic runs planned", code, out, errOut)
 	}
+	// A sweep multiplies the plan: every mode at the first lag, the gated
+	// ones (gates, zerodrop) only at the second.
+	if code, out, errOut := run("--provider", "azure-emulator", "--scenario", "rollout", "--mode", "upstream,gates,zerodrop",
+		"--arm-latency", "1s,10s", "--health-lag", "0s,5s"); code != 0 ||
+		!strings.Contains(out, "arm 10s lb+0s lag 5s: 2 runs\n") || !strings.Contains(out, "\n10 runs in all\n") {
+		t.Errorf("a sweep of 4 points: exit %d, stderr %q, plan:\n%s\nwant 3 runs at each first-lag point and 2 at the others, 10 in all", code, errOut, out)
+	}
 	for _, args := range [][]string{
 		{"--provider", "azure-emulator", "--scenario", "rollout,kill-mid-plan"},
 		{"--data-plane-replicas", "2", "--scenario", "restart-idle"},
