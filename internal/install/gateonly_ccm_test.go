@@ -3,9 +3,6 @@ package install
 import (
 	"context"
 	"net/http"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,14 +14,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
-	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
-	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 	"zerodrop.dev/zerodrop/internal/testutil"
@@ -62,45 +56,13 @@ func TestChartGateOnlyWithRealCCM(t *testing.T) {
 		t.Fatalf("--azure-gate-only-load-balancers %q from the chart, want kubernetes-internal", cfg.Azure.GateOnlyLoadBalancers)
 	}
 
-	bin, err := ccm.Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := controlplane.StartEnv(t)
-	cs := kubernetes.NewForConfigOrDie(env.Config)
+	w := ccm.NewWorld(t, ccm.Resources{SubscriptionID: gateOnlySub, ResourceGroup: gateOnlyGroup, Location: "westeurope",
+		VNet: "vnet", Subnet: "nodes", SecurityGroup: "nsg"})
+	cs, emu := w.CS, w.Emu
 	ctx := context.Background()
-	dir := t.TempDir()
-	emu := emulator.New(emulator.Options{})
-	emu.SeedSubnet(gateOnlySub, gateOnlyGroup, "vnet", "nodes", netip.MustParsePrefix("127.240.0.0/16"))
-	emu.SeedSecurityGroup(gateOnlySub, gateOnlyGroup, "nsg")
-	served, err := emu.ServeTLS(filepath.Join(dir, "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = served.Close() })
-	kc, err := cluster.WriteKubeconfig(env.Config, env.Config.Host, filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	nodes := map[string]string{"in-pool": "10.1.0.4", "excluded": "10.1.0.9"}
-	for name, ip := range nodes {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		if name == "excluded" {
-			n.Labels = map[string]string{corev1.LabelNodeExcludeBalancers: ""}
-		}
-		n, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.Status = corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}},
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
-				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}}
-		if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, err = cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+	w.Node(t, "in-pool", "10.1.0.4", nil)
+	w.Node(t, "excluded", "10.1.0.9", map[string]string{corev1.LabelNodeExcludeBalancers: ""})
+	_, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Annotations: map[string]string{
 			"service.beta.kubernetes.io/azure-load-balancer-internal": "true",
 			model.AnnotationGateOnly:                                  "true",
@@ -111,44 +73,20 @@ func TestChartGateOnlyWithRealCCM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	proc, err := ccm.Start(ccm.Config{Binary: bin, Dir: dir, Kubeconfig: kc, Emulator: served, Identity: "ccm",
-		Resources: ccm.Resources{SubscriptionID: gateOnlySub, ResourceGroup: gateOnlyGroup, Location: "westeurope",
-			VNet: "vnet", Subnet: "nodes", SecurityGroup: "nsg"}}, "ccm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = proc.Stop()
-		if t.Failed() {
-			b, _ := os.ReadFile(ccm.LogPath(dir, "ccm"))
-			t.Logf("ccm log (tail):\n%s", tailString(string(b), 4000))
-		}
-	})
-	var svcIP string
-	testutil.Eventually(t, 3*time.Minute, "the CCM gave web an address", func() (bool, string) {
-		s, err := cs.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		if len(s.Status.LoadBalancer.Ingress) == 0 {
-			return false, "no ingress yet"
-		}
-		svcIP = s.Status.LoadBalancer.Ingress[0].IP
-		return true, ""
-	})
+	w.Start(t, "ccm")
+	svcIP := w.Ingress(t, "default", "web", 3*time.Minute)
 
 	// zerodrop, as the chart runs it.
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}},
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cfg.RESTConfig, cfg.Registerer = env.Config, prometheus.NewRegistry()
+	cfg.RESTConfig, cfg.Registerer = w.REST, prometheus.NewRegistry()
 	cfg.MetricsAddr, cfg.ProbeAddr, cfg.DrainAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Webhook.Enabled = false
 	log := testr.New(t)
 	cfg.Override.Logger = &log
-	if cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(served.URL, served.CAPEM, "zerodrop"); err != nil {
+	if cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(w.Base.Emulator.URL, w.Base.Emulator.CAPEM, "zerodrop"); err != nil {
 		t.Fatal(err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -237,12 +175,4 @@ func TestChartGateOnlyWithRealCCM(t *testing.T) {
 		got.Status.LoadBalancer.Ingress[0].IP != svcIP {
 		t.Errorf("the gate-only Service's status is not the CCM's (address %s): %+v", svcIP, got.Status)
 	}
-}
-
-// tailString is the last n bytes of s.
-func tailString(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[len(s)-n:]
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,11 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 
-	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
-	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
@@ -28,54 +23,15 @@ const (
 	group = "rg-cluster"
 )
 
-// world is a control plane, the emulator on HTTPS with the cluster's
-// network and security group, and what a CCM process needs to reach both.
-type world struct {
-	cs   *kubernetes.Clientset
-	emu  *emulator.Emulator
-	base ccm.Config
-}
+// world is ccm.World with the Services this test makes.
+type world struct{ *ccm.World }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	bin, err := ccm.Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := controlplane.StartEnv(t)
-	dir := t.TempDir()
-	emu := emulator.New(emulator.Options{})
-	emu.SeedSubnet(sub, group, "vnet", "nodes", netip.MustParsePrefix("127.240.0.0/16"))
-	emu.SeedSecurityGroup(sub, group, "nsg")
-	served, err := emu.ServeTLS(filepath.Join(dir, "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = served.Close() })
-	kc, err := cluster.WriteKubeconfig(env.Config, env.Config.Host, filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &world{cs: kubernetes.NewForConfigOrDie(env.Config), emu: emu, base: ccm.Config{
-		Binary: bin, Dir: dir, Kubeconfig: kc, Emulator: served,
-		Resources:      ccm.Resources{SubscriptionID: sub, ResourceGroup: group, Location: "westeurope", VNet: "vnet", Subnet: "nodes", SecurityGroup: "nsg"},
-		LeaseNamespace: "kube-system",
-	}}
-}
-
-func (w *world) node(t *testing.T, name, ip string) {
-	t.Helper()
-	ctx := context.Background()
-	n, err := w.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Status = corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}},
-		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
-			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}}
-	if _, err := w.cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	w := &world{ccm.NewWorld(t, ccm.Resources{SubscriptionID: sub, ResourceGroup: group, Location: "westeurope",
+		VNet: "vnet", Subnet: "nodes", SecurityGroup: "nsg"})}
+	w.Base.LeaseNamespace = "kube-system"
+	return w
 }
 
 func (w *world) service(t *testing.T, name string, internal bool) {
@@ -86,46 +42,9 @@ func (w *world) service(t *testing.T, name string, internal bool) {
 	if internal {
 		svc.Annotations = map[string]string{"service.beta.kubernetes.io/azure-load-balancer-internal": "true"}
 	}
-	if _, err := w.cs.CoreV1().Services("default").Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
+	if _, err := w.CS.CoreV1().Services("default").Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func (w *world) start(t *testing.T, identity string) func() {
-	t.Helper()
-	c := w.base
-	c.Identity = identity
-	p, err := ccm.Start(c, identity)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := func() { _ = p.Stop() }
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(c.Dir, identity+".log"))
-			t.Logf("%s log (tail):\n%s", identity, tail(string(b), 4000))
-		}
-	})
-	return stop
-}
-
-// ingress waits for a Service's load-balancer address.
-func (w *world) ingress(t *testing.T, name string) string {
-	t.Helper()
-	var ip string
-	eventually(t, 3*time.Minute, name+" has an address", func() error {
-		s, err := w.cs.CoreV1().Services("default").Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if len(s.Status.LoadBalancer.Ingress) == 0 {
-			return fmt.Errorf("no ingress yet")
-		}
-		ip = s.Status.LoadBalancer.Ingress[0].IP
-		return nil
-	})
-	return ip
 }
 
 // TestRealCCM runs the real cloud-controller-manager of cloud-provider-azure
@@ -137,35 +56,35 @@ func (w *world) ingress(t *testing.T, name string) string {
 // long-running operations, the token or metadata endpoints) fails it.
 func TestRealCCM(t *testing.T) {
 	w := newWorld(t)
-	w.node(t, "node-1", "10.1.0.4")
-	w.node(t, "node-2", "10.1.0.5")
-	stop := w.start(t, "ccm-1")
+	w.Node(t, "node-1", "10.1.0.4", nil)
+	w.Node(t, "node-2", "10.1.0.5", nil)
+	stop := w.Start(t, "ccm-1")
 	w.service(t, "web", true)
 	w.service(t, "api", false)
-	internalIP, publicIP := w.ingress(t, "web"), w.ingress(t, "api")
+	internalIP, publicIP := w.Ingress(t, "default", "web", 3*time.Minute), w.Ingress(t, "default", "api", 3*time.Minute)
 
 	// What the CCM wrote is what the emulator stores and what the Services
 	// report.
-	ilb, ok := w.emu.LoadBalancer(group, "kubernetes-internal")
+	ilb, ok := w.Emu.LoadBalancer(group, "kubernetes-internal")
 	if !ok {
 		t.Fatal("no internal load balancer kubernetes-internal")
 	}
 	checkLB(t, ilb, internalIP, []string{"10.1.0.4", "10.1.0.5"})
-	if _, ok := w.emu.LoadBalancer(group, "kubernetes"); !ok {
+	if _, ok := w.Emu.LoadBalancer(group, "kubernetes"); !ok {
 		t.Fatal("no public load balancer kubernetes")
 	}
 	if a, err := netip.ParseAddr(publicIP); err != nil || !netip.MustParsePrefix("203.0.113.0/24").Contains(a) {
 		t.Errorf("public Service address %q, want one of the emulator's public IP addresses", publicIP)
 	}
-	calls, mark := w.emu.Calls(0)
+	calls, mark := w.Emu.Calls(0)
 	checkFirstSync(t, calls)
-	if c := w.emu.Counters(); c.Polls == 0 || c.Tokens == 0 {
+	if c := w.Emu.Counters(); c.Polls == 0 || c.Tokens == 0 {
 		t.Errorf("counters %+v: want long-running operations polled and a token issued", c)
 	}
 
 	// A restart with nothing changed: the new leader syncs every Service.
 	stop()
-	w.start(t, "ccm-2")
+	w.Start(t, "ccm-2")
 	eventually(t, 3*time.Minute, "ccm-2 has synced both Services", func() error {
 		for _, name := range []string{"web", "api"} {
 			// The service controller reports every sync it finishes; ccm-1
@@ -180,7 +99,7 @@ func TestRealCCM(t *testing.T) {
 	// and an emulator that stores and returns what it was sent, the new
 	// leader writes nothing. A field the emulator dropped or altered would
 	// read back different and be written again here.
-	after, _ := w.emu.Calls(mark)
+	after, _ := w.Emu.Calls(mark)
 	for _, c := range after {
 		t.Logf("after the restart: %s", c)
 		if c.Status >= 400 {
@@ -190,7 +109,7 @@ func TestRealCCM(t *testing.T) {
 			t.Errorf("after the restart with nothing changed, a write: %s %v", c, c.Changes)
 		}
 	}
-	ilb2, _ := w.emu.LoadBalancer(group, "kubernetes-internal")
+	ilb2, _ := w.Emu.LoadBalancer(group, "kubernetes-internal")
 	checkLB(t, ilb2, internalIP, []string{"10.1.0.4", "10.1.0.5"})
 }
 
@@ -198,7 +117,7 @@ func TestRealCCM(t *testing.T) {
 // a Service.
 func (w *world) ensured(t *testing.T, name string) int32 {
 	t.Helper()
-	evs, err := w.cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
+	evs, err := w.CS.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
 		FieldSelector: "involvedObject.name=" + name + ",reason=EnsuredLoadBalancer"})
 	if err != nil {
 		t.Fatal(err)
@@ -273,11 +192,4 @@ func eventually(t *testing.T, bound time.Duration, what string, f func() error) 
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }

@@ -1,0 +1,119 @@
+package ccm
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+)
+
+// World is what a test of the real CCM needs: a control plane, the
+// emulator on HTTPS with the cluster's network (frontends from
+// 127.240.0.0/16) and security group, and a CCM configuration that reaches
+// both (Base: start processes with Start). Everything stops at the test's
+// end.
+type World struct {
+	REST *rest.Config
+	CS   *kubernetes.Clientset
+	Emu  *emulator.Emulator
+	Base Config
+}
+
+// NewWorld builds (or reuses) the CCM binary and starts the world, its
+// resources named by res (VNet, Subnet and SecurityGroup are seeded in the
+// emulator).
+func NewWorld(t testing.TB, res Resources) *World {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := controlplane.StartEnv(t)
+	dir := t.TempDir()
+	emu := emulator.New(emulator.Options{})
+	emu.SeedSubnet(res.SubscriptionID, res.ResourceGroup, res.VNet, res.Subnet, netip.MustParsePrefix("127.240.0.0/16"))
+	emu.SeedSecurityGroup(res.SubscriptionID, res.ResourceGroup, res.SecurityGroup)
+	served, err := emu.ServeTLS(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = served.Close() })
+	kc, err := cluster.WriteKubeconfig(env.Config, env.Config.Host, filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &World{REST: env.Config, CS: kubernetes.NewForConfigOrDie(env.Config), Emu: emu,
+		Base: Config{Binary: bin, Dir: dir, Kubeconfig: kc, Emulator: served, Resources: res}}
+}
+
+// Node creates a Ready node with InternalIP ip and labels.
+func (w *World) Node(t testing.TB, name, ip string, labels map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := w.CS.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status = corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}},
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}}
+	if _, err := w.CS.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Start starts a CCM process named identity with Base's configuration;
+// the returned function stops it, as does the test's end, which logs the
+// tail of its log when the test failed.
+func (w *World) Start(t testing.TB, identity string) (stop func()) {
+	t.Helper()
+	c := w.Base
+	c.Identity = identity
+	p, err := Start(c, identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = func() { _ = p.Stop() }
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(LogPath(c.Dir, identity))
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("%s log (tail):\n%s", identity, b)
+		}
+	})
+	return stop
+}
+
+// Ingress waits up to bound for Service ns/name's load-balancer address.
+func (w *World) Ingress(t testing.TB, ns, name string, bound time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		s, err := w.CS.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil && len(s.Status.LoadBalancer.Ingress) > 0 {
+			return s.Status.LoadBalancer.Ingress[0].IP
+		}
+		if err == nil {
+			err = fmt.Errorf("no ingress yet")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s has no load-balancer address within %s: %v", ns, name, bound, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
