@@ -43,7 +43,8 @@ type Options struct {
 	// PollInterval between two looks at the load balancers (default 250ms).
 	PollInterval time.Duration
 	// ShutdownBudget is kept from the pod's grace period for the container's
-	// own shutdown after SIGTERM (default 5s, at most a third of the period).
+	// own shutdown after SIGTERM (DefaultShutdownBudget, at most a third of
+	// the period).
 	ShutdownBudget time.Duration
 	// CacheLag is how long a pod that the cache does not show terminating
 	// (or at all) is looked for again before the call is refused: the
@@ -86,6 +87,9 @@ type Options struct {
 // replica's cache shows their deletion, fits in it.
 const DefaultMaxUnfoundCalls = 256
 
+// DefaultShutdownBudget is the default of Options.ShutdownBudget.
+const DefaultShutdownBudget = 5 * time.Second
+
 // Handler serves GET /drain?pod=<namespace>/<name>[&uid=<uid>].
 type Handler struct {
 	opts    Options
@@ -121,7 +125,7 @@ func NewHandler(opts Options) *Handler {
 		opts.PollInterval = 250 * time.Millisecond
 	}
 	if opts.ShutdownBudget <= 0 {
-		opts.ShutdownBudget = 5 * time.Second
+		opts.ShutdownBudget = DefaultShutdownBudget
 	}
 	if opts.CacheLag <= 0 {
 		opts.CacheLag = 5 * time.Second

@@ -102,8 +102,7 @@ func durations(v string) ([]time.Duration, error) {
 }
 
 // writeSweepPlan adds to --dry-run's answer what a sweep multiplies the
-// plan by: the points, in order, and the runs at each (executeSweep's
-// rule: a lag beyond the first runs the gated modes only).
+// plan by: the points, in order, and the runs at each (runsAt).
 func writeSweepPlan(w io.Writer, plan []scenarios.Planned, points []scenarios.AzureOptions) {
 	if len(points) < 2 {
 		return
@@ -111,43 +110,40 @@ func writeSweepPlan(w io.Writer, plan []scenarios.Planned, points []scenarios.Az
 	total := 0
 	fmt.Fprintf(w, "the runs above at each of %d sweep points, one lab per point:\n", len(points))
 	for _, p := range points {
-		n := len(plan)
-		if p.HealthLag != points[0].HealthLag {
-			n = 0
-			for _, r := range plan {
-				if r.Mode.Gated() {
-					n++
-				}
+		n := 0
+		for _, r := range plan {
+			if runsAt(r.Mode, p, points[0]) {
+				n++
 			}
 		}
 		total += n
-		fmt.Fprintf(w, "  %s: %d runs\n", report.AzureClock{ARMLatencySeconds: p.ARMLatency.Seconds(),
-			LBPropagationSeconds: p.LBPropagation.Seconds(), HealthLagSeconds: p.HealthLag.Seconds()}, n)
+		fmt.Fprintf(w, "  %s: %d runs\n", p.Clock(), n)
 	}
 	fmt.Fprintf(w, "%d runs in all\n", total)
 }
 
+// runsAt says whether mode runs at sweep point p: the rule-health lag is
+// read only by the gated modes, so a point whose lag is not the first's
+// runs those only.
+func runsAt(mode report.Mode, p, first scenarios.AzureOptions) bool {
+	return p.HealthLag == first.HealthLag || mode.Gated()
+}
+
 // executeSweep runs the lab once per point of the sweep, each with its own
-// control plane, and reports every run together. The rule-health lag is
-// read only by zerodrop's gates: the upstream and recipe modes run at the
-// first lag only.
+// control plane, and reports every run together; a point runs the modes
+// runsAt allows there.
 func executeSweep(ctx context.Context, opts scenarios.Options, points []scenarios.AzureOptions, notRun []string, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
 	start := time.Now()
 	var results []report.Result
 	var err error
-	firstLag := points[0].HealthLag
 	for i := range points {
 		o := opts
 		o.Azure = &points[i]
-		if points[i].HealthLag != firstLag {
-			o.Modes = slices.DeleteFunc(slices.Clone(o.Modes), func(m report.Mode) bool { return !m.Gated() })
-			if len(o.Modes) == 0 {
-				continue
-			}
+		o.Modes = slices.DeleteFunc(slices.Clone(o.Modes), func(m report.Mode) bool { return !runsAt(m, points[i], points[0]) })
+		if len(o.Modes) == 0 {
+			continue
 		}
-		fmt.Fprintf(stderr, "zerodrop lab: sweep point %d of %d: %s\n", i+1, len(points),
-			report.AzureClock{ARMLatencySeconds: points[i].ARMLatency.Seconds(), LBPropagationSeconds: points[i].LBPropagation.Seconds(),
-				HealthLagSeconds: points[i].HealthLag.Seconds()})
+		fmt.Fprintf(stderr, "zerodrop lab: sweep point %d of %d: %s\n", i+1, len(points), points[i].Clock())
 		var rs []report.Result
 		rs, err = scenarios.Execute(ctx, o)
 		results = append(results, rs...)

@@ -3,6 +3,8 @@ package report
 import (
 	"fmt"
 	"time"
+
+	"zerodrop.dev/zerodrop/internal/drain"
 )
 
 // The published bounds of docs/azure.md ("Traffic through emulated Azure:
@@ -14,8 +16,8 @@ const (
 	// boundSettle (S) is zerodrop's termination settle: one probe
 	// interval of its default probe.
 	boundSettle = 5 * time.Second
-	// boundShutdown (B) is the drain's shutdown budget (drain.Options).
-	boundShutdown = 5 * time.Second
+	// boundShutdown (B) is the drain's shutdown budget.
+	boundShutdown = drain.DefaultShutdownBudget
 	// boundQueue (W) bounds the time from a pod's deletion to ARM accepting
 	// zerodrop's Down for it with nothing else queued.
 	boundQueue = time.Second

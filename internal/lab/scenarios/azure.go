@@ -49,6 +49,13 @@ type AzureOptions struct {
 	CCMBinary string
 }
 
+// Clock is the point's clocks as the report names them (no grace period:
+// that is the run's).
+func (o AzureOptions) Clock() report.AzureClock {
+	return report.AzureClock{ARMLatencySeconds: o.ARMLatency.Seconds(), LBPropagationSeconds: o.LBPropagation.Seconds(),
+		HealthLagSeconds: o.HealthLag.Seconds()}
+}
+
 // DefaultARMLatency is --arm-latency's default: an ARM load-balancer PUT
 // takes about 5–12 s (cloud-provider-azure #5909; azure-libraries-for-net
 // #1021), docs/azure.md.

@@ -59,10 +59,10 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 	l.curMu.Unlock()
 	res := report.Result{Scenario: sc.Name, Mode: string(mode), Backend: v.backend, ExternalTrafficPolicy: v.policy}
 	if o := l.opts.Azure; o != nil {
-		res.AzureClock = &report.AzureClock{ARMLatencySeconds: o.ARMLatency.Seconds(),
-			LBPropagationSeconds: o.LBPropagation.Seconds(), HealthLagSeconds: o.HealthLag.Seconds(),
-			GraceSeconds: float64(*r.deployment(sc.replicas).Spec.Template.Spec.TerminationGracePeriodSeconds)}
-		res.AzureClock.Promise = report.PromiseAt(mode, *res.AzureClock)
+		c := o.Clock()
+		c.GraceSeconds = float64(*r.deployment(sc.replicas).Spec.Template.Spec.TerminationGracePeriodSeconds)
+		c.Promise = report.PromiseAt(mode, c)
+		res.AzureClock = &c
 	}
 	defer r.teardown()
 	label := fmt.Sprintf("%-10s %-13s %-8s", sc.Name, v, mode)
