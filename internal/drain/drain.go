@@ -370,7 +370,7 @@ func (h *Handler) lookup(ctx context.Context, ns, name string, uid types.UID) (*
 
 // deadline leaves the container its shutdown budget of the grace period.
 func (h *Handler) deadline(pod *corev1.Pod) time.Time {
-	grace := gracePeriod(pod)
+	grace := lbtarget.GracePeriod(pod)
 	budget := h.opts.ShutdownBudget
 	if budget > grace/3 {
 		budget = grace / 3

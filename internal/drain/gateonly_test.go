@@ -75,28 +75,37 @@ func gateOnlyFixture(t *testing.T, c nodeCase, grace time.Duration, f *foreign, 
 // TestGateOnlyLocalLastPodWaitsForProbeDown: the pod is its node's last
 // ready endpoint of a Local gate-only Service; the other controller keeps
 // the node in its pool, active, so the call answers only once rule health
-// read after the deletion began says the node's probe is Down — not while
-// it is Up, not on a Down read before the deletion (stale) — and asks no
-// kube-proxy (a fallback of an hour would hold the call).
+// has the node's probe go Down after the deletion began: Up in a read begun
+// after then, Down in a later one. Not while it is Up; not on a Down read
+// before the deletion; not on a Down read after it that follows no Up —
+// rule health lags its probes, and such a Down may describe the node
+// before it first came up (the lab lost traffic on one at a 5 s lag). It
+// asks no kube-proxy (a fallback of an hour would hold the call).
 func TestGateOnlyLocalLastPodWaitsForProbeDown(t *testing.T) {
 	var staleReads atomic.Int64
+	var upRead atomic.Pointer[time.Time]
 	f := &foreign{rule: func(n int64) []provider.BackendStatus {
+		now := time.Now()
 		switch {
-		case n <= 3:
-			return ruleNodes(provider.BackendStatus{HealthKnown: true, Healthy: true, Probed: true, ProbedAt: time.Now()})
-		case n <= 6:
+		case n <= 2: // read before the deletion
 			staleReads.Add(1)
-			return ruleNodes(provider.BackendStatus{HealthKnown: true, Probed: true, ProbedAt: time.Now().Add(-time.Hour)})
+			return ruleNodes(provider.BackendStatus{HealthKnown: true, Lags: true, Probed: true, ProbedAt: now.Add(-time.Hour)})
+		case n <= 4: // read after it, never Up: the node before it came up
+			staleReads.Add(1)
+			return ruleNodes(provider.BackendStatus{HealthKnown: true, Lags: true, Probed: true, ProbedAt: now})
+		case n <= 6:
+			upRead.CompareAndSwap(nil, &now)
+			return ruleNodes(provider.BackendStatus{HealthKnown: true, Healthy: true, Lags: true, Probed: true, ProbedAt: now, UpAt: now})
 		}
-		return ruleNodes(provider.BackendStatus{HealthKnown: true, Probed: true, ProbedAt: time.Now()})
+		return ruleNodes(provider.BackendStatus{HealthKnown: true, Lags: true, Probed: true, ProbedAt: now, UpAt: *upRead.Load()})
 	}}
 	h := gateOnlyFixture(t, nodeCase{policy: corev1.ServiceExternalTrafficPolicyLocal}, 20*time.Second, f, Options{KubeProxyFallback: time.Hour})
 	a := callNodeGate(t, h)
 	if a.err != nil || a.result != "drained" {
 		t.Fatalf("got %d %q %q (%v), want drained once the node's probe is read Down", a.code, a.result, a.body, a.err)
 	}
-	if n := f.reads.Load(); n < 7 || staleReads.Load() < 3 {
-		t.Fatalf("answered after %d reads (%d stale Down), want it to wait through the Up and the stale Down reads", n, staleReads.Load())
+	if n := f.reads.Load(); n < 7 || staleReads.Load() < 4 {
+		t.Fatalf("answered after %d reads (%d stale Down), want it to wait through the stale Down and the Up reads", n, staleReads.Load())
 	}
 }
 

@@ -112,7 +112,7 @@ type proxyWait struct {
 // the margin would hold the call to its deadline (the lab's kube-proxy test
 // saw it).
 func (h *Handler) proxiesSynced(ctx context.Context, pod *corev1.Pod, targets []lbtarget.Target, pw *proxyWait) (int, error) {
-	started := deletionStart(pod)
+	started := lbtarget.DeletionStart(pod)
 	family := "IPv4"
 	if a, err := netip.ParseAddr(pod.Status.PodIP); err == nil && a.Unmap().Is6() {
 		family = "IPv6"
@@ -164,24 +164,6 @@ func (h *Handler) proxiesSynced(ctx context.Context, pod *corev1.Pod, targets []
 		return max(waiting, 1), lastErr
 	}
 	return waiting, lastErr
-}
-
-// deletionStart is when the pod's deletion began: DeletionTimestamp is when
-// the kubelet kills it, the start plus the grace period.
-func deletionStart(pod *corev1.Pod) time.Time {
-	if pod.DeletionTimestamp == nil {
-		return time.Time{}
-	}
-	return pod.DeletionTimestamp.Add(-gracePeriod(pod))
-}
-
-// gracePeriod is the pod's deletion grace period, the Kubernetes default of
-// 30 s when the pod does not say.
-func gracePeriod(pod *corev1.Pod) time.Duration {
-	if pod.DeletionGracePeriodSeconds != nil {
-		return time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
-	}
-	return 30 * time.Second
 }
 
 // settle is the longest removal delay of the pod's IP-mode load balancers.

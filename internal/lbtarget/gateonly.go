@@ -97,7 +97,7 @@ func (f *Finder) gateOnlyTargets(ctx context.Context, pod *corev1.Pod, svc *core
 				continue
 			}
 			t.LB, t.Listener, t.Settle = r.LB, r.LB+"/"+r.Rule, r.Settle
-			t.collect(addrs, r.Backends)
+			t.collect(addrs, r.Backends, DeletionStart(pod))
 			t.ProbedDown = probedDown(pod, addrs, r.Backends)
 			out = append(out, t)
 		}
@@ -105,27 +105,44 @@ func (f *Finder) gateOnlyTargets(ctx context.Context, pod *corev1.Pod, svc *core
 	return out, nil
 }
 
-// probedDown: the pod is terminating, and rule health read after its
-// deletion began lists every one of its node's addresses Down. A Down read
-// before then may be older than the pod's last ready moment.
+// probedDown: the pod is terminating, and rule health has every one of its
+// node's addresses Down as news since its deletion began
+// (provider.DownIsNews): Up in a read begun after then, and Down in a later
+// one. A Down alone, even from a read begun after the deletion, may
+// describe the node before it first came up.
 func probedDown(pod *corev1.Pod, addrs map[string]bool, statuses []provider.BackendStatus) bool {
 	if pod.DeletionTimestamp == nil {
 		return false
 	}
-	grace := int64(30)
-	if pod.DeletionGracePeriodSeconds != nil {
-		grace = *pod.DeletionGracePeriodSeconds
-	}
-	started := pod.DeletionTimestamp.Add(-time.Duration(grace) * time.Second)
+	started := DeletionStart(pod)
 	found := false
 	for _, s := range statuses {
 		if !addrs[model.CanonicalIP(s.Address)] {
 			continue
 		}
-		if !s.HealthKnown || !s.Probed || s.Healthy || !s.ProbedAt.After(started) {
+		if !provider.DownIsNews(s, started) {
 			return false
 		}
 		found = true
 	}
 	return found
+}
+
+// DeletionStart is when the pod's deletion began (zero: it is not being
+// deleted): DeletionTimestamp is when the kubelet kills it, the start plus
+// the grace period.
+func DeletionStart(pod *corev1.Pod) time.Time {
+	if pod.DeletionTimestamp == nil {
+		return time.Time{}
+	}
+	return pod.DeletionTimestamp.Add(-GracePeriod(pod))
+}
+
+// GracePeriod is the pod's deletion grace period, the Kubernetes default of
+// 30 s when the pod does not say.
+func GracePeriod(pod *corev1.Pod) time.Duration {
+	if pod.DeletionGracePeriodSeconds != nil {
+		return time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	}
+	return 30 * time.Second
 }

@@ -123,7 +123,7 @@ type Target struct {
 	// after its deletion began has the node's probe Down.
 	ProbedDown bool
 	// Settle is how long the data plane may take to act on the node's
-	// removal from a gate-only rule's pool (one probe interval).
+	// removal from a gate-only rule's pool (two probe intervals).
 	Settle time.Duration
 }
 
@@ -226,7 +226,7 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			}
 			base := s.base
 			base.Replica = view.Name
-			out = append(out, f.portTargets(s.svc, base, s.addrs, rd.statuses)...)
+			out = append(out, f.portTargets(s.svc, base, s.addrs, rd.statuses, DeletionStart(pod))...)
 		}
 	}
 	return out, nil
@@ -235,7 +235,7 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 // portTargets is one target per port of svc that the load balancers
 // balance, each base with its listener and what statuses (one load
 // balancer's) report of the pod's addresses there.
-func (f *Finder) portTargets(svc *corev1.Service, base Target, addrs map[string]bool, statuses []provider.BackendStatus) []Target {
+func (f *Finder) portTargets(svc *corev1.Service, base Target, addrs map[string]bool, statuses []provider.BackendStatus, since time.Time) []Target {
 	var out []Target
 	for _, port := range svc.Spec.Ports {
 		proto := port.Protocol
@@ -247,15 +247,17 @@ func (f *Finder) portTargets(svc *corev1.Service, base Target, addrs map[string]
 		}
 		t := base
 		t.Listener = model.ListenerName(svc.Namespace, svc.Name, proto, port.Port)
-		t.collect(addrs, statuses)
+		t.collect(addrs, statuses, since)
 		out = append(out, t)
 	}
 	return out
 }
 
 // collect counts what statuses report of the target's listener: the pod's
-// own backends (addrs), and in node mode the nodes that still send to it.
-func (t *Target) collect(addrs map[string]bool, statuses []provider.BackendStatus) {
+// own backends (addrs), and in node mode the nodes that still send to it —
+// every active one but those whose health check has them Down as news
+// since the pod's deletion began (since; provider.DownIsNews).
+func (t *Target) collect(addrs map[string]bool, statuses []provider.BackendStatus, since time.Time) {
 	for _, s := range statuses {
 		if s.Listener != t.Listener {
 			continue
@@ -264,7 +266,7 @@ func (t *Target) collect(addrs map[string]bool, statuses []provider.BackendStatu
 		if mine {
 			t.add(s)
 		}
-		sending := s.State == model.Active && (!s.HealthKnown || s.Healthy)
+		sending := s.State == model.Active && !provider.DownIsNews(s, since)
 		if t.Node && !t.LastLocal && sending && (mine || !t.NodeOnly) {
 			t.Sending = append(t.Sending, s.Address)
 		}

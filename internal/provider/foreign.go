@@ -29,7 +29,7 @@ type ForeignRule struct {
 	// Probe is the rule's probe as the cloud runs it.
 	Probe model.Probe
 	// Settle is how long the data plane may take to act on a change of the
-	// pool after the provider reports it applied (one probe interval).
+	// pool after the provider reports it applied (two probe intervals).
 	Settle time.Duration
 	// Backends are the addresses of the rule's pools, from the last state
 	// the provider reports applied, with their probe health where known.

@@ -52,6 +52,16 @@ type BackendStatus struct {
 	// than it is. Providers without such a read leave both zero.
 	Probed   bool
 	ProbedAt time.Time
+	// Lags: the health is a read whose answer may describe the data plane
+	// some time before the read began (Azure's rule health lags its
+	// probes), so a Down read after a change may still be the state from
+	// before the backend ever came up; DownIsNews says when to believe it.
+	// Providers whose verdict is their own current check (HAProxy) leave
+	// it false.
+	Lags bool
+	// UpAt is when the last read that had this address Up began (zero: no
+	// read had it Up since it was last in the pool).
+	UpAt time.Time
 	// Connections is the number of current connections, -1 when unknown.
 	Connections int64
 }
@@ -125,4 +135,20 @@ func (h Hooks) OnRead(op string) {
 	if h.Read != nil {
 		h.Read(op)
 	}
+}
+
+// DownIsNews reports a backend its health check has Down, as news since
+// the moment since: a provider whose health lags (Lags) must have had it Up
+// in a read begun after since, and Down in a later read (also begun after
+// since, then). Without that Up the Down may describe the backend before it
+// first came up, however recent the read. A provider's own current verdict
+// is news as it is.
+func DownIsNews(s BackendStatus, since time.Time) bool {
+	if !s.HealthKnown || s.Healthy {
+		return false
+	}
+	if !s.Lags {
+		return true
+	}
+	return s.Probed && s.ProbedAt.After(since) && s.UpAt.After(since)
 }

@@ -65,12 +65,19 @@ func (d *DataPlane) Health(loadBalancer, ruleName string) ([]Backend, error) {
 
 // RuleHealth answers the emulator's rule-health operation
 // (emulator.RuleHealth): Up where new flows may go, Down otherwise, with the
-// probe's result or the admin state as the reason.
+// probe's result or the admin state as the reason. A rule ARM has but the
+// data plane has not programmed yet (propagation) has no probe data: the
+// answer lists no address. That is an assumption — ARM's documentation
+// does not say what the operation answers then — chosen as the one that
+// claims nothing: no address Up, none Down.
 func (d *DataPlane) RuleHealth(resourceGroup, loadBalancer, ruleName string) ([]emulator.BackendHealth, error) {
 	if !strings.EqualFold(resourceGroup, d.cfg.ResourceGroup) {
 		return nil, fmt.Errorf("%w: resource group %s is not %s", ErrUnknownRule, resourceGroup, d.cfg.ResourceGroup)
 	}
 	bs, err := d.Health(loadBalancer, ruleName)
+	if errors.Is(err, ErrUnknownRule) {
+		return []emulator.BackendHealth{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -27,8 +27,9 @@ const lagPeriod = 200 * time.Millisecond
 
 // LaggedRuleHealth returns a RuleHealth that answers with the data plane's
 // state lag ago (RuleHealth itself when lag is 0), and a stop for its
-// sampler. A rule that did not exist lag ago is unknown: the operation
-// fails, as for a rule not programmed yet.
+// sampler. A rule that was not programmed lag ago has no probe data then:
+// the answer lists no address, as RuleHealth's for a rule not programmed
+// yet.
 func (d *DataPlane) LaggedRuleHealth(lag time.Duration) (emulator.RuleHealth, func()) {
 	if lag <= 0 {
 		return d.RuleHealth, func() {}
@@ -75,7 +76,7 @@ func (d *DataPlane) LaggedRuleHealth(lag time.Duration) (emulator.RuleHealth, fu
 			}
 			break
 		}
-		return nil, fmt.Errorf("%w: %s/%s %s ago", ErrUnknownRule, loadBalancer, rule, lag)
+		return []emulator.BackendHealth{}, nil
 	}
 	return f, func() { cancel(); wg.Wait() }
 }

@@ -13,9 +13,9 @@ import (
 // bound promises nothing. The constants are the defaults the bounds are
 // stated with.
 const (
-	// boundSettle (S) is zerodrop's termination settle: one probe
-	// interval of its default probe.
-	boundSettle = 5 * time.Second
+	// boundSettle (S) is zerodrop's termination settle: two probe
+	// intervals of its default probe.
+	boundSettle = 10 * time.Second
 	// boundShutdown (B) is the drain's shutdown budget.
 	boundShutdown = drain.DefaultShutdownBudget
 	// boundQueue (W) bounds the time from a pod's deletion to ARM accepting

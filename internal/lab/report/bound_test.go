@@ -3,8 +3,8 @@ package report
 import "testing"
 
 // TestPromiseAt: the published bounds at the acceptance sweep's points
-// (docs/azure.md): zerodrop must hold at 1 s and 10 s without propagation
-// and not at 30 s or with 5 s propagation; the gates at every point with
+// (docs/azure.md): zerodrop must hold at 1 s and 10 s with 0 s or 5 s
+// propagation and not at 30 s or from 10 s propagation; the gates at every point with
 // the default grace period, and not with a grace period shorter than the
 // probe's K + T·I plus the shutdown budget; upstream and recipe have none.
 func TestPromiseAt(t *testing.T) {
@@ -15,11 +15,12 @@ func TestPromiseAt(t *testing.T) {
 	}{
 		{ModeZerodrop, 1, 0, 30, true, true},
 		{ModeZerodrop, 10, 0, 30, true, true},
-		{ModeZerodrop, 19, 0, 30, true, true},
-		{ModeZerodrop, 20, 0, 30, false, true},
+		{ModeZerodrop, 10, 5, 30, true, true},
+		{ModeZerodrop, 14, 0, 30, true, true},
+		{ModeZerodrop, 15, 0, 30, false, true},
 		{ModeZerodrop, 30, 0, 30, false, true},
-		{ModeZerodrop, 1, 5, 30, false, true},
-		{ModeZerodrop, 1, 4.9, 30, true, true},
+		{ModeZerodrop, 1, 10, 30, false, true},
+		{ModeZerodrop, 1, 9.9, 30, true, true},
 		{ModeGates, 30, 5, 30, true, true},
 		{ModeGates, 1, 0, 15, false, true},
 		{ModeGates, 1, 0, 16, true, true},

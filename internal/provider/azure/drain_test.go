@@ -176,12 +176,12 @@ func TestTerminationGateOnAzure(t *testing.T) {
 	if a.result != "drained" {
 		t.Fatalf("gate answered %q: %s", a.result, a.body)
 	}
-	// The gate answers once Down is applied and one probe interval has
+	// The gate answers once Down is applied and two probe intervals have
 	// passed (the hosts have stopped sending new flows). Down was applied
 	// after upAt, the last read that did not see it.
-	const settle = 5 * time.Second
+	const settle = 10 * time.Second
 	if waited := a.at.Sub(upAt); waited < settle {
-		t.Errorf("the gate answered %s after the last read without Down, want at least the probe interval %s", waited.Round(time.Millisecond), settle)
+		t.Errorf("the gate answered %s after the last read without Down, want at least two probe intervals, %s", waited.Round(time.Millisecond), settle)
 	}
 	t.Logf("drained (Down) after the endpoint turned terminating; removed %s later; the gate answered %s after Down was seen",
 		removedAt.Sub(drainedAt).Round(time.Millisecond), a.at.Sub(drainedAt).Round(time.Millisecond))

@@ -74,12 +74,12 @@ func (p *Provider) foreignDoc(ctx context.Context, lb string) (*armnetwork.LoadB
 func (p *Provider) foreignRule(lb string, c children, r *armnetwork.LoadBalancingRule) *provider.ForeignRule {
 	rp := r.Properties
 	out := &provider.ForeignRule{LB: lb, Rule: str(r.Name), FloatingIP: rp.EnableFloatingIP != nil && *rp.EnableFloatingIP,
-		Settle: time.Duration(minProbeInterval) * time.Second}
+		Settle: settle(minProbeInterval)}
 	backendPort := deref(rp.BackendPort)
 	if pr := c.probes[refName(rp.Probe)]; pr != nil {
 		out.Probe = fromProbe(pr, backendPort)
 		if pr.Properties != nil {
-			out.Settle = time.Duration(max(minProbeInterval, deref(pr.Properties.IntervalInSeconds))) * time.Second
+			out.Settle = settle(deref(pr.Properties.IntervalInSeconds))
 		}
 	}
 	// A rule names one pool, or several (BackendAddressPools); each address

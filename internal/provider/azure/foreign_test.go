@@ -83,9 +83,9 @@ func gateOnlyProvider(t *testing.T, emu *emulator.Emulator) *azure.Provider {
 // TestForeignRuleByFrontend: the rule of a load balancer another controller
 // writes is found by its frontend's address, port and protocol — not by its
 // name — with its pool's node addresses, its probe, its floating IP and a
-// settle of one probe interval; an address's rule health is Up, Down
-// (listed, with when it was read) or not known; and reading it writes
-// nothing.
+// settle of two probe intervals; an address's rule health is Up, Down
+// (listed, with when it was read), or not known to be either before rule
+// health's first answer; and reading it writes nothing.
 func TestForeignRuleByFrontend(t *testing.T) {
 	emu := emulator.New(emulator.Options{})
 	if err := emu.Seed(subID, group, ccmLB("kubernetes-internal", "10.0.1.4", "10.0.1.5")); err != nil {
@@ -100,7 +100,7 @@ func TestForeignRuleByFrontend(t *testing.T) {
 	if err != nil || r == nil {
 		t.Fatalf("rule of 127.240.0.10:80: %v, %v", r, err)
 	}
-	if r.LB != "kubernetes-internal" || r.Rule != "abbbb-TCP-80" || !r.FloatingIP || r.Settle != 5*time.Second ||
+	if r.LB != "kubernetes-internal" || r.Rule != "abbbb-TCP-80" || !r.FloatingIP || r.Settle != 10*time.Second ||
 		r.Probe.Kind != model.ProbeHTTP || r.Probe.Port != 30100 || r.Probe.Path != "/healthz" || r.Probe.Fall != 2 {
 		t.Errorf("rule of 127.240.0.10:80 = %+v, want abbbb-TCP-80 (the rule whose frontend has the address), floating IP, HTTP probe on 30100, settle 5s", r)
 	}
@@ -138,12 +138,15 @@ func TestForeignRuleByFrontend(t *testing.T) {
 		t.Fatalf("%s not in the pool", addr)
 		return provider.BackendStatus{}
 	}
-	eventually(t, "rule health known", func() bool { return health("10.0.1.4").HealthKnown })
-	if up := health("10.0.1.4"); !up.Healthy || !up.Probed || up.ProbedAt.IsZero() {
+	if before := health("10.0.1.4"); !before.HealthKnown || before.Healthy || before.Probed {
+		t.Errorf("10.0.1.4 before rule health's first answer: %+v, want known not healthy (not yet probed Up), not listed", before)
+	}
+	eventually(t, "rule health answered", func() bool { return health("10.0.1.4").Probed })
+	if up := health("10.0.1.4"); !up.Healthy || !up.Probed || up.ProbedAt.IsZero() || !up.Lags || up.UpAt != up.ProbedAt {
 		t.Errorf("10.0.1.4 probed Up: %+v", up)
 	}
-	if down := health("10.0.1.5"); down.Healthy || !down.Probed || down.ProbedAt.IsZero() {
-		t.Errorf("10.0.1.5 probed Down: %+v, want listed and not healthy", down)
+	if down := health("10.0.1.5"); down.Healthy || !down.Probed || down.ProbedAt.IsZero() || !down.UpAt.IsZero() {
+		t.Errorf("10.0.1.5 probed Down: %+v, want listed and not healthy, never read Up", down)
 	}
 	calls, _ := emu.Calls(0)
 	for _, c := range calls {

@@ -31,16 +31,27 @@ import (
 // rule's first answer its health is unknown, as without rule health (a
 // readiness gate then goes by the pool, as before); from then on an address
 // the last answer did not list — one added since, a new pod's — is not
-// healthy until an answer says its probe is Up. Where the operation is refused (an API version or cloud
-// without it: 400, 404, 405, 501) or keeps failing, health is left unknown
-// (HealthKnown false: "in the pool" again) for healthOff, and said once in
-// the log.
+// healthy until an answer says its probe is Up. Until a rule's first
+// answer, and while its reads fail, no address is healthy either (known
+// not Up, not known Down: Probed false): "in the pool" is not "probed Up",
+// and Azure probes a new backend up to an interval after ARM has it. A read
+// that fails is asked again HealthMaxAge later, not at once. Where the
+// operation is refused (its POST answered 400, 404, 405 or 501: a cloud or
+// API version without it) or fails healthFailures times in a row, health is
+// left unknown (HealthKnown false: "in the pool" again) for healthOff, and
+// said once in the log. A failure while the operation runs (a 500 from its
+// result, a timeout) is a failure, not a refusal.
 
-// The defaults of Options.HealthMaxAge, HealthQPS and HealthBurst.
+// The defaults of Options.HealthMaxAge, HealthQPS, HealthBurst and
+// HealthTimeout.
 const (
 	DefaultHealthMaxAge = 5 * time.Second
 	DefaultHealthQPS    = 1.0
 	DefaultHealthBurst  = 5
+	// DefaultHealthTimeout bounds one read: the SDK keeps polling an
+	// operation whose result answers 500 (a status it takes as transient),
+	// and a read that never ends would freeze the rule's health.
+	DefaultHealthTimeout = time.Minute
 )
 
 const (
@@ -59,11 +70,13 @@ const (
 
 // ruleHealth is what is known of one rule's health.
 type ruleHealth struct {
-	up         map[string]bool // address → probed Up, from the last answer
-	at         time.Time       // when the last answer came; zero: none yet
-	asked      time.Time       // when the read that gave it began
+	up         map[string]bool      // address → probed Up, from the last answer
+	upAt       map[string]time.Time // address → when the last read that had it Up began
+	at         time.Time            // when the last answer came; zero: none yet
+	asked      time.Time            // when the read that gave it began
 	refreshing bool
 	failures   int
+	failedAt   time.Time // when the last read failed
 	off        time.Time // until then, health is unknown
 	used       time.Time // when a gate last asked
 }
@@ -112,17 +125,16 @@ func (p *Provider) fillHealth(key, rule string, s *provider.BackendStatus, now t
 	if now.Before(h.off) {
 		return // unknown: HealthKnown stays false
 	}
-	if !h.refreshing && now.Sub(h.at) >= p.opts.HealthMaxAge && p.health.limiter.Allow() {
+	if !h.refreshing && now.Sub(h.at) >= p.opts.HealthMaxAge && now.Sub(h.failedAt) >= p.opts.HealthMaxAge &&
+		p.health.limiter.Allow() {
 		h.refreshing = true
 		go p.refreshRuleHealth(key, rule, h)
 	}
-	if h.at.IsZero() {
-		return // no answer yet: unknown, as without rule health
-	}
-	// An address the last answer did not list (added since) is not yet
-	// known to be up, nor known to be down.
-	up, listed := h.up[model.CanonicalIP(s.Address)]
-	s.HealthKnown, s.Healthy, s.Probed, s.ProbedAt = true, up, listed, h.asked
+	// No answer yet, or an address the last answer did not list (added
+	// since): not known to be up, nor known to be down.
+	addr := model.CanonicalIP(s.Address)
+	up, listed := h.up[addr]
+	s.HealthKnown, s.Healthy, s.Lags, s.Probed, s.ProbedAt, s.UpAt = true, up, true, listed, h.asked, h.upAt[addr]
 }
 
 // forget drops the entries of rules not asked about for healthForget, at
@@ -142,21 +154,32 @@ func (s *healthState) forget(now time.Time) {
 
 // refreshRuleHealth asks ARM for a rule's health and keeps the answer.
 func (p *Provider) refreshRuleHealth(key, rule string, h *ruleHealth) {
-	ctx, cancel := context.WithTimeout(context.Background(), p.opts.PollTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.HealthTimeout)
 	defer cancel()
 	asked := time.Now()
-	up, err := p.readRuleHealth(ctx, key, rule)
+	up, refused, err := p.readRuleHealth(ctx, key, rule)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h.refreshing = false
 	if err == nil {
 		h.up, h.at, h.asked, h.failures = up, time.Now(), asked, 0
+		if h.upAt == nil {
+			h.upAt = map[string]time.Time{}
+		}
+		for a, ok := range up {
+			if ok {
+				h.upAt[a] = asked
+			}
+		}
+		for a := range h.upAt {
+			if _, listed := up[a]; !listed {
+				delete(h.upAt, a) // gone from the pool: a later Up is a new backend's
+			}
+		}
 		return
 	}
 	h.failures++
-	var re *azcore.ResponseError
-	refused := errors.As(err, &re) && (re.StatusCode == http.StatusBadRequest || re.StatusCode == http.StatusNotFound ||
-		re.StatusCode == http.StatusMethodNotAllowed || re.StatusCode == http.StatusNotImplemented)
+	h.failedAt = time.Now()
 	if refused || h.failures >= healthFailures {
 		h.off, h.failures = time.Now().Add(healthOff), 0
 		p.opts.Log.Info("rule health unavailable; the gates read pool membership only for a while",
@@ -165,22 +188,31 @@ func (p *Provider) refreshRuleHealth(key, rule string, h *ruleHealth) {
 }
 
 // readRuleHealth runs the rule-health operation: each address of the
-// rule's pool, and whether its probe is Up.
-func (p *Provider) readRuleHealth(ctx context.Context, key, rule string) (map[string]bool, error) {
+// rule's pool, and whether its probe is Up. refused: ARM refused to start
+// it (refusedStatus); a failure after it started is only a failure.
+func (p *Provider) readRuleHealth(ctx context.Context, key, rule string) (up map[string]bool, refused bool, err error) {
 	p.opts.Hooks.OnRead("rule-health")
 	poller, err := p.rules.BeginHealth(ctx, p.opts.ResourceGroup, key, rule, nil)
 	if err != nil {
-		return nil, err
+		var re *azcore.ResponseError
+		return nil, errors.As(err, &re) && refusedStatus(re.StatusCode), err
 	}
 	res, err := poller.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: p.opts.PollFrequency})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	up := map[string]bool{}
+	up = map[string]bool{}
 	for _, a := range res.LoadBalancerBackendAddresses {
 		if a != nil && a.IPAddress != nil {
 			up[model.CanonicalIP(*a.IPAddress)] = a.State != nil && *a.State == "Up"
 		}
 	}
-	return up, nil
+	return up, false, nil
+}
+
+// refusedStatus: the answers to the operation's POST that say this cloud
+// or API version does not offer it.
+func refusedStatus(code int) bool {
+	return code == http.StatusBadRequest || code == http.StatusNotFound || code == http.StatusMethodNotAllowed ||
+		code == http.StatusNotImplemented
 }

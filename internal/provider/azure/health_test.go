@@ -2,6 +2,7 @@ package azure_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // rule-health operation answered of each address's probe — a readiness gate
 // waits for the probe, not for the pool — and follows the answers as they
 // change; an address the last answer does not list (a new pod's) is not
-// healthy yet; before a rule's first answer health is unknown.
+// healthy yet; nor is any address before a rule's first answer.
 func TestRuleHealthInBackends(t *testing.T) {
 	emu := emulator.New(emulator.Options{})
 	pr := &probes{up: map[string]bool{"10.0.0.1": false}}
@@ -107,8 +108,8 @@ func TestRuleHealthInBackends(t *testing.T) {
 	converge(t, writer, lb("10.0.0.1"))
 	p := healthProvider(t, emu, 50*time.Millisecond)
 
-	if known, _ := healthOf(t, p, "10.0.0.1"); known {
-		t.Error("before any answer: health known, want unknown (as without rule health)")
+	if known, healthy := healthOf(t, p, "10.0.0.1"); !known || healthy {
+		t.Errorf("before any answer: known %v healthy %v, want known and not healthy (in the pool is not probed Up)", known, healthy)
 	}
 	eventually(t, "10.0.0.1 known and not healthy while its probe is Down", func() bool { k, h := healthOf(t, p, "10.0.0.1"); return k && !h })
 	pr.set("10.0.0.1", true)
@@ -150,4 +151,44 @@ func TestRuleHealthOff(t *testing.T) {
 	if pr.asked != 0 {
 		t.Errorf("rule health asked %d times without RuleHealth", pr.asked)
 	}
+}
+
+// TestRuleHealthFailureIsNotRefusal: an operation that starts and then
+// fails (its result a 500, which the SDK polls again until the read's
+// timeout) is a failure, not a refusal: the address stays not healthy —
+// the gate does not fall back to the pool — until an answer has it Up.
+func TestRuleHealthFailureIsNotRefusal(t *testing.T) {
+	emu := emulator.New(emulator.Options{})
+	var mu sync.Mutex
+	fails := 2
+	emu.SetRuleHealth(func(_, _, _ string) ([]emulator.BackendHealth, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fails > 0 {
+			fails--
+			return nil, errors.New("no probe data yet")
+		}
+		return []emulator.BackendHealth{{IPAddress: "10.0.0.1", State: "Up"}}, nil
+	})
+	writer := newProvider(t, emu, provider.Hooks{})
+	converge(t, writer, &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80, backends(8080, "10.0.0.1")...)}})
+	p, err := azure.New(context.Background(), azure.Options{
+		SubscriptionID: subID, ResourceGroup: group, LoadBalancers: []string{"lb-a"}, SubnetID: subnet,
+		Location: "westeurope", Credential: emu.Credential(), ClientOptions: emu.ClientOptions(),
+		PollFrequency: 5 * time.Millisecond, BackendsMaxAge: time.Millisecond,
+		RuleHealth: true, HealthMaxAge: 50 * time.Millisecond, HealthQPS: 100, HealthBurst: 100,
+		// The SDK polls a result that answers 500 until the read's
+		// timeout: each failed read lasts this long.
+		HealthTimeout: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "10.0.0.1 healthy once an answer has it Up", func() bool {
+		known, healthy := healthOf(t, p, "10.0.0.1")
+		if !known {
+			t.Fatal("health unknown after a failed read: the gate would go by the pool")
+		}
+		return healthy
+	})
 }

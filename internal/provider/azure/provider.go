@@ -83,11 +83,13 @@ type Options struct {
 	// rule-health operation answers it (health.go); answers are kept for
 	// HealthMaxAge (default DefaultHealthMaxAge) and asked at most
 	// HealthQPS a second, HealthBurst at once (defaults DefaultHealthQPS,
-	// DefaultHealthBurst). Off: HealthKnown is false.
-	RuleHealth   bool
-	HealthMaxAge time.Duration
-	HealthQPS    float64
-	HealthBurst  int
+	// DefaultHealthBurst), each read bounded by HealthTimeout (default
+	// DefaultHealthTimeout). Off: HealthKnown is false.
+	RuleHealth    bool
+	HealthMaxAge  time.Duration
+	HealthQPS     float64
+	HealthBurst   int
+	HealthTimeout time.Duration
 	// GateOnlyLoadBalancers are load balancers in ResourceGroup that another
 	// controller writes (the cloud-controller-manager's), which the gates of
 	// gate-only Services read and zerodrop never writes (foreign.go). They
@@ -160,6 +162,9 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	if opts.HealthBurst <= 0 {
 		opts.HealthBurst = DefaultHealthBurst
+	}
+	if opts.HealthTimeout <= 0 {
+		opts.HealthTimeout = DefaultHealthTimeout
 	}
 	if opts.Credential == nil {
 		cred, err := azidentity.NewDefaultAzureCredential(nil)

@@ -65,8 +65,8 @@ func TestStandbyBackendsFollowWrites(t *testing.T) {
 	}
 }
 
-// TestRemovalSettle: the termination gate waits the rule's probe interval
-// as Azure runs it (at least 5s), after the removal.
+// TestRemovalSettle: the termination gate waits two of the rule's probe
+// intervals as Azure runs them (at least 5s each), after the removal.
 func TestRemovalSettle(t *testing.T) {
 	emu := emulator.New(emulator.Options{})
 	p := newProvider(t, emu, provider.Hooks{})
@@ -79,9 +79,9 @@ func TestRemovalSettle(t *testing.T) {
 		listener string
 		want     time.Duration
 	}{
-		{model.ListenerName("default", "web", "TCP", 80), 5 * time.Second},   // 2s asked, Azure runs 5s
-		{model.ListenerName("default", "slow", "TCP", 80), 13 * time.Second}, // whole seconds, rounded up
-		{model.ListenerName("default", "gone", "TCP", 80), 5 * time.Second},  // no rule: Azure's shortest
+		{model.ListenerName("default", "web", "TCP", 80), 10 * time.Second},  // 2s asked, Azure runs 5s
+		{model.ListenerName("default", "slow", "TCP", 80), 26 * time.Second}, // whole seconds, rounded up
+		{model.ListenerName("default", "gone", "TCP", 80), 10 * time.Second}, // no rule: Azure's shortest
 	} {
 		if got := p.RemovalSettle("lb-a", tc.listener); got != tc.want {
 			t.Errorf("RemovalSettle(%s) = %s, want %s", tc.listener, got, tc.want)

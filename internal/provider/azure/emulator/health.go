@@ -73,7 +73,8 @@ func (e *Emulator) startRuleHealth(req *http.Request, t target) *reply {
 }
 
 // operationResult answers a GET of a rule-health operation's Location: 202
-// while it runs, then its result, read from the RuleHealth as it ends.
+// while it runs, then its result, read from the RuleHealth as it ends — and
+// the same result to a client that asks again.
 func (e *Emulator) operationResult(t target) *reply {
 	e.mu.Lock()
 	op, ok := e.ops[t.operation]
@@ -81,15 +82,30 @@ func (e *Emulator) operationResult(t target) *reply {
 		e.mu.Unlock()
 		return errorReply(http.StatusNotFound, "OperationNotFound", "no operation "+t.operation)
 	}
+	if op.result != nil {
+		e.mu.Unlock()
+		return op.result
+	}
 	if op.poll(time.Now()) {
 		rep := &reply{status: http.StatusAccepted, header: http.Header{}}
 		setRetryAfter(rep.header, e.opts.PollRetryAfter)
 		e.mu.Unlock()
 		return rep
 	}
-	delete(e.ops, t.operation)
 	q, health := *op.health, e.ruleHealth
 	e.mu.Unlock()
+	rep := healthResult(q, health)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if op.result != nil {
+		return op.result // a concurrent GET ended it first: one answer
+	}
+	return op.finish(time.Now(), rep)
+}
+
+// healthResult is the rule-health operation's result: the data plane's
+// answer, or an error.
+func healthResult(q healthQuery, health RuleHealth) *reply {
 	if health == nil {
 		return errorReply(http.StatusBadRequest, "RuleHealthNotModelled", "emulator: no data plane answers rule health")
 	}

@@ -32,6 +32,34 @@ type operation struct {
 	// health, for a rule-health operation: its answer, computed when it
 	// ends (health.go).
 	health *healthQuery
+	// ended is when a client was first told the operation ended; result is
+	// what it was told, told again to a client that asks again (a retry:
+	// azcore retries a 500 on its own), until opRetention has passed.
+	ended  time.Time
+	result *reply
+}
+
+// opRetention is how long an ended operation's status and result stay
+// readable. ARM keeps an operation's URLs answering after it ended (a
+// client's retried GET gets the same answer, not a 404); how long it does
+// is not documented, and a minute outlasts every client's retries here.
+const opRetention = time.Minute
+
+// finish records the answer that told a client the operation ended; e.mu is
+// held.
+func (op *operation) finish(now time.Time, rep *reply) *reply {
+	op.ended, op.result = now, rep
+	return rep
+}
+
+// pruneOperations forgets the operations that ended more than opRetention
+// ago; e.mu is held.
+func (e *Emulator) pruneOperations(now time.Time) {
+	for id, op := range e.ops {
+		if !op.ended.IsZero() && now.Sub(op.ended) > opRetention {
+			delete(e.ops, id)
+		}
+	}
 }
 
 // running reports whether the operation has not ended yet.
@@ -58,6 +86,7 @@ func (op *operation) poll(now time.Time) bool {
 // after polls in-progress answers, or after Options.WriteLatency when set;
 // it returns its ID. e.mu is held.
 func (e *Emulator) newOperation(key, client string, polls int, health *healthQuery) string {
+	e.pruneOperations(time.Now())
 	e.opSeq++
 	id := strconv.FormatUint(e.opSeq, 10)
 	op := &operation{key: key, client: client, polls: polls, status: "Succeeded", health: health}
@@ -111,17 +140,20 @@ func (e *Emulator) pollOperation(t target) (rep *reply, canceled *operation) {
 	if !ok {
 		return errorReply(http.StatusNotFound, "OperationNotFound", "no operation "+t.operation), nil
 	}
-	if op.poll(time.Now()) {
+	if op.result != nil {
+		return op.result, nil // asked again: the same answer, not recorded again
+	}
+	now := time.Now()
+	if op.poll(now) {
 		rep := jsonReply(http.StatusOK, []byte(`{"status":"InProgress"}`))
 		setRetryAfter(rep.header, e.opts.PollRetryAfter)
 		return rep, nil
 	}
-	delete(e.ops, t.operation)
 	if op.status == "Canceled" {
-		return jsonReply(http.StatusOK, []byte(`{"status":"Canceled","error":{"code":"`+superseded+
-			`","message":"`+supersededMessage+`"}}`)), op
+		return op.finish(now, jsonReply(http.StatusOK, []byte(`{"status":"Canceled","error":{"code":"`+superseded+
+			`","message":"`+supersededMessage+`"}}`))), op
 	}
-	return jsonReply(http.StatusOK, []byte(`{"status":"Succeeded"}`)), nil
+	return op.finish(now, jsonReply(http.StatusOK, []byte(`{"status":"Succeeded"}`))), nil
 }
 
 const supersededMessage = "Operation was canceled and superseded by another operation on the same resource."
