@@ -163,11 +163,11 @@ var figureAllowList = []allowed{
 		"than 100 ms after its slot", "at most 10 minutes", "the lab's 2 s timeout",
 	}},
 	{"docs/azure.md", "Azure's documented limits and rule settings", []string{
-		"idle timeout 4 min", "runs as 5 s", "= 3 failures", "(at least 5 s)", "(≥ 5 s)", "probe interval ≥ 5 s",
+		"idle timeout 4 min", "runs as 5 s", "= 3 failures", "probe interval ≥ 5 s",
 	}},
 	{"docs/azure.md", "the controller's defaults and configuration values (flags, cache age, drain budget, the lab's lease and fault rate, the SDK's polling)", []string{
 		"younger than 1 s", "(default 10 s)", "(default 30 s", "(default 5 min)", "`--retry-period`, 2 s)",
-		"`--renew-deadline` (10 s)", "`--lease-duration` (15 s)", "budget (5 s,", "the default 30 s is enough",
+		"`--renew-deadline` (10 s)", "`--lease-duration` (15 s)", "budget (5 s,",
 		"| 20 % injected faults", "the 30 s lease", "10 ms, which the Azure SDK refuses",
 		"(the emulator's is 10 ms unless set; ARM's network provider sends 10 s)",
 	}},

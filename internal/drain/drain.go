@@ -370,14 +370,15 @@ func (h *Handler) lookup(ctx context.Context, ns, name string, uid types.UID) (*
 
 // deadline leaves the container its shutdown budget of the grace period.
 func (h *Handler) deadline(pod *corev1.Pod) time.Time {
-	grace := lbtarget.GracePeriod(pod)
-	budget := h.opts.ShutdownBudget
-	if budget > grace/3 {
-		budget = grace / 3
-	}
 	// DeletionTimestamp is when the kubelet kills the pod: the start of
 	// deletion plus the grace period.
-	return pod.DeletionTimestamp.Add(-budget)
+	return pod.DeletionTimestamp.Add(-ShutdownBudgetOf(lbtarget.GracePeriod(pod), h.opts.ShutdownBudget))
+}
+
+// ShutdownBudgetOf is what the gate keeps of a grace period for the
+// container's own shutdown: budget, at most a third of the period.
+func ShutdownBudgetOf(grace, budget time.Duration) time.Duration {
+	return min(budget, grace/3)
 }
 
 // await waits for the pod's shared wait loop, or the caller's deadline, or

@@ -107,6 +107,7 @@ type flags struct {
 	ccmLBs, idleChange                                                         string
 	armLatency, lbPropagation, healthLag                                       string
 	recipe                                                                     scenarios.Recipe
+	gracePeriod                                                                time.Duration
 	chaos                                                                      scenarios.ChaosOptions
 }
 
@@ -126,6 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
 	dir := fs.String("dir", "", "work directory (default: a new temporary one); kept")
 	rate := fs.Int("rate", traffic.DefaultRate, "open-loop requests per `second` (each on a fresh connection)")
+	gracePeriod := fs.Duration("grace-period", scenarios.DefaultGracePeriod, "the workload pods' terminationGracePeriodSeconds in every mode but recipe (whole seconds, at least 1s): the gates' bound is this minus the shutdown budget")
 	recipe := scenarios.DefaultRecipe
 	fs.DurationVar(&recipe.PreStopSleep, "recipe-prestop-sleep", scenarios.DefaultRecipe.PreStopSleep, "recipe mode: the pods' preStop sleep")
 	fs.DurationVar(&recipe.GracePeriod, "recipe-grace-period", scenarios.DefaultRecipe.GracePeriod, "recipe mode: terminationGracePeriodSeconds")
@@ -165,7 +167,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	return flags{scenario: *scenario, mode: *mode, backend: *backend, policy: *policy, jsonPath: *jsonPath, htmlPath: *htmlPath,
 		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, faultRate: *faultRate, ccmLBs: *ccmLBs, idleChange: *idleChange,
 		fromChart: *fromChart, dataPlane: *dataPlane, prov: *prov, dryRun: *dryRun, idleRestarts: *idleRestarts,
-		armLatency: *armLatency, lbPropagation: *lbPropagation, healthLag: *healthLag}, 0, true
+		armLatency: *armLatency, lbPropagation: *lbPropagation, healthLag: *healthLag, gracePeriod: *gracePeriod}, 0, true
 }
 
 // options checks the flags of the HAProxy lab and turns them into the
@@ -182,6 +184,10 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, bool) {
 			return scenarios.Options{}, nil, false
 		}
 	}
+	if f.gracePeriod < time.Second || f.gracePeriod%time.Second != 0 {
+		fmt.Fprintf(stderr, "zerodrop lab: --grace-period %s: want whole seconds, at least 1s\n", f.gracePeriod)
+		return scenarios.Options{}, nil, false
+	}
 	if f.dataPlane != 0 && (f.dataPlane < 2 || f.dataPlane > scenarios.MaxDataPlaneReplicas) {
 		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas %d: want 0, or 2 to %d\n", f.dataPlane, scenarios.MaxDataPlaneReplicas)
 		return scenarios.Options{}, nil, false
@@ -191,7 +197,7 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, bool) {
 		return scenarios.Options{}, nil, false
 	}
 	opts := scenarios.Options{KeepDir: f.keep, Dir: f.dir, Progress: stderr, Rate: f.rate, Recipe: f.recipe, Chaos: f.chaos, DataPlaneReplicas: f.dataPlane,
-		FromChart: f.fromChart, IdleRestarts: f.idleRestarts}
+		FromChart: f.fromChart, IdleRestarts: f.idleRestarts, GracePeriod: f.gracePeriod}
 	switch f.appSigterm {
 	case traffic.AppSigtermGraceful:
 	case traffic.AppSigtermExit:

@@ -83,6 +83,8 @@ func TestDryRunNamesWhatItSkips(t *testing.T) {
 		{"--data-plane-replicas", "2", "--scenario", "restart-idle"},
 		{"--scenario", "lb-replica-restart"},
 		{"--scenario", "rollout,no-such-scenario"},
+		{"--scenario", "rollout", "--grace-period", "0s"},
+		{"--scenario", "rollout", "--grace-period", "1.5s"},
 	} {
 		code, _, errOut := run(args...)
 		name := args[len(args)-1]

@@ -42,7 +42,7 @@ type Promise struct {
 func PromiseAt(mode Mode, c AzureClock) *Promise {
 	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 	l, p, g := sec(c.ARMLatencySeconds), sec(c.LBPropagationSeconds), sec(c.GraceSeconds)
-	budget := g - boundShutdown
+	budget := g - drain.ShutdownBudgetOf(g, boundShutdown)
 	switch mode {
 	case ModeZerodrop:
 		// Termination holds when P < S and W + L + S ≤ G − B.

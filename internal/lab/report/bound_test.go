@@ -24,6 +24,8 @@ func TestPromiseAt(t *testing.T) {
 		{ModeGates, 30, 5, 30, true, true},
 		{ModeGates, 1, 0, 15, false, true},
 		{ModeGates, 1, 0, 16, true, true},
+		{ModeGates, 1, 0, 12, false, true}, // B = 4s (a third of G)
+		{ModeGates, 1, 0, 3, false, true},  // B = 1s
 		{ModeUpstream, 1, 0, 30, false, false},
 		{ModeRecipe, 1, 0, 60, false, false},
 	}

@@ -55,6 +55,11 @@ type Options struct {
 	Rate int
 	// Recipe is the recipe mode's workload (default DefaultRecipe).
 	Recipe Recipe
+	// GracePeriod is the workload pods' terminationGracePeriodSeconds in
+	// the other modes (default DefaultGracePeriod): the gates' bound is
+	// the grace period minus the shutdown budget, so a shorter one shows
+	// where a bound ends.
+	GracePeriod time.Duration
 	// Chaos tunes the chaos scenarios (kill-mid-plan, apiserver-down).
 	Chaos ChaosOptions
 	// IdleRestarts is how often restart-idle restarts the writer (default

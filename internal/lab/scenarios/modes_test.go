@@ -38,6 +38,20 @@ func TestRecipeWorkload(t *testing.T) {
 	}
 }
 
+// TestGracePeriodOption: Options.GracePeriod sets every mode's grace period
+// but the recipe's, which keeps its own.
+func TestGracePeriodOption(t *testing.T) {
+	l := &lab{opts: Options{GracePeriod: 12 * time.Second, Recipe: DefaultRecipe}}
+	for _, m := range []report.Mode{report.ModeUpstream, report.ModeGates, report.ModeZerodrop} {
+		if g := *(&run{lab: l, mode: m, ns: "ns"}).deployment(1).Spec.Template.Spec.TerminationGracePeriodSeconds; g != 12 {
+			t.Errorf("%s: grace period %d s, want 12", m, g)
+		}
+	}
+	if g := *(&run{lab: l, mode: report.ModeRecipe, ns: "ns"}).deployment(1).Spec.Template.Spec.TerminationGracePeriodSeconds; g != 60 {
+		t.Errorf("recipe: grace period %d s, want its own 60", g)
+	}
+}
+
 // TestTableColumns: one row per scenario and traffic policy, a column per
 // mode and (for zerodrop) backend, "-" where a column did not run.
 func TestTableColumns(t *testing.T) {

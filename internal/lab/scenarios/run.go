@@ -28,6 +28,10 @@ type Recipe struct {
 // DefaultRecipe is the recipe as it is usually published.
 var DefaultRecipe = Recipe{PreStopSleep: 30 * time.Second, GracePeriod: 60 * time.Second, MinReady: 30 * time.Second}
 
+// DefaultGracePeriod is the workload's terminationGracePeriodSeconds in
+// every mode but the recipe's: the Kubernetes default.
+const DefaultGracePeriod = 30 * time.Second
+
 // Workload shape, the same in every mode.
 const (
 	appName     = "web"

@@ -176,8 +176,8 @@ func (r *run) steadyTimeout(n int32) time.Duration {
 }
 
 // deployment is a typical web Deployment: a readiness probe with the
-// Kubernetes defaults (period 10 s, failure threshold 3) and the default
-// grace period of 30 s. zerodrop mode adds the rollout settings zerodrop
+// Kubernetes defaults (period 10 s, failure threshold 3) and the grace
+// period of Options.GracePeriod (the default 30 s). zerodrop mode adds the rollout settings zerodrop
 // check asks for (maxUnavailable 0, maxSurge 1); the webhook adds the gate and
 // the hook at admission. Upstream keeps the Deployment defaults (25 %/25 %).
 // The recipe adds its preStop sleep, grace period and minReadySeconds to
@@ -192,7 +192,7 @@ func (r *run) deployment(n int32) *appsv1.Deployment {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					TerminationGracePeriodSeconds: ptr.To(int64(r.lab.gracePeriod() / time.Second)),
 					Containers: []corev1.Container{{
 						Name:  "app",
 						Image: "lab/web:1",
@@ -221,4 +221,12 @@ func (r *run) deployment(n int32) *appsv1.Deployment {
 		d.Spec.MinReadySeconds = int32(rc.MinReady / time.Second)
 	}
 	return d
+}
+
+// gracePeriod is Options.GracePeriod, or its default.
+func (l *lab) gracePeriod() time.Duration {
+	if l.opts.GracePeriod > 0 {
+		return l.opts.GracePeriod
+	}
+	return DefaultGracePeriod
 }
