@@ -3,7 +3,6 @@ package lbtarget
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -126,23 +125,4 @@ func probedDown(pod *corev1.Pod, addrs map[string]bool, statuses []provider.Back
 		found = true
 	}
 	return found
-}
-
-// DeletionStart is when the pod's deletion began (zero: it is not being
-// deleted): DeletionTimestamp is when the kubelet kills it, the start plus
-// the grace period.
-func DeletionStart(pod *corev1.Pod) time.Time {
-	if pod.DeletionTimestamp == nil {
-		return time.Time{}
-	}
-	return pod.DeletionTimestamp.Add(-GracePeriod(pod))
-}
-
-// GracePeriod is the pod's deletion grace period, the Kubernetes default of
-// 30 s when the pod does not say.
-func GracePeriod(pod *corev1.Pod) time.Duration {
-	if pod.DeletionGracePeriodSeconds != nil {
-		return time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
-	}
-	return 30 * time.Second
 }
