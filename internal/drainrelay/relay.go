@@ -14,11 +14,21 @@
 //
 // The relay only ever asks about its own pod (--pod, and its UID from the
 // downward API), so calling it from elsewhere reveals nothing and drains
-// nothing: the drain endpoint itself only waits and reports.
+// nothing: the drain endpoint itself only waits and reports. Still, any pod
+// can reach the relay's port, so (issue 46) a call must carry the pod's
+// token (TokenHeader, which the webhook puts in the hook's httpHeaders and
+// in the relay's TokenEnv): without it the call is refused at once and
+// neither starts nor joins a drain call. Every authenticated caller shares
+// one drain call (a flight), and the relay accepts an answer only with the
+// drain endpoint's proof under the token (drain.Proof), so that whoever
+// captures the drain address cannot answer "drained".
 package drainrelay
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -27,8 +37,10 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
+	"zerodrop.dev/zerodrop/internal/connguard"
 	"zerodrop.dev/zerodrop/internal/drain"
 )
 
@@ -40,6 +52,14 @@ const MsgRetry = "drain call failed, calling again"
 // with a downward API fieldRef to metadata.uid (the UID does not exist yet
 // when the pod is admitted, so it cannot be in the relay's arguments).
 const UIDEnv = "ZERODROP_POD_UID"
+
+// TokenEnv is the environment variable with the pod's token (drain.PodToken,
+// set by the webhook at admission); TokenHeader carries it on the hook's
+// call.
+const (
+	TokenEnv    = "ZERODROP_RELAY_TOKEN"
+	TokenHeader = "X-Zerodrop-Relay-Token"
+)
 
 // DefaultRefusedWindow is the default of Options.RefusedWindow: twice the
 // drain endpoint's default CacheLag (5 s).
@@ -58,6 +78,12 @@ type Options struct {
 	// UID is the pod's UID, sent with each call (the drain endpoint then
 	// refuses a newer pod of the same name); empty: not sent.
 	UID string
+	// Token is the pod's token (drain.PodToken). Set: a call without it in
+	// TokenHeader is refused with 403, and only answers proven under it
+	// (drain.ProofHeader) are accepted — any other is an attempt that
+	// failed, called again until MaxWait. Empty (a pod admitted before
+	// tokens existed): neither is checked.
+	Token string
 	// MaxWait bounds one call, retries included: the pod's grace period
 	// (the kubelet gives up on the hook then anyway).
 	MaxWait time.Duration
@@ -93,6 +119,24 @@ type Options struct {
 type Handler struct {
 	opts   Options
 	target string
+
+	mu     sync.Mutex
+	flight *flight // the drain call in flight, shared by every caller
+}
+
+// flight is one drain call, retries included, shared by every
+// authenticated caller that comes while it runs: the kubelet calls the
+// hook of each container, and a caller that goes away must not cut the
+// call of the others. It ends at MaxWait from its start, or when its last
+// caller has gone.
+type flight struct {
+	done    chan struct{} // closed when the fields below are final
+	cancel  context.CancelFunc
+	callers int // under Handler.mu
+	code    int
+	result  string
+	body    []byte
+	err     error
 }
 
 // NewHandler checks the options and returns the relay's handler.
@@ -136,6 +180,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "GET "+drain.Path+"?pod=<namespace>/<name>", http.StatusNotFound)
 		return
 	}
+	if h.opts.Token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(TokenHeader)), []byte(h.opts.Token)) != 1 {
+		// Before anything else: an unauthenticated call must not start or
+		// join the drain call (it could otherwise have the drain endpoint's
+		// early refusal answered to the kubelet's own call).
+		http.Error(w, "forbidden", http.StatusForbidden)
+		return
+	}
+	// The kubelet's call (or, without a token, any call: an old pod's):
+	// its connection is no longer one of the flood's to close (false: not
+	// a guarded connection, as in tests, or already closed).
+	_ = connguard.TrustRequest(r)
 	if pod := r.URL.Query().Get("pod"); pod != "" && pod != h.opts.Pod {
 		http.Error(w, "this relay serves pod "+h.opts.Pod+" only", http.StatusForbidden)
 		return
@@ -146,9 +201,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(h.opts.MaxWait + answerSlack))
 	_ = rc.SetWriteDeadline(time.Now().Add(h.opts.MaxWait + answerSlack))
-	ctx, cancel := context.WithTimeout(r.Context(), h.opts.MaxWait)
-	defer cancel()
-	code, result, body, err := h.call(ctx)
+	code, result, body, err := h.shared(r.Context())
 	if err != nil {
 		// Nothing answered in time: the same answer as the drain
 		// endpoint's at its deadline, so the hook fails the same way.
@@ -161,6 +214,52 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
+}
+
+// shared joins the drain call in flight, or starts one, and waits for its
+// answer or for ctx (the caller gone: nothing to answer).
+func (h *Handler) shared(ctx context.Context) (int, string, []byte, error) {
+	h.mu.Lock()
+	f := h.flight
+	if f == nil {
+		// Detached from the caller: bounded by MaxWait, ended early only
+		// when every caller has gone (leave).
+		fctx, cancel := context.WithTimeout(context.Background(), h.opts.MaxWait)
+		f = &flight{done: make(chan struct{}), cancel: cancel}
+		h.flight = f
+		go func() {
+			defer cancel()
+			f.code, f.result, f.body, f.err = h.call(fctx)
+			h.mu.Lock()
+			if h.flight == f {
+				// A later caller starts a new call: a verdict is not kept.
+				h.flight = nil
+			}
+			h.mu.Unlock()
+			close(f.done)
+		}()
+	}
+	f.callers++
+	h.mu.Unlock()
+	defer h.leave(f)
+	select {
+	case <-f.done:
+		return f.code, f.result, f.body, f.err
+	case <-ctx.Done():
+		return 0, "", nil, ctx.Err()
+	}
+}
+
+// leave ends the flight once no caller waits on it any more.
+func (h *Handler) leave(f *flight) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if f.callers--; f.callers == 0 {
+		f.cancel()
+		if h.flight == f {
+			h.flight = nil
+		}
+	}
 }
 
 // call asks the drain endpoint until an answer comes: a call cut before its
@@ -221,8 +320,21 @@ func (h *Handler) call(ctx context.Context) (code int, result string, body []byt
 	}
 }
 
+// errUnproven: an answer without a valid proof under the pod's token — not
+// the drain endpoint's, or an old replica's; an attempt that failed.
+var errUnproven = errors.New("answer without a valid proof of the drain endpoint")
+
 func (h *Handler) once(ctx context.Context) (int, string, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.target, nil)
+	target, nonce := h.target, ""
+	if h.opts.Token != "" {
+		var b [18]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, "", nil, fmt.Errorf("nonce: %w", err)
+		}
+		nonce = base64.RawURLEncoding.EncodeToString(b[:])
+		target += "&" + drain.NonceParam + "=" + nonce
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		return 0, "", nil, err
 	}
@@ -236,5 +348,9 @@ func (h *Handler) once(ctx context.Context) (int, string, []byte, error) {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return 0, "", nil, fmt.Errorf("reading the answer: %w", err)
 	}
-	return resp.StatusCode, resp.Header.Get(drain.ResultHeader), body, nil
+	result := resp.Header.Get(drain.ResultHeader)
+	if h.opts.Token != "" && !drain.ValidProof(resp.Header.Get(drain.ProofHeader), h.opts.Token, h.opts.Pod, h.opts.UID, nonce, resp.StatusCode, result) {
+		return 0, "", nil, fmt.Errorf("%w (answered %d %q)", errUnproven, resp.StatusCode, result)
+	}
+	return resp.StatusCode, result, body, nil
 }
