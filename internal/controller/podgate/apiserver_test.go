@@ -2,7 +2,9 @@ package podgate
 
 import (
 	"context"
+	"fmt"
 	"github.com/prometheus/client_golang/prometheus"
+	testutilprom "github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"sync"
 	"testing"
@@ -64,8 +66,8 @@ func (s *staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.O
 // reading pods through c and load balancers through prov.
 func newTestReconciler(t *testing.T, c client.Client, prov provider.Provider) *Reconciler {
 	finder := &lbtarget.Finder{Reader: c, Services: classServices{}, Provider: prov}
-	return &Reconciler{client: c, opts: Options{Finder: finder, PollInterval: 100 * time.Millisecond, Logger: testr.New(t)},
-		limiter: rate.NewLimiter(rate.Inf, 1)}
+	return &Reconciler{client: c, opts: Options{Finder: finder, PollInterval: 100 * time.Millisecond, MaxPollInterval: time.Second, Logger: testr.New(t)},
+		limiter: rate.NewLimiter(rate.Inf, 1), unserved: newUnservedPods(nil)}
 }
 
 // settle runs Reconcile for the pod as the work queue would until it asks
@@ -100,7 +102,15 @@ func namespace(t *testing.T, c client.Client, name string) string {
 // kubelet reports it, at the given addresses (the first is status.podIP).
 func gatedPod(t *testing.T, c client.Client, ns, name, app string, ips ...string) *corev1.Pod {
 	t.Helper()
-	ctx := context.Background()
+	pod, err := newGatedPod(context.Background(), c, ns, name, app, ips...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+// newGatedPod is gatedPod for goroutines other than the test's.
+func newGatedPod(ctx context.Context, c client.Client, ns, name, app string, ips ...string) (*corev1.Pod, error) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": app}},
 		Spec: corev1.PodSpec{
@@ -110,7 +120,7 @@ func gatedPod(t *testing.T, c client.Client, ns, name, app string, ips ...string
 		},
 	}
 	if err := c.Create(ctx, pod); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("create pod %s/%s: %w", ns, name, err)
 	}
 	pod.Status = corev1.PodStatus{
 		Phase: corev1.PodRunning,
@@ -124,9 +134,9 @@ func gatedPod(t *testing.T, c client.Client, ns, name, app string, ips ...string
 		pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: ip})
 	}
 	if err := c.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("set status of pod %s/%s: %w", ns, name, err)
 	}
-	return pod
+	return pod, nil
 }
 
 func condition(t *testing.T, c client.Client, ns, name string, typ corev1.PodConditionType) corev1.ConditionStatus {
@@ -258,6 +268,49 @@ func TestGateOnAPIServer(t *testing.T) {
 		}
 		if sum := m.GetHistogram().GetSampleSum(); sum < 3 {
 			t.Errorf("observed %.2fs, want at least the 3 s since ContainersReady turned True", sum)
+		}
+	})
+
+	// Issue 46, M7: a pod that stays unserved is checked every PollInterval
+	// at first, then less and less often, up to MaxPollInterval; it counts
+	// in its namespace's gauge until it is served, and the gate still opens
+	// only once it is (invariant 5).
+	t.Run("BackoffWhileUnserved", func(t *testing.T) {
+		ns := namespace(t, c, "backoff")
+		prov := memory.New(provider.Hooks{})
+		if err := c.Create(ctx, testutil.LBService(ns, "web", class, 80, 8080)); err != nil {
+			t.Fatal(err)
+		}
+		gatedPod(t, c, ns, "web-a", "web", "10.7.3.1")
+		serve(prov, ns, "web")
+		gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "unserved"}, []string{"namespace"})
+		r := newTestReconciler(t, c, prov)
+		r.unserved = newUnservedPods(gauge)
+		var got []time.Duration
+		for i := 0; i < 9; i++ {
+			got = append(got, settle(t, r, ns, "web-a").RequeueAfter)
+		}
+		want := []time.Duration{100, 100, 100, 100, 200, 400, 800, 1000, 1000}
+		for i := range want {
+			if got[i] != want[i]*time.Millisecond {
+				t.Fatalf("checks of an unserved pod requeued after %v, want %v ms", got, want)
+			}
+		}
+		if n := testutilprom.ToFloat64(gauge.WithLabelValues(ns)); n != 1 {
+			t.Errorf("unserved pods of %s: %v, want 1", ns, n)
+		}
+		if got := condition(t, c, ns, "web-a", ConditionType); got == corev1.ConditionTrue {
+			t.Fatal("gate opened while the load balancer does not serve the pod")
+		}
+		serve(prov, ns, "web", backend("10.7.3.1", 8080))
+		if res := settle(t, r, ns, "web-a"); res.RequeueAfter != 0 {
+			t.Errorf("served pod requeued after %s", res.RequeueAfter)
+		}
+		if got := condition(t, c, ns, "web-a", ConditionType); got != corev1.ConditionTrue {
+			t.Errorf("gate condition = %q once served, want True", got)
+		}
+		if n := testutilprom.CollectAndCount(gauge); n != 0 {
+			t.Errorf("%d unserved-pod series left once the pod is served, want none", n)
 		}
 	})
 }

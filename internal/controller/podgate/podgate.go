@@ -38,14 +38,23 @@ type Options struct {
 	// (default: the manager's API reader).
 	APIReader client.Reader
 	// PollInterval is how often a pod that is not served yet is checked again
-	// (default 500ms).
+	// (default 500ms), for its first checks (fastChecks); then the checks back
+	// off, doubling, up to MaxPollInterval.
 	PollInterval time.Duration
-	// ReadQPS bounds the provider reads of this controller (default 20).
+	// MaxPollInterval caps the back-off of the checks of a pod that stays
+	// unserved (default 10 × PollInterval: 5s with the default).
+	MaxPollInterval time.Duration
+	// ReadQPS bounds the provider reads of this controller (default 20),
+	// shared equally by the namespaces with pods waiting (fairqueue.go).
 	ReadQPS float64
 	// Latency, when set, observes how long the gate held each pod back
 	// (zerodrop_readiness_gate_seconds).
 	Latency prometheus.Observer
-	Logger  logr.Logger
+	// Unserved, when set, is the gauge of the pods the gate keeps checking
+	// because they are not served yet, by namespace
+	// (zerodrop_readiness_gate_unserved_pods).
+	Unserved *prometheus.GaugeVec
+	Logger   logr.Logger
 }
 
 // Reconciler flips the readiness gate of one pod.
@@ -53,6 +62,9 @@ type Reconciler struct {
 	client  client.Client
 	opts    Options
 	limiter *rate.Limiter
+	// unserved holds the pods not served at their last check: their
+	// back-off and the per-namespace gauge.
+	unserved *unservedPods
 }
 
 // Setup registers the controller with mgr (it runs in the leader only).
@@ -60,17 +72,28 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 500 * time.Millisecond
 	}
+	if opts.MaxPollInterval == 0 {
+		opts.MaxPollInterval = 10 * opts.PollInterval
+	}
+	if opts.MaxPollInterval < opts.PollInterval {
+		return fmt.Errorf("readiness gate: MaxPollInterval %s is shorter than PollInterval %s", opts.MaxPollInterval, opts.PollInterval)
+	}
 	if opts.ReadQPS <= 0 {
 		opts.ReadQPS = 20
 	}
 	if opts.APIReader == nil {
 		opts.APIReader = mgr.GetAPIReader()
 	}
-	r := &Reconciler{client: mgr.GetClient(), opts: opts, limiter: rate.NewLimiter(rate.Limit(opts.ReadQPS), int(opts.ReadQPS))}
+	r := &Reconciler{client: mgr.GetClient(), opts: opts, limiter: rate.NewLimiter(rate.Limit(opts.ReadQPS), int(opts.ReadQPS)),
+		unserved: newUnservedPods(opts.Unserved)}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("zerodrop-podgate").
-		// Tests run several controllers in one process.
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
+		WithOptions(controller.Options{
+			// Tests run several controllers in one process.
+			SkipNameValidation: ptr.To(true),
+			// One namespace's pods cannot starve another's (issue 46, M7).
+			NewQueue: newFairQueue,
+		}).
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{
 			CreateFunc:  func(e event.CreateEvent) bool { return pending(e.Object.(*corev1.Pod)) },
 			UpdateFunc:  func(e event.UpdateEvent) bool { return pending(e.ObjectNew.(*corev1.Pod)) },
@@ -114,6 +137,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	log := r.opts.Logger.WithValues("pod", req.NamespacedName)
 	var pod corev1.Pod
 	if err := r.client.Get(ctx, req.NamespacedName, &pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.unserved.forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	for attempt := 1; ; attempt++ {
@@ -130,6 +156,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		pod = corev1.Pod{}
 		if err := reader.Get(ctx, req.NamespacedName, &pod); err != nil {
+			if apierrors.IsNotFound(err) {
+				r.unserved.forget(req.NamespacedName)
+			}
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
 	}
@@ -141,7 +170,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // read before the kubelet's last write would bring its old conditions back
 // (ContainersReady True again). A conflict is returned as such.
 func (r *Reconciler) open(ctx context.Context, log logr.Logger, pod *corev1.Pod) (reconcile.Result, error) {
+	key := client.ObjectKeyFromObject(pod)
 	if !pending(pod) {
+		r.unserved.forget(key)
 		return reconcile.Result{}, nil
 	}
 	if err := r.limiter.Wait(ctx); err != nil {
@@ -153,8 +184,10 @@ func (r *Reconciler) open(ctx context.Context, log logr.Logger, pod *corev1.Pod)
 	}
 	served, reason, msg := verdict(targets)
 	if !served {
-		log.V(2).Info("not served yet", "targets", lbtarget.Describe(targets))
-		return reconcile.Result{RequeueAfter: r.opts.PollInterval}, nil
+		misses := r.unserved.miss(key)
+		next := r.opts.nextCheck(misses)
+		log.V(2).Info("not served yet", "targets", lbtarget.Describe(targets), "checks", misses, "nextCheck", next)
+		return reconcile.Result{RequeueAfter: next}, nil
 	}
 	orig := pod.DeepCopy()
 	setCondition(pod, corev1.PodCondition{Type: ConditionType, Status: corev1.ConditionTrue,
@@ -162,6 +195,7 @@ func (r *Reconciler) open(ctx context.Context, log logr.Logger, pod *corev1.Pod)
 	if err := r.client.Status().Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return reconcile.Result{}, fmt.Errorf("set readiness gate of %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	r.unserved.forget(key)
 	log.V(1).Info("load balancers serve the pod", "targets", lbtarget.Describe(targets))
 	if r.opts.Latency != nil {
 		if since, ok := containersReadySince(orig); ok {
