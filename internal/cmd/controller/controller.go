@@ -142,6 +142,9 @@ func (c *Config) Validate() error {
 	if c.KubeProxyHealthzPort < 0 || c.KubeProxyHealthzPort > 65535 {
 		return fmt.Errorf("--kube-proxy-healthz-port %d: want 0 (probe the nodePort) to 65535", c.KubeProxyHealthzPort)
 	}
+	if err := c.validateBindAddresses(); err != nil {
+		return err
+	}
 	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("--log-format must be text or json, not %q", c.LogFormat)
 	}

@@ -6,11 +6,14 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -29,7 +32,11 @@ import (
 // client-go alone: that package links k8s.io/apiserver, which made the
 // binary 30 MB larger. Like the delegating authenticator and authorizer
 // behind that package, it caches both reviews (reviewer), so a scraper
-// costs the API server two reviews per allow TTL, not per scrape.
+// costs the API server two reviews per allow TTL, not per scrape. Tokens
+// not in the cache are reviewed at most ReviewRate a second (a token
+// bucket): a flood of random tokens is refused with 429 beyond that, without
+// a review, while a token the API server authenticated before is reviewed
+// outside that budget (so the real scraper is served through a flood).
 func metricsAuth(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filter, error) {
 	cs, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
@@ -54,6 +61,13 @@ const (
 	defaultAllowTTL   = 2 * time.Minute
 	defaultDenyTTL    = 10 * time.Second
 	defaultMaxEntries = 1024
+	// defaultReviewRate and defaultReviewBurst: TokenReviews a second for
+	// tokens the cache does not know, and the bucket's size.
+	defaultReviewRate  = 5
+	defaultReviewBurst = 5
+	// knownTTL is how long a token the API server authenticated stays
+	// "known" (its reviews skip the budget) after its last review.
+	knownTTL = 24 * time.Hour
 )
 
 // reviewCache configures a reviewer's caches. Zero values get the defaults.
@@ -67,7 +81,12 @@ type reviewCache struct {
 	// MaxEntries bounds each cache (default 1024); when one is full, its
 	// expired entries go, then its oldest.
 	MaxEntries int
-	// Now is the caches' clock (default time.Now).
+	// ReviewRate and ReviewBurst bound the TokenReviews of tokens neither
+	// cached nor authenticated before (default 5 a second, burst 5): beyond
+	// them a request is refused with 429 and the API server is not asked.
+	ReviewRate  rate.Limit
+	ReviewBurst int
+	// Now is the caches' and the budget's clock (default time.Now).
 	Now func() time.Time
 }
 
@@ -81,7 +100,14 @@ type reviewer struct {
 	salt      [32]byte
 	tokens    *ttlCache[tokenReview]
 	decisions *ttlCache[decision]
+	// known holds the keys of tokens the API server authenticated (for
+	// knownTTL, bounded like the caches): their reviews skip budget.
+	known  *ttlCache[struct{}]
+	budget *rate.Limiter
 }
+
+// errThrottled is a review not made: the budget for unknown tokens is spent.
+var errThrottled = errors.New("too many unknown tokens: TokenReview budget spent")
 
 // tokenReview is what a TokenReview said of a token.
 type tokenReview struct {
@@ -109,9 +135,17 @@ func newReviewer(cs kubernetes.Interface, opts reviewCache) *reviewer {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.ReviewRate <= 0 {
+		opts.ReviewRate = defaultReviewRate
+	}
+	if opts.ReviewBurst <= 0 {
+		opts.ReviewBurst = defaultReviewBurst
+	}
 	rv := &reviewer{cs: cs, opts: opts,
 		tokens:    newTTLCache[tokenReview](opts.MaxEntries, opts.Now),
-		decisions: newTTLCache[decision](opts.MaxEntries, opts.Now)}
+		decisions: newTTLCache[decision](opts.MaxEntries, opts.Now),
+		known:     newTTLCache[struct{}](opts.MaxEntries, opts.Now),
+		budget:    rate.NewLimiter(opts.ReviewRate, opts.ReviewBurst)}
 	// crypto/rand.Read does not fail (it panics if the system's source does).
 	_, _ = rand.Read(rv.salt[:])
 	return rv
@@ -121,8 +155,9 @@ func newReviewer(cs kubernetes.Interface, opts reviewCache) *reviewer {
 const reviewTimeout = 10 * time.Second
 
 // authorize answers 200 for a request that may read, 401 for one without
-// an accepted token, 403 for a user not allowed, 503 when the API server
-// could not be asked; and why.
+// an accepted token, 403 for a user not allowed, 429 for an unknown token
+// over the review budget, 503 when the API server could not be asked; and
+// why.
 func (rv *reviewer) authorize(r *http.Request) (int, string) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	token = strings.TrimSpace(token)
@@ -132,6 +167,9 @@ func (rv *reviewer) authorize(r *http.Request) (int, string) {
 	ctx, cancel := context.WithTimeout(r.Context(), reviewTimeout)
 	defer cancel()
 	tr, err := rv.reviewToken(ctx, token)
+	if errors.Is(err, errThrottled) {
+		return http.StatusTooManyRequests, err.Error()
+	}
 	if err != nil {
 		return http.StatusServiceUnavailable, "token review: " + err.Error()
 	}
@@ -159,6 +197,11 @@ func (rv *reviewer) reviewToken(ctx context.Context, token string) (tokenReview,
 	if v, ok := rv.tokens.get(key); ok {
 		return v, nil
 	}
+	// A token not known to be good spends the budget: a flood of random
+	// tokens costs the API server at most ReviewRate reviews a second.
+	if _, ok := rv.known.get(key); !ok && !rv.budget.AllowN(rv.opts.Now(), 1) {
+		return tokenReview{}, errThrottled
+	}
 	tr, err := rv.cs.AuthenticationV1().TokenReviews().Create(ctx,
 		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 	if err != nil {
@@ -166,6 +209,9 @@ func (rv *reviewer) reviewToken(ctx context.Context, token string) (tokenReview,
 	}
 	v := tokenReview{authenticated: tr.Status.Authenticated, user: tr.Status.User, err: tr.Status.Error}
 	rv.tokens.put(key, v, rv.ttl(v.authenticated))
+	if v.authenticated {
+		rv.known.put(key, struct{}{}, knownTTL)
+	}
 	return v, nil
 }
 
