@@ -55,22 +55,32 @@ func isNotFound(err error) bool {
 	return errors.As(err, &re) && re.StatusCode == http.StatusNotFound
 }
 
+// MaxRetryAfter bounds the wait a throttled answer asks for. ARM's own
+// throttling windows are seconds to minutes; a larger value (a bug, or
+// something answering in ARM's place) would park the load balancer's work
+// item for as long as it says, so it is cut to this and retried then (a
+// throttled retry costs one request).
+const MaxRetryAfter = 5 * time.Minute
+
 // retryAfter reads ARM's throttling headers: retry-after-ms,
-// x-ms-retry-after-ms, then Retry-After in seconds or as an HTTP date.
+// x-ms-retry-after-ms, then Retry-After in seconds or as an HTTP date; at
+// most MaxRetryAfter.
 func (p *Provider) retryAfter(resp *http.Response) time.Duration {
 	if resp != nil {
 		for _, h := range []string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
-			if ms, err := strconv.Atoi(resp.Header.Get(h)); err == nil && ms > 0 {
-				return time.Duration(ms) * time.Millisecond
+			if ms, err := strconv.ParseInt(resp.Header.Get(h), 10, 64); err == nil && ms > 0 {
+				return min(time.Duration(min(ms, int64(MaxRetryAfter/time.Millisecond)))*time.Millisecond, MaxRetryAfter)
 			}
 		}
 		v := resp.Header.Get("Retry-After")
-		if s, err := strconv.Atoi(v); err == nil && s > 0 {
-			return time.Duration(s) * time.Second
+		if s, err := strconv.ParseInt(v, 10, 64); err == nil && s > 0 {
+			// Compared in seconds first: a large count would overflow
+			// a Duration.
+			return min(time.Duration(min(s, int64(MaxRetryAfter/time.Second)))*time.Second, MaxRetryAfter)
 		}
 		if t, err := http.ParseTime(v); err == nil {
 			if d := time.Until(t); d > 0 {
-				return d
+				return min(d, MaxRetryAfter)
 			}
 		}
 	}
