@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"zerodrop.dev/zerodrop/internal/connguard"
 	"zerodrop.dev/zerodrop/internal/kubeproxy"
 	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/metrics"
@@ -52,8 +54,17 @@ type Options struct {
 	// replica's cache may see it a moment later (default 5s).
 	CacheLag time.Duration
 	// MaxCalls bounds the calls held at once for pods found terminating
-	// (default 1000); a call over it is refused at once with 503.
+	// (default DefaultMaxCalls); a call over it is refused at once with
+	// 503. A last bound on memory, not the one that matters: a node drain
+	// or a big rollout must fit in it (each pod's callers share one wait,
+	// and a held call costs a goroutine and a connection, about 20 KiB).
 	MaxCalls int
+	// MaxCallsPerSource bounds the calls held at once from one source
+	// address (default DefaultMaxCallsPerSource): a pod that floods the
+	// endpoint fills its own quota, not the others'. The kubelet's calls of
+	// a node's direct hooks come from the node's address, so it is above
+	// the pods a node holds, times a few hooked containers each.
+	MaxCallsPerSource int
 	// MaxUnfoundCalls bounds the calls held at once whose pod is not found
 	// terminating yet, each re-reading it for up to CacheLag (default
 	// DefaultMaxUnfoundCalls, never more than MaxCalls); a call over it is
@@ -76,6 +87,10 @@ type Options struct {
 	// reaches its deadline undrained: the pod then stops while a load
 	// balancer may still send it new connections.
 	Recorder events.EventRecorder
+	// Key returns the drain key (drain.PodToken); nil or empty: answers
+	// carry no proof, and relays that expect one call again until their
+	// deadline. A func, so the key can be loaded after the handler starts.
+	Key func() []byte
 	// Metrics counts the answers (nil: not counted).
 	Metrics *metrics.Metrics
 	Logger  logr.Logger
@@ -87,6 +102,14 @@ type Options struct {
 // replica's cache shows their deletion, fits in it.
 const DefaultMaxUnfoundCalls = 256
 
+// DefaultMaxCalls and DefaultMaxCallsPerSource are the defaults of
+// Options.MaxCalls and MaxCallsPerSource: 4096 held calls take about 80 MiB
+// of the controller's 256 MiB, and 2,000 pods terminating at once fit.
+const (
+	DefaultMaxCalls          = 4096
+	DefaultMaxCallsPerSource = 512
+)
+
 // DefaultShutdownBudget is the default of Options.ShutdownBudget.
 const DefaultShutdownBudget = 5 * time.Second
 
@@ -96,10 +119,11 @@ type Handler struct {
 	slots   chan struct{} // one per call held for a terminating pod; full: refuse
 	unfound chan struct{} // one per call held whose pod is not found yet; full: refuse
 
-	mu    sync.Mutex
-	polls map[types.UID]*poll // the one wait loop of each pod being waited on
-	held  map[uint64]time.Time
-	next  uint64
+	mu      sync.Mutex
+	sources map[string]int      // calls held per source address
+	polls   map[types.UID]*poll // the one wait loop of each pod being waited on
+	held    map[uint64]time.Time
+	next    uint64
 }
 
 // poll is the one wait loop of a pod, shared by all its callers (the
@@ -131,7 +155,10 @@ func NewHandler(opts Options) *Handler {
 		opts.CacheLag = 5 * time.Second
 	}
 	if opts.MaxCalls <= 0 {
-		opts.MaxCalls = 1000
+		opts.MaxCalls = DefaultMaxCalls
+	}
+	if opts.MaxCallsPerSource <= 0 {
+		opts.MaxCallsPerSource = DefaultMaxCallsPerSource
 	}
 	if opts.MaxUnfoundCalls <= 0 {
 		opts.MaxUnfoundCalls = DefaultMaxUnfoundCalls
@@ -144,7 +171,7 @@ func NewHandler(opts Options) *Handler {
 		opts.KubeProxyFallback = 10 * time.Second
 	}
 	return &Handler{opts: opts, slots: make(chan struct{}, opts.MaxCalls), unfound: make(chan struct{}, opts.MaxUnfoundCalls),
-		polls: map[types.UID]*poll{}, held: map[uint64]time.Time{}}
+		sources: map[string]int{}, polls: map[types.UID]*poll{}, held: map[uint64]time.Time{}}
 }
 
 // ServeHTTP answers terse: any pod can call the endpoint, so the body says
@@ -162,6 +189,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	log := h.opts.Logger.WithValues("pod", ns+"/"+name)
 	uid := types.UID(r.URL.Query().Get("uid"))
+	if nonce := r.URL.Query().Get(NonceParam); nonce != "" && h.opts.Key != nil {
+		if key := h.opts.Key(); len(key) > 0 {
+			// A relay asks for a proof: every answer below carries one.
+			w = &provingWriter{ResponseWriter: w, token: PodToken(key, ns, name), pod: ns + "/" + name, uid: string(uid), nonce: nonce}
+		}
+	}
+	// Per source first: a flood from one pod must not take the slots of
+	// the others' calls.
+	source := sourceOf(r)
+	if !h.enter(source) {
+		log.Info("drain call refused: too many calls held from its source", "source", source, "max", h.opts.MaxCallsPerSource)
+		h.busy(w)
+		return
+	}
+	defer h.exit(source)
 	// The pod is looked up before the call takes a slot: a call whose pod
 	// is not found terminating takes one of the MaxUnfoundCalls, so that
 	// calls naming pods that do not exist, each held CacheLag, cannot fill
@@ -209,6 +251,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.busy(w)
 		return
 	}
+	// A call held for a terminating pod: its connection is no longer one
+	// a flood's would evict (false: not a guarded connection).
+	_ = connguard.TrustRequest(r)
 	deadline := h.deadline(pod)
 	if id == 0 {
 		id = h.hold(deadline)
@@ -241,6 +286,34 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set(ResultHeader, "timeout")
 		h.answer(w, "timeout", http.StatusOK, "timeout")
+	}
+}
+
+// sourceOf is the caller's address without its port.
+func sourceOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// enter counts a call of source, unless it has MaxCallsPerSource held.
+func (h *Handler) enter(source string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sources[source] >= h.opts.MaxCallsPerSource {
+		return false
+	}
+	h.sources[source]++
+	return true
+}
+
+func (h *Handler) exit(source string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sources[source]--; h.sources[source] <= 0 {
+		delete(h.sources, source)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"zerodrop.dev/zerodrop/internal/connguard"
 )
 
 // Server serves the endpoint in every replica: the standby answers from the
@@ -29,6 +31,13 @@ type Server struct {
 	// extends the read and write deadlines of a call it holds to the pod's
 	// deadline, so none of them cuts the long-held answer.
 	ReadHeaderTimeout, ReadTimeout, IdleTimeout, WriteTimeout time.Duration
+	// MaxPending and MaxPendingPerSource bound the connections held whose
+	// call has not found a terminating pod yet (connguard: the oldest is
+	// closed beyond; default 1024 and 256), Handshake how long one stays so
+	// (default 30s: a request read, then CacheLag). A call that finds its
+	// pod is bounded by the Handler's own caps instead.
+	MaxPending, MaxPendingPerSource int
+	Handshake                       time.Duration
 
 	mu       sync.Mutex
 	finished chan struct{} // closed once the server has shut down
@@ -44,6 +53,13 @@ func (s *Server) NeedLeaderElection() bool { return false }
 func orDefault(d, def time.Duration) time.Duration {
 	if d > 0 {
 		return d
+	}
+	return def
+}
+
+func orDefaultInt(n, def int) int {
+	if n > 0 {
+		return n
 	}
 	return def
 }
@@ -64,10 +80,16 @@ func (s *Server) Start(ctx context.Context) error {
 		IdleTimeout:       orDefault(s.IdleTimeout, 30*time.Second),
 		WriteTimeout:      orDefault(s.WriteTimeout, 30*time.Second),
 	}
-	ln, err := net.Listen("tcp", s.Addr)
+	raw, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("drain endpoint: %w", err)
 	}
+	// Any pod can connect: connections that hold no call for a
+	// terminating pod are bounded per source and in all (Handler trusts
+	// the others).
+	ln := connguard.New(raw, connguard.Limits{Pending: orDefaultInt(s.MaxPending, DefaultMaxCalls),
+		PendingPerSource: orDefaultInt(s.MaxPendingPerSource, 256), Handshake: orDefault(s.Handshake, 30*time.Second)})
+	srv.ConnContext = connguard.ConnContext
 	floor := orDefault(s.ShutdownTimeout, 10*time.Second)
 	finished := make(chan struct{})
 	s.mu.Lock()
