@@ -397,6 +397,9 @@ func (in *Instance) serviceOptions(cfg Config, w wiring, role service.Role) (ser
 		// Azure assigns frontend addresses from the subnet itself.
 		pool = netip.MustParsePrefix(cfg.AddressPool)
 	}
+	if role == service.RoleDataPlane && !cfg.AddressPoolGiven {
+		pool = netip.Prefix{}
+	}
 	read := cfg.readLimit()
 	o := cfg.Override
 	opts := service.Options{

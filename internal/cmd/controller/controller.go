@@ -38,6 +38,11 @@ type Config struct {
 	Workers        int
 	AddressPool    string
 	AddressMap     string
+	// AddressPoolGiven: --address-pool was on the command line. A data-plane
+	// replica checks status addresses against the pool only then (its
+	// default is the control role's allocation default, which a replica
+	// started without the flag never agreed to).
+	AddressPoolGiven bool
 	// KubeProxyHealthzPort is what node-mode Cluster listeners probe.
 	KubeProxyHealthzPort int
 	// KubeProxyMargin and KubeProxyFallback tune the node-mode termination
@@ -93,7 +98,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.AdoptClassless, "adopt-classless", false, "also manage LoadBalancer Services without a loadBalancerClass")
 	fs.StringVar(&c.Sync, "sync", string(service.SyncIncremental), "incremental (write only differences) or full (upstream-like: rewrite everything on every sync)")
 	fs.IntVar(&c.Workers, "workers", 4, "load balancers reconciled in parallel")
-	fs.StringVar(&c.AddressPool, "address-pool", "127.0.100.0/24", "CIDR frontend addresses are allocated from")
+	fs.StringVar(&c.AddressPool, "address-pool", "127.0.100.0/24", "CIDR frontend addresses are allocated from; a --role=data-plane replica given it binds only Services' status addresses inside it (without it, any)")
 	fs.StringVar(&c.AddressMap, "backend-address-map", "", "rewrite backend addresses, FROM=TO[,…] with equal prefix lengths (the lab publishes loopback pods as 198.18.0.0/15=127.18.0.0/15)")
 	fs.IntVar(&c.KubeProxyHealthzPort, "kube-proxy-healthz-port", 10256, "node mode, externalTrafficPolicy Cluster: probe GET /healthz on this port of every node (kube-proxy's --healthz-bind-address), as cloud load balancers do; 0 probes the nodePort over TCP")
 	fs.DurationVar(&c.KubeProxyMargin, "kube-proxy-sync-margin", 2*time.Second, "node mode: a drain call that waits for kube-proxy answers this long after the EndpointSlices show the pod's endpoint terminating, once every kube-proxy that may send the pod new connections reports (its /healthz on --kube-proxy-healthz-port) a sync since the pod's deletion began; kube-proxy syncs a change within its --min-sync-period (1s)")
@@ -205,6 +210,7 @@ func ParseArgs(args []string) (Config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
+	cfg.AddressPoolGiven = fs.Changed("address-pool")
 	return cfg, nil
 }
 
@@ -223,6 +229,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop controller: unexpected arguments %v\n", fs.Args())
 		return 2
 	}
+	cfg.AddressPoolGiven = fs.Changed("address-pool")
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "zerodrop controller: %v\n", err)
 		return 2

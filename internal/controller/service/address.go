@@ -143,7 +143,7 @@ func (c *Controller) seedAllocator(ctx context.Context) error {
 // after a crash between apply and status), else a new one.
 func (c *Controller) address(svc *corev1.Service, cfg model.ServiceConfig, observed *model.LoadBalancer) (string, error) {
 	if c.opts.Role == RoleDataPlane {
-		return statusAddress(svc)
+		return statusAddress(svc, c.opts.StatusPool)
 	}
 	if !c.alloc.enabled() {
 		return "", nil

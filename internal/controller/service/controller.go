@@ -79,6 +79,9 @@ type Options struct {
 	// AddressPool, when valid, is where frontend addresses are allocated
 	// (providers that assign their own addresses leave it zero).
 	AddressPool netip.Prefix
+	// StatusPool is set from AddressPool in RoleDataPlane: a replica binds a
+	// Service's status address only when it is in this pool.
+	StatusPool netip.Prefix
 	// BackendAddressMap rewrites backend addresses (lab: published pod
 	// addresses → loopback).
 	BackendAddressMap []model.AddressMapping
@@ -164,8 +167,9 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 			return nil, fmt.Errorf("service controller: role %s needs the data-plane replicas", opts.Role)
 		}
 	case RoleDataPlane:
-		// Addresses are the control role's, read from the Services' status.
-		opts.AddressPool = netip.Prefix{}
+		// Addresses are the control role's, read from the Services'
+		// status; the pool only says which of them a replica may bind.
+		opts.StatusPool, opts.AddressPool = opts.AddressPool, netip.Prefix{}
 	default:
 		return nil, fmt.Errorf("service controller: unknown role %q", opts.Role)
 	}

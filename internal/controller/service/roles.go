@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 
@@ -48,12 +49,23 @@ const ReasonDataPlanePending = "DataPlanePending"
 var errNoAddress = errors.New("no frontend address in the Service's status yet (the control role allocates it)")
 
 // statusAddress is a data-plane replica's frontend address of svc: the one
-// the control role wrote to its status.
-func statusAddress(svc *corev1.Service) (string, error) {
+// the control role wrote to its status, if it is in pool (when pool is
+// valid). Anyone who can write a Service's status could otherwise make every
+// edge node bind an address of their choosing — a node's, the API
+// server's — so an address outside the pool is refused like an invalid
+// Service: its listeners stay as they were.
+func statusAddress(svc *corev1.Service, pool netip.Prefix) (string, error) {
 	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		if ing.IP != "" {
+		if ing.IP == "" {
+			continue
+		}
+		if !pool.IsValid() {
 			return ing.IP, nil
 		}
+		if addr, err := netip.ParseAddr(ing.IP); err != nil || !pool.Contains(addr) {
+			return "", fmt.Errorf("the Service's status address %q is not in the address pool %s: not bound", ing.IP, pool)
+		}
+		return ing.IP, nil
 	}
 	return "", errNoAddress
 }
@@ -182,7 +194,7 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 	st.unserved = map[*corev1.Service]string{}
 	var fresh []model.ServiceInput
 	for _, in := range st.active {
-		if a, err := statusAddress(in.Service); err != nil || a != in.Address {
+		if a, err := statusAddress(in.Service, netip.Prefix{}); err != nil || a != in.Address {
 			st.unserved[in.Service] = "waiting for data-plane replicas: they serve the Service at the address in its status, written now"
 			fresh = append(fresh, in)
 		}

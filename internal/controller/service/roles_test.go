@@ -2,6 +2,7 @@ package service
 
 import (
 	"errors"
+	"net/netip"
 	"reflect"
 	"testing"
 
@@ -49,12 +50,27 @@ func TestReplicaViews(t *testing.T) {
 }
 
 func TestStatusAddress(t *testing.T) {
+	pool := netip.MustParsePrefix("10.0.0.0/24")
 	svc := &corev1.Service{}
-	if _, err := statusAddress(svc); !errors.Is(err, errNoAddress) {
+	if _, err := statusAddress(svc, pool); !errors.Is(err, errNoAddress) {
 		t.Fatalf("no ingress: %v, want errNoAddress", err)
 	}
 	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{Hostname: "lb.example"}, {IP: "10.0.0.7"}}
-	if a, err := statusAddress(svc); err != nil || a != "10.0.0.7" {
+	if a, err := statusAddress(svc, pool); err != nil || a != "10.0.0.7" {
 		t.Fatalf("got %q, %v; want 10.0.0.7", a, err)
+	}
+	// Whoever can write a Service's status could otherwise make every edge
+	// node bind any address (a node's, the API server's): a replica binds
+	// only addresses of the pool the control role allocates from.
+	for _, ip := range []string{"10.0.1.7", "192.168.0.1", "fd00::1", "not-an-ip"} {
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+		if a, err := statusAddress(svc, pool); err == nil || errors.Is(err, errNoAddress) {
+			t.Errorf("status address %s outside the pool %s: got %q, %v; want an error naming the pool", ip, pool, a, err)
+		}
+	}
+	// No pool configured (a replica started without --address-pool): as before.
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.168.0.1"}}
+	if a, err := statusAddress(svc, netip.Prefix{}); err != nil || a != "192.168.0.1" {
+		t.Fatalf("no pool: got %q, %v; want 192.168.0.1", a, err)
 	}
 }
