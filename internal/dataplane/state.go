@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"net/url"
 
+	"golang.org/x/sync/semaphore"
+
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 )
@@ -79,6 +81,22 @@ func read(get func(ctx context.Context, key string) (any, error)) http.Handler {
 	})
 }
 
+// MaxAnswerBytes bounds one replica's answer. The largest legitimate
+// answer is one Service's at the scale the project reaches: 10,000
+// endpoints behind one port, with the longest names and IPv6 addresses,
+// encodes to about 1.0 MiB as a load balancer and about 3.0 MiB as backend
+// statuses (TestAnswerCapCoversLargestService computes both from model
+// values); 8 MiB leaves more than 2x headroom.
+const MaxAnswerBytes = 8 << 20
+
+// AnswerBudgetBytes bounds the answer bytes held by all reads of replicas
+// in this process at once (the gates read many pods' replicas
+// concurrently): four answers of the largest size. A read takes its share
+// as it reads and waits for room within its own deadline, so replicas
+// answering too much delay or fail reads instead of exhausting the control
+// role's memory (256 MiB: decoded, an answer takes a few times its size).
+const AnswerBudgetBytes = 4 * MaxAnswerBytes
+
 // ErrReadOnly is what a Remote answers to writes: a replica's load balancer
 // is written by that replica's own zerodrop process only.
 var ErrReadOnly = errors.New("dataplane: a replica's load balancer is read-only from outside it")
@@ -135,17 +153,129 @@ func (r *Remote) get(ctx context.Context, path, key string, out any) error {
 		return fmt.Errorf("replica %s: %w", r.Replica, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return fmt.Errorf("replica %s: %w", r.Replica, err)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if c.Timeout > 0 {
+		// Waiting for answer budget counts against the read's bound.
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
 	}
+	body := &boundedBody{r: resp.Body, ctx: ctx, max: MaxAnswerBytes, sem: answerBudget}
+	defer body.release()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("replica %s: %s: %s", r.Replica, resp.Status, body)
+		// An error's text is short; a few KiB of it are enough to say why.
+		msg, _ := io.ReadAll(io.LimitReader(body, 4<<10))
+		return fmt.Errorf("replica %s: %s: %s", r.Replica, resp.Status, msg)
 	}
-	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("replica %s: %w", r.Replica, err)
+	// Decoded as it streams in: never more than the cap read, and the
+	// bytes read held against the process' answer budget until decoded.
+	if err := decode(json.NewDecoder(body), out); err != nil {
+		if body.over {
+			return fmt.Errorf("replica %s: answer larger than %d bytes (the largest legitimate one is a few MiB): refused", r.Replica, MaxAnswerBytes)
+		}
+		if body.exhausted {
+			return fmt.Errorf("replica %s: answer not read: the reads of replicas in progress hold the whole answer budget (%d bytes); refused after %d bytes", r.Replica, AnswerBudgetBytes, body.n)
+		}
+		return fmt.Errorf("replica %s: decode answer: %w", r.Replica, err)
 	}
 	return nil
+}
+
+// decode decodes the answer into out. A backend-status list is decoded one
+// element at a time: json.Decoder buffers a whole value before decoding
+// it, so decoding the list as one value would hold its encoding and its
+// decoding at once.
+func decode(dec *json.Decoder, out any) error {
+	list, ok := out.(*[]provider.BackendStatus)
+	if !ok {
+		return dec.Decode(out)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok == nil {
+		*list = nil
+		return nil
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return fmt.Errorf("backend statuses: want a JSON list, got %v", tok)
+	}
+	*list = []provider.BackendStatus{}
+	for dec.More() {
+		var s provider.BackendStatus
+		if err := dec.Decode(&s); err != nil {
+			return err
+		}
+		*list = append(*list, s)
+	}
+	_, err = dec.Token()
+	return err
+}
+
+// answerBudget holds the answer bytes being read from replicas by this
+// process (AnswerBudgetBytes).
+var answerBudget = semaphore.NewWeighted(AnswerBudgetBytes)
+
+// boundedBody reads at most max bytes of an answer, each taken from sem
+// before it is read, all given back by release.
+type boundedBody struct {
+	r    io.Reader
+	ctx  context.Context
+	sem  *semaphore.Weighted
+	max  int64
+	n    int64
+	held int64
+	// over: the answer passed max; exhausted: the process' budget ran out
+	// while this answer held part of it.
+	over, exhausted bool
+}
+
+// errAnswerTooLarge ends the decoding of an answer past the cap.
+var errAnswerTooLarge = errors.New("answer too large")
+
+// errAnswerBudget ends the decoding of an answer when the process' answer
+// budget is exhausted.
+var errAnswerBudget = errors.New("answer budget exhausted")
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.n >= b.max {
+		// One byte more tells an answer of exactly max bytes from a larger
+		// one.
+		var one [1]byte
+		if n, _ := b.r.Read(one[:]); n > 0 {
+			b.over = true
+			return 0, errAnswerTooLarge
+		}
+		return b.r.Read(p)
+	}
+	// Chunks of at most 64 KiB: a read never asks the budget for much more
+	// than it will read.
+	want := min(int64(len(p)), b.max-b.n, 64<<10)
+	if b.held == 0 {
+		// Holding nothing, a read may wait for room (within its deadline):
+		// no read waits while it holds budget, so reads never wait on each
+		// other in a circle.
+		if err := b.sem.Acquire(b.ctx, want); err != nil {
+			return 0, fmt.Errorf("waiting for answer budget (%d bytes, held by other reads of replicas): %w", AnswerBudgetBytes, err)
+		}
+	} else if !b.sem.TryAcquire(want) {
+		b.exhausted = true
+		return 0, errAnswerBudget
+	}
+	n, err := b.r.Read(p[:want])
+	b.sem.Release(want - int64(n))
+	b.held += int64(n)
+	b.n += int64(n)
+	return n, err
+}
+
+// release gives back the budget the answer held.
+func (b *boundedBody) release() {
+	if b.held > 0 {
+		b.sem.Release(b.held)
+		b.held = 0
+	}
 }
 
 // Fleet stands for the data plane's load balancers in a controller of the
