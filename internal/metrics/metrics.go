@@ -29,6 +29,9 @@ type Metrics struct {
 	BuildInfo         *prometheus.GaugeVec
 	// GateLatency is how long the readiness gate held pods back.
 	GateLatency prometheus.Histogram
+	// GateUnserved counts, by namespace, the pods the readiness gate keeps
+	// checking because no load balancer serves them yet.
+	GateUnserved *prometheus.GaugeVec
 	// Backends counts the managed load balancers' backends by state.
 	Backends *prometheus.GaugeVec
 }
@@ -87,6 +90,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "How long the readiness gate held a pod back: from its containers turning ready (ContainersReady) to the gate set True, once every load balancer serves it.",
 			Buckets: []float64{0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89},
 		}),
+		GateUnserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "zerodrop_readiness_gate_unserved_pods",
+			Help: "Pods the readiness gate keeps checking because a load balancer selecting them does not serve them yet, by namespace (no series for a namespace with none). Their checks back off to a few seconds, and each namespace with pods waiting gets an equal share of the gate's reads: a namespace with many waits longer for each, the others do not.",
+		}, []string{"namespace"}),
 		Backends: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "zerodrop_backends",
 			Help: "Backends of the load balancers this replica last reconciled as leader, by state (active, draining).",
@@ -96,7 +103,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ProviderWrites, m.ProviderReads, m.ProviderConflicts,
 			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps, m.DrainCalls, m.DrainOutcomes, m.DrainWait, m.BuildInfo,
-			m.GateLatency, m.Backends} {
+			m.GateLatency, m.GateUnserved, m.Backends} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

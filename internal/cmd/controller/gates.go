@@ -17,7 +17,7 @@ import (
 // setupReadinessGate adds the readiness gate's controller (pollInterval 0:
 // its default).
 func setupReadinessGate(mgr manager.Manager, finder *lbtarget.Finder, m *metrics.Metrics, pollInterval time.Duration, log logr.Logger) error {
-	if err := podgate.Setup(mgr, podgate.Options{Finder: finder, Latency: m.GateLatency, PollInterval: pollInterval,
+	if err := podgate.Setup(mgr, podgate.Options{Finder: finder, Latency: m.GateLatency, Unserved: m.GateUnserved, PollInterval: pollInterval,
 		Logger: log.WithName("podgate")}); err != nil {
 		return fmt.Errorf("readiness gate: %w", err)
 	}
