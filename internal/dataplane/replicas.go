@@ -92,6 +92,13 @@ type leaseSeen struct {
 // answer makes the gates wait, not hang.
 const DefaultReplicaReadTimeout = 5 * time.Second
 
+// DefaultReplicaHandshakeTimeout bounds connecting to a replica and the TLS
+// handshake (at most half the read timeout): the state endpoint handshakes
+// within milliseconds, also under a flood (it evicts the flood's oldest
+// connections, never a new one), so a longer wait means the replica is
+// unreachable, and the read fails without spending the rest of its bound.
+const DefaultReplicaHandshakeTimeout = 2 * time.Second
+
 // clientsFor keeps one HTTP client (and its kept-alive connections) per
 // replica pod that counts, and drops the others'.
 func (d *Discovery) clientsFor(pods []*corev1.Pod) map[types.UID]*http.Client {
@@ -105,9 +112,18 @@ func (d *Discovery) clientsFor(pods []*corev1.Pod) map[types.UID]*http.Client {
 			if timeout <= 0 {
 				timeout = DefaultReplicaReadTimeout
 			}
+			// The connection and the handshake get a bound of their own,
+			// shorter than the read's: a replica that does not complete
+			// them promptly (its node gone, its endpoint overwhelmed)
+			// fails this read early with an error saying which step, and
+			// the gate's next check dials afresh (a failed connection is
+			// never reused). No retry here: the gate's own polling is the
+			// retry, and a failure stays visible to it.
+			connect := min(timeout/2, DefaultReplicaHandshakeTimeout)
 			c = &http.Client{Timeout: timeout, Transport: &http.Transport{
 				TLSClientConfig: d.TLS(string(p.UID)), MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second,
-				TLSHandshakeTimeout: timeout, ForceAttemptHTTP2: false}}
+				DialContext:         (&net.Dialer{Timeout: connect, KeepAlive: 15 * time.Second}).DialContext,
+				TLSHandshakeTimeout: connect, ForceAttemptHTTP2: false}}
 		}
 		next[p.UID] = c
 	}

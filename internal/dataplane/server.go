@@ -9,20 +9,41 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	"golang.org/x/net/netutil"
+
+	"zerodrop.dev/zerodrop/internal/connguard"
 )
 
 // Server limits. The endpoint has one legitimate client, the control role
-// (a few replicas, a few connections each), and answers in milliseconds:
-// anything slower or more numerous is refused or cut rather than held.
+// (a few replicas, a few connections each), which completes its TLS
+// handshake within milliseconds, while anyone in the pod range can reach
+// the node address (issue 46, High 1): connections are held only as long
+// as needed, and connections not yet authenticated are bounded so that a
+// flood closes its own oldest connections, never the control role's new
+// ones (connguard).
 const (
-	// DefaultMaxConnections bounds the connections served at once (the rest
-	// wait in the kernel's accept queue).
+	// DefaultMaxConnections bounds the authenticated (handshaked)
+	// connections served at once: the control role's few replicas keep at
+	// most a few each (Discovery's clients keep 4 idle per replica).
 	DefaultMaxConnections = 64
-	// DefaultReadTimeout covers the TLS handshake and the request.
+	// DefaultHandshakeTimeout bounds the TLS handshake: the control role's
+	// takes milliseconds on loopback-like pod networks; 2 s leaves room for
+	// a loaded node while keeping each held connection short-lived.
+	DefaultHandshakeTimeout = 2 * time.Second
+	// DefaultPendingPerSource bounds one address's connections still in
+	// their handshake: a control replica opens at most a few at once; 16
+	// lets it reconnect freely while a flooding pod only churns its own.
+	DefaultPendingPerSource = 16
+	// DefaultPending bounds all sources' connections still in their
+	// handshake. Each costs a goroutine, a connection and TLS buffers (tens
+	// of KiB), so 256 stay within a few MiB, far under the container's
+	// memory limit, while 16 flooding addresses are needed to reach it —
+	// and even then the oldest go first, never the newest.
+	DefaultPending = 256
+	// DefaultReadTimeout covers the request once the handshake is done.
 	DefaultReadTimeout = 10 * time.Second
 	// DefaultWriteTimeout covers reading HAProxy's state and the answer.
 	DefaultWriteTimeout = 30 * time.Second
@@ -37,16 +58,33 @@ type Server struct {
 	Addr    string
 	Handler http.Handler
 	TLS     *tls.Config
-	// MaxConnections, ReadTimeout, WriteTimeout, IdleTimeout: zero gets the
-	// defaults above.
-	MaxConnections int
-	ReadTimeout    time.Duration
-	WriteTimeout   time.Duration
-	IdleTimeout    time.Duration
-	Log            logr.Logger
+	// MaxConnections (authenticated connections), Handshake,
+	// PendingPerSource, Pending (connections in their handshake),
+	// ReadTimeout, WriteTimeout, IdleTimeout: zero gets the defaults above.
+	MaxConnections   int
+	Handshake        time.Duration
+	PendingPerSource int
+	Pending          int
+	ReadTimeout      time.Duration
+	WriteTimeout     time.Duration
+	IdleTimeout      time.Duration
+	Log              logr.Logger
 
 	// Bound, when set, receives the listening address once bound.
 	Bound func(net.Addr)
+
+	guard atomic.Pointer[connguard.Listener]
+}
+
+// Guard is the connection guard once Start has bound the address (nil
+// before): its Stats and Collector say what it closed.
+func (s *Server) Guard() *connguard.Listener { return s.guard.Load() }
+
+func orDefaultInt(n, def int) int {
+	if n > 0 {
+		return n
+	}
+	return def
 }
 
 func (s *Server) NeedLeaderElection() bool { return false }
@@ -68,10 +106,12 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("state endpoint: %w", err)
 	}
-	maxConns := s.MaxConnections
-	if maxConns <= 0 {
-		maxConns = DefaultMaxConnections
-	}
+	guard := connguard.New(ln, connguard.Limits{Pending: orDefaultInt(s.Pending, DefaultPending),
+		PendingPerSource: orDefaultInt(s.PendingPerSource, DefaultPendingPerSource),
+		Handshake:        orDefault(s.Handshake, DefaultHandshakeTimeout)})
+	s.guard.Store(guard)
+	hl := newHandshakeListener(guard, s.TLS, orDefault(s.Handshake, DefaultHandshakeTimeout),
+		orDefaultInt(s.MaxConnections, DefaultMaxConnections), s.Log)
 	read := orDefault(s.ReadTimeout, DefaultReadTimeout)
 	srv := &http.Server{
 		Handler:           s.Handler,
@@ -81,6 +121,7 @@ func (s *Server) Start(ctx context.Context) error {
 		WriteTimeout:      orDefault(s.WriteTimeout, DefaultWriteTimeout),
 		IdleTimeout:       orDefault(s.IdleTimeout, DefaultIdleTimeout),
 		MaxHeaderBytes:    8 << 10,
+		ConnState:         hl.connState,
 		// Refused handshakes (a caller without the control role's
 		// certificate) are the endpoint working, not errors to print.
 		ErrorLog: log.New(logWriter{s.Log.V(1)}, "", 0),
@@ -95,7 +136,9 @@ func (s *Server) Start(ctx context.Context) error {
 		s.Bound(ln.Addr())
 	}
 	s.Log.Info("serving the data-plane state endpoint (TLS, control role's client certificate required)", "address", ln.Addr().String())
-	if err := srv.ServeTLS(netutil.LimitListener(ln, maxConns), "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	// hl hands over only handshaked *tls.Conns, which net/http serves as
+	// TLS (it recognises the type; the handshake is not repeated).
+	if err := srv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("state endpoint: %w", err)
 	}
 	return nil
