@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -341,5 +342,58 @@ func TestGateOpensDuringFlood(t *testing.T) {
 		if peak.Load() >= limit {
 			t.Errorf("%s flood: heap and stacks in use peaked at %d MiB, over the data-plane controller's 256 MiB limit", name, peak.Load()>>20)
 		}
+	}
+}
+
+// TestReadFailsAtHandshakeBound: a replica whose endpoint accepts the
+// connection but never completes the TLS handshake (its process stuck, the
+// endpoint overwhelmed) fails the control role's read at the handshake
+// bound, saying so, not at the whole read's: the gate's next check comes
+// sooner, on a fresh connection.
+func TestReadFailsAtHandshakeBound(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	c := fake.NewClientBuilder().WithStatusSubresource(&corev1.Pod{}).Build()
+	dpPod(t, c, "zerodrop-system", "dp-a", "node-1", "127.0.0.1", corev1.PodRunning)
+	_, clientTLS := testTLS(t)
+	d := &Discovery{Reader: c, Namespace: "zerodrop-system", Selector: labels.SelectorFromSet(labels.Set{"app": "dataplane"}),
+		Port: ln.Addr().(*net.TCPAddr).Port, TLS: func(string) *tls.Config { return clientTLS.Clone() }}
+	rs, err := d.Replicas(context.Background())
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("replicas %v, %v: want dp-a", rs, err)
+	}
+	start := time.Now()
+	_, err = rs[0].Provider.Backends(context.Background(), "default/web")
+	took := time.Since(start)
+	t.Logf("read failed after %s: %v", took, err)
+	if err == nil || !strings.Contains(err.Error(), "handshake") {
+		t.Fatalf("read of a replica that never handshakes: %v, want a handshake error", err)
+	}
+	if limit := DefaultReplicaReadTimeout - time.Second; took > limit {
+		t.Errorf("the read failed after %s, want within %s: the handshake bound (%s) ends it before the read's (%s)",
+			took, limit, DefaultReplicaHandshakeTimeout, DefaultReplicaReadTimeout)
 	}
 }
