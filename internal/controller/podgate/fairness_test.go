@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
@@ -40,8 +41,8 @@ func TestFloodedNamespaceDoesNotStarveAnother(t *testing.T) {
 	c := testutil.Client(t, fast)
 	ctx := context.Background()
 
-	var reads atomic.Int64
-	prov := memory.New(provider.Hooks{Read: func(string) { reads.Add(1) }})
+	prov := memory.New(provider.Hooks{})
+	reads := &countingReads{Provider: prov}
 	quiet, flood := namespace(t, c, "quiet"), namespace(t, c, "flood")
 	for _, ns := range []string{quiet, flood} {
 		if err := c.Create(ctx, testutil.LBService(ns, "web", class, 80, 8080)); err != nil {
@@ -51,11 +52,11 @@ func TestFloodedNamespaceDoesNotStarveAnother(t *testing.T) {
 	// The flood's load balancer exists and never registers its pods.
 	serve(prov, flood, "web")
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Metrics: metricsserver.Options{BindAddress: "0"}, Logger: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	finder := &lbtarget.Finder{Reader: mgr.GetClient(), Services: classServices{}, Provider: prov}
+	finder := &lbtarget.Finder{Reader: mgr.GetClient(), Services: classServices{}, Provider: reads}
 	// The defaults of PollInterval and ReadQPS: what the command runs with.
 	if err := Setup(mgr, Options{Finder: finder, Logger: testr.New(t)}); err != nil {
 		t.Fatal(err)
@@ -98,9 +99,9 @@ func TestFloodedNamespaceDoesNotStarveAnother(t *testing.T) {
 	created := createFlood(t, c, flood)
 	t.Logf("created %d unservable gated pods in %s in %s", floodPods, flood, created.Round(time.Second))
 	// The flood is being polled: the gate reads at its budget's rate.
-	from := reads.Load()
+	from := reads.n.Load()
 	time.Sleep(3 * time.Second)
-	if rate := float64(reads.Load()-from) / 3; rate < 10 {
+	if rate := float64(reads.n.Load()-from) / 3; rate < 10 {
 		t.Fatalf("the gate read the provider %.1f times/s during the flood, want about its budget (20/s): the flood is not being polled", rate)
 	}
 
@@ -116,6 +117,17 @@ func TestFloodedNamespaceDoesNotStarveAnother(t *testing.T) {
 		t.Errorf("the flood in %s delayed the gate in %s by %s (%s with it, %s without), want less than %s",
 			flood, quiet, d.Round(time.Millisecond), flooded.Round(time.Millisecond), base.Round(time.Millisecond), bound)
 	}
+}
+
+// countingReads counts the gate's reads of the load balancers' backends.
+type countingReads struct {
+	*memory.Provider
+	n atomic.Int64
+}
+
+func (c *countingReads) Backends(ctx context.Context, key string) ([]provider.BackendStatus, error) {
+	c.n.Add(1)
+	return c.Provider.Backends(ctx, key)
 }
 
 // createFlood creates floodPods gated, addressed pods in ns that no load
