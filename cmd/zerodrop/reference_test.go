@@ -107,11 +107,12 @@ func metricsReference(t *testing.T) string {
 			t.Fatalf("metrics.Metrics.%s is not a collector", v.Type().Field(i).Name)
 		}
 		kind := ""
+		// Gauge first: a Gauge has every method of a Counter.
 		switch col.(type) {
-		case *prometheus.CounterVec, prometheus.Counter:
-			kind = "counter"
 		case *prometheus.GaugeVec, prometheus.Gauge:
 			kind = "gauge"
+		case *prometheus.CounterVec, prometheus.Counter:
+			kind = "counter"
 		case *prometheus.HistogramVec, prometheus.Histogram:
 			kind = "histogram"
 		default:

@@ -34,6 +34,13 @@ type Metrics struct {
 	GateUnserved *prometheus.GaugeVec
 	// Backends counts the managed load balancers' backends by state.
 	Backends *prometheus.GaugeVec
+	// ServicesOverLimit, HealthCheckStretched and HealthCheckRate are the
+	// caps of model.Limits (issue 46, M8): Services refused or kept at
+	// their last good listeners for a cap, Services whose check intervals
+	// are stretched, and the checks per second this replica runs.
+	ServicesOverLimit    *prometheus.GaugeVec
+	HealthCheckStretched prometheus.Gauge
+	HealthCheckRate      prometheus.Gauge
 }
 
 // New creates the metrics and registers them on reg (nil: not registered).
@@ -98,12 +105,24 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "zerodrop_backends",
 			Help: "Backends of the load balancers this replica last reconciled as leader, by state (active, draining).",
 		}, []string{"state"}),
+		ServicesOverLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "zerodrop_services_over_limit",
+			Help: "Services over a cap of the controller, by limit (ports): one not served yet is not served, one served before keeps its listeners as they were, backends following its endpoints.",
+		}, []string{"limit"}),
+		HealthCheckStretched: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "zerodrop_health_check_stretched_services",
+			Help: "Services whose health-check intervals are stretched to fit the per-Service check rate or the per-replica check budget (the newest yield first).",
+		}),
+		HealthCheckRate: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "zerodrop_health_checks_per_second",
+			Help: "Health checks per second the load balancers this replica last wrote run: backends divided by check interval, summed over every listener.",
+		}),
 	}
 	m.BuildInfo.WithLabelValues(version.String(), runtime.Version()).Set(1)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ProviderWrites, m.ProviderReads, m.ProviderConflicts,
 			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps, m.DrainCalls, m.DrainOutcomes, m.DrainWait, m.BuildInfo,
-			m.GateLatency, m.GateUnserved, m.Backends} {
+			m.GateLatency, m.GateUnserved, m.Backends, m.ServicesOverLimit, m.HealthCheckStretched, m.HealthCheckRate} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

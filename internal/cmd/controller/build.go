@@ -402,6 +402,11 @@ func (in *Instance) serviceOptions(cfg Config, w wiring, role service.Role) (ser
 	}
 	read := cfg.readLimit()
 	o := cfg.Override
+	if cfg.Provider != "haproxy" {
+		// The check rate caps are the HAProxy data plane's, whose every
+		// replica checks every backend; a cloud probes from its own hosts.
+		cfg.Limits.MaxServiceCheckRate, cfg.Limits.NodeCheckBudget = 0, 0
+	}
 	opts := service.Options{
 		Provider:              w.prov,
 		LoadBalancerClass:     cfg.Class,
@@ -411,6 +416,7 @@ func (in *Instance) serviceOptions(cfg Config, w wiring, role service.Role) (ser
 		AddressPool:           pool,
 		BackendAddressMap:     addrMap,
 		KubeProxyHealthzPort:  int32(cfg.KubeProxyHealthzPort),
+		Limits:                cfg.Limits,
 		KeyFunc:               w.keyFunc,
 		ValidateService:       w.validate,
 		ResyncPeriod:          cfg.ResyncPeriod,

@@ -45,6 +45,9 @@ type Config struct {
 	AddressPoolGiven bool
 	// KubeProxyHealthzPort is what node-mode Cluster listeners probe.
 	KubeProxyHealthzPort int
+	// Limits cap ports per Service and health checks per second per Service
+	// and per data-plane replica (model.Limits; issue 46, M8).
+	Limits model.Limits
 	// KubeProxyMargin and KubeProxyFallback tune the node-mode termination
 	// gate (drain.Options).
 	KubeProxyMargin   time.Duration
@@ -103,6 +106,9 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.KubeProxyHealthzPort, "kube-proxy-healthz-port", 10256, "node mode, externalTrafficPolicy Cluster: probe GET /healthz on this port of every node (kube-proxy's --healthz-bind-address), as cloud load balancers do; 0 probes the nodePort over TCP")
 	fs.DurationVar(&c.KubeProxyMargin, "kube-proxy-sync-margin", 2*time.Second, "node mode: a drain call that waits for kube-proxy answers this long after the EndpointSlices show the pod's endpoint terminating, once every kube-proxy that may send the pod new connections reports (its /healthz on --kube-proxy-healthz-port) a sync since the pod's deletion began; kube-proxy syncs a change within its --min-sync-period (1s)")
 	fs.DurationVar(&c.KubeProxyFallback, "kube-proxy-fallback-delay", 10*time.Second, "node mode with --kube-proxy-healthz-port 0: a drain call counts kube-proxy as synced this long after the pod's deletion began")
+	fs.IntVar(&c.Limits.MaxPorts, "max-ports-per-service", model.DefaultMaxPorts, "a Service with more ports is refused (a Warning Event and ConfigValid=False); one served before the cap keeps its listeners as they are, backends following its endpoints, and a change to them is refused; 0: no cap")
+	fs.Float64Var(&c.Limits.MaxServiceCheckRate, "service-check-limit", model.DefaultMaxServiceCheckRate, "HAProxy: health checks per second one Service may make each data-plane replica run (its backends times its ports over its check interval); a Service over it has its check intervals stretched, its backends kept; 0: no cap")
+	fs.Float64Var(&c.Limits.NodeCheckBudget, "node-check-budget", model.DefaultNodeCheckBudget, "HAProxy: health checks per second each data-plane replica runs for all its Services; past it the newest Services have their check intervals stretched, by powers of two, until the total fits; 0: no cap")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", 10*time.Minute, "every load balancer is checked again this often")
 	fs.StringVar(&c.DrainAddr, "drain-bind-address", ":9090", "termination-gate endpoint (GET /drain?pod=ns/name), served by every replica (0 disables)")
 	fs.BoolVar(&c.ReadinessGate, "readiness-gate", true, "set the zerodrop.dev/load-balancer-ready condition on pods that carry the gate")
@@ -149,6 +155,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.validateBindAddresses(); err != nil {
 		return err
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("--max-ports-per-service, --service-check-limit, --node-check-budget: %w", err)
 	}
 	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("--log-format must be text or json, not %q", c.LogFormat)

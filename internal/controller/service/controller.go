@@ -88,6 +88,9 @@ type Options struct {
 	// KubeProxyHealthzPort is probed by node-mode Cluster listeners (see
 	// model.DesiredOptions); 0 probes the nodePort over TCP.
 	KubeProxyHealthzPort int32
+	// Limits cap ports per Service and health checks per second (zero
+	// fields: no cap; the command passes its flags' defaults).
+	Limits model.Limits
 	// KeyFunc maps a Service to its load balancer (default namespace/name).
 	KeyFunc func(*corev1.Service) string
 	// ValidateService, when set, checks what the provider itself reads from
@@ -142,6 +145,8 @@ type Controller struct {
 	drains  *drainClock
 
 	replicaReads *replicaReads
+	// checks fits health checks into model.Limits across load balancers.
+	checks *checkLedger
 
 	mu       sync.Mutex
 	failures map[string]int
@@ -227,6 +232,7 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 		drains:   newDrainClock(),
 		// RoleControl's reads of the data-plane replicas.
 		replicaReads: newReplicaReads(opts.ReplicaReadTimeout),
+		checks:       newCheckLedger(opts.Limits),
 	}
 	// Services are found by load balancer key through an index, so a
 	// reconcile does not scan every Service.
@@ -274,6 +280,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	}
 	if err := c.seedAllocator(ctx); err != nil {
 		return err
+	}
+	if err := c.seedChecks(ctx); err != nil {
+		return fmt.Errorf("service controller: health-check demands: %w", err)
 	}
 	log.Info("leading: reconciling load balancers", "sync", c.opts.Sync, "workers", c.opts.Workers)
 	first := map[string]bool{}

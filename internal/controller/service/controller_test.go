@@ -87,6 +87,9 @@ type replica struct {
 	// resync is the controller's ResyncPeriod (default an hour: none
 	// during a test).
 	resync time.Duration
+	// configure, when set, changes the configuration before Build (flags
+	// a test is about: the limits).
+	configure func(*controller.Config)
 }
 
 func startController(t *testing.T, cfg *rest.Config, prov provider.Provider, sync service.SyncMode) *running {
@@ -123,6 +126,9 @@ func startReplica(t *testing.T, rc *rest.Config, rep replica) *running {
 	cfg.ResyncPeriod = rep.resync
 	if cfg.ResyncPeriod == 0 {
 		cfg.ResyncPeriod = time.Hour
+	}
+	if rep.configure != nil {
+		rep.configure(&cfg)
 	}
 	log := testr.New(t)
 	cfg.Override.Provider, cfg.Override.Metrics, cfg.Override.Logger = rep.prov, m, &log

@@ -120,17 +120,15 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 	if err != nil {
 		return resultError, false, err
 	}
-	dopts := model.DesiredOptions{
-		Nodes:                nodes,
-		Unsupported:          c.opts.Provider.Unsupported(),
-		AddressMap:           c.opts.BackendAddressMap,
-		GatePending:          c.gatePending(ctx),
-		KubeProxyHealthzPort: c.opts.KubeProxyHealthzPort,
-	}
+	dopts := c.desiredOptions(ctx, nodes)
 	desired, warnings := model.Desired(key, st.active, dopts)
 	// Only the backends of held Services' listeners are taken from here
 	// (keepInvalid); their warnings are not reported, ConfigValid is False.
 	held, _ := model.Desired(key, st.held, dopts)
+	// Before keepInvalid: only the active Services' checks are stretched,
+	// the held ones' listeners stay as they are.
+	warnings = append(warnings, c.fitChecks(key, st, desired, held)...)
+	c.countOver(key, st)
 	desired = keepInvalid(desired, observed, st.invalid, held)
 	if len(st.active) == 0 && len(st.invalid) == 0 {
 		desired = nil
@@ -179,6 +177,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 			}
 		}
 	}
+	// Written (or nothing to write): what key's Services free or take of
+	// the check budget counts for the others from now.
+	c.commitChecks(key)
 	if !c.alloc.enabled() {
 		providerAddresses(st.active, observed)
 	}
@@ -188,6 +189,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 			logFrom(ctx).V(1).Info("Service not served as asked; its listeners stay as they are", "service", svc.Namespace+"/"+svc.Name, "reason", err.Error())
 		}
 		c.countBackends(key, desired)
+		c.countWritten(key, desired)
 		return result, pending, nil
 	}
 	if err := c.updateStatuses(ctx, st, plan, warnings); err != nil {
@@ -198,6 +200,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, e
 		return result, false, err
 	}
 	c.countBackends(key, desired)
+	c.countWritten(key, desired)
 	return result, pending, nil
 }
 
@@ -260,6 +263,9 @@ func (c *Controller) collect(ctx context.Context, key string) (*state, error) {
 		cfg, err := model.ParseServiceConfig(svc.Annotations)
 		if err == nil && c.opts.ValidateService != nil {
 			err = c.opts.ValidateService(svc)
+		}
+		if err == nil {
+			err = c.checkLimits(svc)
 		}
 		if err != nil {
 			st.invalid[svc] = err

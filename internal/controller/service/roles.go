@@ -186,6 +186,17 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 		AddressMap:           c.opts.BackendAddressMap,
 		KubeProxyHealthzPort: c.opts.KubeProxyHealthzPort,
 	})
+	// The check limits as the replicas fit them, for the Services' status
+	// (model.Limits): the held Services' demands count as theirs do.
+	if c.checks.fits() {
+		_, held, err := c.checkInputs(ctx, key, st)
+		if err != nil {
+			return resultError, false, err
+		}
+		warnings = append(warnings, c.fitChecks(key, st, desired, held)...)
+		c.commitChecks(key) // the control role writes no load balancer
+	}
+	c.countOver(key, st)
 	// A Service whose status does not carry its address yet is served by
 	// no replica: they take the address from the status. Its status is
 	// written first, Ready False, without reading any replica; the replicas

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -28,6 +29,11 @@ const (
 	// ReasonUnrepresentable: the provider cannot express what the Service
 	// asks for (provider.Validator).
 	ReasonUnrepresentable = "Unrepresentable"
+	// ReasonOverLimit: the Service is over a cap of the controller
+	// (model.Limits: ports); ReasonHealthChecksStretched: its check
+	// intervals are stretched to fit the check-rate caps (issue 46, M8).
+	ReasonOverLimit             = "OverLimit"
+	ReasonHealthChecksStretched = "HealthChecksStretched"
 )
 
 type loggerKey struct{}
@@ -161,6 +167,10 @@ func (c *Controller) updateStatuses(ctx context.Context, st *state, plan model.P
 		reason := ReasonInvalidAnnotations
 		if _, ok := problem.(unrepresentable); ok {
 			reason = ReasonUnrepresentable
+		}
+		var le *model.LimitError
+		if errors.As(problem, &le) {
+			reason = ReasonOverLimit
 		}
 		status := svc.Status.DeepCopy()
 		kept := "; the load balancer keeps its last good configuration"
