@@ -81,7 +81,7 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 	}
 	t.Cleanup(func() { testutil.StopHAProxy(t, hcfg.Dir) })
 	container := func() *exec.Cmd {
-		path, args, err := haproxyrun.Prepare(hcfg.Dir, hcfg.Binary)
+		path, args, err := haproxyrun.Prepare(hcfg, os.Stderr)
 		if err != nil {
 			t.Fatal(err)
 		}

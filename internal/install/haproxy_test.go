@@ -185,9 +185,9 @@ func TestChartHAProxy(t *testing.T) {
 		t.Errorf("the state directory %s is on volume %q in the haproxy container and %q in the controller: want one shared volume",
 			dir, mountOf(hc, dir), mountOf(zc, dir))
 	}
-	if sc := hc.SecurityContext; sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"NET_BIND_SERVICE"}) ||
+	if sc := hc.SecurityContext; sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"NET_BIND_SERVICE", "KILL", "SETGID", "SETUID"}) ||
 		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
-		t.Errorf("haproxy container capabilities %+v: want all dropped but NET_BIND_SERVICE", sc)
+		t.Errorf("haproxy container capabilities %+v: want all dropped but NET_BIND_SERVICE (binding ports below 1024), KILL, SETGID and SETUID (HAProxy's workers as another user)", sc)
 	}
 	if sc := zc.SecurityContext; sc == nil || sc.Capabilities == nil || len(sc.Capabilities.Add) != 0 || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Errorf("controller container securityContext %+v: want no capability, a read-only root", sc)

@@ -6,6 +6,10 @@
 // and start again without touching it, and when it is gone the kubelet
 // restarts the container, which serves the configuration and server-state
 // file zerodrop last wrote.
+//
+// Started as root (to bind the Services' ports below 1024), it runs
+// HAProxy's workers, which hold the Internet-facing connections, as the
+// unprivileged --worker-user; only the master stays root.
 package haproxyrun
 
 import (
@@ -27,6 +31,9 @@ const DefaultDir = "/run/zerodrop/haproxy"
 // Config is the command's flags.
 type Config struct {
 	Dir, Binary string
+	// WorkerUser is --worker-user, UID:GID (empty: the workers keep the
+	// user HAProxy starts as).
+	WorkerUser string
 }
 
 // Parse parses the command's arguments as Run does, without running
@@ -37,11 +44,15 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	fs.SetOutput(out)
 	fs.StringVar(&c.Dir, "dir", DefaultDir, "state directory shared with the data-plane replica's zerodrop process (--haproxy-socket DIR/admin.sock --haproxy-master-socket DIR/master.sock --haproxy-config DIR/haproxy.cfg)")
 	fs.StringVar(&c.Binary, "binary", "haproxy", "HAProxy executable")
+	fs.StringVar(&c.WorkerUser, "worker-user", haproxy.DefaultWorkerUser, "UID:GID HAProxy's workers run as when it starts as root (its master stays root to bind the listeners and reload; it needs CAP_SETUID, CAP_SETGID and CAP_KILL); empty: the workers keep the user HAProxy starts as. Ignored when not started as root: the workers are not root then")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	if _, err := haproxy.ParseWorkerUser(c.WorkerUser); err != nil {
+		return c, fmt.Errorf("--worker-user: %w", err)
 	}
 	return c, nil
 }
@@ -57,31 +68,51 @@ func Run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop haproxy: %v\n", err)
 		return 2
 	}
-	if err := exe(c.Dir, c.Binary); err != nil {
+	if err := exe(c, stderr); err != nil {
 		fmt.Fprintf(stderr, "zerodrop haproxy: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func exe(dir, binary string) error {
-	path, args, err := Prepare(dir, binary)
+func exe(c Config, stderr io.Writer) error {
+	path, args, err := Prepare(c, stderr)
 	if err != nil {
 		return err
 	}
-	return syscall.Exec(path, append([]string{binary}, args...), os.Environ())
+	return syscall.Exec(path, append([]string{c.Binary}, args...), os.Environ())
 }
 
-// Prepare makes dir HAProxy's state directory (haproxy.PrepareContainer)
-// and returns the executable and the arguments the command runs HAProxy
-// with (haproxy.ContainerArgs).
-func Prepare(dir, binary string) (path string, args []string, err error) {
-	if err := haproxy.PrepareContainer(haproxy.Options{Dir: dir}); err != nil {
+// Prepare makes c.Dir HAProxy's state directory (haproxy.PrepareContainer)
+// with the workers' user (haproxy.PrepareWorkerUser) and returns the
+// executable and the arguments the command runs HAProxy with
+// (haproxy.ContainerArgs). Not started as root, the process has no user to
+// drop: the worker user is not applied, with a line on stderr saying so.
+// As root without the capabilities the master needs to apply it, it fails
+// here, naming them, rather than in a crash loop of HAProxy's workers.
+func Prepare(c Config, stderr io.Writer) (path string, args []string, err error) {
+	user, err := haproxy.ParseWorkerUser(c.WorkerUser)
+	if err != nil {
+		return "", nil, fmt.Errorf("--worker-user: %w", err)
+	}
+	if user != nil && os.Geteuid() != 0 {
+		fmt.Fprintf(stderr, "zerodrop haproxy: started as uid %d, not root: HAProxy's workers run as that user (--worker-user %s not applied)\n", os.Geteuid(), user)
+		user = nil
+	}
+	if user != nil {
+		if err := checkCapabilities(user); err != nil {
+			return "", nil, err
+		}
+	}
+	if err := haproxy.PrepareContainer(haproxy.Options{Dir: c.Dir}); err != nil {
 		return "", nil, err
 	}
-	if path, err = exec.LookPath(binary); err != nil {
+	if err := haproxy.PrepareWorkerUser(c.Dir, user); err != nil {
 		return "", nil, err
 	}
-	args, err = haproxy.ContainerArgs(dir)
+	if path, err = exec.LookPath(c.Binary); err != nil {
+		return "", nil, err
+	}
+	args, err = haproxy.ContainerArgs(c.Dir, user)
 	return path, args, err
 }

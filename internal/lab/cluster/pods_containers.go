@@ -108,6 +108,9 @@ func (r *podRuntime) podDir() string {
 func (r *podRuntime) startContainers(ctx context.Context) error {
 	ce := r.env.containers
 	for _, v := range r.pod.Spec.Volumes {
+		if serviceAccountVolume(&v) {
+			continue // the token directory below
+		}
 		if v.EmptyDir == nil {
 			return fmt.Errorf("volume %s: the lab runs emptyDir volumes only", v.Name)
 		}
@@ -346,15 +349,21 @@ func mountScript(r *podRuntime, c *corev1.Container) (string, error) {
 	lines := []string{
 		"set -e",
 		"mount -t tmpfs -o mode=0755 lab-run /run",
-		"mkdir -p /run/image /run/secrets/kubernetes.io/serviceaccount",
+		"mkdir -p /run/image",
 		"mount --bind " + ShellQuote(r.env.containers.ImageDir) + " /run/image",
-		"mount --bind " + ShellQuote(filepath.Join(r.podDir(), "sa")) + " /run/secrets/kubernetes.io/serviceaccount",
+	}
+	if tokenIn(r.pod, c) {
+		lines = append(lines, "mkdir -p /run/secrets/kubernetes.io/serviceaccount",
+			"mount --bind "+ShellQuote(filepath.Join(r.podDir(), "sa"))+" /run/secrets/kubernetes.io/serviceaccount")
 	}
 	// Every volume is mounted under /run/.lab first, while the host's /tmp
 	// (where the lab keeps the pods' directories) is still in view: a mount
 	// at /tmp hides it.
 	staged := map[string]bool{}
-	for _, m := range c.VolumeMounts {
+	mounts := slices.DeleteFunc(slices.Clone(c.VolumeMounts), func(m corev1.VolumeMount) bool {
+		return serviceAccountVolume(podVolume(r.pod, m.Name))
+	})
+	for _, m := range mounts {
 		if !staged[m.Name] {
 			staged[m.Name] = true
 			stage := "/run/.lab/volumes/" + m.Name
@@ -362,7 +371,6 @@ func mountScript(r *podRuntime, c *corev1.Container) (string, error) {
 				"mount --bind "+ShellQuote(filepath.Join(r.podDir(), "v", m.Name))+" "+ShellQuote(stage))
 		}
 	}
-	mounts := slices.Clone(c.VolumeMounts)
 	sort.SliceStable(mounts, func(i, j int) bool { return len(mounts[i].MountPath) < len(mounts[j].MountPath) })
 	var done []string
 	for _, m := range mounts {

@@ -16,12 +16,21 @@ import (
 // to the files of dir (Paths), and never starts an HAProxy of its own: when
 // this one is gone the kubelet restarts the container, which reads the
 // configuration and server-state file zerodrop last wrote.
-func ContainerArgs(dir string) ([]string, error) {
+//
+// With a worker user (PrepareWorkerUser wrote its file), the file comes
+// first: the master, which stays root to bind the listeners and to re-execute
+// itself on a reload, reads both files on every start and reload, so the
+// workers of every configuration zerodrop writes drop root, while the
+// configuration zerodrop renders (and checks) stays the same everywhere.
+func ContainerArgs(dir string, user *WorkerUser) ([]string, error) {
 	ps, err := resolvePaths(Options{Dir: dir})
 	if err != nil {
 		return nil, err
 	}
-	return masterArgs(ps), nil
+	if user == nil {
+		return masterArgs(ps), nil
+	}
+	return []string{"-W", "-S", ps.master + ",mode,600", "-f", workerUserFile(ps.dir), "-f", ps.config}, nil
 }
 
 // masterArgs run HAProxy's master in master-worker mode with its master CLI

@@ -19,7 +19,7 @@ import (
 // kills master and workers together.
 func containerHAProxy(t *testing.T, dir string) *exec.Cmd {
 	t.Helper()
-	args, err := ContainerArgs(dir)
+	args, err := ContainerArgs(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
