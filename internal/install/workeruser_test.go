@@ -84,8 +84,15 @@ func TestChartHAProxyWorkersNotRoot(t *testing.T) {
 	// A reload (a new listener is a new configuration) while a client
 	// opens a new connection to port 80 every 20 ms.
 	stop := make(chan struct{})
-	failures := make(chan []string, 1)
-	go func() { failures <- hammer(fmt.Sprintf("http://%s:80/", addr), stop) }()
+	type result struct {
+		n      int
+		failed []string
+	}
+	results := make(chan result, 1)
+	go func() {
+		n, failed := hammer(fmt.Sprintf("http://%s:80/", addr), stop)
+		results <- result{n, failed}
+	}()
 	l81 := l80
 	l81.Name, l81.Port = key+"/alt", 81
 	apply(ctx, t, p, &model.LoadBalancer{Key: key, Listeners: []model.Listener{l80, l81}})
@@ -95,9 +102,11 @@ func TestChartHAProxyWorkersNotRoot(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // traffic to the new worker too
 	close(stop)
-	if f := <-failures; len(f) > 0 {
-		t.Errorf("%d connections to port 80 failed across the reload, first: %s", len(f), f[0])
+	res := <-results
+	if len(res.failed) > 0 {
+		t.Errorf("%d of %d connections to port 80 failed across the reload, first: %s", len(res.failed), res.n, res.failed[0])
 	}
+	t.Logf("%d connections to port 80 across the reload, %d failed", res.n, len(res.failed))
 	notRoot(t, now[0])
 	testutil.Eventually(t, 30*time.Second, "the old worker to stop", func() (bool, string) {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", workers[0]))
@@ -241,21 +250,20 @@ func apply(ctx context.Context, t *testing.T, p *haproxy.Provider, want *model.L
 }
 
 // hammer GETs url on a new connection every 20 ms until stop is closed (at
-// most 3000 times) and returns the failures.
-func hammer(url string, stop <-chan struct{}) []string {
+// most 3000 times) and returns how many it made and the failures.
+func hammer(url string, stop <-chan struct{}) (n int, failed []string) {
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	var failed []string
-	for i := 0; i < 3000; i++ {
+	for n = 0; n < 3000; n++ {
 		select {
 		case <-stop:
-			return failed
+			return n, failed
 		case <-time.After(20 * time.Millisecond):
 		}
 		if err := getOK(c, url); err != nil {
 			failed = append(failed, err.Error())
 		}
 	}
-	return append(failed, "still running after 3000 requests")
+	return n, append(failed, "still running after 3000 requests")
 }
 
 // procIDs are the Uid and Gid lines of /proc/PID/status (real, effective,
