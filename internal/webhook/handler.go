@@ -34,6 +34,8 @@ type Handler struct {
 	// DrainRelay, when set, injects the drain relay sidecar and points the
 	// hook at it (Relay).
 	DrainRelay *Relay
+	// DrainKey gives each relay its token (Drain.Key).
+	DrainKey []byte
 	// NewName names generateName pods (default GenerateName).
 	NewName NameFunc
 	Logger  logr.Logger
@@ -84,7 +86,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if newName == nil {
 		newName = GenerateName
 	}
-	res := Mutate(mutated, req.Namespace, selecting, Drain{Host: h.DrainHost, Port: h.DrainPort, Relay: h.DrainRelay}, newName)
+	res := Mutate(mutated, req.Namespace, selecting, Drain{Host: h.DrainHost, Port: h.DrainPort, Relay: h.DrainRelay, Key: h.DrainKey}, newName)
 	name := podName(req.Namespace, mutated)
 	if len(res.Unhooked) > 0 && h.DrainHost != "" {
 		warnings = append(warnings, fmt.Sprintf("zerodrop: pod has no name; containers %v get no drain hook", res.Unhooked))

@@ -97,6 +97,11 @@ type Drain struct {
 	// Relay, when set, puts the drain relay in the pod as a native sidecar
 	// and points the hook at it instead of at the drain Service.
 	Relay *Relay
+	// Key is the drain key (drain.EnsureKey). With a relay it gives the
+	// pod its token (drain.PodToken), in the hook's header and the relay's
+	// environment: the relay then refuses calls without it and trusts only
+	// answers proven under it. Empty: no token (the relay checks nothing).
+	Key []byte
 }
 
 // Relay is the drain relay sidecar (package drainrelay): the hook calls it
@@ -204,6 +209,9 @@ func Mutate(pod *corev1.Pod, namespace string, selecting []*corev1.Service, d Dr
 		} else {
 			// The relay on the pod's own address (an empty host).
 			hook = drainHook(namespace, pod.Name, "", d.Relay.Port)
+			if len(d.Key) > 0 {
+				hook.HTTPGet.HTTPHeaders = []corev1.HTTPHeader{{Name: drainrelay.TokenHeader, Value: drain.PodToken(d.Key, namespace, pod.Name)}}
+			}
 			if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == RelayContainer }) {
 				// First, so the relay starts before any other container.
 				pod.Spec.InitContainers = append([]corev1.Container{relayContainer(namespace, pod, d)}, pod.Spec.InitContainers...)
@@ -282,8 +290,7 @@ func relayContainer(namespace string, pod *corev1.Pod, d Drain) corev1.Container
 			"--target", "http://" + net.JoinHostPort(d.Host, strconv.Itoa(int(d.Port))),
 			"--pod", namespace + "/" + pod.Name,
 			"--max-wait", strconv.FormatInt(grace, 10) + "s"},
-		Env: []corev1.EnvVar{{Name: drainrelay.UIDEnv, ValueFrom: &corev1.EnvVarSource{
-			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.uid"}}}},
+		Env: relayEnv(namespace, pod.Name, d.Key),
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
@@ -299,6 +306,19 @@ func relayContainer(namespace string, pod *corev1.Pod, d Drain) corev1.Container
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
+}
+
+// relayEnv is the relay's environment: the pod's UID (the downward API)
+// and, with a drain key, its token. The token is in the pod's spec, which
+// only those who may read the pod see; the pods that can reach the relay's
+// port cannot.
+func relayEnv(namespace, name string, key []byte) []corev1.EnvVar {
+	env := []corev1.EnvVar{{Name: drainrelay.UIDEnv, ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.uid"}}}}
+	if len(key) > 0 {
+		env = append(env, corev1.EnvVar{Name: drainrelay.TokenEnv, Value: drain.PodToken(key, namespace, name)})
+	}
+	return env
 }
 
 // isDrainHook recognises a preStop hook that calls a drain endpoint.

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"zerodrop.dev/zerodrop/internal/certs"
+	"zerodrop.dev/zerodrop/internal/drain"
 	"zerodrop.dev/zerodrop/internal/drainrelay"
 )
 
@@ -70,6 +71,12 @@ type Options struct {
 	// DrainRelayPort is the relay's port in the pod (default
 	// drainrelay.DefaultPort).
 	DrainRelayPort int32
+	// DrainKeySecret is the Secret in Certs.Namespace holding the drain key
+	// (created when missing); empty: no key, and relays get no token.
+	DrainKeySecret string
+	// DrainKey is the drain key (LoadDrainKey): each relay's token derives
+	// from it, and the drain endpoint proves its answers with it.
+	DrainKey []byte
 	// ManageCerts runs the certificate manager; without it the certificate
 	// files must come from elsewhere (cert-manager, a mounted Secret).
 	ManageCerts bool
@@ -103,6 +110,7 @@ func (o *Options) Flags(fs *pflag.FlagSet) {
 	fs.Func("webhook-drain-port", "port of the drain Service the hook calls (default 9090)", portFlag(&o.DrainPort))
 	fs.StringVar(&o.DrainRelayImage, "webhook-drain-relay-image", "", "image of the drain relay sidecar injected beside the hook (zerodrop's own; needs Kubernetes 1.29+ native sidecars); empty: the hook calls the drain Service directly")
 	o.DrainRelayPort = drainrelay.DefaultPort
+	fs.StringVar(&o.DrainKeySecret, "webhook-drain-key-secret", drain.DefaultKeySecret, "Secret in --webhook-namespace holding the drain key (created when missing): the drain relay's per-pod token derives from it, and the drain endpoint proves its answers with it; empty: relays get no token")
 	fs.Func("webhook-drain-relay-port", fmt.Sprintf("port of the drain relay in the pod (default %d)", drainrelay.DefaultPort), portFlag(&o.DrainRelayPort))
 }
 
@@ -184,6 +192,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		DrainHost:  opts.DrainHost,
 		DrainPort:  opts.DrainPort,
 		DrainRelay: opts.relay(),
+		DrainKey:   opts.DrainKey,
 		Logger:     log.WithName("admission"),
 	}})
 	if opts.ManageCerts {
@@ -195,6 +204,28 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		return fmt.Errorf("webhook readiness check: %w", err)
 	}
 	return nil
+}
+
+// LoadDrainKey reads (or creates) the drain key when a relay is injected
+// and DrainKeySecret is set; nil otherwise. Call it before Setup and pass
+// the key on as DrainKey and to the drain endpoint (drain.Options.Key).
+func LoadDrainKey(ctx context.Context, mgr manager.Manager, opts Options) ([]byte, error) {
+	if !opts.Enabled || opts.DrainRelayImage == "" || opts.DrainKeySecret == "" {
+		return nil, nil
+	}
+	ns := opts.Certs.Namespace
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	// A direct client: the manager's cache has not started, and a cache of
+	// Secrets would need cluster-wide list and watch.
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("drain key: API client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return drain.EnsureKey(ctx, c, ns, opts.DrainKeySecret)
 }
 
 // readyAfterCacheSync starts the Namespace and Service informers with the

@@ -144,6 +144,10 @@ func Build(ctx context.Context, cfg Config) (*Instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The drain key, before the webhook and the drain endpoint that use it.
+	if cfg.Webhook.DrainKey, err = webhook.LoadDrainKey(ctx, mgr, cfg.Webhook); err != nil {
+		return nil, err
+	}
 	if err := setupWebhook(ctx, mgr, cfg, log); err != nil {
 		return nil, err
 	}

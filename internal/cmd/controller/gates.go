@@ -35,6 +35,8 @@ func newDrainServer(mgr manager.Manager, cfg Config, finder *lbtarget.Finder, m 
 	h := drain.NewHandler(drain.Options{Reader: mgr.GetCache(), Finder: finder, Metrics: m, Logger: log.WithName("drain"),
 		PollInterval: cfg.Override.DrainCallPollInterval,
 		KubeProxy:    kp, KubeProxyMargin: cfg.KubeProxyMargin, KubeProxyFallback: cfg.KubeProxyFallback,
-		Recorder: mgr.GetEventRecorder("zerodrop-drain")})
+		Recorder: mgr.GetEventRecorder("zerodrop-drain"),
+		// The relays' drain key: answers to a relay carry its proof.
+		Key: func() []byte { return cfg.Webhook.DrainKey }})
 	return &drain.Server{Addr: cfg.DrainAddr, Handler: h, Logger: log.WithName("drain")}
 }
