@@ -15,7 +15,7 @@ OUT_ROOT="${1:-$ROOT/deploy}"
 HELM="${HELM:-$(bash "$ROOT/hack/helm.sh")}"
 NAMESPACE=zerodrop-system
 # The order kustomization.yaml lists them in (kustomize sorts by kind anyway).
-ORDER=(rbac services deployment data-plane pdb webhook certificate networkpolicy servicemonitor prometheusrule)
+ORDER=(rbac services deployment data-plane pdb webhook drain-guard certificate networkpolicy servicemonitor prometheusrule)
 
 # render VALUES OUT NAME [IMAGE…]: one variant, installed with
 # `kubectl apply -k NAME`; kustomization.yaml maps the zerodrop image and

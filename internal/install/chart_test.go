@@ -152,7 +152,12 @@ var leastPrivilegeNamespaced = []rbacv1.PolicyRule{
 	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"zerodrop-controller"}, Verbs: []string{"get", "update"}},
 	{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 	{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"zerodrop-webhook-tls"}, Verbs: []string{"get", "update"}},
+	drainKeyGrant,
 }
+
+// drainKeyGrant is the drain key's Secret (drain.relay.enabled, the
+// default): the relays' tokens derive from it.
+var drainKeyGrant = rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"zerodrop-drain-key"}, Verbs: []string{"get", "update"}}
 
 // controllerFlags parses the controller container's arguments with the
 // controller's own flags, so a renamed or mistyped flag fails here.
@@ -214,8 +219,9 @@ func TestChartProperties(t *testing.T) {
 			wantCR, wantRole := leastPrivilege, leastPrivilegeNamespaced
 			if certManager {
 				// cert-manager owns the certificate and the caBundle: the
-				// controller needs neither the Secret nor the configuration.
-				wantCR, wantRole = leastPrivilege[:len(leastPrivilege)-1], leastPrivilegeNamespaced[:2]
+				// controller needs neither the Secret nor the configuration,
+				// only the drain key's Secret.
+				wantCR, wantRole = leastPrivilege[:len(leastPrivilege)-1], append(slices.Clone(leastPrivilegeNamespaced[:3]), drainKeyGrant)
 			}
 			if d := grantDiff(cr.Rules, wantCR); d != "" {
 				t.Errorf("ClusterRole zerodrop is not the least-privilege set: %s", d)
