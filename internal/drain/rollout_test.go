@@ -111,3 +111,67 @@ func TestTwoThousandPodsTerminatingAreAllAnswered(t *testing.T) {
 		return len(h.held) == 0 && len(h.sources) == 0, fmt.Sprint(len(h.held), " held, ", len(h.sources), " sources")
 	})
 }
+
+// A pod flooding the endpoint fills its own source's quota: its next call
+// is refused busy at once, while a call from another address (another
+// pod's relay, a node's kubelet) is still held and answered.
+func TestOneSourceCannotTakeTheOthersCalls(t *testing.T) {
+	var drainedNow atomic.Bool
+	prov := scripted{backends: func(context.Context) ([]provider.BackendStatus, error) {
+		if drainedNow.Load() {
+			return draining, nil
+		}
+		return registered, nil
+	}}
+	h, _, _ := gateFixture(t, time.Minute, prov, Options{MaxCallsPerSource: 2})
+	addr, stop := startServer(t, &Server{Handler: h})
+	defer stop()
+	from := func(ip byte) *http.Client {
+		return &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+			DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 2, ip)}}).DialContext}}
+	}
+	url := "http://" + addr + Path + "?pod=ns/web"
+	flood := from(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := 0; i < 2; i++ {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if resp, err := flood.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	testutil.Eventually(t, 20*time.Second, "the flood's two calls held", func() (bool, string) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.sources["127.0.2.1"] == 2, fmt.Sprint(h.sources)
+	})
+	resp, err := flood.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("the flood's third call got %d, want 503 busy at once", resp.StatusCode)
+	}
+	answer := make(chan string, 1)
+	go func() {
+		resp, err := from(2).Get(url)
+		if err != nil {
+			answer <- err.Error()
+			return
+		}
+		resp.Body.Close()
+		answer <- fmt.Sprint(resp.StatusCode, " ", resp.Header.Get(ResultHeader))
+	}()
+	testutil.Eventually(t, 20*time.Second, "the other source's call held", func() (bool, string) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.sources["127.0.2.2"] == 1, fmt.Sprint(h.sources)
+	})
+	drainedNow.Store(true)
+	if got := <-answer; got != "200 drained" {
+		t.Fatalf("the other source's call got %q, want 200 drained", got)
+	}
+}
