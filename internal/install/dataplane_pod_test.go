@@ -60,7 +60,7 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 	ports := map[string]int{}
 	localize := func(a string) string {
 		a = strings.ReplaceAll(a, mount, shared)
-		a = strings.ReplaceAll(a, "$(HOST_IP)", "")
+		a = strings.ReplaceAll(strings.ReplaceAll(a, "[$(HOST_IP)]", ""), "$(HOST_IP)", "")
 		for _, flag := range []string{"--state-bind-address", "--metrics-bind-address", "--health-probe-bind-address"} {
 			if strings.HasPrefix(a, flag+"=:") {
 				ports[flag] = testutil.FreePort(t)

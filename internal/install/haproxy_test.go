@@ -1,6 +1,7 @@
 package install
 
 import (
+	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -141,10 +142,15 @@ func TestChartHAProxy(t *testing.T) {
 	if !strings.HasSuffix(dp.DataPlane.StateAddr, ":"+strconv.Itoa(ctl.DataPlane.StatePort)) {
 		t.Errorf("state endpoint at %q; the controller reads port %d", dp.DataPlane.StateAddr, ctl.DataPlane.StatePort)
 	}
-	// The state endpoint binds the node's internal address (host network),
-	// where the control role dials the pod's IP, not every interface.
-	if want := downwardAPI["status.hostIP"] + ":"; !strings.HasPrefix(dp.DataPlane.StateAddr, want) {
-		t.Errorf("state endpoint at %q: want the node's address %s (status.hostIP)", dp.DataPlane.StateAddr, want)
+	// The state endpoint, the probes and the metrics bind the node's
+	// internal address (host network), where the control role dials the
+	// pod's IP and the kubelet probes it, not every interface (HAProxy binds
+	// the Services' public addresses on the same host).
+	for flag, addr := range map[string]string{"--state-bind-address": dp.DataPlane.StateAddr,
+		"--health-probe-bind-address": dp.ProbeAddr, "--metrics-bind-address": dp.MetricsAddr} {
+		if host, _, err := net.SplitHostPort(addr); err != nil || host != downwardAPI["status.hostIP"] {
+			t.Errorf("%s %q: want the node's address %s (status.hostIP) (%v)", flag, addr, downwardAPI["status.hostIP"], err)
+		}
 	}
 	// Its certificate names the replica's pod: the downward API's.
 	if dp.DataPlane.PodUID != downwardAPI["metadata.uid"] || dp.DataPlane.PodName != downwardAPI["metadata.name"] || dp.DataPlane.PodNamespace != namespace {
