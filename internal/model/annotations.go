@@ -18,7 +18,7 @@ var ServiceAnnotations = []AnnotationDoc{
 	{AnnotationBackendMode, "Service", string(IPMode),
 		"`ip`: the load balancer's backends are the pods' addresses; `node`: the nodes' addresses at the Service's nodePort (kube-proxy forwards; `externalTrafficPolicy` applies)."},
 	{AnnotationHealthCheckInterval, "Service", DefaultHealthCheckInterval.String(),
-		"Interval of the load balancer's health checks of each backend, 100ms to 1m."},
+		"Interval of the load balancer's health checks of each backend, 100ms to 1m. HAProxy: every data-plane replica checks every backend of every port, so the controller stretches it (by powers of two, a Warning Event `HealthChecksStretched`) for a Service over `--service-check-limit` checks a second, or past what older Services leave of `--node-check-budget` (docs/haproxy.md)."},
 	{AnnotationDrainTimeout, "Service", DefaultDrainTimeout.String(),
 		"How long a leaving backend stays in drain (no new connections) before it is removed with connections still open, 0 to 1h."},
 	{AnnotationMaxUnavailable, "Service", DefaultMaxUnavailable.String(),
