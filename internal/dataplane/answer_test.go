@@ -135,8 +135,9 @@ func TestOversizedAnswers(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r := &Remote{Replica: name, BaseURL: s.URL, Client: s.Client()}
-				r.Client.Timeout = 30 * time.Second
+				hc := *s.Client()
+				hc.Timeout = time.Minute
+				r := &Remote{Replica: name, BaseURL: s.URL, Client: &hc}
 				_, err := r.Backends(context.Background(), "default/web")
 				mu.Lock()
 				errs[name] = append(errs[name], err)

@@ -332,7 +332,9 @@ func TestGateOpensDuringFlood(t *testing.T) {
 			if st.EvictedSource+st.ExpiredHandshake == 0 {
 				t.Errorf("%s flood: the guard closed no flood connection: the flood did not reach it", name)
 			}
-			if !ok || took > bound {
+			if raceEnabled && ok {
+				t.Logf("%s flood under the race detector: gate open after %s (bound %s not asserted)", name, took, bound)
+			} else if !ok || took > bound {
 				t.Errorf("%s flood of 1,000 connections from 2 addresses: the gate opened=%v after %s, want within %s (unflooded %s + 2 s)",
 					name, ok, took.Round(time.Millisecond), bound.Round(time.Millisecond), unflooded.Round(time.Millisecond))
 			}
