@@ -222,6 +222,27 @@ func TestChartHAProxy(t *testing.T) {
 	if !caGranted {
 		t.Errorf("Role zerodrop grants no get and update on the CA Secret %s: %v", ctl.DataPlane.CASecret, role.Rules)
 	}
+	// The control role publishes the CAs' certificates in the ConfigMap of
+	// the Secret's name; each replica reads only that one, to renew its
+	// certificate early when they change (issue 46, M6).
+	if dp.DataPlane.CASecret != ctl.DataPlane.CASecret {
+		t.Errorf("the replicas read the CAs from ConfigMap %q; the control role publishes them in %q", dp.DataPlane.CASecret, ctl.DataPlane.CASecret)
+	}
+	cmGranted := false
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "configmaps") && slices.Contains(r.ResourceNames, ctl.DataPlane.CASecret) &&
+			slices.Contains(r.Verbs, "get") && slices.Contains(r.Verbs, "update") {
+			cmGranted = true
+		}
+	}
+	if !cmGranted {
+		t.Errorf("Role zerodrop grants no get and update on the CA ConfigMap %s: %v", ctl.DataPlane.CASecret, role.Rules)
+	}
+	dpRole := typed[rbacv1.Role](t, find(t, objs, "Role", "zerodrop-data-plane"))
+	if g := grantDiff(dpRole.Rules, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
+		ResourceNames: []string{ctl.DataPlane.CASecret}, Verbs: []string{"get"}}}); g != "" || dpRole.Namespace != namespace {
+		t.Errorf("Role %s/zerodrop-data-plane: %s; want get on the CA ConfigMap only, in %s", dpRole.Namespace, g, namespace)
+	}
 	leases := typed[rbacv1.Role](t, find(t, objs, "Role", "zerodrop-node-leases"))
 	if leases.Namespace != "kube-node-lease" || grantDiff(leases.Rules, []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}}}) != "" {

@@ -34,6 +34,11 @@ type Metrics struct {
 	GateUnserved *prometheus.GaugeVec
 	// Backends counts the managed load balancers' backends by state.
 	Backends *prometheus.GaugeVec
+	// StateCertRenewals and StateCertFailures: a data-plane replica's
+	// state endpoint certificate requests, by reason, and failed steps, by
+	// stage (stateauth.Replica).
+	StateCertRenewals *prometheus.CounterVec
+	StateCertFailures *prometheus.CounterVec
 	// ServicesOverLimit, HealthCheckStretched and HealthCheckRate are the
 	// caps of model.Limits (issue 46, M8): Services refused or kept at
 	// their last good listeners for a cap, Services whose check intervals
@@ -105,6 +110,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "zerodrop_backends",
 			Help: "Backends of the load balancers this replica last reconciled as leader, by state (active, draining).",
 		}, []string{"state"}),
+		StateCertRenewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "zerodrop_state_certificate_renewals_total",
+			Help: "Certificate requests a data-plane replica made for its state endpoint, by reason (initial, expiring: a third of its life left, csr_gone: the pending request was deleted, ca_changed: the control role's published CAs differ from the certificate's).",
+		}, []string{"reason"}),
+		StateCertFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "zerodrop_state_certificate_failures_total",
+			Help: "Failed steps of a data-plane replica's state endpoint certificate, by stage (create, read: a pending request, denied, invalid: the issued certificate, ca_read: the control role's published CAs); each is logged with its error and retried with back-off.",
+		}, []string{"stage"}),
 		ServicesOverLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "zerodrop_services_over_limit",
 			Help: "Services over a cap of the controller, by limit (ports): one not served yet is not served, one served before keeps its listeners as they were, backends following its endpoints.",
@@ -122,6 +135,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ProviderWrites, m.ProviderReads, m.ProviderConflicts,
 			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps, m.DrainCalls, m.DrainOutcomes, m.DrainWait, m.BuildInfo,
+			m.StateCertRenewals, m.StateCertFailures,
 			m.GateLatency, m.GateUnserved, m.Backends, m.ServicesOverLimit, m.HealthCheckStretched, m.HealthCheckRate} {
 			if err := reg.Register(c); err != nil {
 				return nil, err

@@ -382,7 +382,7 @@ func (in *Instance) startHAProxy(ctx context.Context, cfg Config, role service.R
 		return nil, fmt.Errorf("add haproxy restore loop: %w", err)
 	}
 	if role == service.RoleDataPlane {
-		if err := cfg.DataPlane.stateEndpoint(in.Manager, hp, in.log); err != nil {
+		if err := cfg.DataPlane.stateEndpoint(in.Manager, hp, in.Metrics, in.log); err != nil {
 			return nil, fmt.Errorf("data-plane state endpoint: %w", err)
 		}
 	}

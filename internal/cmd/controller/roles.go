@@ -16,6 +16,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/dataplane"
 	"zerodrop.dev/zerodrop/internal/dataplane/stateauth"
+	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
@@ -36,7 +37,8 @@ type RoleConfig struct {
 	// ReadTimeout bounds each read of a replica's state endpoint.
 	ReadTimeout time.Duration
 	// CASecret names the Secret in Namespace holding the private CA of the
-	// state endpoint's certificates (control role).
+	// state endpoint's certificates (control role), and the ConfigMap of
+	// the same name where its certificates are published (both roles).
 	CASecret string
 	// PodName, PodNamespace and PodUID are the data-plane replica's own pod
 	// (the downward API): its state endpoint certificate names the pod.
@@ -55,7 +57,8 @@ func (r *RoleConfig) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&r.Selector, "data-plane-selector", "", "control role: label selector of the data-plane replicas' pods, e.g. app.kubernetes.io/component=data-plane")
 	fs.IntVar(&r.StatePort, "data-plane-state-port", 9092, "control role: port of the replicas' state endpoint on their pod addresses")
 	fs.DurationVar(&r.ReadTimeout, "data-plane-read-timeout", dataplane.DefaultReplicaReadTimeout, "control role: bound of each read of a replica's state endpoint; a replica that does not answer within it counts as not serving (the gates wait)")
-	fs.StringVar(&r.CASecret, "data-plane-ca-secret", stateauth.DefaultCASecret, "control role: Secret in --data-plane-namespace holding the private CA of the state endpoint's certificates (created when missing)")
+	fs.StringVar(&r.CASecret, "data-plane-ca-secret", stateauth.DefaultCASecret, "control role: Secret in --data-plane-namespace holding the private CA of the state endpoint's certificates (created when missing); the CAs' certificates (not their keys) are published in the ConfigMap of the same name. "+
+		"data-plane role: that ConfigMap's name, in the pod's namespace: the replica renews its certificate early when the CAs there differ from its certificate's")
 }
 
 func (r *RoleConfig) role() service.Role {
@@ -134,9 +137,10 @@ func (r *RoleConfig) fleet(mgr ctrl.Manager, log logr.Logger) (provider.Provider
 // stateEndpoint adds a data-plane replica's state endpoint to mgr: its
 // certificate (requested for its pod through the CSR API) and the TLS
 // server.
-func (r *RoleConfig) stateEndpoint(mgr ctrl.Manager, src dataplane.StateSource, log logr.Logger) error {
+func (r *RoleConfig) stateEndpoint(mgr ctrl.Manager, src dataplane.StateSource, m *metrics.Metrics, log logr.Logger) error {
 	rep := &stateauth.Replica{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
-		PodNamespace: r.PodNamespace, PodName: r.PodName, PodUID: types.UID(r.PodUID), Log: log.WithName("state-cert")}
+		PodNamespace: r.PodNamespace, PodName: r.PodName, PodUID: types.UID(r.PodUID), CAConfigMap: r.CASecret,
+		Renewals: m.StateCertRenewals, Failures: m.StateCertFailures, Log: log.WithName("state-cert")}
 	if err := mgr.Add(rep); err != nil {
 		return err
 	}

@@ -92,7 +92,7 @@ func (a *Authority) Start(ctx context.Context) error {
 	for {
 		wait := period
 		if err := a.Sync(ctx); err != nil {
-			a.Log.Error(err, "data-plane state CA not synced; replicas cannot be read until it is", "secret", a.Namespace+"/"+a.secretName())
+			a.Log.Error(err, "data-plane state CA not synced; trying again", "secret", a.Namespace+"/"+a.secretName())
 			wait = min(period, 5*time.Second)
 		}
 		select {
@@ -157,6 +157,44 @@ func (a *Authority) Sync(ctx context.Context) error {
 	}
 	a.cas, a.roots = cas, pool
 	a.mu.Unlock()
+	return a.publish(ctx, cas)
+}
+
+// publish writes the CAs' certificates (never their keys) to the ConfigMap
+// of the Secret's name, which the replicas read to renew their certificates
+// early when the set changed (Replica.due): a lost CA replaced by a new one,
+// a CA added for rotation or dropped as expired. It only ever makes a
+// replica renew — what a replica trusts comes from its issued chain — so a
+// ConfigMap written by anyone else costs requests, never trust.
+func (a *Authority) publish(ctx context.Context, cas []*certs.KeyPair) error {
+	var bundle []byte
+	for _, ca := range cas {
+		bundle = append(bundle, ca.CertPEM...)
+	}
+	key := client.ObjectKey{Namespace: a.Namespace, Name: a.secretName()}
+	var cm corev1.ConfigMap
+	err := a.Client.Get(ctx, key, &cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+			Data: map[string]string{caCertKey: string(bundle)}}
+		err = a.Client.Create(ctx, &cm)
+	case err != nil:
+	case cm.Data[caCertKey] == string(bundle):
+		return nil
+	default:
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[caCertKey] = string(bundle)
+		err = a.Client.Update(ctx, &cm)
+	}
+	if err != nil {
+		// Another control replica may have written first: the next sync
+		// compares again.
+		return fmt.Errorf("publish the data-plane CAs to ConfigMap %s (replicas renew early from it): %w", key, err)
+	}
+	a.Log.Info("data-plane state CAs published", "configMap", key.String(), "cas", len(cas))
 	return nil
 }
 

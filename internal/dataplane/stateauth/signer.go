@@ -100,6 +100,12 @@ func (s *Signer) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 			return reconcile.Result{}, fmt.Errorf("approve %s: %w", csr.Name, err)
 		}
 	}
+	// Sign with the CAs as they are in the Secret now, not as of the last
+	// periodic sync: a replica renewing because the CAs changed gets the
+	// new ones at once.
+	if err := s.Authority.Sync(ctx); err != nil {
+		log.Error(err, "data-plane CA not synced before signing; signing with the CAs last read")
+	}
 	now := s.Authority.now()
 	ca, bundle, err := s.Authority.signing(now)
 	if err != nil {

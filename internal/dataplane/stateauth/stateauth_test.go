@@ -55,6 +55,15 @@ type world struct {
 
 func start(t *testing.T) *world {
 	t.Helper()
+	w := startAuthority(t)
+	w.startSigner(t)
+	return w
+}
+
+// startAuthority is the control role without its signer: requests stay
+// pending until startSigner.
+func startAuthority(t *testing.T) *world {
+	t.Helper()
 	restCfg := controlplane.Start(t)
 	c := testutil.Client(t, restCfg)
 	testutil.AdminServiceAccount(t, restCfg, ns, sa)
@@ -66,16 +75,31 @@ func start(t *testing.T) *world {
 	if err := mgr.Add(w.auth); err != nil {
 		t.Fatal(err)
 	}
+	runManager(t, mgr)
+	return w
+}
+
+// startSigner runs the signer of w's authority in a manager of its own.
+func (w *world) startSigner(t *testing.T) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(w.restCfg, ctrl.Options{Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	signer := &stateauth.Signer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Authority: w.auth,
 		Namespace: ns, Selector: selector, Log: testr.New(t)}
 	if err := signer.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
+	runManager(t, mgr)
+}
+
+func runManager(t *testing.T, mgr ctrl.Manager) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() { testutil.StopManager(t, cancel, done) })
-	return w
 }
 
 func (w *world) pod(t *testing.T, name string) *corev1.Pod {
@@ -95,12 +119,21 @@ func (w *world) pod(t *testing.T, name string) *corev1.Pod {
 // serves its state endpoint on a loopback port.
 func (w *world) replica(t *testing.T, pod *corev1.Pod, cfg *rest.Config, idle time.Duration) (*stateauth.Replica, string) {
 	t.Helper()
+	return w.replicaWith(t, pod, cfg, idle, nil)
+}
+
+// replicaWith is replica with the Replica's fields changed by set first.
+func (w *world) replicaWith(t *testing.T, pod *corev1.Pod, cfg *rest.Config, idle time.Duration, set func(*stateauth.Replica)) (*stateauth.Replica, string) {
+	t.Helper()
 	rc, err := client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rep := &stateauth.Replica{Client: rc, Reader: rc, PodNamespace: pod.Namespace, PodName: pod.Name, PodUID: pod.UID,
 		Poll: 200 * time.Millisecond, Log: testr.New(t)}
+	if set != nil {
+		set(rep)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go func() { _ = rep.Start(ctx) }()
