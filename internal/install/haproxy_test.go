@@ -139,6 +139,10 @@ func TestChartHAProxy(t *testing.T) {
 	if dp.Provider != "haproxy" || dp.DataPlane.Role != string(service.RoleDataPlane) {
 		t.Errorf("data-plane process: provider %q role %q", dp.Provider, dp.DataPlane.Role)
 	}
+	if !dp.AddressPoolGiven || dp.AddressPool != ctl.AddressPool {
+		t.Errorf("data-plane process: --address-pool %q (given %v); want the control role's %q, so a replica binds only status addresses of that pool",
+			dp.AddressPool, dp.AddressPoolGiven, ctl.AddressPool)
+	}
 	if !strings.HasSuffix(dp.DataPlane.StateAddr, ":"+strconv.Itoa(ctl.DataPlane.StatePort)) {
 		t.Errorf("state endpoint at %q; the controller reads port %d", dp.DataPlane.StateAddr, ctl.DataPlane.StatePort)
 	}
