@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"zerodrop.dev/zerodrop/internal/connguard"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
@@ -128,6 +129,12 @@ func metricsReference(t *testing.T) string {
 			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", f[1], kind, code(f[4]), strings.ReplaceAll(f[2], "|", "\\|"))
 		}
+	}
+	// The guarded listeners' collector (the drain and state endpoints).
+	if f := descRE.FindStringSubmatch(connguard.ClosedDesc.String()); f != nil {
+		fmt.Fprintf(&b, "| `%s` | counter | %s | %s |\n", f[1], code(f[4]), strings.ReplaceAll(f[2], "|", "\\|"))
+	} else {
+		t.Fatalf("cannot read %s", connguard.ClosedDesc)
 	}
 	b.WriteString("\nAlso served: controller-runtime's (`controller_runtime_reconcile_*`, `workqueue_*` per controller, " +
 		"`rest_client_*`, `leader_election_master_status`, `certwatcher_*`) and the Go collector's (`go_*`, `process_*`); " +

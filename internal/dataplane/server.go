@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"zerodrop.dev/zerodrop/internal/connguard"
 )
@@ -72,6 +73,9 @@ type Server struct {
 
 	// Bound, when set, receives the listening address once bound.
 	Bound func(net.Addr)
+	// Registerer, when set, gets the listener's guard collector
+	// (zerodrop_connguard_closed_total{listener="state"}).
+	Registerer prometheus.Registerer
 
 	guard atomic.Pointer[connguard.Listener]
 }
@@ -110,6 +114,11 @@ func (s *Server) Start(ctx context.Context) error {
 		PendingPerSource: orDefaultInt(s.PendingPerSource, DefaultPendingPerSource),
 		Handshake:        orDefault(s.Handshake, DefaultHandshakeTimeout)})
 	s.guard.Store(guard)
+	if s.Registerer != nil {
+		if err := s.Registerer.Register(guard.Collector("state")); err != nil {
+			s.Log.Error(err, "the state endpoint's connection metric is not exported")
+		}
+	}
 	hl := newHandshakeListener(guard, s.TLS, orDefault(s.Handshake, DefaultHandshakeTimeout),
 		orDefaultInt(s.MaxConnections, DefaultMaxConnections), s.Log)
 	read := orDefault(s.ReadTimeout, DefaultReadTimeout)

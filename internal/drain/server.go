@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"zerodrop.dev/zerodrop/internal/connguard"
 )
@@ -20,6 +21,9 @@ type Server struct {
 	Addr    string
 	Handler http.Handler
 	Logger  logr.Logger
+	// Registerer, when set, gets the listener's guard collector
+	// (zerodrop_connguard_closed_total{listener="drain"}).
+	Registerer prometheus.Registerer
 	// ShutdownTimeout is how long after the replica stops a call is still
 	// answered at least (default 10s: a call still sending its request).
 	// A call the Handler holds for a pod is answered until that pod's
@@ -90,6 +94,11 @@ func (s *Server) Start(ctx context.Context) error {
 	ln := connguard.New(raw, connguard.Limits{Pending: orDefaultInt(s.MaxPending, DefaultMaxCalls),
 		PendingPerSource: orDefaultInt(s.MaxPendingPerSource, 256), Handshake: orDefault(s.Handshake, 30*time.Second)})
 	srv.ConnContext = connguard.ConnContext
+	if s.Registerer != nil {
+		if err := s.Registerer.Register(ln.Collector("drain")); err != nil {
+			s.Logger.Error(err, "the drain endpoint's connection metric is not exported")
+		}
+	}
 	floor := orDefault(s.ShutdownTimeout, 10*time.Second)
 	finished := make(chan struct{})
 	s.mu.Lock()

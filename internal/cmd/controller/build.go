@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -86,11 +87,15 @@ type Instance struct {
 	// Provider is what the Service controller writes through.
 	Provider provider.Provider
 
-	log       logr.Logger
-	summary   []any // what the "starting" line logs
-	drain     *drain.Server
-	closeOnce sync.Once
-	closers   []func()
+	log logr.Logger
+	// registerer is where Build registered the metrics, nil when the
+	// caller gave its own (Override.Metrics): the guarded listeners'
+	// collectors go there too.
+	registerer prometheus.Registerer
+	summary    []any // what the "starting" line logs
+	drain      *drain.Server
+	closeOnce  sync.Once
+	closers    []func()
 }
 
 // DefaultConfig is the configuration the command runs with when given no
@@ -130,8 +135,9 @@ func Build(ctx context.Context, cfg Config) (*Instance, error) {
 		return nil, err
 	}
 	m := cfg.Override.Metrics
+	var reg prometheus.Registerer
 	if m == nil {
-		reg := cfg.Registerer
+		reg = cfg.Registerer
 		if reg == nil {
 			reg = ctrlmetrics.Registry
 		}
@@ -153,7 +159,7 @@ func Build(ctx context.Context, cfg Config) (*Instance, error) {
 	}
 	_ = mgr.AddHealthzCheck("ping", healthz.Ping)
 	_ = mgr.AddReadyzCheck("ping", healthz.Ping)
-	in := &Instance{Manager: mgr, Metrics: m, log: log, drain: &drain.Server{}}
+	in := &Instance{Manager: mgr, Metrics: m, log: log, registerer: reg, drain: &drain.Server{}}
 	if err := in.wire(ctx, cfg, role); err != nil {
 		in.Close()
 		return nil, err
@@ -382,7 +388,7 @@ func (in *Instance) startHAProxy(ctx context.Context, cfg Config, role service.R
 		return nil, fmt.Errorf("add haproxy restore loop: %w", err)
 	}
 	if role == service.RoleDataPlane {
-		if err := cfg.DataPlane.stateEndpoint(in.Manager, hp, in.Metrics, in.log); err != nil {
+		if err := cfg.DataPlane.stateEndpoint(in.Manager, hp, in.Metrics, in.registerer, in.log); err != nil {
 			return nil, fmt.Errorf("data-plane state endpoint: %w", err)
 		}
 	}
@@ -473,7 +479,7 @@ func (in *Instance) addGates(cfg Config, w wiring, addrMap []model.AddressMappin
 		f.Provider = p
 		finder = &f
 	}
-	in.drain = newDrainServer(in.Manager, cfg, finder, in.Metrics, in.log)
+	in.drain = newDrainServer(in.Manager, cfg, finder, in.Metrics, in.registerer, in.log)
 	if err := in.Manager.Add(in.drain); err != nil {
 		return fmt.Errorf("add drain endpoint: %w", err)
 	}

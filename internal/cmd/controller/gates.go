@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
@@ -27,7 +28,7 @@ func setupReadinessGate(mgr manager.Manager, finder *lbtarget.Finder, m *metrics
 // newDrainServer is the termination gate's endpoint on --drain-bind-address.
 // In node mode it reads each kube-proxy's /healthz, unless
 // --kube-proxy-healthz-port is 0 (then it waits --kube-proxy-fallback-delay).
-func newDrainServer(mgr manager.Manager, cfg Config, finder *lbtarget.Finder, m *metrics.Metrics, log logr.Logger) *drain.Server {
+func newDrainServer(mgr manager.Manager, cfg Config, finder *lbtarget.Finder, m *metrics.Metrics, reg prometheus.Registerer, log logr.Logger) *drain.Server {
 	var kp *kubeproxy.Client
 	if cfg.KubeProxyHealthzPort != 0 {
 		kp = &kubeproxy.Client{Port: int32(cfg.KubeProxyHealthzPort)}
@@ -38,5 +39,5 @@ func newDrainServer(mgr manager.Manager, cfg Config, finder *lbtarget.Finder, m 
 		Recorder: mgr.GetEventRecorder("zerodrop-drain"),
 		// The relays' drain key: answers to a relay carry its proof.
 		Key: func() []byte { return cfg.Webhook.DrainKey }})
-	return &drain.Server{Addr: cfg.DrainAddr, Handler: h, Logger: log.WithName("drain")}
+	return &drain.Server{Addr: cfg.DrainAddr, Handler: h, Logger: log.WithName("drain"), Registerer: reg}
 }

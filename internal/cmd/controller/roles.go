@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -137,12 +138,13 @@ func (r *RoleConfig) fleet(mgr ctrl.Manager, log logr.Logger) (provider.Provider
 // stateEndpoint adds a data-plane replica's state endpoint to mgr: its
 // certificate (requested for its pod through the CSR API) and the TLS
 // server.
-func (r *RoleConfig) stateEndpoint(mgr ctrl.Manager, src dataplane.StateSource, m *metrics.Metrics, log logr.Logger) error {
+func (r *RoleConfig) stateEndpoint(mgr ctrl.Manager, src dataplane.StateSource, m *metrics.Metrics, reg prometheus.Registerer, log logr.Logger) error {
 	rep := &stateauth.Replica{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 		PodNamespace: r.PodNamespace, PodName: r.PodName, PodUID: types.UID(r.PodUID), CAConfigMap: r.CASecret,
 		Renewals: m.StateCertRenewals, Failures: m.StateCertFailures, Log: log.WithName("state-cert")}
 	if err := mgr.Add(rep); err != nil {
 		return err
 	}
-	return mgr.Add(&dataplane.Server{Addr: r.StateAddr, Handler: dataplane.StateHandler(src), TLS: rep.TLSConfig(), Log: log.WithName("state")})
+	return mgr.Add(&dataplane.Server{Addr: r.StateAddr, Handler: dataplane.StateHandler(src), TLS: rep.TLSConfig(), Log: log.WithName("state"),
+		Registerer: reg})
 }

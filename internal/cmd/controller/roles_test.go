@@ -237,6 +237,14 @@ func TestDataPlaneReplicas(t *testing.T) {
 	if len(ing) != 1 || ing[0].IPMode == nil || *ing[0].IPMode != corev1.LoadBalancerIPModeProxy {
 		t.Fatalf("ingress %+v, want one address with ipMode Proxy", ing)
 	}
+	// The guarded listeners report what they closed: the replicas' state
+	// endpoints, and the control replicas' drain endpoints.
+	for i, p := range dp {
+		guardSeries(t, p.reg, "state", fmt.Sprintf("data-plane replica %d", i))
+	}
+	for i, p := range ctl {
+		guardSeries(t, p.reg, "drain", fmt.Sprintf("control replica %d", i))
+	}
 	for i := range dirs {
 		if a, st := backendState(i); a != ing[0].IP || st != model.Active {
 			t.Fatalf("replica %d: listener at %q, backend %q; want %s, active", i, a, st, ing[0].IP)
@@ -346,4 +354,30 @@ func TestDataPlaneReplicas(t *testing.T) {
 		lb, oerr := obs[1].Observe(ctx, key)
 		return apierrors.IsNotFound(err) && lb == nil && oerr == nil, fmt.Sprintf("get=%v lb=%v", err, lb)
 	})
+}
+
+// guardSeries fails unless reg serves zerodrop_connguard_closed_total for
+// the listener (its three reasons, at whatever count).
+func guardSeries(t *testing.T, reg *prometheus.Registry, listener, who string) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("%s: gather: %v", who, err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		if mf.GetName() != "zerodrop_connguard_closed_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "listener" && l.GetValue() == listener {
+					n++
+				}
+			}
+		}
+	}
+	if n != 3 {
+		t.Errorf("%s: %d series of zerodrop_connguard_closed_total{listener=%q}, want 3 (one per reason)", who, n, listener)
+	}
 }
