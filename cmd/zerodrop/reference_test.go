@@ -166,6 +166,13 @@ func annotationsReference() string {
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", a.Key, a.On, a.Default, a.Doc)
 		}
 	}
+	fmt.Fprintf(&b, "\n## Caps on what a Service asks\n\n"+
+		"What a Service's ports and annotations ask for is capped by controller flags (0 turns a cap off):\n\n"+
+		"| cap | flag | default | over it |\n|---|---|---|---|\n"+
+		"| ports per Service | `--max-ports-per-service` | %d | a new Service is refused (Warning Event `OverLimit`, `ConfigValid=False`, `zerodrop_services_over_limit`); one served before the cap keeps its listeners as they were, backends following its endpoints, and a change that stays over it is refused |\n"+
+		"| health checks per second of one Service on one data-plane replica (its backends times its ports over its check interval) | `--service-check-limit` | %g | HAProxy: its check intervals are stretched by powers of two until it fits (Warning Event `HealthChecksStretched`, `zerodrop_health_check_stretched_services`); backends are never dropped |\n"+
+		"| health checks per second of one data-plane replica, all Services | `--node-check-budget` | %g | HAProxy: the newest Services' intervals are stretched until the total fits; an older Service never yields to a newer one |\n",
+		model.DefaultMaxPorts, float64(model.DefaultMaxServiceCheckRate), float64(model.DefaultNodeCheckBudget))
 	return b.String()
 }
 
