@@ -266,7 +266,7 @@ func (r *podRuntime) probe(ctx context.Context, c *corev1.Container, p *corev1.P
 		if err != nil {
 			return false
 		}
-		code, err := httpGet(ctx, r.client, u)
+		code, err := httpGet(ctx, r.client, u, p.HTTPGet.HTTPHeaders)
 		return err == nil && code >= 200 && code < 400
 	case p.TCPSocket != nil:
 		port, err := containerPort(c, p.TCPSocket.Port)

@@ -34,7 +34,7 @@ func (r *podRuntime) preStop(ctx context.Context, c *corev1.Container) (result s
 		if err != nil {
 			return "httpGet: " + err.Error(), true
 		}
-		code, detail, err := httpGetDetail(ctx, r.client, u)
+		code, detail, err := httpGetDetail(ctx, r.client, u, h.HTTPGet.HTTPHeaders)
 		if err != nil {
 			return fmt.Sprintf("httpGet %s failed: %v", u, err), true
 		}
@@ -62,8 +62,8 @@ func sleepCommand(cmd []string) (time.Duration, bool) {
 	return time.Duration(f * float64(time.Second)), true
 }
 
-func httpGet(ctx context.Context, hookClient *http.Client, u string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+func httpGet(ctx context.Context, hookClient *http.Client, u string, headers []corev1.HTTPHeader) (int, error) {
+	req, err := newHookRequest(ctx, u, headers)
 	if err != nil {
 		return 0, err
 	}
@@ -78,8 +78,8 @@ func httpGet(ctx context.Context, hookClient *http.Client, u string) (int, error
 
 // httpGetDetail is httpGet that also returns what the answer said: the
 // drain endpoint's result header, or the first line of an error body.
-func httpGetDetail(ctx context.Context, hookClient *http.Client, u string) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+func httpGetDetail(ctx context.Context, hookClient *http.Client, u string, headers []corev1.HTTPHeader) (int, string, error) {
+	req, err := newHookRequest(ctx, u, headers)
 	if err != nil {
 		return 0, "", err
 	}
@@ -94,4 +94,22 @@ func httpGetDetail(ctx context.Context, hookClient *http.Client, u string) (int,
 		return resp.StatusCode, r + ": " + line, nil
 	}
 	return resp.StatusCode, line, nil
+}
+
+// newHookRequest is the GET the kubelet sends for an httpGet hook or probe:
+// with the action's httpHeaders (a Host header sets the request's host), as
+// the kubelet's lifecycle and prober handlers add them.
+func newHookRequest(ctx context.Context, u string, headers []corev1.HTTPHeader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range headers {
+		if http.CanonicalHeaderKey(h.Name) == "Host" {
+			req.Host = h.Value
+			continue
+		}
+		req.Header.Add(h.Name, h.Value)
+	}
+	return req, nil
 }
