@@ -43,7 +43,9 @@ import (
 // when the HAProxy container is killed and started again, the same
 // listener is served from what the replica wrote.
 func TestChartDataPlanePodRuns(t *testing.T) {
-	ds := typed[appsv1.DaemonSet](t, find(t, render(t, haproxyValues...), "DaemonSet", "zerodrop-data-plane"))
+	// The pool holds the status address below: a replica binds only
+	// status addresses of the pool the chart gives it.
+	ds := typed[appsv1.DaemonSet](t, find(t, render(t, "provider=haproxy", "haproxy.addressPool=127.0.105.0/24"), "DaemonSet", "zerodrop-data-plane"))
 	hc, zc := ds.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[1]
 	shared := t.TempDir()
 	mount := ""
@@ -86,13 +88,7 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(path, args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-done })
+		testutil.StartGroup(t, cmd)
 		return cmd
 	}
 	hproc := container()

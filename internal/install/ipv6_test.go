@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -367,20 +366,7 @@ func startInNode(t *testing.T, node *netlab.Netns, bin string, args, env []strin
 	cmd := exec.Command("ip", append([]string{"netns", "exec", node.Name, bin}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Errorf("%s %s did not end after SIGKILL", bin, args[0])
-		}
-	})
+	testutil.StartGroup(t, cmd)
 	return out
 }
 

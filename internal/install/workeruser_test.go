@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -136,19 +137,15 @@ func TestChartHAProxyWorkerUserNeedsCapabilities(t *testing.T) {
 		bin, "haproxy", "--dir="+dir)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	ended := testutil.StartGroup(t, cmd)
 	var err error
 	select {
-	case err = <-done:
+	case <-ended:
 	case <-time.After(60 * time.Second):
 		// It started HAProxy instead of refusing: stop it all.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		err = fmt.Errorf("still running after 60 s: %v", <-done)
+		<-ended
+		err = errors.New("still running after 60 s")
 	}
 	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 1 || !strings.Contains(out.String(), "lacks KILL, SETGID, SETUID") {
 		t.Fatalf("zerodrop haproxy with NET_BIND_SERVICE only: %v\n%s\nwant exit 1 naming the missing KILL, SETGID, SETUID", err, out.String())
@@ -208,19 +205,14 @@ func runHAProxyContainer(t *testing.T, c corev1.Container, bin, dir string) {
 	cmd := exec.Command("setpriv", args...)
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	// Registered first, so it runs after StartGroup's cleanup has killed
+	// the process and its output is complete.
 	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
 		if t.Failed() {
 			t.Logf("haproxy container output:\n%s", log.String())
 		}
 	})
+	testutil.StartGroup(t, cmd)
 }
 
 // httpBackend serves 200 on a free port of 127.0.0.1 until the test ends.

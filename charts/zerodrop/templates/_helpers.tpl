@@ -107,3 +107,19 @@ app.kubernetes.io/name: {{ include "zerodrop.dataPlaneName" . }}
 {{- define "zerodrop.workloadIdentity" -}}
 {{- if and (eq (toString .Values.provider) "azure") .Values.azure.workloadIdentity.enabled -}}true{{- end -}}
 {{- end -}}
+
+{{/*
+A CEL test that the string expression given is the drain address. The API
+server accepts an IPv6 address in any spelling (fd00:10:96:0:0:0:0:5a,
+upper case) and kube-proxy captures each the same, so where the cluster's
+CEL has the IP library (Kubernetes 1.31+: introduced in 1.30, usable in
+stored expressions one release later) the addresses are compared parsed;
+on 1.30 as strings, which catches only the spelling drain.clusterIP has.
+*/}}
+{{- define "zerodrop.isDrainAddress" -}}
+{{- if semverCompare ">=1.31-0" .root.Capabilities.KubeVersion.Version -}}
+(isIP({{ .v }}) && isIP(variables.drain) ? ip({{ .v }}) == ip(variables.drain) : {{ .v }} == variables.drain)
+{{- else -}}
+{{ .v }} == variables.drain
+{{- end -}}
+{{- end }}
