@@ -172,6 +172,12 @@ func TestGateOpensDuringFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("floods the loopback for a minute")
 	}
+	if raceEnabled {
+		// The race detector slows the churn and the handshakes several
+		// times over, and the bound is the point: make test runs this test
+		// again without it.
+		t.Skip("asserts a time bound: run without -race (make test does)")
+	}
 	// The API objects come from a fake client: what is under test is the
 	// read of the replica, not the apiserver (TestReplicasThatCount has
 	// Discovery on the real one).
@@ -332,9 +338,7 @@ func TestGateOpensDuringFlood(t *testing.T) {
 			if st.EvictedSource+st.ExpiredHandshake == 0 {
 				t.Errorf("%s flood: the guard closed no flood connection: the flood did not reach it", name)
 			}
-			if raceEnabled && ok {
-				t.Logf("%s flood under the race detector: gate open after %s (bound %s not asserted)", name, took, bound)
-			} else if !ok || took > bound {
+			if !ok || took > bound {
 				t.Errorf("%s flood of 1,000 connections from 2 addresses: the gate opened=%v after %s, want within %s (unflooded %s + 2 s)",
 					name, ok, took.Round(time.Millisecond), bound.Round(time.Millisecond), unflooded.Round(time.Millisecond))
 			}
