@@ -67,9 +67,11 @@ test: deps fmt-check
 	# internal/lab/upstream/upstream_test.go): its tests run without -race.
 	$(GO) test -count=1 -timeout 10m -run 'TestUpstreamServiceController|TestLabUpstream|TestLabRestartIdle' ./internal/lab/ ./internal/lab/upstream/
 	# The state endpoint's flood test asserts a time bound (the gate opens
-	# within its unflooded time plus 2 s), which the race detector's
-	# slowdown would break: it runs without it (and skips under -race).
-	$(GO) test -count=1 -timeout 10m -run 'TestGateOpensDuringFlood' ./internal/dataplane/
+	# within its unflooded time plus 2 s) and the relay's flood test the
+	# relay process' memory (it is the test binary), which the race
+	# detector's slowdown and shadow memory would break: they run without
+	# it (and skip under -race).
+	$(GO) test -count=1 -timeout 10m -run 'TestGateOpensDuringFlood|TestRelayFloodStaysUnderItsMemoryLimit' ./internal/dataplane/ ./internal/drainrelay/
 	# The data-plane labs (four HAProxy and zerodrop processes, the lab's pod
 	# servers in its own process) run alone, not beside other packages.
 	$(GO) test $(GOTESTFLAGS) -run 'TestLabDataPlane|TestLabFromChart' ./internal/lab/

@@ -99,6 +99,13 @@ func TestRelayFloodStaysUnderItsMemoryLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 connections")
 	}
+	if raceEnabled {
+		// The relay process is this test binary: under the race detector
+		// its memory is several times the shipped binary's (78.5 MiB
+		// against 27 MiB, seen), and the limit is the point. make test
+		// runs this test again without it.
+		t.Skip("measures the relay's memory: run without -race (make test does)")
+	}
 	const flood, limit = 10000, 64 << 20
 	release := make(chan struct{})
 	target, _ := drainServer(t, func(n int64, w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package drainrelay
+
+const raceEnabled = false
