@@ -92,11 +92,11 @@ type allowed struct {
 
 var figureAllowList = []allowed{
 	{"README.md", "limits, defaults and configuration values (the drain calls held, the recipe's grace period, kube-proxy's default, the annotation's range, the chaos faults injected)", []string{
-		"at most 1,000 calls are held", "grace 60 s", "`--min-sync-period` (1 s)", "(100ms–1m)",
+		"at most 512 calls are held per source address and 4,096 in all", "grace 60 s", "`--min-sync-period` (1 s)", "(100ms–1m)",
 		"kube-apiserver stopped for 30 s", "20 % of ARM requests failing",
 	}},
 	{"charts/zerodrop/README.md", "limits and cache lifetimes of the code", []string{
-		"at most 64 connections", "within 10 s, when", "verb for 2 minutes, a refused token or a denied request for 10 seconds",
+		"at most 64 connections", "within 10 s, when", "within 2 s, at most 16 connections per source", "verb for 2 minutes, a refused token or a denied request for 10 seconds",
 		"two reviews every 2 minutes", "for up to 2 minutes", "for up to 10 seconds more", "not scraped for 5 minutes",
 	}},
 	{"docs/check.md", "Kubernetes' and the providers' documented defaults, and the analyzer's profiles computed from them (docs/rules/timings.md gives the sources)", []string{
@@ -107,8 +107,18 @@ var figureAllowList = []allowed{
 	{"docs/design.md", "limits, defaults, timeouts and lifetimes of the code and the API, an example clock skew, and invariant 1 (no write)", []string{
 		"the API's 1,024 bytes", "budget (5 s,", "(at least 10 s after it stops)", "`--kube-proxy-sync-margin` (2 s)",
 		"`--min-sync-period` (1 s)", "`--kube-proxy-fallback-delay` (10 s)", "a node 40 s behind", "0 writes on a restart",
-		"each read bounded (5 s)", "lives 24 h", "up to 8 h", "for 25 h", "read timeout 10 s", "write 30 s, idle 60 s, at most 64 connections",
-		"8 KiB of headers", "(30 s bound)", "`ReadBatchWindow` (250 ms)", "within 10 s of the hook's call", "one read bound (5 s)",
+		"each read bounded (5 s)", "lives 24 h", "up to 8 h", "for 25 h", "read timeout 10 s", "write 30 s, idle 60 s, 8 KiB of",
+		"(30 s bound)",
+		// The state endpoint's limits and the certificate's recovery bounds
+		// (issue 46), and the threat model's limits and a test's input.
+		"renews, within 2 minutes (below)", "reaches the replicas within 2 minutes", "reads it every 30 s",
+		"that is under 2 minutes from", "normal renewal (up to 16 h)", "handshake itself, within 2 s",
+		"at most 16 connections may be handshaking", "handshake 2 s of its 5 s read", "at most 8 MiB (twice the",
+		"share 32 MiB, so", "well within 2 minutes once a signer runs", "a certificate of it within 2 minutes",
+		"each TLS handshake is bounded (2 s), at most 16 connections may be handshaking", "`TestGateOpensDuringFlood`: 1,000 connections",
+		"within its unflooded time plus 2 s", "one answer is capped at 8 MiB", "all answers in flight share 32 MiB",
+		"for up to the cache's 2 minutes", "(4,096 calls, 256 lookups", "polled every 500 ms", "up to 5 s (`TestFlooded",
+		"gate by less than 5 s", "seen up to 5 s later", "It is cut to 5 minutes", "`ReadBatchWindow` (250 ms)", "within 10 s of the hook's call", "one read bound (5 s)",
 	}},
 	{"docs/haproxy.md", "intervals, timeouts and retries of the code, HAProxy's and Linux's defaults, a test's input", []string{
 		"checks every 2 s", "the 10 s command timeout", "1 s is Linux's initial SYN", "sends 6 connections",
@@ -120,6 +130,8 @@ var figureAllowList = []allowed{
 		"every 250 ms", "within 10 s of", "its request (10 s) or idle between requests (5 s)", "answer (10 s)",
 		"`--max-wait` plus 2 s", "the serving certificate 90 days", "overlap 5 minutes", "webhook slower than 5 s",
 		"one 1 s connect timeout",
+		// The relay's container limit and read timeout, the drain endpoint's caps (issue 46).
+		"container has 64 MiB", "closes them after 10 s anyway", "holds at most 512 calls at once", "each held `CacheLag` (5 s)",
 	}},
 	{"docs/rules/ZD105.md", "a worked example of the rule's arithmetic", []string{"periodSeconds 10 × (failureThreshold", "= 50 s ≤ readiness"}},
 	{"docs/rules/ZD201.md", "the providers' documented defaults (docs/rules/timings.md)", []string{"e.g. Azure 15 s, AWS NLB 305 s"}},
@@ -166,7 +178,7 @@ var figureAllowList = []allowed{
 		"idle timeout 4 min", "runs as 5 s", "= 3 failures", "probe interval ≥ 5 s",
 	}},
 	{"docs/azure.md", "the controller's defaults and configuration values (flags, cache age, drain budget, the lab's lease and fault rate, the SDK's polling)", []string{
-		"younger than 1 s", "(default 10 s)", "(default 30 s", "(default 5 min)", "`--retry-period`, 2 s)",
+		"younger than 1 s", "(default 10 s; at most 5 minutes", "(default 30 s", "(default 5 min)", "`--retry-period`, 2 s)",
 		"`--renew-deadline` (10 s)", "`--lease-duration` (15 s)", "budget (5 s,",
 		"| 20 % injected faults", "the 30 s lease", "10 ms, which the Azure SDK refuses",
 		"(the emulator's is 10 ms unless set; ARM's network provider sends 10 s)",
