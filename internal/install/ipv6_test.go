@@ -93,7 +93,7 @@ func TestChartIPv6DataPlane(t *testing.T) {
 	}
 
 	node := ipv6Node(t)
-	bin := ipv6Binary(t)
+	bin := zerodropBinary(t)
 
 	// The replica's pod, as the DaemonSet makes it, authenticated as the
 	// kubelet's projected token would be.
@@ -368,17 +368,6 @@ func startInNode(t *testing.T, node *netlab.Netns, bin string, args, env []strin
 	cmd.Stdout, cmd.Stderr = out, out
 	testutil.StartGroup(t, cmd)
 	return out
-}
-
-// ipv6Binary builds the production binary (the images' /zerodrop).
-func ipv6Binary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "zerodrop")
-	out, err := exec.Command("go", "build", "-o", bin, "zerodrop.dev/zerodrop/cmd/zerodrop").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build zerodrop: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // containerNamed is the DaemonSet's container called name.
