@@ -172,7 +172,7 @@ func TestGateOpensDuringFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("floods the loopback for a minute")
 	}
-	if raceEnabled {
+	if testutil.RaceEnabled {
 		// The race detector slows the churn and the handshakes several
 		// times over, and the bound is the point: make test runs this test
 		// again without it.

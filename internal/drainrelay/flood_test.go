@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/drain"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 // relayArgsEnv, when set, makes the test binary run `zerodrop drain-relay`
@@ -99,7 +100,7 @@ func TestRelayFloodStaysUnderItsMemoryLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 connections")
 	}
-	if raceEnabled {
+	if testutil.RaceEnabled {
 		// The relay process is this test binary: under the race detector
 		// its memory is several times the shipped binary's (78.5 MiB
 		// against 27 MiB, seen), and the limit is the point. make test

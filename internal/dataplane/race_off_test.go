@@ -1,5 +1,0 @@
-//go:build !race
-
-package dataplane
-
-const raceEnabled = false

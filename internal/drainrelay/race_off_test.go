@@ -1,5 +1,0 @@
-//go:build !race
-
-package drainrelay
-
-const raceEnabled = false
