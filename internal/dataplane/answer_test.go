@@ -149,22 +149,18 @@ func TestOversizedAnswers(t *testing.T) {
 	stopSampling()
 	<-sampled
 	// Each hostile read fails, saying why: too large, or (a read that came
-	// while others held the whole budget) the budget exhausted; at least
-	// one of each replica's reads reaches the cap.
+	// while others held the whole budget) the budget exhausted. Which of
+	// the two a concurrent read meets depends on the scheduling (a CI run
+	// saw all four endless reads refused by the budget), so the cap is
+	// checked below with a read alone.
 	for _, name := range []string{"oversized", "endless"} {
-		large := 0
 		for _, err := range errs[name] {
 			switch {
 			case err == nil || !strings.Contains(err.Error(), name):
 				t.Errorf("read of the %s replica: %v, want an error naming it", name, err)
-			case strings.Contains(err.Error(), "larger than"):
-				large++
-			case !strings.Contains(err.Error(), "answer budget"):
+			case !strings.Contains(err.Error(), "larger than") && !strings.Contains(err.Error(), "answer budget"):
 				t.Errorf("read of the %s replica: %v, want one saying its answer is larger than the cap or the budget is exhausted", name, err)
 			}
-		}
-		if large == 0 {
-			t.Errorf("no read of the %s replica said its answer is larger than the cap: %v", name, errs[name])
 		}
 	}
 	for _, err := range errs["honest"] {
@@ -178,5 +174,16 @@ func TestOversizedAnswers(t *testing.T) {
 	t.Logf("heap in use grew by at most %d MiB during the reads", grew>>20)
 	if limit := int64(AnswerBudgetBytes) * 4; grew > limit {
 		t.Errorf("heap in use grew by %d MiB during the reads, want under %d MiB (4x the answer budget)", grew>>20, limit>>20)
+	}
+	// A read of each hostile replica alone, the budget free: it reaches
+	// the cap and says so.
+	for _, name := range []string{"oversized", "endless"} {
+		hc := *servers[name].Client()
+		hc.Timeout = time.Minute
+		r := &Remote{Replica: name, BaseURL: servers[name].URL, Client: &hc}
+		if _, err := r.Backends(context.Background(), "default/web"); err == nil || !strings.Contains(err.Error(), name) ||
+			!strings.Contains(err.Error(), "larger than") {
+			t.Errorf("a read of the %s replica alone: %v, want an error naming it and saying its answer is larger than the cap", name, err)
+		}
 	}
 }
