@@ -91,10 +91,18 @@ func TestForeignRuleByFrontend(t *testing.T) {
 	if err := emu.Seed(subID, group, ccmLB("kubernetes-internal", "10.0.1.4", "10.0.1.5")); err != nil {
 		t.Fatal(err)
 	}
-	pr := &probes{up: map[string]bool{"10.0.1.4": true, "10.0.1.5": false}}
+	pr := &probes{up: map[string]bool{"10.0.1.4": true, "10.0.1.5": false}, hold: make(chan struct{})}
 	emu.SetRuleHealth(pr.health)
 	p := gateOnlyProvider(t, emu)
 	ctx := context.Background()
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(pr.hold)
+		}
+	}
+	defer release()
 
 	r, err := p.ForeignRule(ctx, "127.240.0.10", 80, model.TCP)
 	if err != nil || r == nil {
@@ -141,6 +149,7 @@ func TestForeignRuleByFrontend(t *testing.T) {
 	if before := health("10.0.1.4"); !before.HealthKnown || before.Healthy || before.Probed {
 		t.Errorf("10.0.1.4 before rule health's first answer: %+v, want known not healthy (not yet probed Up), not listed", before)
 	}
+	release()
 	eventually(t, "rule health answered", func() bool { return health("10.0.1.4").Probed })
 	if up := health("10.0.1.4"); !up.Healthy || !up.Probed || up.ProbedAt.IsZero() || !up.Lags || up.UpAt != up.ProbedAt {
 		t.Errorf("10.0.1.4 probed Up: %+v", up)

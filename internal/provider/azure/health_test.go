@@ -20,9 +20,16 @@ type probes struct {
 	mu    sync.Mutex
 	up    map[string]bool
 	asked int
+	// hold, when set, keeps every answer back until it is closed: a test
+	// that checks what is known before rule health's first answer must
+	// not race the provider's background read.
+	hold chan struct{}
 }
 
 func (p *probes) health(_, _, _ string) ([]emulator.BackendHealth, error) {
+	if p.hold != nil {
+		<-p.hold
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.asked++
