@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real cloud-controller-manager of cloud-provider-azure, the
 # `upstream` writer of the Azure lab and of the test that keeps the ARM
-# emulator honest (internal/provider/azure/emulator), from the
+# emulator honest (internal/emulated/azurearm), from the
 # sigs.k8s.io/cloud-provider-azure Go module through a generated wrapper module
 # pinned to one release.
 #

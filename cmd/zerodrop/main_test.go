@@ -30,7 +30,7 @@ func TestProductionBuildHasNoLab(t *testing.T) {
 			"zerodrop.dev/zerodrop/internal/lab",
 			"zerodrop.dev/zerodrop/internal/controlplane",
 			"zerodrop.dev/zerodrop/internal/testutil",
-			"zerodrop.dev/zerodrop/internal/provider/azure/emulator",
+			"zerodrop.dev/zerodrop/internal/emulated/azurearm",
 			"k8s.io/apiserver",
 			"github.com/google/go-containerregistry",
 			"testing",

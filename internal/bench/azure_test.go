@@ -22,8 +22,8 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/metrics"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 var (
@@ -95,7 +95,7 @@ func BenchmarkAzureRestart(b *testing.B) {
 		}
 	}
 	fmt.Printf("created %d Services and EndpointSlices in %s\n", n, time.Since(start).Round(time.Millisecond))
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 
 	setup := azureOnce(b, env.Config, emu, service.SyncIncremental, func(r *azureController) bool {
 		return azureRules(emu) == n
@@ -167,7 +167,7 @@ type azureController struct {
 	metrics *metrics.Metrics
 }
 
-func azureStart(b *testing.B, rc *rest.Config, emu *emulator.Emulator, sync service.SyncMode) *azureController {
+func azureStart(b *testing.B, rc *rest.Config, emu *azurearm.Emulator, sync service.SyncMode) *azureController {
 	b.Helper()
 	cfg := benchConfig(rc)
 	cfg.Provider = "azure"
@@ -191,7 +191,7 @@ func azureStart(b *testing.B, rc *rest.Config, emu *emulator.Emulator, sync serv
 
 // azureOnce starts a controller, waits until done says so and the
 // controller has been idle for a second, and stops it.
-func azureOnce(b *testing.B, cfg *rest.Config, emu *emulator.Emulator, sync service.SyncMode, done func(*azureController) bool) azureRun {
+func azureOnce(b *testing.B, cfg *rest.Config, emu *azurearm.Emulator, sync service.SyncMode, done func(*azureController) bool) azureRun {
 	b.Helper()
 	before := emu.Counters()
 	start := time.Now()
@@ -230,7 +230,7 @@ func azureIdle(rs ...*azureController) time.Time {
 
 // azureChurn replaces endpoints of the first `services` Services with
 // `writers` controllers running, and reports the Azure writes and conflicts.
-func azureChurn(b *testing.B, cfg *rest.Config, c client.Client, emu *emulator.Emulator, services, writers int) (azureRun, int) {
+func azureChurn(b *testing.B, cfg *rest.Config, c client.Client, emu *azurearm.Emulator, services, writers int) (azureRun, int) {
 	b.Helper()
 	ctx := context.Background()
 	var rs []*azureController
@@ -270,7 +270,7 @@ func azureChurn(b *testing.B, cfg *rest.Config, c client.Client, emu *emulator.E
 }
 
 // azureRules counts zerodrop's rules on the emulated load balancers.
-func azureRules(emu *emulator.Emulator) int {
+func azureRules(emu *azurearm.Emulator) int {
 	n := 0
 	for _, name := range azureLBs {
 		if lb, ok := emu.LoadBalancer("rg-bench", name); ok {

@@ -18,9 +18,9 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/model"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -86,7 +86,7 @@ func TestChartGateOnlyWithRealCCM(t *testing.T) {
 	cfg.Webhook.Enabled = false
 	log := testr.New(t)
 	cfg.Override.Logger = &log
-	if cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(w.Base.Emulator.URL, w.Base.Emulator.CAPEM, "zerodrop"); err != nil {
+	if cfg.Azure.Credential, cfg.Azure.ClientOptions, err = azurearm.Remote(w.Base.Emulator.URL, w.Base.Emulator.CAPEM, "zerodrop"); err != nil {
 		t.Fatal(err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)

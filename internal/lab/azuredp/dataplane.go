@@ -48,8 +48,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // Config says which namespace to program from which load balancers.
@@ -60,7 +60,7 @@ type Config struct {
 	Device string
 	// Emulator and ResourceGroup: every load balancer of the group is
 	// programmed.
-	Emulator      *emulator.Emulator
+	Emulator      *azurearm.Emulator
 	ResourceGroup string
 	// Propagation is how long after a write is accepted the data plane
 	// applies it (the lab's --lb-propagation; no client can observe it).

@@ -21,8 +21,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // The tests' world: a netlab fabric with a load-balancer host, two client
@@ -51,7 +51,7 @@ type world struct {
 	fipCli   *netlab.Host // answered directly by the backends (floating IP)
 	natCli   *netlab.Host // whose answers the backends route through lb (DNAT)
 	backends []*server
-	emu      *emulator.Emulator
+	emu      *azurearm.Emulator
 	lbs      *armnetwork.LoadBalancersClient
 	pools    *armnetwork.LoadBalancerBackendAddressPoolsClient
 }
@@ -85,7 +85,7 @@ func newWorld(t *testing.T) *world {
 			t.Errorf("lab teardown: %v", err)
 		}
 	})
-	w := &world{lab: l, emu: emulator.New(emulator.Options{AddressPrefix: fabricVIPs})}
+	w := &world{lab: l, emu: azurearm.New(azurearm.Options{AddressPrefix: fabricVIPs})}
 	host := func(name string) *netlab.Host {
 		h, err := l.AddHost(ctx, name)
 		if err != nil {

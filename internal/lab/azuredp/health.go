@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 )
 
 // The probe state as the data plane has it, for the lab and for the
@@ -64,26 +64,26 @@ func (d *DataPlane) Health(loadBalancer, ruleName string) ([]Backend, error) {
 }
 
 // RuleHealth answers the emulator's rule-health operation
-// (emulator.RuleHealth): Up where new flows may go, Down otherwise, with the
+// (azurearm.RuleHealth): Up where new flows may go, Down otherwise, with the
 // probe's result or the admin state as the reason. A rule ARM has but the
 // data plane has not programmed yet (propagation) has no probe data: the
 // answer lists no address. That is an assumption — ARM's documentation
 // does not say what the operation answers then — chosen as the one that
 // claims nothing: no address Up, none Down.
-func (d *DataPlane) RuleHealth(resourceGroup, loadBalancer, ruleName string) ([]emulator.BackendHealth, error) {
+func (d *DataPlane) RuleHealth(resourceGroup, loadBalancer, ruleName string) ([]azurearm.BackendHealth, error) {
 	if !strings.EqualFold(resourceGroup, d.cfg.ResourceGroup) {
 		return nil, fmt.Errorf("%w: resource group %s is not %s", ErrUnknownRule, resourceGroup, d.cfg.ResourceGroup)
 	}
 	bs, err := d.Health(loadBalancer, ruleName)
 	if errors.Is(err, ErrUnknownRule) {
-		return []emulator.BackendHealth{}, nil
+		return []azurearm.BackendHealth{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	out := make([]emulator.BackendHealth, 0, len(bs))
+	out := make([]azurearm.BackendHealth, 0, len(bs))
 	for _, b := range bs {
-		h := emulator.BackendHealth{IPAddress: b.Addr.String(), State: "Down", Reason: b.Detail}
+		h := azurearm.BackendHealth{IPAddress: b.Addr.String(), State: "Down", Reason: b.Detail}
 		if b.Eligible {
 			h.State = "Up"
 		}

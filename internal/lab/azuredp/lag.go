@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 )
 
 // The rule-health operation's own lag (the lab's --health-lag): Azure
@@ -19,7 +19,7 @@ import (
 // lagSample is every programmed rule's answer at one instant.
 type lagSample struct {
 	at    time.Time
-	rules map[ruleKey][]emulator.BackendHealth
+	rules map[ruleKey][]azurearm.BackendHealth
 }
 
 // lagPeriod is how often the lagged view samples the data plane.
@@ -30,7 +30,7 @@ const lagPeriod = 200 * time.Millisecond
 // sampler. A rule that was not programmed lag ago has no probe data then:
 // the answer lists no address, as RuleHealth's for a rule not programmed
 // yet.
-func (d *DataPlane) LaggedRuleHealth(lag time.Duration) (emulator.RuleHealth, func()) {
+func (d *DataPlane) LaggedRuleHealth(lag time.Duration) (azurearm.RuleHealth, func()) {
 	if lag <= 0 {
 		return d.RuleHealth, func() {}
 	}
@@ -60,7 +60,7 @@ func (d *DataPlane) LaggedRuleHealth(lag time.Duration) (emulator.RuleHealth, fu
 			}
 		}
 	}()
-	f := func(resourceGroup, loadBalancer, rule string) ([]emulator.BackendHealth, error) {
+	f := func(resourceGroup, loadBalancer, rule string) ([]azurearm.BackendHealth, error) {
 		if !strings.EqualFold(resourceGroup, d.cfg.ResourceGroup) {
 			return nil, fmt.Errorf("%w: resource group %s is not %s", ErrUnknownRule, resourceGroup, d.cfg.ResourceGroup)
 		}
@@ -76,20 +76,20 @@ func (d *DataPlane) LaggedRuleHealth(lag time.Duration) (emulator.RuleHealth, fu
 			}
 			break
 		}
-		return []emulator.BackendHealth{}, nil
+		return []azurearm.BackendHealth{}, nil
 	}
 	return f, func() { cancel(); wg.Wait() }
 }
 
 // allRuleHealth is RuleHealth of every programmed rule now.
-func (d *DataPlane) allRuleHealth() map[ruleKey][]emulator.BackendHealth {
+func (d *DataPlane) allRuleHealth() map[ruleKey][]azurearm.BackendHealth {
 	d.mu.Lock()
 	var keys []ruleKey
 	for _, r := range d.view.rules {
 		keys = append(keys, r.key())
 	}
 	d.mu.Unlock()
-	out := make(map[ruleKey][]emulator.BackendHealth, len(keys))
+	out := make(map[ruleKey][]azurearm.BackendHealth, len(keys))
 	for _, k := range keys {
 		if hs, err := d.RuleHealth(d.cfg.ResourceGroup, k.lb, k.rule); err == nil {
 			out[k] = hs

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // restart-idle on the emulator: cloud-provider-azure #10224, where six
@@ -285,7 +285,7 @@ func sigName(sig syscall.Signal) string {
 // a load-balancing rule.
 type writeDiffs struct{ removedBackends, probeOrRule int }
 
-func diffsOf(calls []emulator.Call) writeDiffs {
+func diffsOf(calls []azurearm.Call) writeDiffs {
 	var d writeDiffs
 	for _, c := range calls {
 		if !c.Write() {

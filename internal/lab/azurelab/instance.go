@@ -15,10 +15,10 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // azureInstance is one controller: in the lab process, with its own
@@ -125,7 +125,7 @@ func (r *azureRun) instanceConfig(in *azureInstance, leaderElect bool) (controll
 	cfg.Azure.SubscriptionID, cfg.Azure.ResourceGroup, cfg.Azure.SubnetID = azureSub, azureGroup, azureSubnet
 	cfg.Azure.LoadBalancers, cfg.Azure.Location = strings.Join(r.lbNames(), ","), "westeurope"
 	var err error
-	cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(r.procs.served.URL, r.procs.served.CAPEM, zerodropIdentity)
+	cfg.Azure.Credential, cfg.Azure.ClientOptions, err = azurearm.Remote(r.procs.served.URL, r.procs.served.CAPEM, zerodropIdentity)
 	if err != nil {
 		return cfg, err
 	}

@@ -18,9 +18,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // `zerodrop lab --provider azure-emulator`: the restart, churn and
@@ -235,8 +235,8 @@ func ExecuteAzure(ctx context.Context, opts AzureOptions) (results []report.Resu
 
 // newLabEmulator is a run's emulator with the cluster's network, security
 // group and (multiple load balancers) the nodes' virtual machines.
-func newLabEmulator(seed int, ccmLBs string) *emulator.Emulator {
-	emu := emulator.New(emulator.Options{Seed: uint64(seed)})
+func newLabEmulator(seed int, ccmLBs string) *azurearm.Emulator {
+	emu := azurearm.New(azurearm.Options{Seed: uint64(seed)})
 	emu.SeedSubnet(azureSub, azureGroup, azureVNet, azureSubnetName, netip.MustParsePrefix("127.240.0.0/16"))
 	emu.SeedSecurityGroup(azureSub, azureGroup, azureNSG)
 	if ccmLBs == CCMMultipleLBs {
@@ -309,7 +309,7 @@ func withAzureDefaults(opts AzureOptions) (AzureOptions, error) {
 type azureRun struct {
 	cfg       *rest.Config
 	c         client.Client
-	emu       *emulator.Emulator
+	emu       *azurearm.Emulator
 	ns        string
 	mode      report.Mode
 	opts      AzureOptions
@@ -372,7 +372,7 @@ func (r *azureRun) run(ctx context.Context, scenario string) (res report.Result,
 		return res, err
 	}
 	if r.opts.FaultRate > 0 {
-		r.emu.SetFaults(emulator.Faults{Rate: r.opts.FaultRate, Cooldown: 3, SlowDelay: 50 * time.Millisecond})
+		r.emu.SetFaults(azurearm.Faults{Rate: r.opts.FaultRate, Cooldown: 3, SlowDelay: 50 * time.Millisecond})
 	}
 	before, beforeRetried := r.emu.Counters(), r.retried()
 	_, mark := r.emu.Calls(0)

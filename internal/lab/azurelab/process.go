@@ -19,11 +19,11 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/provider"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
@@ -32,7 +32,7 @@ import (
 // is the command's own wiring (controller.RunConfig, what `zerodrop
 // controller --provider azure` runs) with only the ARM endpoint and
 // credential replaced by the emulator's, served over HTTP on loopback by
-// the lab process (emulator.Handler). The lab reads each process's figures
+// the lab process (azurearm.Handler). The lab reads each process's figures
 // from its metrics endpoint and the Warning Events from the API server.
 
 // azureCommand is the lab subcommand of an Azure controller process.
@@ -55,7 +55,7 @@ func AzureControllerMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
 		return 2
 	}
-	if cfg.Azure.Credential, cfg.Azure.ClientOptions, err = emulator.Remote(strings.TrimPrefix(args[0], "--emulator="), caPEM, zerodropIdentity); err != nil {
+	if cfg.Azure.Credential, cfg.Azure.ClientOptions, err = azurearm.Remote(strings.TrimPrefix(args[0], "--emulator="), caPEM, zerodropIdentity); err != nil {
 		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
 		return 2
 	}
@@ -108,7 +108,7 @@ const zerodropIdentity = "zerodrop"
 // need to reach it and the API server.
 type azureProcs struct {
 	dir, kubeconfig string
-	served          *emulator.Served
+	served          *azurearm.Served
 	// asProcesses runs zerodrop's controllers as processes of their own
 	// (kill-mid-plan), not in the lab process.
 	asProcesses bool

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // shared-lb: zerodrop beside the cloud-provider-azure CCM on one internal
@@ -208,8 +208,8 @@ func (r *azureRun) rolloutAll(ctx context.Context, a *report.AzureFigures) error
 // writerFigures splits a stretch of the record by writer (the CCM's
 // identities are ccm-N) and finds each writer's removals of the other's
 // children: zerodrop's are named zd-, the CCM's are not.
-func writerFigures(calls []emulator.Call) []report.WriterFigures {
-	byWriter := map[string][]emulator.Call{}
+func writerFigures(calls []azurearm.Call) []report.WriterFigures {
+	byWriter := map[string][]azurearm.Call{}
 	for _, c := range calls {
 		name := c.Client
 		if strings.HasPrefix(name, "ccm-") {

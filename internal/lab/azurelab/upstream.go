@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
@@ -312,7 +312,7 @@ type recordFigures struct {
 	conflicts, superseded int
 }
 
-func figuresOf(calls []emulator.Call) recordFigures {
+func figuresOf(calls []azurearm.Call) recordFigures {
 	var f recordFigures
 	for _, c := range calls {
 		switch {

@@ -17,9 +17,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // The Azure lab's world: Services and the EndpointSlices the lab publishes
@@ -232,7 +232,7 @@ func (s *azureSvc) intervalMillis() int {
 // interval, its pool holds exactly the Service's endpoints in service (admin
 // state None: nothing left draining), and no port the Service dropped keeps a
 // rule. It returns what differs, "" when nothing does.
-func azureConverged(emu *emulator.Emulator, group, ns string, svcs []*azureSvc) string {
+func azureConverged(emu *azurearm.Emulator, group, ns string, svcs []*azureSvc) string {
 	docs := map[string]*armnetwork.LoadBalancer{}
 	for _, s := range svcs {
 		lb, ok := docs[s.lb]
@@ -337,7 +337,7 @@ func lastSegment(id *string) string {
 // (their drains may end on different polls) to remove what drained. A load
 // balancer that holds what it should needs none. A writer that rewrites
 // what is already right, or leaves something wrong, falls outside [lo, hi].
-func azureWriteBounds(emu *emulator.Emulator, group, ns string, svcs []*azureSvc) (lo, hi int, err error) {
+func azureWriteBounds(emu *azurearm.Emulator, group, ns string, svcs []*azureSvc) (lo, hi int, err error) {
 	type lbDiff struct {
 		first   bool
 		leaving int

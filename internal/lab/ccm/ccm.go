@@ -16,7 +16,7 @@ import (
 	"strings"
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
@@ -42,7 +42,7 @@ type Config struct {
 	Kubeconfig string
 	// Emulator is the ARM emulator as served on HTTPS: its URL and the
 	// authority its certificate chains to.
-	Emulator *emulator.Served
+	Emulator *azurearm.Served
 	// Identity names the process in the emulator's record: the secret of
 	// its managed-identity endpoint, which the emulator's token carries.
 	Identity string

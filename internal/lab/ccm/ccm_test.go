@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 const (
@@ -129,9 +129,9 @@ func (w *world) ensured(t *testing.T, name string) int32 {
 	return n
 }
 
-func checkFirstSync(t *testing.T, calls []emulator.Call) {
+func checkFirstSync(t *testing.T, calls []azurearm.Call) {
 	t.Helper()
-	var lbPut, poolPut *emulator.Call
+	var lbPut, poolPut *azurearm.Call
 	for i, c := range calls {
 		if c.Status >= 400 {
 			t.Errorf("refused: %s", c)

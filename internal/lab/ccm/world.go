@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // World is what a test of the real CCM needs: a control plane, the
@@ -27,7 +27,7 @@ import (
 type World struct {
 	REST *rest.Config
 	CS   *kubernetes.Clientset
-	Emu  *emulator.Emulator
+	Emu  *azurearm.Emulator
 	Base Config
 }
 
@@ -42,7 +42,7 @@ func NewWorld(t testing.TB, res Resources) *World {
 	}
 	env := controlplane.StartEnv(t)
 	dir := t.TempDir()
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	emu.SeedSubnet(res.SubscriptionID, res.ResourceGroup, res.VNet, res.Subnet, netip.MustParsePrefix("127.240.0.0/16"))
 	emu.SeedSecurityGroup(res.SubscriptionID, res.ResourceGroup, res.SecurityGroup)
 	served, err := emu.ServeTLS(filepath.Join(dir, "ca.pem"))

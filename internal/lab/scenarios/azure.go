@@ -11,13 +11,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/azuredp"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // The traffic lab on emulated Azure (Options.Azure, `zerodrop lab
@@ -87,8 +87,8 @@ func azSubnetID() string {
 // azureLB is a run's emulated Azure: the emulator, its HTTPS endpoint, the
 // data plane, the forwarders to it and the CCM processes.
 type azureLB struct {
-	emu        *emulator.Emulator
-	served     *emulator.Served
+	emu        *azurearm.Emulator
+	served     *azurearm.Served
 	kubeconfig string // the API server as the root namespace reaches it
 	dp         *azuredp.DataPlane
 	stopLag    func()
@@ -103,7 +103,7 @@ func (r *run) azure() bool { return r.lab.opts.Azure != nil }
 func (r *run) startAzure(ctx context.Context) (err error) {
 	o := r.lab.opts.Azure
 	pool := netip.MustParsePrefix(cluster.FrontendPool(r.id))
-	a := &azureLB{emu: emulator.New(emulator.Options{Seed: uint64(r.id), AddressPrefix: pool, WriteLatency: o.ARMLatency})}
+	a := &azureLB{emu: azurearm.New(azurearm.Options{Seed: uint64(r.id), AddressPrefix: pool, WriteLatency: o.ARMLatency})}
 	a.emu.SeedSubnet(azSub, azGroup, azVNet, azSubnetName, pool)
 	a.emu.SeedSecurityGroup(azSub, azGroup, azNSG)
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
@@ -124,7 +124,7 @@ func (r *run) startAzure(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	var health emulator.RuleHealth
+	var health azurearm.RuleHealth
 	health, a.stopLag = a.dp.LaggedRuleHealth(o.HealthLag)
 	a.emu.SetRuleHealth(health)
 	if !r.mode.NodeBacked() {

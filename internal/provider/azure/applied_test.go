@@ -7,10 +7,10 @@ import (
 
 	"k8s.io/utils/ptr"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // TestBackendsWaitForTheWriteToApply: while a write's operation runs, ARM
@@ -21,7 +21,7 @@ import (
 // applied — and sees it draining once it is.
 func TestBackendsWaitForTheWriteToApply(t *testing.T) {
 	const latency = 600 * time.Millisecond
-	emu := emulator.New(emulator.Options{WriteLatency: latency})
+	emu := azurearm.New(azurearm.Options{WriteLatency: latency})
 	leader := newProvider(t, emu, provider.Hooks{})
 	lb := func(second model.BackendState) *model.LoadBalancer {
 		bs := backends(8080, "10.0.0.1", "10.0.0.2")

@@ -18,10 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -43,7 +43,7 @@ func placement(t *testing.T, c client.Client, p *azure.Provider, ns string) map[
 
 // waitConverged waits until the emulator holds exactly what the objects ask
 // for and every Service has its Azure-assigned address in status.
-func waitConverged(t *testing.T, c client.Client, emu *emulator.Emulator, r *running, ns string, timeout time.Duration) {
+func waitConverged(t *testing.T, c client.Client, emu *azurearm.Emulator, r *running, ns string, timeout time.Duration) {
 	t.Helper()
 	testutil.Eventually(t, timeout, "the load balancers to match the objects", func() (bool, string) {
 		want := desiredState(t, c, ns, placement(t, c, r.prov, ns))
@@ -77,7 +77,7 @@ func TestRestartWritesNothing(t *testing.T) {
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	ns := namespace(t, c, "restart")
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	for i := 0; i < 8; i++ {
 		name := fmt.Sprintf("web-%d", i)
 		if err := c.Create(ctx, lbService(ns, name, "", i%3 == 0)); err != nil {
@@ -131,7 +131,7 @@ func TestEndpointChurnRace(t *testing.T) {
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	ns := namespace(t, c, "race")
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	local := lbService(ns, "local", "lb-a", false)
 	local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	for _, s := range []*corev1.Service{local, lbService(ns, "web", "lb-a", true)} {
@@ -263,7 +263,7 @@ func TestTransientFaultsConverge(t *testing.T) {
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	ns := namespace(t, c, "faults")
-	emu := emulator.New(emulator.Options{Seed: 20, Faults: emulator.Faults{Rate: 0.2, Cooldown: 3, SlowDelay: 50 * time.Millisecond}})
+	emu := azurearm.New(azurearm.Options{Seed: 20, Faults: azurearm.Faults{Rate: 0.2, Cooldown: 3, SlowDelay: 50 * time.Millisecond}})
 	local := lbService(ns, "local", "lb-a", false)
 	local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	objs := []client.Object{local, lbService(ns, "web", "lb-a", true), endpointSlice(ns, "local", "10.2.0.1", "10.2.0.2"), endpointSlice(ns, "web", "10.3.0.1")}
@@ -314,7 +314,7 @@ func TestBadAnnotationsChangeNothing(t *testing.T) {
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	ns := namespace(t, c, "invalid")
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	for _, name := range []string{"bad-interval", "bad-lb"} {
 		if err := c.Create(ctx, lbService(ns, name, "lb-a", false)); err != nil {
 			t.Fatal(err)
@@ -374,7 +374,7 @@ func TestConflictsRetrySilently(t *testing.T) {
 	// Rate 1 with only the conflict kind: every write is preceded by a
 	// foreign write, except within the Cooldown requests after one (a
 	// reconcile's GET and PUT).
-	emu := emulator.New(emulator.Options{Faults: emulator.Faults{Rate: 1, Conflict: 1, Cooldown: 2}})
+	emu := azurearm.New(azurearm.Options{Faults: azurearm.Faults{Rate: 1, Conflict: 1, Cooldown: 2}})
 	for _, o := range []client.Object{lbService(ns, "web", "lb-a", false), endpointSlice(ns, "web", "10.6.0.1")} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)

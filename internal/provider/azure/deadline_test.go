@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // callerDeadline stands in for "forever": the controller calls the provider
@@ -19,7 +19,7 @@ const callerDeadline = 30 * time.Second
 
 // deadlineProvider connects a provider to emu with the given per-try timeout,
 // poll deadline and poll frequency.
-func deadlineProvider(t *testing.T, emu *emulator.Emulator, try, poll, freq time.Duration) *azure.Provider {
+func deadlineProvider(t *testing.T, emu *azurearm.Emulator, try, poll, freq time.Duration) *azure.Provider {
 	t.Helper()
 	p, err := azure.New(context.Background(), azure.Options{
 		SubscriptionID: subID, ResourceGroup: group, LoadBalancers: []string{"lb-a"}, SubnetID: subnet,
@@ -70,12 +70,12 @@ func TestHungRequestIsRetried(t *testing.T) {
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			emu := emulator.New(emulator.Options{})
+			emu := azurearm.New(azurearm.Options{})
 			p := deadlineProvider(t, emu, 250*time.Millisecond, time.Minute, 5*time.Millisecond)
 			converge(t, p, oneService)
 			call := tc.prepare(t, p)
 			// The next request hangs; the load balancer's later ones answer.
-			emu.SetFaults(emulator.Faults{Rate: 1, Slow: 1, SlowDelay: time.Hour, Cooldown: 1 << 30})
+			emu.SetFaults(azurearm.Faults{Rate: 1, Slow: 1, SlowDelay: time.Hour, Cooldown: 1 << 30})
 			before := emu.Counters()
 			ctx, cancel := context.WithTimeout(context.Background(), callerDeadline)
 			defer cancel()
@@ -98,10 +98,10 @@ func TestHungRequestIsRetried(t *testing.T) {
 // per-try timeout's error after the SDK's retries, and does not wait for the
 // caller's own deadline (the controller's work item has none).
 func TestHungARMFailsTheCall(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	p := deadlineProvider(t, emu, 250*time.Millisecond, time.Minute, 5*time.Millisecond)
 	converge(t, p, oneService)
-	emu.SetFaults(emulator.Faults{Rate: 1, Slow: 1, SlowDelay: time.Hour})
+	emu.SetFaults(azurearm.Faults{Rate: 1, Slow: 1, SlowDelay: time.Hour})
 	before := emu.Counters()
 	ctx, cancel := context.WithTimeout(context.Background(), callerDeadline)
 	defer cancel()
@@ -124,7 +124,7 @@ func TestHungARMFailsTheCall(t *testing.T) {
 // each request, not the wait for the operation.
 func TestSlowWriteWithinPollDeadline(t *testing.T) {
 	const steps = 20
-	emu := emulator.New(emulator.Options{PollSteps: steps})
+	emu := azurearm.New(azurearm.Options{PollSteps: steps})
 	p := deadlineProvider(t, emu, 250*time.Millisecond, time.Minute, 50*time.Millisecond)
 	before := emu.Counters()
 	ctx, cancel := context.WithTimeout(context.Background(), callerDeadline)
@@ -149,7 +149,7 @@ func TestSlowWriteWithinPollDeadline(t *testing.T) {
 // instead of polling until the caller's.
 func TestPollDeadline(t *testing.T) {
 	// 100,000 "in progress" answers at least 5 ms apart: over 8 minutes.
-	emu := emulator.New(emulator.Options{PollSteps: 100_000})
+	emu := azurearm.New(azurearm.Options{PollSteps: 100_000})
 	p := deadlineProvider(t, emu, 250*time.Millisecond, time.Second, 5*time.Millisecond)
 	before := emu.Counters()
 	ctx, cancel := context.WithTimeout(context.Background(), callerDeadline)

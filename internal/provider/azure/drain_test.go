@@ -20,8 +20,8 @@ import (
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/drain"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/metrics"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -35,7 +35,7 @@ func TestTerminationGateOnAzure(t *testing.T) {
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	ns := namespace(t, c, "drain")
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	svc := lbService(ns, "web", "lb-a", false)
 	svc.Annotations["zerodrop.dev/drain-timeout"] = "1s"
 	if err := c.Create(ctx, svc); err != nil {

@@ -27,9 +27,9 @@ import (
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -80,7 +80,7 @@ func (r *running) stop(t *testing.T) {
 // startController runs the controller as `zerodrop controller --provider
 // azure` does (controller.Build) on the emulator: KeyFunc maps Services to
 // load balancers, no address pool (Azure assigns).
-func startController(t *testing.T, cfg *rest.Config, emu *emulator.Emulator, ns string, sync service.SyncMode, lbs ...string) *running {
+func startController(t *testing.T, cfg *rest.Config, emu *azurearm.Emulator, ns string, sync service.SyncMode, lbs ...string) *running {
 	t.Helper()
 	m, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
@@ -217,7 +217,7 @@ func warnings(t *testing.T, c client.Client, ns string) []eventsv1.Event {
 
 // emulatorState reads what Azure holds, straight from the emulator: per
 // zerodrop rule, its pool's addresses with their admin state.
-func emulatorState(emu *emulator.Emulator, lbs ...string) map[string][]string {
+func emulatorState(emu *azurearm.Emulator, lbs ...string) map[string][]string {
 	out := map[string][]string{}
 	for _, name := range lbs {
 		lb, ok := emu.LoadBalancer(group, name)

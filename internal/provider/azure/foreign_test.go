@@ -10,10 +10,10 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // ccmLB is a load balancer as cloud-provider-azure writes one for internal
@@ -65,7 +65,7 @@ func ccmLB(name string, nodes ...string) armnetwork.LoadBalancer {
 
 // gateOnlyProvider is a provider of its own load balancer lb-a that may
 // read kubernetes-internal for gate-only Services, with rule health.
-func gateOnlyProvider(t *testing.T, emu *emulator.Emulator) *azure.Provider {
+func gateOnlyProvider(t *testing.T, emu *azurearm.Emulator) *azure.Provider {
 	t.Helper()
 	p, err := azure.New(context.Background(), azure.Options{
 		SubscriptionID: subID, ResourceGroup: group, LoadBalancers: []string{"lb-a"}, SubnetID: subnet,
@@ -87,7 +87,7 @@ func gateOnlyProvider(t *testing.T, emu *emulator.Emulator) *azure.Provider {
 // (listed, with when it was read), or not known to be either before rule
 // health's first answer; and reading it writes nothing.
 func TestForeignRuleByFrontend(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	if err := emu.Seed(subID, group, ccmLB("kubernetes-internal", "10.0.1.4", "10.0.1.5")); err != nil {
 		t.Fatal(err)
 	}

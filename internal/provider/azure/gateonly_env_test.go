@@ -16,9 +16,9 @@ import (
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -37,7 +37,7 @@ func TestGateOnlyNeverWritten(t *testing.T) {
 	c := newClient(t, rc)
 	ns := namespace(t, c, "gate-only")
 	ctx := context.Background()
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	if err := emu.Seed(subID, group, ccmLB("kubernetes-internal", "10.0.1.4", "10.0.1.5")); err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // probes is a stand-in for the load balancer's probes behind the
@@ -26,20 +26,20 @@ type probes struct {
 	hold chan struct{}
 }
 
-func (p *probes) health(_, _, _ string) ([]emulator.BackendHealth, error) {
+func (p *probes) health(_, _, _ string) ([]azurearm.BackendHealth, error) {
 	if p.hold != nil {
 		<-p.hold
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.asked++
-	var out []emulator.BackendHealth
+	var out []azurearm.BackendHealth
 	for a, up := range p.up {
 		state := "Down"
 		if up {
 			state = "Up"
 		}
-		out = append(out, emulator.BackendHealth{IPAddress: a, State: state})
+		out = append(out, azurearm.BackendHealth{IPAddress: a, State: state})
 	}
 	return out, nil
 }
@@ -50,7 +50,7 @@ func (p *probes) set(addr string, up bool) {
 	p.up[addr] = up
 }
 
-func healthProvider(t *testing.T, emu *emulator.Emulator, maxAge time.Duration) *azure.Provider {
+func healthProvider(t *testing.T, emu *azurearm.Emulator, maxAge time.Duration) *azure.Provider {
 	t.Helper()
 	p, err := azure.New(context.Background(), azure.Options{
 		SubscriptionID: subID, ResourceGroup: group, LoadBalancers: []string{"lb-a"}, SubnetID: subnet,
@@ -105,7 +105,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // change; an address the last answer does not list (a new pod's) is not
 // healthy yet; nor is any address before a rule's first answer.
 func TestRuleHealthInBackends(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	pr := &probes{up: map[string]bool{"10.0.0.1": false}}
 	emu.SetRuleHealth(pr.health)
 	writer := newProvider(t, emu, provider.Hooks{})
@@ -134,7 +134,7 @@ func TestRuleHealthInBackends(t *testing.T) {
 // nothing answers it), health is unknown again — the gates fall back to
 // pool membership instead of waiting for ever.
 func TestRuleHealthRefused(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	writer := newProvider(t, emu, provider.Hooks{})
 	converge(t, writer, &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80, backends(8080, "10.0.0.1")...)}})
 	p := healthProvider(t, emu, 50*time.Millisecond)
@@ -144,7 +144,7 @@ func TestRuleHealthRefused(t *testing.T) {
 // TestRuleHealthOff: without Options.RuleHealth no operation is asked and
 // health is unknown, as before rule health.
 func TestRuleHealthOff(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	pr := &probes{up: map[string]bool{"10.0.0.1": true}}
 	emu.SetRuleHealth(pr.health)
 	p := newProvider(t, emu, provider.Hooks{})
@@ -165,17 +165,17 @@ func TestRuleHealthOff(t *testing.T) {
 // timeout) is a failure, not a refusal: the address stays not healthy —
 // the gate does not fall back to the pool — until an answer has it Up.
 func TestRuleHealthFailureIsNotRefusal(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	var mu sync.Mutex
 	fails := 2
-	emu.SetRuleHealth(func(_, _, _ string) ([]emulator.BackendHealth, error) {
+	emu.SetRuleHealth(func(_, _, _ string) ([]azurearm.BackendHealth, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if fails > 0 {
 			fails--
 			return nil, errors.New("no probe data yet")
 		}
-		return []emulator.BackendHealth{{IPAddress: "10.0.0.1", State: "Up"}}, nil
+		return []azurearm.BackendHealth{{IPAddress: "10.0.0.1", State: "Up"}}, nil
 	})
 	writer := newProvider(t, emu, provider.Hooks{})
 	converge(t, writer, &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80, backends(8080, "10.0.0.1")...)}})

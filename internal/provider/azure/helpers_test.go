@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 const (
@@ -20,7 +20,7 @@ const (
 )
 
 // newProvider connects a provider to the emulator, with short polls.
-func newProvider(t testing.TB, emu *emulator.Emulator, hooks provider.Hooks, lbs ...string) *azure.Provider {
+func newProvider(t testing.TB, emu *azurearm.Emulator, hooks provider.Hooks, lbs ...string) *azure.Provider {
 	t.Helper()
 	if len(lbs) == 0 {
 		lbs = []string{"lb-a"}

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -33,7 +33,7 @@ func TestOneBadServiceDoesNotFreezeTheLoadBalancer(t *testing.T) {
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	ns := namespace(t, c, "isolate")
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	bad := lbService(ns, "bad", "lb-a", false)
 	bad.Spec.Ports[0].TargetPort = intstr.FromString("http")
 	for _, o := range []client.Object{
@@ -111,7 +111,7 @@ func TestOneBadServiceDoesNotFreezeTheLoadBalancer(t *testing.T) {
 }
 
 // backendPort is the backend port of a rule on lb-a, as the emulator holds it.
-func backendPort(t *testing.T, emu *emulator.Emulator, rule string) int32 {
+func backendPort(t *testing.T, emu *azurearm.Emulator, rule string) int32 {
 	t.Helper()
 	lb, ok := emu.LoadBalancer(group, "lb-a")
 	if !ok {

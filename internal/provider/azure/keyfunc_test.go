@@ -8,10 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 func svc(ns, name string, annotations map[string]string) *corev1.Service {
@@ -21,7 +21,7 @@ func svc(ns, name string, annotations map[string]string) *corev1.Service {
 // TestKeyFunc: the annotation wins when valid; otherwise a Service stays
 // where its frontend is, and new Services spread by rendezvous hashing.
 func TestKeyFunc(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	p := newProvider(t, emu, provider.Hooks{}, "lb-a", "lb-b")
 	count := map[string]int{}
 	for i := 0; i < 200; i++ {
@@ -48,7 +48,7 @@ func TestKeyFunc(t *testing.T) {
 }
 
 func TestValidateService(t *testing.T) {
-	p := newProvider(t, emulator.New(emulator.Options{}), provider.Hooks{}, "lb-a")
+	p := newProvider(t, azurearm.New(azurearm.Options{}), provider.Hooks{}, "lb-a")
 	var invalid *model.InvalidConfigError
 	if err := p.ValidateService(svc("default", "web", map[string]string{azure.AnnotationLoadBalancer: "nope"})); !errors.As(err, &invalid) {
 		t.Errorf("unknown load balancer: %v, want InvalidConfigError", err)

@@ -10,17 +10,17 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // TestCreateObserveNoop: a created load balancer reads back as what was
 // asked, addresses assigned by Azure; a fresh provider (a restart) then
 // finds nothing to write.
 func TestCreateObserveNoop(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	p := newProvider(t, emu, provider.Hooks{})
 	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{
 		listener("default", "web", 80, backends(8080, "10.0.0.1", "10.0.0.2")...),
@@ -60,7 +60,7 @@ func TestCreateObserveNoop(t *testing.T) {
 // TestBackendChangeIsOnePoolPut: endpoint churn is a pool PUT; frontends,
 // rules and probes stay untouched.
 func TestBackendChangeIsOnePoolPut(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	var writes []string
 	p := newProvider(t, emu, provider.Hooks{Write: func(op string) { writes = append(writes, op) }})
 	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{
@@ -129,7 +129,7 @@ func TestNodeModePools(t *testing.T) {
 		nodeWrite: "put-lb",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			emu := emulator.New(emulator.Options{})
+			emu := azurearm.New(azurearm.Options{})
 			var writes []string
 			p := newProvider(t, emu, provider.Hooks{Write: func(op string) { writes = append(writes, op) }})
 			want := &model.LoadBalancer{Key: "lb-a"}
@@ -198,7 +198,7 @@ func TestNodeModePools(t *testing.T) {
 // TestConflictIsErrConflict: a write after someone else's is refused with
 // 412 and reported as provider.ErrConflict, and nothing changes.
 func TestConflictIsErrConflict(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	p := newProvider(t, emu, provider.Hooks{})
 	ctx := context.Background()
 	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80, backends(8080, "10.0.0.1")...)}}
@@ -240,7 +240,7 @@ func TestConflictIsErrConflict(t *testing.T) {
 // places. The emulator refuses the second write; with one writer per load
 // balancer (the controller's queue) it never happens.
 func TestTwoWritersConflict(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	a, b := newProvider(t, emu, provider.Hooks{}), newProvider(t, emu, provider.Hooks{})
 	ctx := context.Background()
 	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{
@@ -269,9 +269,9 @@ func TestTwoWritersConflict(t *testing.T) {
 // TestThrottlingIsRetryAfter: a 429 is not retried inside the SDK; it comes
 // back as provider.RetryAfterError with ARM's Retry-After.
 func TestThrottlingIsRetryAfter(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	p := newProvider(t, emu, provider.Hooks{})
-	emu.SetFaults(emulator.Faults{Rate: 1, Throttle: 1, RetryAfter: 3 * time.Second})
+	emu.SetFaults(azurearm.Faults{Rate: 1, Throttle: 1, RetryAfter: 3 * time.Second})
 	_, err := p.Observe(context.Background(), "lb-a")
 	var ra *provider.RetryAfterError
 	if !errors.As(err, &ra) || ra.After != 3*time.Second {
@@ -285,9 +285,9 @@ func TestThrottlingIsRetryAfter(t *testing.T) {
 // TestServerErrorsRetriedBySDK: a transient 500 is retried by the SDK's
 // retry policy; the write succeeds once.
 func TestServerErrorsRetriedBySDK(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	p := newProvider(t, emu, provider.Hooks{})
-	emu.SetFaults(emulator.Faults{Rate: 1, ServerError: 1, Cooldown: 1})
+	emu.SetFaults(azurearm.Faults{Rate: 1, ServerError: 1, Cooldown: 1})
 	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80, backends(8080, "10.0.0.1")...)}}
 	converge(t, p, want)
 	c := emu.Counters()
@@ -300,7 +300,7 @@ func TestServerErrorsRetriedBySDK(t *testing.T) {
 // everything that is not zerodrop's; zerodrop's Delete removes its own
 // children and its owner tag only.
 func TestForeignChildrenKept(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	lbID := "/subscriptions/" + subID + "/resourceGroups/" + group + "/providers/Microsoft.Network/loadBalancers/lb-a"
 	if err := emu.Seed(subID, group, armnetwork.LoadBalancer{
 		Name: to.Ptr("lb-a"), Location: to.Ptr("westeurope"), Tags: map[string]*string{"team": to.Ptr("net")},
@@ -343,7 +343,7 @@ func TestForeignChildrenKept(t *testing.T) {
 // TestDeleteCreated: a load balancer zerodrop created goes with its last
 // listener; deleting it again is a no-op.
 func TestDeleteCreated(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	p := newProvider(t, emu, provider.Hooks{})
 	converge(t, p, &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80)}})
 	for i := 0; i < 2; i++ {
@@ -362,7 +362,7 @@ func TestDeleteCreated(t *testing.T) {
 // TestOwnedBySomeoneElse: another owner's load balancer is neither read as
 // zerodrop's nor written.
 func TestOwnedBySomeoneElse(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	if err := emu.Seed(subID, group, armnetwork.LoadBalancer{Name: to.Ptr("lb-a"), Location: to.Ptr("westeurope"),
 		Tags: map[string]*string{azure.TagOwner: to.Ptr("cluster-b")}}); err != nil {
 		t.Fatal(err)
@@ -379,7 +379,7 @@ func TestOwnedBySomeoneElse(t *testing.T) {
 // TestLongNames: a Service whose namespace and name do not fit Azure's 80
 // characters is named by a hash, and a tag reads it back.
 func TestLongNames(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	p := newProvider(t, emu, provider.Hooks{})
 	ns, name := strings.Repeat("n", 63), strings.Repeat("s", 63)
 	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{
@@ -393,7 +393,7 @@ func TestLongNames(t *testing.T) {
 
 // TestMixedBackendPortsRefused: Azure has one backend port per rule.
 func TestMixedBackendPortsRefused(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	p := newProvider(t, emu, provider.Hooks{})
 	l := listener("default", "web", 80, append(backends(8080, "10.0.0.1"), backends(9090, "10.0.0.2")...)...)
 	err := p.Apply(context.Background(), model.Diff(nil, &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{l}}))
@@ -407,7 +407,7 @@ func TestMixedBackendPortsRefused(t *testing.T) {
 }
 
 func TestNotConfigured(t *testing.T) {
-	p := newProvider(t, emulator.New(emulator.Options{}), provider.Hooks{})
+	p := newProvider(t, azurearm.New(azurearm.Options{}), provider.Hooks{})
 	if _, err := p.Observe(context.Background(), "default/web"); !errors.Is(err, azure.ErrNotConfigured) {
 		t.Fatalf("err = %v, want ErrNotConfigured", err)
 	}
@@ -416,7 +416,7 @@ func TestNotConfigured(t *testing.T) {
 // TestDriftIsRepaired: a zerodrop probe changed behind its back reads as a
 // difference, and the next plan puts it back.
 func TestDriftIsRepaired(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	p := newProvider(t, emu, provider.Hooks{})
 	want := &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80, backends(8080, "10.0.0.1")...)}}
 	converge(t, p, want)

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -155,7 +155,7 @@ func TestRandomWalkRoundTrip(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
-			emu := emulator.New(emulator.Options{Seed: seed})
+			emu := azurearm.New(azurearm.Options{Seed: seed})
 			var writes []string
 			p := newProvider(t, emu, provider.Hooks{Write: func(op string) { writes = append(writes, op) }})
 			ctx := context.Background()

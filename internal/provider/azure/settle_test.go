@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 func backendAddrs(t *testing.T, p *azure.Provider, key string) []string {
@@ -30,7 +30,7 @@ func backendAddrs(t *testing.T, p *azure.Provider, key string) []string {
 // drain endpoint answers from Backends; it must see the leader's writes
 // within BackendsMaxAge, and read ARM at most once per max age meanwhile.
 func TestStandbyBackendsFollowWrites(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	leader := newProvider(t, emu, provider.Hooks{})
 	lb := func(addrs ...string) *model.LoadBalancer {
 		return &model.LoadBalancer{Key: "lb-a", Listeners: []model.Listener{listener("default", "web", 80, backends(8080, addrs...)...)}}
@@ -68,7 +68,7 @@ func TestStandbyBackendsFollowWrites(t *testing.T) {
 // TestRemovalSettle: the termination gate waits two of the rule's probe
 // intervals as Azure runs them (at least 5s each), after the removal.
 func TestRemovalSettle(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	p := newProvider(t, emu, provider.Hooks{})
 	slow := listener("default", "slow", 80, backends(8080, "10.0.0.1")...)
 	slow.Probe.IntervalMillis = 12_500

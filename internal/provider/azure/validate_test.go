@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
 )
 
 // TestInvalidNamesTheServicesAtFault: Invalid names exactly the Services
@@ -18,7 +18,7 @@ import (
 // long-named Services beyond the tag limit (the ones already tagged keep
 // their tag), mixed backend ports, a backend that is no IPv4 address.
 func TestInvalidNamesTheServicesAtFault(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	p := newProvider(t, emu, provider.Hooks{})
 	long := func(i int) (string, string) {
 		return fmt.Sprintf("ns-%02d-", i) + strings.Repeat("n", 57), strings.Repeat("s", 63)

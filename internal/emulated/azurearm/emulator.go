@@ -10,7 +10,7 @@
 // what each write changed (record.go), request counters, and fault injection
 // (412, 429 with Retry-After, 500, slow operations) at configurable rates
 // from a fixed seed. It is for tests and the lab only.
-package emulator
+package azurearm
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package emulator
+package azurearm
 
 // Subscribers are told of every change to the stored state, for readers
 // that must follow it (the lab's Azure data plane programs a namespace from

@@ -1,4 +1,4 @@
-package emulator
+package azurearm
 
 import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"

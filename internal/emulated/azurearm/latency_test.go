@@ -1,4 +1,4 @@
-package emulator_test
+package azurearm_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 )
 
 // TestWriteLatency: with a write latency, a write's operation ends that
@@ -18,7 +18,7 @@ import (
 // the new document Updating; then Succeeded.
 func TestWriteLatency(t *testing.T) {
 	const latency = 300 * time.Millisecond
-	emu := emulator.New(emulator.Options{WriteLatency: latency})
+	emu := azurearm.New(azurearm.Options{WriteLatency: latency})
 	c := newClients(t, emu)
 	ctx := context.Background()
 	start := time.Now()
@@ -60,7 +60,7 @@ func TestWriteLatency(t *testing.T) {
 // that does not exist, and is refused — not answered with invented states —
 // when nothing probes the backends.
 func TestRuleHealth(t *testing.T) {
-	emu := emulator.New(emulator.Options{PollSteps: 2})
+	emu := azurearm.New(azurearm.Options{PollSteps: 2})
 	c := newClients(t, emu)
 	ctx := context.Background()
 	if _, err := put(ctx, c, simpleLB(nil), nil); err != nil {
@@ -84,9 +84,9 @@ func TestRuleHealth(t *testing.T) {
 		t.Errorf("rule health with no data plane: %v, want RuleHealthNotModelled", err)
 	}
 	var asked string
-	emu.SetRuleHealth(func(group, lb, rule string) ([]emulator.BackendHealth, error) {
+	emu.SetRuleHealth(func(group, lb, rule string) ([]azurearm.BackendHealth, error) {
 		asked = group + "/" + lb + "/" + rule
-		return []emulator.BackendHealth{{IPAddress: "10.0.0.1", State: "Up", Reason: "probe up"},
+		return []azurearm.BackendHealth{{IPAddress: "10.0.0.1", State: "Up", Reason: "probe up"},
 			{IPAddress: "10.0.0.2", State: "Down", Reason: "probe down"}, {IPAddress: "10.0.0.3", State: "Up", Reason: "probe up"}}, nil
 	})
 	res, err := health("rule")

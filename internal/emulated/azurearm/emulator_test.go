@@ -1,4 +1,4 @@
-package emulator_test
+package azurearm_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 )
 
 const (
@@ -29,7 +29,7 @@ type clients struct {
 	pools *armnetwork.LoadBalancerBackendAddressPoolsClient
 }
 
-func newClients(t *testing.T, emu *emulator.Emulator) clients {
+func newClients(t *testing.T, emu *azurearm.Emulator) clients {
 	t.Helper()
 	opts := emu.ClientOptions()
 	opts.Retry.StatusCodes = []int{http.StatusInternalServerError}
@@ -41,18 +41,18 @@ func newClients(t *testing.T, emu *emulator.Emulator) clients {
 }
 
 // newRemoteClients are newClients' clients sent over HTTP to the emulator's
-// Handler (emulator.Remote), as a controller in another process uses it.
-func newRemoteClients(t *testing.T, emu *emulator.Emulator) clients {
+// Handler (azurearm.Remote), as a controller in another process uses it.
+func newRemoteClients(t *testing.T, emu *azurearm.Emulator) clients {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(emu.Handler())
-	tlsCfg, caPEM, err := emulator.NewTLS()
+	tlsCfg, caPEM, err := azurearm.NewTLS()
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.TLS = tlsCfg
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	cred, opts, err := emulator.Remote(srv.URL, caPEM, "test")
+	cred, opts, err := azurearm.Remote(srv.URL, caPEM, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,15 +114,15 @@ func status(err error) int {
 // same in process and over HTTP (Handler, Remote): long-running operations
 // polled, headers and error codes carried.
 func TestETags(t *testing.T) {
-	for name, newC := range map[string]func(*testing.T, *emulator.Emulator) clients{
+	for name, newC := range map[string]func(*testing.T, *azurearm.Emulator) clients{
 		"in-process": newClients, "over-http": newRemoteClients,
 	} {
 		t.Run(name, func(t *testing.T) { testETags(t, newC) })
 	}
 }
 
-func testETags(t *testing.T, newC func(*testing.T, *emulator.Emulator) clients) {
-	emu := emulator.New(emulator.Options{PollSteps: 2})
+func testETags(t *testing.T, newC func(*testing.T, *azurearm.Emulator) clients) {
+	emu := azurearm.New(azurearm.Options{PollSteps: 2})
 	c := newC(t, emu)
 	ctx := context.Background()
 	created, err := put(ctx, c, simpleLB(nil), http.Header{"If-None-Match": {"*"}})
@@ -170,7 +170,7 @@ func testETags(t *testing.T, newC func(*testing.T, *emulator.Emulator) clients) 
 
 // TestValidation: what ARM refuses, the emulator refuses.
 func TestValidation(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	c := newClients(t, emu)
 	ctx := context.Background()
 	for name, mutate := range map[string]func(*armnetwork.LoadBalancer){
@@ -201,8 +201,8 @@ func TestValidation(t *testing.T) {
 // TestFaults: injected faults are real HTTP answers (429 with Retry-After,
 // 500) and the same seed gives the same faults.
 func TestFaults(t *testing.T) {
-	run := func(seed uint64) emulator.Counters {
-		emu := emulator.New(emulator.Options{Seed: seed, Faults: emulator.Faults{Rate: 0.5, Throttle: 1, ServerError: 1, Slow: 1, SlowDelay: time.Millisecond}})
+	run := func(seed uint64) azurearm.Counters {
+		emu := azurearm.New(azurearm.Options{Seed: seed, Faults: azurearm.Faults{Rate: 0.5, Throttle: 1, ServerError: 1, Slow: 1, SlowDelay: time.Millisecond}})
 		c := newClients(t, emu)
 		for i := 0; i < 40; i++ {
 			_, err := c.lbs.Get(context.Background(), rg, "lb", nil)
@@ -228,7 +228,7 @@ func TestFaults(t *testing.T) {
 // CanceledAndSupersededDueToAnotherOperation, the later one succeeds, and
 // the later document is what is stored.
 func TestSupersededOperation(t *testing.T) {
-	emu := emulator.New(emulator.Options{PollSteps: 3})
+	emu := azurearm.New(azurearm.Options{PollSteps: 3})
 	c := newClients(t, emu)
 	ctx := context.Background()
 	if _, err := put(ctx, c, simpleLB(nil), nil); err != nil {
@@ -262,7 +262,7 @@ func TestSupersededOperation(t *testing.T) {
 	// The record names the superseded operation once, with its writer, so
 	// that the lab can count each writer's.
 	calls, _ := emu.Calls(0)
-	var ends []emulator.Call
+	var ends []azurearm.Call
 	for _, call := range calls {
 		if call.Superseded() {
 			ends = append(ends, call)
@@ -276,7 +276,7 @@ func TestSupersededOperation(t *testing.T) {
 // TestOnWrite: the hook runs once per write that changed state, with the
 // change already visible, and never for a read or a refused write.
 func TestOnWrite(t *testing.T) {
-	emu := emulator.New(emulator.Options{PollSteps: 2})
+	emu := azurearm.New(azurearm.Options{PollSteps: 2})
 	c := newClients(t, emu)
 	ctx := context.Background()
 	var seen []string
@@ -316,7 +316,7 @@ func TestOnWrite(t *testing.T) {
 // an unknown API: cloud-provider-azure lists them when a Service moves to
 // another load balancer, and fails the move on an error.
 func TestPrivateLinkServicesListed(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	f, err := armnetwork.NewClientFactory(sub, emu.Credential(), emu.ClientOptions())
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package emulator_test
+package azurearm_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"testing"
 
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 )
 
 // TestEndedOperationAnswersAgain: a client that asks again for an
@@ -16,13 +16,13 @@ import (
 // same answer, not a 404 that would say the operation never existed (a
 // rule-health reader took that 404 for "operation not supported").
 func TestEndedOperationAnswersAgain(t *testing.T) {
-	emu := emulator.New(emulator.Options{PollSteps: 1})
+	emu := azurearm.New(azurearm.Options{PollSteps: 1})
 	c := newClients(t, emu)
 	if _, err := put(context.Background(), c, simpleLB(nil), nil); err != nil {
 		t.Fatal(err)
 	}
 	asked := 0
-	emu.SetRuleHealth(func(_, _, _ string) ([]emulator.BackendHealth, error) {
+	emu.SetRuleHealth(func(_, _, _ string) ([]azurearm.BackendHealth, error) {
 		asked++
 		return nil, errors.New("no probe data yet")
 	})

@@ -1,4 +1,4 @@
-package emulator_test
+package azurearm_test
 
 import (
 	"context"
@@ -8,14 +8,14 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 
-	"zerodrop.dev/zerodrop/internal/provider/azure/emulator"
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 )
 
 // TestSubscribe: every subscriber is called once per accepted write and per
 // Seed, with the change visible, beside OnWrite's hook; never for a read or
 // a refused write; not after its cancel.
 func TestSubscribe(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
+	emu := azurearm.New(azurearm.Options{})
 	c := newClients(t, emu)
 	ctx := context.Background()
 	etag := func() string {
