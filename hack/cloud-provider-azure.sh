@@ -6,31 +6,18 @@
 # pinned to one release.
 #
 # The binary lands in a cache directory keyed by version and is reused when
-# present; nothing here is ever committed. Prints the binary's path on stdout.
+# present (hack/lib/cache.sh). Prints the binary's path on stdout. What runs
+# the CCM builds it on first use (internal/lab/ccm's Binary).
 #
 # Cold build on a 2-core machine: about 6 min, ~2 GB peak. Warm: instant.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
 
 VERSION="${ZERODROP_CCM_AZURE_VERSION:-v1.36.3}"
-CACHE="${ZERODROP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/zerodrop}"
 DIR="$CACHE/cloud-provider-azure/$VERSION"
 BIN="$DIR/cloud-controller-manager"
 
-log() { echo "cloud-provider-azure: $*" >&2; }
-
-if [ -x "$BIN" ]; then
-	echo "$BIN"
-	exit 0
-fi
-command -v go >/dev/null || { log "go is required"; exit 1; }
-mkdir -p "$DIR"
-# A lock so that parallel test packages do not build it twice.
-exec 9>"$DIR/.lock"
-flock 9
-if [ -x "$BIN" ]; then
-	echo "$BIN"
-	exit 0
-fi
+cache_reuse_or_lock cloud-provider-azure "$DIR" "$BIN" test -x "$BIN"
 
 tools="$DIR/.tools"
 mkdir -p "$tools"

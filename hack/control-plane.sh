@@ -4,22 +4,21 @@
 # (through a generated tools module that maps every staging module to its
 # published v0.X.Y) and etcd from the etcd Go modules.
 #
-# Binaries land in a cache directory keyed by version and are reused when present;
-# nothing here is ever committed. Prints the asset directory on stdout.
+# Binaries land in a cache directory keyed by version and are reused when present
+# (hack/lib/cache.sh). Prints the asset directory on stdout.
 #
 # Cold build on a 2-core machine: about 4 min (kube-apiserver, ~2.8 GB peak),
 # +80 s (kube-controller-manager), ~30 s (kube-proxy), <1 min (etcd). Warm: instant.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
 
 K8S_VERSION="${ZERODROP_K8S_VERSION:-v1.37.2}"
 ETCD_VERSION="${ZERODROP_ETCD_VERSION:-v3.6.16}"
-CACHE="${ZERODROP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/zerodrop}"
 ASSETS="$CACHE/control-plane/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}"
 WANT="${1:-all}" # all | apiserver (kube-apiserver + etcd only) | kube-proxy (kube-proxy only)
 
-log() { echo "control-plane: $*" >&2; }
-
-need() {
+# built: what WANT names is in the cache.
+built() {
 	case "$WANT" in
 	all) [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/etcd" ] && [ -x "$ASSETS/kube-controller-manager" ] && [ -x "$ASSETS/kube-proxy" ] ;;
 	kube-proxy) [ -x "$ASSETS/kube-proxy" ] ;;
@@ -27,20 +26,7 @@ need() {
 	esac
 }
 
-if need; then
-	echo "$ASSETS"
-	exit 0
-fi
-
-command -v go >/dev/null || { log "go is required"; exit 1; }
-mkdir -p "$ASSETS"
-# A lock so that parallel test packages do not build the same binaries twice.
-exec 9>"$ASSETS/.lock"
-flock 9
-if need; then
-	echo "$ASSETS"
-	exit 0
-fi
+cache_reuse_or_lock control-plane "$ASSETS" "$ASSETS" built
 
 minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
 staging_version="v0.${K8S_VERSION#v1.}"

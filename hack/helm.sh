@@ -4,31 +4,16 @@
 # does. The distribution has no helm package.
 #
 # Like hack/control-plane.sh, the binary lands in a cache directory keyed by
-# version and is reused when present; nothing here is ever committed. Prints the
-# path of the helm binary on stdout. Cold build on a 2-core machine: a few minutes.
+# version and is reused when present (hack/lib/cache.sh). Prints the path of the
+# helm binary on stdout. Cold build on a 2-core machine: a few minutes.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
 
 HELM_VERSION="${ZERODROP_HELM_VERSION:-v3.21.4}"
-CACHE="${ZERODROP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/zerodrop}"
 DIR="$CACHE/helm/${HELM_VERSION}"
 BIN="$DIR/helm"
 
-log() { echo "helm: $*" >&2; }
-
-if [ -x "$BIN" ]; then
-	echo "$BIN"
-	exit 0
-fi
-
-command -v go >/dev/null || { log "go is required"; exit 1; }
-mkdir -p "$DIR"
-# A lock so that parallel test packages do not build the same binary twice.
-exec 9>"$DIR/.lock"
-flock 9
-if [ -x "$BIN" ]; then
-	echo "$BIN"
-	exit 0
-fi
+cache_reuse_or_lock helm "$DIR" "$BIN" test -x "$BIN"
 
 log "building helm ${HELM_VERSION} (minutes on a cold cache)"
 start=$SECONDS
