@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build image chaos deps packages control-plane cloud-provider-azure helm render-deploy haproxy network test unit lint fmt-check bench lab lab-azure demo clean docs
+.PHONY: all build image chaos deps lab-deps packages control-plane cloud-provider-azure helm render-deploy haproxy network test unit lint fmt-check bench lab lab-azure demo clean docs
 
 all: build
 
@@ -25,7 +25,9 @@ control-plane:
 
 # The real cloud-controller-manager of cloud-provider-azure, which the ARM
 # emulator's test (internal/lab/ccm) and the Azure lab run as upstream, built
-# from the Go module proxy (cached).
+# from the Go module proxy (cached). What runs it also builds it on first use
+# (internal/lab/ccm's Binary: the same script, cache and lock); this target
+# builds it ahead, beside the others (deps), for make test.
 cloud-provider-azure:
 	@bash hack/cloud-provider-azure.sh >/dev/null
 
@@ -47,10 +49,12 @@ haproxy:
 network:
 	@bash hack/setup-network.sh
 
-# Everything at once: the three builds from the Go module proxy overlap
-# (one's downloads and links beside another's compiles; each script takes its
-# own lock) and the distribution's packages install meanwhile, one apt-get
-# after the other (they share dpkg's lock).
+# Everything at once, for make test (whose TestRealCCM and Azure tests run
+# cloud-provider-azure), the benches, lab-azure, chaos and the demo: the three
+# builds from the Go module proxy overlap (one's downloads and links beside
+# another's compiles; each script takes its own lock) and the distribution's
+# packages install meanwhile, one apt-get after the other (they share dpkg's
+# lock). make lab builds less (lab-deps).
 deps:
 	@$(MAKE) --no-print-directory -j4 control-plane cloud-provider-azure helm packages
 
@@ -132,10 +136,23 @@ bench: deps
 # scenario and mode and the HTML report's path. Set LAB_FLAGS for others
 # (e.g. "--scenario all --json lab.json"; --dry-run shows what would run).
 # zerodrop is installed from the chart with its HAProxy data plane of two
-# replicas (LAB_INSTALL; empty: the lab's own arrangement, one HAProxy).
+# replicas (LAB_INSTALL; empty: the lab's own arrangement, one HAProxy; and
+# empty with --provider azure-emulator in LAB_FLAGS, whose data plane is
+# emulated Azure's).
 LAB_FLAGS     ?= --scenario rollout,rollout-local,restart-idle --traffic-policy local --idle-restarts 3
-LAB_INSTALL   ?= --data-plane-replicas 2 --from-chart
-lab: deps
+LAB_INSTALL   ?= $(if $(findstring azure-emulator,$(LAB_FLAGS)),,--data-plane-replicas 2 --from-chart)
+# What make lab builds before it starts, side by side: the control plane
+# (kube-apiserver, etcd, kube-controller-manager, kube-proxy), helm when
+# zerodrop is installed from the chart (--from-chart), and the distribution's
+# packages (HAProxy, iproute2, nftables). Not cloud-provider-azure: the
+# HAProxy scenarios never run it, and a run on the Azure emulator that does
+# (LAB_FLAGS="--provider azure-emulator ...") builds it on first use
+# (internal/lab/ccm: the same script, cache and lock as its target).
+LAB_BUILDS     = control-plane packages $(if $(findstring --from-chart,$(LAB_INSTALL) $(LAB_FLAGS)),helm)
+lab-deps:
+	@$(MAKE) --no-print-directory -j3 $(LAB_BUILDS)
+
+lab: lab-deps
 	$(GO) run -tags lab ./cmd/zerodrop lab $(LAB_INSTALL) $(LAB_FLAGS)
 
 # The Azure incidents with traffic (docs/azure.md, "Traffic through emulated

@@ -63,13 +63,29 @@ func runControlPlaneScript(which string) (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" && which == "apiserver" {
 		return dir, nil
 	}
+	dir, err := Build("control-plane.sh", which)
+	if err != nil {
+		return "", fmt.Errorf("build control plane: %w", err)
+	}
+	return dir, nil
+}
+
+// Build runs the build script hack/<script> with args and returns the path
+// it prints: what it built, or found in the cache (hack/lib/cache.sh: the
+// cache directory, and a lock so that two processes do not build the same
+// thing at once). Each binary a test or the lab runs from the Go module
+// proxy is built this way, on demand, by what runs it. The script's
+// progress, which it prints on stderr only while it builds (minutes on a
+// cold cache), is shown on this process' stderr.
+func Build(script string, args ...string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	out, err := supervisor.Output(context.Background(), supervisor.Command{Name: "bash", Args: []string{filepath.Join(root, "hack", "control-plane.sh"), which}})
+	out, err := supervisor.OutputLogging(context.Background(), supervisor.Command{
+		Name: "bash", Args: append([]string{filepath.Join(root, "hack", script)}, args...)}, os.Stderr)
 	if err != nil {
-		return "", fmt.Errorf("build control plane: %w", err)
+		return "", err
 	}
 	return strings.TrimSpace(string(out)), nil
 }

@@ -1,13 +1,8 @@
 package controlplane
 
 import (
-	"context"
 	"fmt"
-	"path/filepath"
-	"strings"
 	"sync"
-
-	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 var (
@@ -21,17 +16,9 @@ var (
 // helm package, so tests get it from the Go module proxy like the control plane.
 func Helm() (string, error) {
 	helmOnce.Do(func() {
-		root, err := RepoRoot()
-		if err != nil {
-			helmErr = err
-			return
+		if helmBin, helmErr = Build("helm.sh"); helmErr != nil {
+			helmErr = fmt.Errorf("build helm: %w", helmErr)
 		}
-		out, err := supervisor.Output(context.Background(), supervisor.Command{Name: "bash", Args: []string{filepath.Join(root, "hack", "helm.sh")}})
-		if err != nil {
-			helmErr = fmt.Errorf("build helm: %w", err)
-			return
-		}
-		helmBin = strings.TrimSpace(string(out))
 	})
 	return helmBin, helmErr
 }

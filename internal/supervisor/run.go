@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 )
@@ -18,10 +19,18 @@ type Command struct {
 
 // Output runs c and returns its stdout; a failure's error carries stderr.
 // Cancelling ctx kills the command.
-func Output(ctx context.Context, c Command) ([]byte, error) {
+func Output(ctx context.Context, c Command) ([]byte, error) { return OutputLogging(ctx, c, nil) }
+
+// OutputLogging is Output that also copies the command's stderr to log as
+// it comes (nil: nowhere): a build script's progress, which a caller that
+// may wait minutes for it shows.
+func OutputLogging(ctx context.Context, c Command, log io.Writer) ([]byte, error) {
 	cmd := c.exec(ctx)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if log != nil {
+		cmd.Stderr = io.MultiWriter(&stderr, log)
+	}
 	if err := cmd.Run(); err != nil {
 		return stdout.Bytes(), &OutputError{Command: c, Err: err, Stderr: bytes.TrimSpace(stderr.Bytes())}
 	}

@@ -68,3 +68,16 @@ func TestOutputCarriesStderr(t *testing.T) {
 		t.Fatalf("out %q, err %v", out, err)
 	}
 }
+
+// TestOutputLoggingShowsStderr: the command's stderr reaches the log as
+// well as the error, and stdout stays the answer alone.
+func TestOutputLoggingShowsStderr(t *testing.T) {
+	var log strings.Builder
+	out, err := OutputLogging(context.Background(), Command{Name: "sh", Args: []string{"-c", "echo building >&2; echo /the/path; echo why >&2; exit 3"}}, &log)
+	if err == nil || !strings.Contains(err.Error(), "why") || string(out) != "/the/path\n" {
+		t.Fatalf("out %q, err %v", out, err)
+	}
+	if log.String() != "building\nwhy\n" {
+		t.Fatalf("log %q, want the command's stderr", log.String())
+	}
+}

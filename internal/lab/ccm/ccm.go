@@ -8,12 +8,10 @@
 package ccm
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
@@ -21,18 +19,16 @@ import (
 )
 
 // Binary builds (or reuses from the cache) the cloud-controller-manager and
-// returns its path.
+// returns its path. It is built on demand, by what runs it (a lab run whose
+// world has the CCM write, TestRealCCM), not by `make lab`: the HAProxy lab
+// never runs it. The build (hack/cloud-provider-azure.sh, minutes on a cold
+// cache) shows its progress on stderr; a second caller waits on its lock.
 func Binary() (string, error) {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	out, err := supervisor.Output(context.Background(), supervisor.Command{
-		Name: "bash", Args: []string{filepath.Join(root, "hack", "cloud-provider-azure.sh")}})
+	bin, err := controlplane.Build("cloud-provider-azure.sh")
 	if err != nil {
 		return "", fmt.Errorf("build cloud-provider-azure: %w", err)
 	}
-	return strings.TrimSpace(string(out)), nil
+	return bin, nil
 }
 
 // Config is one CCM process's setting.
