@@ -29,6 +29,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/upstream"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/azure"
 )
 
 // Run is the `zerodrop lab` command.
@@ -64,12 +65,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 2
 	}
-	var points []scenarios.AzureOptions
+	var points []azure.Options
 	if f.prov == azurelab.ProviderAzureEmulator {
 		if points, ok = f.azureOptions(opts, stderr); !ok {
 			return 2
 		}
-		opts.Azure = &points[0]
+		opts.World = azure.New(points[0])
 	}
 	plan, planNotRun, err := scenarios.Plan(opts)
 	if err != nil {
@@ -140,7 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+azurelab.ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
 	idleChange := fs.String("azure-idle-change", azurelab.IdleChangeNone, "with --provider "+azurelab.ProviderAzureEmulator+": what restart-idle changes while the writer is down: "+strings.Join(azurelab.IdleChanges, ", ")+" (a node joins; every Local Service's endpoints move to other nodes)")
 	ccmLBs := fs.String("azure-ccm-lbs", azurelab.CCMSingleLB, "with --provider "+azurelab.ProviderAzureEmulator+": upstream's cloud-provider-azure with one Standard load balancer ("+azurelab.CCMSingleLB+") or "+azurelab.CCMMultipleLBs+" (multipleStandardLoadBalancerConfigurations: two, nodes placed by availability set)")
-	armLatency := fs.String("arm-latency", scenarios.DefaultARMLatency.String(), "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how long an ARM write's operation takes (a GET shows Updating until then); a comma-separated list sweeps")
+	armLatency := fs.String("arm-latency", azure.DefaultARMLatency.String(), "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how long an ARM write's operation takes (a GET shows Updating until then); a comma-separated list sweeps")
 	lbPropagation := fs.String("lb-propagation", "0s", "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how long after ARM's operation ends the data plane applies a write (no client can see it); a list sweeps")
 	healthLag := fs.String("health-lag", "0s", "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how old the rule-health operation's answer is (zerodrop mode reads it); a list sweeps")
 	fromChart := fs.Bool("from-chart", false, "zerodrop mode: install zerodrop from the repository's chart (helm template, applied per run; the data plane a DaemonSet on the load-balancer hosts), with --data-plane-replicas")

@@ -12,6 +12,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/azure"
 )
 
 // AzureTrafficScenarios are the scenarios `zerodrop lab --provider
@@ -36,7 +37,7 @@ func azureTraffic(scenario string) bool {
 // returns its clocks, one per point of the sweep (every ARM latency with
 // every propagation delay and every health lag); false: a usage error,
 // reported on stderr.
-func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]scenarios.AzureOptions, bool) {
+func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]azure.Options, bool) {
 	for _, name := range opts.Scenarios {
 		if !slices.Contains(AzureTrafficScenarios, name) {
 			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs %s with traffic and %s without (ARM writes only), not both at once: %s is of the second kind\n",
@@ -70,11 +71,11 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]scenari
 			return nil, false
 		}
 	}
-	var points []scenarios.AzureOptions
+	var points []azure.Options
 	for _, a := range lists["arm-latency"] {
 		for _, p := range lists["lb-propagation"] {
 			for _, h := range lists["health-lag"] {
-				points = append(points, scenarios.AzureOptions{ARMLatency: a, LBPropagation: p, HealthLag: h, CCMBinary: bin})
+				points = append(points, azure.Options{ARMLatency: a, LBPropagation: p, HealthLag: h, CCMBinary: bin})
 			}
 		}
 	}
@@ -103,7 +104,7 @@ func durations(v string) ([]time.Duration, error) {
 
 // writeSweepPlan adds to --dry-run's answer what a sweep multiplies the
 // plan by: the points, in order, and the runs at each (runsAt).
-func writeSweepPlan(w io.Writer, plan []scenarios.Planned, points []scenarios.AzureOptions) {
+func writeSweepPlan(w io.Writer, plan []scenarios.Planned, points []azure.Options) {
 	if len(points) < 2 {
 		return
 	}
@@ -125,20 +126,20 @@ func writeSweepPlan(w io.Writer, plan []scenarios.Planned, points []scenarios.Az
 // runsAt says whether mode runs at sweep point p: the rule-health lag is
 // read only by the gated modes, so a point whose lag is not the first's
 // runs those only.
-func runsAt(mode report.Mode, p, first scenarios.AzureOptions) bool {
+func runsAt(mode report.Mode, p, first azure.Options) bool {
 	return p.HealthLag == first.HealthLag || mode.Gated()
 }
 
 // executeSweep runs the lab once per point of the sweep, each with its own
 // control plane, and reports every run together; a point runs the modes
 // runsAt allows there.
-func executeSweep(ctx context.Context, opts scenarios.Options, points []scenarios.AzureOptions, notRun []string, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
+func executeSweep(ctx context.Context, opts scenarios.Options, points []azure.Options, notRun []string, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
 	start := time.Now()
 	var results []report.Result
 	var err error
 	for i := range points {
 		o := opts
-		o.Azure = &points[i]
+		o.World = azure.New(points[i])
 		o.Modes = slices.DeleteFunc(slices.Clone(o.Modes), func(m report.Mode) bool { return !runsAt(m, points[i], points[0]) })
 		if len(o.Modes) == 0 {
 			continue

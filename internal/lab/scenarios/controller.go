@@ -78,8 +78,8 @@ func (cs *controllers) zerodropArgs() []string {
 		"--load-balancer-class=" + r.class,
 		"--address-pool=" + cluster.FrontendPool(r.id),
 	}
-	if r.azure() {
-		args = cs.azureArgs()
+	if r.world != nil {
+		args = r.world.ControllerArgs()
 	} else if r.dataPlaneEnabled() {
 		args = append(args, r.dp.ControlArgs()...)
 	} else {

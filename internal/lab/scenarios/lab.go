@@ -29,6 +29,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/webhook"
 )
 
@@ -77,9 +78,10 @@ type Options struct {
 	// FromChart installs zerodrop mode's zerodrop from the chart (chart.go);
 	// it needs DataPlaneReplicas.
 	FromChart bool
-	// Azure, when set, runs every scenario on emulated Azure (azure.go)
-	// instead of HAProxy.
-	Azure *AzureOptions
+	// World, when set, runs every scenario in that world (package world:
+	// a data plane and its writers, e.g. emulated Azure) instead of
+	// HAProxy.
+	World world.World
 }
 
 // lab is the running lab: control plane, node agent, drain Service and

@@ -2,8 +2,8 @@ package scenarios
 
 import (
 	"context"
+	"fmt"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
@@ -22,9 +22,9 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if l.opts.Azure != nil {
-		if err := l.azureReturnRoutes(ctx); err != nil {
-			return err
+	if w := l.opts.World; w != nil {
+		if err := w.Prepare(ctx, l.net, l.dir); err != nil {
+			return fmt.Errorf("%s: %w", w.Name(), err)
 		}
 	}
 	if l.egress, err = cluster.ServeEgress(cluster.EgressSocket(l.dir), l.net.Net.Nodes[0].DialContext, l.logf); err != nil {
@@ -57,13 +57,14 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 			l.curMu.Unlock()
 		}
 	}
-	// zerodrop's controller pods reach the current run's ARM emulator
-	// (azure.go) on their loopback, as they reach the API server.
+	// zerodrop's controller pods reach what the current run's world
+	// serves them (emulated Azure's ARM) on their loopback, as they reach
+	// the API server.
 	l.agent.ControllerForwards = func() []string {
 		l.curMu.Lock()
 		defer l.curMu.Unlock()
-		if r := l.current; r != nil && r.az != nil && r.az.served != nil {
-			return []string{strings.TrimPrefix(r.az.served.URL, "https://")}
+		if r := l.current; r != nil && r.world != nil {
+			return r.world.Forwards()
 		}
 		return nil
 	}

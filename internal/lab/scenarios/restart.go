@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // actRestart restarts the controller 3 times during a rollout: its pod
@@ -55,8 +56,8 @@ func (o Options) idleRestarts() int {
 // idleVerify more. Every write counted at HAProxy's sockets from one kill to
 // the next (the last: to the end of the act) is that restart's.
 func actRestartIdle(ctx context.Context, r *run) error {
-	if r.azure() && r.mode.NodeBacked() {
-		return actRestartIdleCCM(ctx, r)
+	if w, ok := r.world.(world.WriterRestarter); ok && w.RestartsWriter() {
+		return actRestartIdleWorld(ctx, r, w)
 	}
 	var at []int64
 	for i := range r.lab.opts.idleRestarts() {
@@ -93,6 +94,42 @@ func actRestartIdle(ctx context.Context, r *run) error {
 		r.mark("leader %s", shortPod(next))
 		if err := r.waitControllersReady(ctx, target); err != nil {
 			return fmt.Errorf("restart %d: %w", i+1, err)
+		}
+		if !traffic.SleepCtx(ctx, idleVerify) {
+			return ctx.Err()
+		}
+	}
+	n, err := r.landed()
+	if err != nil {
+		return err
+	}
+	at = append(at, n)
+	r.restartWrites = writesBetween(at)
+	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
+}
+
+// actRestartIdleWorld is actRestartIdle with the world's own writer (on
+// emulated Azure the CCM): each restart waits for a leader, kills it
+// (SIGKILL and SIGTERM in turn), starts its replacement, and waits until
+// another process leads and idleVerify more. Every write from one kill to
+// the next (the last: to the end of the act) is that restart's.
+func actRestartIdleWorld(ctx context.Context, r *run, w world.WriterRestarter) error {
+	var at []int64
+	for i := range r.lab.opts.idleRestarts() {
+		sig, name := syscall.SIGKILL, "SIGKILL"
+		if i%2 == 1 {
+			sig, name = syscall.SIGTERM, "SIGTERM"
+		}
+		var landedErr error
+		if err := w.RestartWriter(ctx, sig, func(leader string) {
+			n, err := r.landed()
+			at, landedErr = append(at, n), err
+			r.mark("%s %s", name, leader)
+		}); err != nil {
+			return fmt.Errorf("restart %d: %w", i+1, err)
+		}
+		if landedErr != nil {
+			return landedErr
 		}
 		if !traffic.SleepCtx(ctx, idleVerify) {
 			return ctx.Err()

@@ -15,6 +15,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/scenarios/dataplane"
 	"zerodrop.dev/zerodrop/internal/lab/sockcount"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
@@ -71,8 +72,8 @@ type run struct {
 	// (dataplane.go); prov is then the first replica's HAProxy, and the
 	// replicas' counting proxies are dp's.
 	dp *dataplane.Plane
-	// az is the run's emulated Azure (Options.Azure; azure.go).
-	az *azureLB
+	// world is the run's side of Options.World (nil: HAProxy).
+	world world.Run
 	// chartObjs are the run's install of the chart (chart.go).
 	chartObjs []*unstructured.Unstructured
 	ctrls     *controllers
@@ -117,8 +118,8 @@ func (r *run) counters() ctrlmetrics.Counters { return r.ctrls.counters() }
 // its sockets (every replica's, with a data plane), and an error when a
 // socket's proxy was bypassed.
 func (r *run) landed() (int64, error) {
-	if r.azure() {
-		return r.azureWrites(), nil
+	if r.world != nil {
+		return r.world.Writes()
 	}
 	r.socksMu.Lock()
 	socks := slices.Clone(r.socks)

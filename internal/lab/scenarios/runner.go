@@ -7,9 +7,13 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/model"
 )
 
 // settle is the warm-up and cool-down around the disruption.
@@ -54,15 +58,18 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 	if r.dataPlaneEnabled() {
 		r.dp = r.newDataPlane()
 	}
+	if w := l.opts.World; w != nil {
+		r.world = w.NewRun(world.Env{ID: r.id, Mode: mode, NS: r.ns, Class: r.class, Name: r.name(), Dir: r.dir,
+			Listener: model.ListenerName(r.ns, appName, corev1.ProtocolTCP, servicePort),
+			CP:       l.cp, Net: l.net, Logf: l.logf, Progressf: l.progressf, Mark: r.mark})
+	}
 	l.curMu.Lock()
 	l.current = r
 	l.curMu.Unlock()
 	res := report.Result{Scenario: sc.Name, Mode: string(mode), Backend: v.backend, ExternalTrafficPolicy: v.policy}
-	if o := l.opts.Azure; o != nil {
-		c := o.Clock()
-		c.GraceSeconds = float64(*r.deployment(sc.replicas).Spec.Template.Spec.TerminationGracePeriodSeconds)
-		c.Promise = report.PromiseAt(mode, c)
-		res.AzureClock = &c
+	if w := l.opts.World; w != nil {
+		grace := time.Duration(*r.deployment(sc.replicas).Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+		res.AzureClock = w.Clock(mode, grace)
 	}
 	defer r.teardown()
 	label := fmt.Sprintf("%-10s %-13s %-8s", sc.Name, v, mode)

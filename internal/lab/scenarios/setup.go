@@ -42,9 +42,9 @@ func (r *run) setup(ctx context.Context, want int32) error {
 			return err
 		}
 	}
-	// On emulated Azure the upstream and recipe modes' writer is the CCM,
-	// started with the load balancer.
-	if !r.fromChart() && !(r.azure() && r.mode.NodeBacked() && !r.mode.Gated()) {
+	// A world may run the mode's writer itself (on emulated Azure the
+	// upstream and recipe modes' CCM), started with the load balancer.
+	if !r.fromChart() && !(r.world != nil && r.world.OwnsWriters()) {
 		if err := r.ctrls.start(ctx); err != nil {
 			return err
 		}
@@ -75,8 +75,8 @@ func (r *run) startLoadBalancer(ctx, sctx context.Context) error {
 	if r.fromChart() {
 		return r.startChartDataPlane(ctx, sctx)
 	}
-	if r.azure() {
-		return r.startAzure(ctx)
+	if r.world != nil {
+		return r.world.Start(ctx)
 	}
 	if r.dataPlaneEnabled() {
 		if err := r.dp.Start(ctx); err != nil {
@@ -128,8 +128,8 @@ func (r *run) createService(ctx context.Context) error {
 	if r.mode.NodeBacked() {
 		svc.Spec.LoadBalancerClass = nil
 	}
-	if r.azure() {
-		r.azureServiceAnnotations(svc)
+	if r.world != nil {
+		r.world.Service(svc)
 	}
 	created, err := r.lab.cp.Client.CoreV1().Services(r.ns).Create(ctx, svc, metav1.CreateOptions{})
 	if err != nil {
@@ -165,12 +165,8 @@ func (r *run) steadyTimeout(n int32) time.Duration {
 		rc := r.lab.opts.Recipe
 		d += time.Duration(n)*(rc.MinReady+10*time.Second) + rc.GracePeriod
 	}
-	if o := r.lab.opts.Azure; o != nil {
-		// On emulated Azure each replaced pod waits for about four writes
-		// to take effect (its address added, the old one drained, then
-		// removed at the drain timeout, which the lab leaves at its
-		// default) and for a probe interval or two.
-		d += time.Duration(n) * (4*(o.ARMLatency+o.LBPropagation) + o.HealthLag + model.DefaultDrainTimeout)
+	if r.world != nil {
+		d += r.world.SteadyTimeout(n)
 	}
 	return d
 }

@@ -62,7 +62,7 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 			r.addr = net.JoinHostPort(svc.Status.LoadBalancer.Ingress[0].IP, strconv.Itoa(servicePort))
 		}
 		for _, prov := range r.views() {
-			if prov.Provider == nil && !r.azure() {
+			if prov.Provider == nil && r.world == nil {
 				return false, "data-plane replica " + prov.name + ": its HAProxy is not viewed yet"
 			}
 			if ok, why := r.backendsSteady(ctx, prov, want); !ok {

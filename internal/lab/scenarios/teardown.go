@@ -28,7 +28,9 @@ func (r *run) teardown() {
 		r.stop()
 	}
 	r.stopDataPlane()
-	r.stopAzure()
+	if r.world != nil {
+		r.world.Stop()
+	}
 	if r.prov != nil && !r.dataPlaneEnabled() {
 		_ = r.stopHAProxy(r.prov, r.dir)
 	}
@@ -43,9 +45,9 @@ func (r *run) teardown() {
 	}
 	r.lab.agent.Abandon(func(p *corev1.Pod) bool { return p.Namespace == r.ns })
 	_ = r.lab.cp.Client.AppsV1().Deployments(r.ns).Delete(ctx, appName, bg)
-	if r.azure() {
-		// The next run's cloud-controller-manager would take this one's
-		// classless Service too.
+	if r.world != nil {
+		// A world's writer may take every classless Service (the next
+		// run's cloud-controller-manager would take this one's too).
 		// Its writer is stopped: its cleanup finalizer goes with the run.
 		_ = r.lab.cp.Client.CoreV1().Services(r.ns).Delete(ctx, appName, bg)
 		_, _ = r.lab.cp.Client.CoreV1().Services(r.ns).Patch(ctx, appName, types.MergePatchType,

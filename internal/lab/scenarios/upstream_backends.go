@@ -17,8 +17,8 @@ import (
 // recipe modes from the upstream cloud's own configuration, which shares
 // no names with zerodrop's (upstreamBackends).
 func (r *run) backends(ctx context.Context, prov *haproxy.Provider) ([]provider.BackendStatus, error) {
-	if r.azure() {
-		return r.azureBackends()
+	if r.world != nil {
+		return r.world.Backends(r.addr)
 	}
 	if r.mode.NodeBacked() {
 		return r.upstreamBackends(ctx)

@@ -1,0 +1,99 @@
+// Package world is the seam between the lab's runner (package scenarios)
+// and what a run measures: a world is a data plane and its writers. The
+// runner owns the cluster, the workload, the traffic and the scenarios'
+// acts; a world owns how its load balancer starts and stops, what its
+// backends are, which flags zerodrop's controllers get for it, which
+// writers it runs itself (and how to restart one), and how its writes are
+// counted. A world's variants (clocks, releases, machine types) are its
+// options, not new worlds. The runner imports this package only, never a
+// world's (TestScenariosImportNoWorld): a new cloud or router is one new
+// package beside internal/lab/worlds/azure.
+package world
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// World is a data plane and its writers, made once per lab (one point of
+// a sweep).
+type World interface {
+	// Name names the world in progress lines and errors.
+	Name() string
+	// Prepare is called once per lab, after the shared network is up and
+	// before the first run: what every run of the world needs of it.
+	Prepare(ctx context.Context, net *cluster.Network, dir string) error
+	// NewRun is the world's side of one run, made before its setup (a
+	// teardown after a failed setup calls its Stop).
+	NewRun(env Env) Run
+	// Clock is what the report records of the world's clocks for a run in
+	// mode with the workload's grace period (nil: none).
+	Clock(mode report.Mode, grace time.Duration) *report.AzureClock
+}
+
+// Env is what the runner tells a world's run about itself and the lab.
+type Env struct {
+	ID    int
+	Mode  report.Mode
+	NS    string // the run's namespace
+	Class string // the run's load-balancer class (zerodrop's controllers)
+	Name  string // the run's name in logs
+	Dir   string // the run's work directory
+	// Listener is the name zerodrop gives the Service port the lab's
+	// traffic goes to (Backends reports it).
+	Listener string
+	CP       *cluster.ControlPlane
+	Net      *cluster.Network
+	// Logf writes to the lab's log, Progressf to its progress lines too;
+	// Mark puts an event on the run's timeline.
+	Logf, Progressf, Mark func(format string, args ...any)
+}
+
+// Run is a world's side of one run.
+type Run interface {
+	// Start starts the run's load balancer (and the writers the world
+	// runs itself, OwnsWriters).
+	Start(ctx context.Context) error
+	// Stop stops everything Start started; it may be called after a
+	// failed or no Start.
+	Stop()
+	// OwnsWriters: the world runs the mode's writer itself, so the runner
+	// starts no controller pods for it.
+	OwnsWriters() bool
+	// ControllerArgs are zerodrop's controller flags for the world (the
+	// runner adds the endpoints and leader election).
+	ControllerArgs() []string
+	// Service adds what the world needs to the workload's Service.
+	Service(svc *corev1.Service)
+	// Forwards are the addresses zerodrop's controller pods reach on
+	// their loopback (the agent forwards them), besides the API server.
+	Forwards() []string
+	// Backends are the Service's backends at addr, its ingress address
+	// and port, as the data plane has them.
+	Backends(addr string) ([]provider.BackendStatus, error)
+	// Writes are the writes the load balancer accepted so far, every
+	// writer's.
+	Writes() (int64, error)
+	// SteadyTimeout is what the world adds to the time a workload of n
+	// replicas may take to be steady.
+	SteadyTimeout(n int32) time.Duration
+}
+
+// WriterRestarter is a Run whose world runs the writer itself
+// (OwnsWriters or beside zerodrop's gates): restart-idle restarts that
+// writer through it.
+type WriterRestarter interface {
+	// RestartsWriter: the run's writer is the world's in its mode.
+	RestartsWriter() bool
+	// RestartWriter waits until a writer leads, calls atKill, sends sig
+	// to the leader, starts its replacement and waits until another
+	// writer leads.
+	RestartWriter(ctx context.Context, sig syscall.Signal, atKill func(leader string)) error
+}
