@@ -3,17 +3,17 @@ package controlplane
 import (
 	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
+
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // APIServerPID finds the kube-apiserver that serves host
 // ("https://127.0.0.1:PORT/", the one this process started: envtest runs it
 // as a child): its command line has --secure-port=PORT, which another API
-// server on this machine cannot have.
+// server on this machine cannot have. The process table is read by
+// supervisor.Find, the project's one reader of it.
 func APIServerPID(host string) (int, error) {
 	u, err := url.Parse(host)
 	if err != nil {
@@ -23,23 +23,11 @@ func APIServerPID(host string) (int, error) {
 		return 0, fmt.Errorf("API server address %q has no port", host)
 	}
 	want := "--secure-port=" + u.Port()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
+	pids := supervisor.Find(func(args []string) bool {
+		return filepath.Base(args[0]) == "kube-apiserver" && slices.Contains(args, want)
+	})
+	if len(pids) == 0 {
+		return 0, fmt.Errorf("no kube-apiserver runs with %s", want)
 	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if filepath.Base(args[0]) == "kube-apiserver" && slices.Contains(args, want) {
-			return pid, nil
-		}
-	}
-	return 0, fmt.Errorf("no kube-apiserver runs with %s", want)
+	return pids[0], nil
 }
