@@ -118,7 +118,7 @@ var figureAllowList = []allowed{
 		"each TLS handshake is bounded (2 s), at most 16 connections may be handshaking", "`TestGateOpensDuringFlood`: 1,000 connections",
 		"within its unflooded time plus 2 s", "one answer is capped at 8 MiB", "all answers in flight share 32 MiB",
 		"for up to the cache's 2 minutes", "(4,096 calls, 256 lookups", "polled every 500 ms", "up to 5 s (`TestFlooded",
-		"gate by less than 5 s", "seen up to 5 s later", "It is cut to 5 minutes", "`ReadBatchWindow` (250 ms)", "within 10 s of the hook's call", "one read bound (5 s)",
+		"gate by less than 5 s", "every 500 ms until it has waited 5 s", "T/10 + 500 ms later (at most 5 s)", "It is cut to 5 minutes", "`ReadBatchWindow` (250 ms)", "within 10 s of the hook's call", "one read bound (5 s)",
 	}},
 	{"docs/haproxy.md", "intervals, timeouts and retries of the code, HAProxy's and Linux's defaults, a test's input", []string{
 		"checks every 2 s", "the 10 s command timeout", "1 s is Linux's initial SYN", "sends 6 connections",

@@ -287,13 +287,16 @@ func TestGateOnAPIServer(t *testing.T) {
 		r := newTestReconciler(t, c, prov)
 		r.unserved = newUnservedPods(gauge)
 		var got []time.Duration
-		for i := 0; i < 9; i++ {
+		for i := 0; i < 40; i++ {
 			got = append(got, settle(t, r, ns, "web-a").RequeueAfter)
 		}
-		want := []time.Duration{100, 100, 100, 100, 200, 400, 800, 1000, 1000}
-		for i := range want {
-			if got[i] != want[i]*time.Millisecond {
-				t.Fatalf("checks of an unserved pod requeued after %v, want %v ms", got, want)
+		// PollInterval 100ms until 1s is waited, then a tenth of the
+		// time waited (110ms after 1.1s, 121ms after 1.21s), capped at 1s.
+		want := map[int]time.Duration{0: 100 * time.Millisecond, 10: 100 * time.Millisecond,
+			11: 110 * time.Millisecond, 12: 121 * time.Millisecond, 39: time.Second}
+		for i, w := range want {
+			if got[i] != w {
+				t.Fatalf("checks of an unserved pod requeued after %v; check %d after %s, want %s", got, i+1, got[i], w)
 			}
 		}
 		if n := testutilprom.ToFloat64(gauge.WithLabelValues(ns)); n != 1 {

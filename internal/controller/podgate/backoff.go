@@ -8,56 +8,66 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// fastChecks is how many checks in a row of a pod not served yet come
-// every PollInterval before the checks back off: a pod its load balancers
-// register within the first couple of seconds, the usual case, is seen as
-// soon as without the back-off.
-const fastChecks = 4
+// backoffDivisor sets how much later than served a pod that stays unserved
+// is seen at most: the next check of a pod the gate has checked for a time
+// W comes W/backoffDivisor later (never sooner than PollInterval, never
+// later than MaxPollInterval). A pod its load balancers serve after T is
+// then seen by T + T/10 + PollInterval: a load balancer that takes seconds
+// to register and health-check a new pod, the usual case, costs a rollout
+// a tenth of that wait, not a doubling of it, while a pod that is never
+// served is checked every MaxPollInterval once it has waited ten times
+// that (issue 46, M7). A back-off by the number of checks (4 fast checks,
+// then doubling) saw a pod served a little after 2 s up to 1 to 3 s late.
+const backoffDivisor = 10
 
-// nextCheck is how long to wait before checking again a pod that the last
-// misses checks in a row found not served: PollInterval for the first
-// fastChecks, then doubling up to MaxPollInterval (issue 46, M7). A pod
-// that stays unserved, e.g. behind a load balancer that never registers it,
-// then costs a fraction of the reads it did, which leaves them to the pods
-// about to be served; a pod served late is seen at most MaxPollInterval
-// after.
-func (o *Options) nextCheck(misses int) time.Duration {
-	d := o.PollInterval
-	for i := fastChecks; i < misses && d < o.MaxPollInterval; i++ {
-		d *= 2
-	}
-	return min(d, o.MaxPollInterval)
+// nextCheck is how long to wait before checking again a pod that the gate
+// has found not served for waited, the sum of the delays it gave the pod's
+// checks so far (the time it actually waited is at least that: queue and
+// read-budget waits only add to it).
+func (o *Options) nextCheck(waited time.Duration) time.Duration {
+	return min(max(o.PollInterval, waited/backoffDivisor), o.MaxPollInterval)
 }
 
-// unservedPods counts, for each pod the gate keeps checking, the checks in
-// a row that found it not served, and publishes how many such pods each
+// unservedPods holds, for each pod the gate keeps checking, the checks in a
+// row that found it not served and the delays they gave, and publishes how many such pods each
 // namespace has (zerodrop_readiness_gate_unserved_pods). A pod leaves it
 // when it is served, no longer waits for the gate, or is gone: every pod in
 // it is checked again later (RequeueAfter), so none stays behind.
 type unservedPods struct {
 	mu    sync.Mutex
-	pods  map[types.NamespacedName]int
+	pods  map[types.NamespacedName]unserved
 	perNS map[string]int
 	// gauge, by namespace; nil: not published.
 	gauge *prometheus.GaugeVec
 }
 
 func newUnservedPods(gauge *prometheus.GaugeVec) *unservedPods {
-	return &unservedPods{pods: map[types.NamespacedName]int{}, perNS: map[string]int{}, gauge: gauge}
+	return &unservedPods{pods: map[types.NamespacedName]unserved{}, perNS: map[string]int{}, gauge: gauge}
 }
 
-// miss records one more check that found the pod not served and returns
-// how many in a row did.
-func (u *unservedPods) miss(key types.NamespacedName) int {
+// unserved is one pod's record: checks in a row that found it not served,
+// and the sum of the delays they gave.
+type unserved struct {
+	checks int
+	waited time.Duration
+}
+
+// miss records one more check that found the pod not served and returns how
+// many in a row did and the delay next gives the next one (next gets the
+// delays given so far).
+func (u *unservedPods) miss(key types.NamespacedName, next func(waited time.Duration) time.Duration) (int, time.Duration) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	n := u.pods[key] + 1
-	u.pods[key] = n
-	if n == 1 {
+	p := u.pods[key]
+	if p.checks == 0 {
 		u.perNS[key.Namespace]++
 		u.publish(key.Namespace)
 	}
-	return n
+	d := next(p.waited)
+	p.checks++
+	p.waited += d
+	u.pods[key] = p
+	return p.checks, d
 }
 
 // forget drops the pod: served, not waiting for the gate, or gone.

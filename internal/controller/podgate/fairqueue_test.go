@@ -2,6 +2,7 @@ package podgate
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -74,18 +75,23 @@ func TestFairQueueRoundRobin(t *testing.T) {
 	}
 }
 
-// TestNextCheck: the first checks of a pod not served yet come every
-// PollInterval, then they back off, doubling, up to MaxPollInterval.
+// TestNextCheck: a pod not served yet is checked every PollInterval until
+// it has waited ten of them, then a tenth of the time waited later, up to
+// MaxPollInterval: a pod served after T is seen by T + T/10 + PollInterval.
 func TestNextCheck(t *testing.T) {
 	o := Options{PollInterval: 500 * time.Millisecond, MaxPollInterval: 5 * time.Second}
-	want := []time.Duration{500, 500, 500, 500, 1000, 2000, 4000, 5000, 5000, 5000}
-	for i, w := range want {
-		if got := o.nextCheck(i + 1); got != w*time.Millisecond {
-			t.Errorf("after %d misses: next check in %s, want %s", i+1, got, w*time.Millisecond)
+	for _, c := range []struct{ waited, want time.Duration }{
+		{0, 500 * time.Millisecond},
+		{2 * time.Second, 500 * time.Millisecond},
+		{5 * time.Second, 500 * time.Millisecond},
+		{6 * time.Second, 600 * time.Millisecond},
+		{20 * time.Second, 2 * time.Second},
+		{50 * time.Second, 5 * time.Second},
+		{time.Hour, 5 * time.Second},
+	} {
+		if got := o.nextCheck(c.waited); got != c.want {
+			t.Errorf("after waiting %s: next check in %s, want %s", c.waited, got, c.want)
 		}
-	}
-	if got := o.nextCheck(1 << 20); got != 5*time.Second {
-		t.Errorf("after a million misses: %s, want the cap 5s", got)
 	}
 }
 
@@ -95,13 +101,22 @@ func TestUnservedPods(t *testing.T) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "unserved"}, []string{"namespace"})
 	u := newUnservedPods(g)
 	a1, a2, b1 := types.NamespacedName{Namespace: "a", Name: "1"}, types.NamespacedName{Namespace: "a", Name: "2"}, types.NamespacedName{Namespace: "b", Name: "1"}
+	// Each miss hands the next-check function the delays given so far.
+	var asked []time.Duration
+	next := func(waited time.Duration) time.Duration {
+		asked = append(asked, waited)
+		return time.Second
+	}
 	for i := 1; i <= 3; i++ {
-		if n := u.miss(a1); n != i {
-			t.Fatalf("miss %d of a/1 counted %d", i, n)
+		if n, d := u.miss(a1, next); n != i || d != time.Second {
+			t.Fatalf("miss %d of a/1 counted %d, next check in %s", i, n, d)
 		}
 	}
-	u.miss(a2)
-	u.miss(b1)
+	if want := []time.Duration{0, time.Second, 2 * time.Second}; !slices.Equal(asked, want) {
+		t.Errorf("a/1's misses asked for the next check after %v waited, want %v", asked, want)
+	}
+	u.miss(a2, next)
+	u.miss(b1, next)
 	if got := testutil.ToFloat64(g.WithLabelValues("a")); got != 2 {
 		t.Errorf("namespace a: %v unserved pods, want 2", got)
 	}
@@ -115,7 +130,8 @@ func TestUnservedPods(t *testing.T) {
 	if n := testutil.CollectAndCount(g); n != 0 {
 		t.Errorf("%d series left, want none: namespace b's was not dropped when its last pod left", n)
 	}
-	if n := u.miss(a1); n != 1 {
-		t.Errorf("a/1 checked again after it left: miss counted %d, want 1", n)
+	asked = nil
+	if n, _ := u.miss(a1, next); n != 1 || asked[0] != 0 {
+		t.Errorf("a/1 checked again after it left: miss counted %d after %v waited, want 1 after 0s", n, asked)
 	}
 }

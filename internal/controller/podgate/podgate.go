@@ -38,11 +38,12 @@ type Options struct {
 	// (default: the manager's API reader).
 	APIReader client.Reader
 	// PollInterval is how often a pod that is not served yet is checked again
-	// (default 500ms), for its first checks (fastChecks); then the checks back
-	// off, doubling, up to MaxPollInterval.
+	// (default 500ms) for its first seconds; then the checks back off in
+	// proportion to the time waited, up to MaxPollInterval (backoff.go).
 	PollInterval time.Duration
 	// MaxPollInterval caps the back-off of the checks of a pod that stays
-	// unserved (default 10 × PollInterval: 5s with the default).
+	// unserved (default 10 × PollInterval: 5s with the default), reached
+	// once the pod has waited ten times as long.
 	MaxPollInterval time.Duration
 	// ReadQPS bounds the provider reads of this controller (default 20),
 	// shared equally by the namespaces with pods waiting (fairqueue.go).
@@ -184,8 +185,7 @@ func (r *Reconciler) open(ctx context.Context, log logr.Logger, pod *corev1.Pod)
 	}
 	served, reason, msg := verdict(targets)
 	if !served {
-		misses := r.unserved.miss(key)
-		next := r.opts.nextCheck(misses)
+		misses, next := r.unserved.miss(key, r.opts.nextCheck)
 		log.V(2).Info("not served yet", "targets", lbtarget.Describe(targets), "checks", misses, "nextCheck", next)
 		return reconcile.Result{RequeueAfter: next}, nil
 	}
