@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/model"
-	"zerodrop.dev/zerodrop/internal/provider"
 )
 
 // Reconcile results, as counted in zerodrop_reconcile_total.
@@ -77,171 +76,90 @@ func (c *Controller) reconcileKey(ctx context.Context, key string) (time.Duratio
 	return 0, nil
 }
 
+// reconcile reconciles key in this process's role, which decides the writes
+// (Role): each role's reconcile is one sequence of steps (steps.go), so what
+// a role writes, and in which order, reads in one function.
 func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, error) {
-	if c.opts.Role == RoleControl {
+	switch c.opts.Role {
+	case RoleControl:
 		return c.reconcileControl(ctx, key)
+	case RoleDataPlane:
+		return c.reconcileDataPlane(ctx, key)
+	default:
+		return c.reconcileAll(ctx, key)
 	}
-	st, err := c.collect(ctx, key)
-	if err != nil {
-		return resultError, false, err
-	}
-	if err := c.limiter.Wait(ctx); err != nil {
-		return resultError, false, err
-	}
-	pname := c.opts.Provider.Name()
-	observed, err := c.opts.Provider.Observe(ctx, key)
-	if err != nil {
-		c.opts.Metrics.ProviderErrors.WithLabelValues(pname, "observe").Inc()
-		return resultError, false, fmt.Errorf("observe %s: %w", key, err)
-	}
+}
 
+// reconcileAll is RoleAll's reconcile: one process writes the load balancer
+// and its Services (finalizers, status, Events).
+func (c *Controller) reconcileAll(ctx context.Context, key string) (string, bool, error) {
+	p, err := c.observeKey(ctx, key)
+	if err != nil {
+		return resultError, false, err
+	}
+	c.frontendAddresses(p)
 	// Addresses are settled before the finalizers: both are apiserver writes.
-	for i := range st.active {
-		in := &st.active[i]
-		addr, err := c.address(in.Service, in.Config, observed)
-		if err != nil {
-			st.invalid[in.Service] = err
-			st.held = append(st.held, *in)
-			continue
-		}
-		in.Address = addr
-	}
-	st.active = dropInvalid(st.active, st.invalid)
-	for _, in := range st.active {
-		if c.opts.Role == RoleDataPlane {
-			break // the control role adds it
-		}
-		if err := c.ensureFinalizer(ctx, in.Service); err != nil {
-			return resultError, false, err
-		}
-	}
-
-	nodes, err := c.nodes(ctx, append(st.active[:len(st.active):len(st.active)], st.held...))
-	if err != nil {
+	if err := c.ensureFinalizers(ctx, p.st.active); err != nil {
 		return resultError, false, err
 	}
-	dopts := c.desiredOptions(ctx, nodes)
-	desired, warnings := model.Desired(key, st.active, dopts)
-	// Only the backends of held Services' listeners are taken from here
-	// (keepInvalid); their warnings are not reported, ConfigValid is False.
-	held, _ := model.Desired(key, st.held, dopts)
-	// Before keepInvalid: only the active Services' checks are stretched,
-	// the held ones' listeners stay as they are.
-	warnings = append(warnings, c.fitChecks(key, st, desired, held)...)
-	c.countOver(key, st)
-	desired = keepInvalid(desired, observed, st.invalid, held)
-	if len(st.active) == 0 && len(st.invalid) == 0 {
-		desired = nil
+	if err := c.desire(ctx, p); err != nil {
+		return resultError, false, err
 	}
-
-	if !c.alloc.enabled() {
-		keepAssignedAddresses(desired, observed)
+	if err := c.planStep(ctx, p); err != nil {
+		return resultError, false, err
 	}
-	pending := false
-	if !c.opts.ImmediateRemoval {
-		if desired, pending, err = c.step(ctx, key, st, observed, desired); err != nil {
-			return resultError, false, err
-		}
+	result, err := c.write(ctx, p)
+	if err != nil {
+		return result, false, err
 	}
-	desired = c.rejectUnrepresentable(key, st, observed, desired)
-	var plan model.Plan
-	if c.opts.Sync == SyncFull {
-		plan = model.FullPlan(observed, desired)
-	} else {
-		plan = model.Diff(observed, desired)
-	}
-
-	result := resultNoop
-	if !plan.Empty() {
-		if err := c.apply(ctx, key, desired, plan); err != nil {
-			if errors.Is(err, provider.ErrConflict) {
-				c.opts.Metrics.ProviderConflicts.WithLabelValues(pname).Inc()
-				return resultConflict, false, err
-			}
-			c.opts.Metrics.ProviderErrors.WithLabelValues(pname, "apply").Inc()
-			return resultError, false, fmt.Errorf("apply plan to %s: %w", key, err)
-		}
-		result = resultApplied
-		if desired == nil {
-			result = resultDeleted
-			c.alloc.release(key) // what was held for a swept orphan
-		}
-		for kind, n := range plan.Counts() {
-			c.opts.Metrics.PlanOps.WithLabelValues(string(kind)).Add(float64(n))
-		}
-		if !c.alloc.enabled() && desired != nil && c.opts.Role != RoleDataPlane {
-			// The provider assigns frontend addresses (a cloud): read what it
-			// gave, for the Services' status.
-			if observed, err = c.opts.Provider.Observe(ctx, key); err != nil {
-				return result, false, fmt.Errorf("observe %s after apply: %w", key, err)
-			}
-		}
+	if err := c.assignedAddresses(ctx, p, result); err != nil {
+		return result, false, err
 	}
 	// Written (or nothing to write): what key's Services free or take of
 	// the check budget counts for the others from now.
 	c.commitChecks(key)
-	if !c.alloc.enabled() {
-		providerAddresses(st.active, observed)
-	}
-	if c.opts.Role == RoleDataPlane {
-		// The control role writes the Services.
-		for svc, err := range st.invalid {
-			logFrom(ctx).V(1).Info("Service not served as asked; its listeners stay as they are", "service", svc.Namespace+"/"+svc.Name, "reason", err.Error())
-		}
-		c.countBackends(key, desired)
-		c.countWritten(key, desired)
-		return result, pending, nil
-	}
-	if err := c.updateStatuses(ctx, st, plan, warnings); err != nil {
+	if err := c.updateStatuses(ctx, p.st, p.plan, p.warnings); err != nil {
 		if apierrors.IsConflict(err) {
 			// A Service changed since the cache showed it: retried silently.
 			return resultConflict, false, err
 		}
 		return result, false, err
 	}
-	c.countBackends(key, desired)
-	c.countWritten(key, desired)
-	return result, pending, nil
+	c.countBackends(key, p.desired)
+	c.countWritten(key, p.desired)
+	return result, p.pending, nil
 }
 
-func (c *Controller) apply(ctx context.Context, key string, desired *model.LoadBalancer, plan model.Plan) error {
-	logFrom(ctx).Info("applying plan", "ops", len(plan.Ops), "create", plan.Create, "plan", plan.String())
-	if desired == nil {
-		return c.opts.Provider.Delete(ctx, key)
+// reconcileDataPlane is RoleDataPlane's reconcile: a replica writes only its
+// own load balancer, at the addresses the control role wrote to the Services'
+// status, and no Service (the control role adds the finalizers and writes the
+// status and Events), so why it does not serve a Service as asked is only
+// logged.
+func (c *Controller) reconcileDataPlane(ctx context.Context, key string) (string, bool, error) {
+	p, err := c.observeKey(ctx, key)
+	if err != nil {
+		return resultError, false, err
 	}
-	return c.opts.Provider.Apply(ctx, plan)
-}
-
-// keepAssignedAddresses: where the provider assigns frontend addresses the
-// desired listener has none; the one the provider gave is not a difference.
-func keepAssignedAddresses(desired, observed *model.LoadBalancer) {
-	if desired == nil {
-		return
+	c.frontendAddresses(p)
+	if err := c.desire(ctx, p); err != nil {
+		return resultError, false, err
 	}
-	for i := range desired.Listeners {
-		l := &desired.Listeners[i]
-		if o := observed.Listener(l.Name); o != nil && l.Address == "" {
-			l.Address = o.Address
-		}
+	if err := c.planStep(ctx, p); err != nil {
+		return resultError, false, err
 	}
-}
-
-// providerAddresses fills in the addresses a provider assigned, from the
-// Services' listeners as observed.
-func providerAddresses(active []model.ServiceInput, observed *model.LoadBalancer) {
-	if observed == nil {
-		return
+	result, err := c.write(ctx, p)
+	if err != nil {
+		return result, false, err
 	}
-	for i := range active {
-		svc := active[i].Service
-		prefix := svc.Namespace + "/" + svc.Name + "/"
-		for _, l := range observed.Listeners {
-			if strings.HasPrefix(l.Name, prefix) && l.Address != "" {
-				active[i].Address = l.Address
-				break
-			}
-		}
+	// Written (or nothing to write): what key's Services free or take of
+	// the check budget counts for the others from now.
+	c.commitChecks(key)
+	for svc, err := range p.st.invalid {
+		logFrom(ctx).V(1).Info("Service not served as asked; its listeners stay as they are", "service", svc.Namespace+"/"+svc.Name, "reason", err.Error())
 	}
+	c.countBackends(key, p.desired)
+	c.countWritten(key, p.desired)
+	return result, p.pending, nil
 }
 
 // collect reads the Services of one load balancer from the cache and sorts

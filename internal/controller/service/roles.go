@@ -171,10 +171,8 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 		in.Address = addr
 	}
 	st.active = dropInvalid(st.active, st.invalid)
-	for _, in := range st.active {
-		if err := c.ensureFinalizer(ctx, in.Service); err != nil {
-			return resultError, false, err
-		}
+	if err := c.ensureFinalizers(ctx, st.active); err != nil {
+		return resultError, false, err
 	}
 	nodes, err := c.nodes(ctx, st.active)
 	if err != nil {
