@@ -8,8 +8,8 @@ import (
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
+	"zerodrop.dev/zerodrop/internal/promtext"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/version"
 )
@@ -154,22 +154,23 @@ func (m *Metrics) ProviderHooks(providerName string) provider.Hooks {
 }
 
 // Sum adds up every series of a counter or gauge vector (0 when it has none);
-// benchmarks and the lab read their figures with it.
+// benchmarks and the lab read their figures with it. The values are read
+// by promtext, the project's one reader of metric values, from what a
+// registry of c alone gathers: an in-process count and a scraped one are
+// read the same way.
 func Sum(c prometheus.Collector) float64 {
-	ch := make(chan prometheus.Metric, 64)
-	go func() { c.Collect(ch); close(ch) }()
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(c); err != nil {
+		return 0
+	}
+	// A failed Gather still returns what it could gather, and Sum, a
+	// figure for a test or the lab, counts that.
+	mfs, _ := reg.Gather()
+	m := promtext.Gathered(mfs)
 	total := 0.0
-	for m := range ch {
-		var pb dto.Metric
-		if err := m.Write(&pb); err != nil {
-			continue
-		}
-		switch {
-		case pb.Counter != nil:
-			total += pb.Counter.GetValue()
-		case pb.Gauge != nil:
-			total += pb.Gauge.GetValue()
-		}
+	for name := range m {
+		v, _ := m.Sum(name)
+		total += v
 	}
 	return total
 }

@@ -1,9 +1,10 @@
 // Package promtext is the project's one reader of Prometheus metrics: the
 // text exposition format a controller's /metrics serves (the lab's write
 // counts, hack/procmem's memory and writes) and, for a controller run in
-// process, what its registry gathers (hack/demo). Everything that reads a
+// process, what its registry gathers (hack/demo, and internal/metrics.Sum,
+// the tests' and benches' count of one collector). Everything that reads a
 // metric value goes through Metrics.Sum, so a change to how a name or a label
-// is matched is made once. The parse itself is client_golang's own
+// is matched, or which kinds of metric have a value, is made once. The parse itself is client_golang's own
 // (expfmt), the same code that writes the format on the other side.
 //
 // A test (cmd/zerodrop's TestOneOfEachMechanism) keeps it the only one:
