@@ -173,9 +173,11 @@ lab-azure: deps
 # nothing); on a data plane of two replicas, each replica's own zerodrop
 # process killed mid-plan, and lb-replica-restart on zerodrop installed from
 # the chart; then on the Azure emulator, 20 % of ARM requests failing (412,
-# 429, 500, slow) during churn, restarts and 20 leader stops at a plan's
-# first PUT, zerodrop beside the upstream-like configuration. CHAOS_FLAGS adds
-# flags to the first (e.g. "--json chaos.json").
+# 429, 500, slow) during churn, restarts and 20 SIGKILLs of the leader's
+# process at a plan's first PUT, zerodrop beside the real cloud-controller-
+# manager of cloud-provider-azure (upstream: in restart, restart-idle and
+# churn; shared-lb runs both on one load balancer). CHAOS_FLAGS adds flags to
+# the first (e.g. "--json chaos.json").
 CHAOS_FLAGS   ?=
 chaos: deps
 	$(GO) run -tags lab ./cmd/zerodrop lab --scenario kill-mid-plan,apiserver-down --mode all --backend both --traffic-policy both $(CHAOS_FLAGS)
