@@ -30,6 +30,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/upstream"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/azure"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/haproxy"
 )
 
 // Run is the `zerodrop lab` command.
@@ -66,6 +67,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var points []azure.Options
+	opts.World = haproxy.New(haproxy.Options{LoadBalancers: f.dataPlane})
 	if f.prov == azurelab.ProviderAzureEmulator {
 		if points, ok = f.azureOptions(opts, stderr); !ok {
 			return 2

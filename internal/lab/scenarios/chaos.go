@@ -17,6 +17,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/sockcount"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/provider"
 )
 
@@ -80,7 +81,7 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 		if err != nil {
 			return err
 		}
-		verb, err := r.killAtFirstWrite(ctx, w.socks, w.kill, want, &rolling)
+		verb, err := r.killAtFirstWrite(ctx, w.onWrite, w.kill, want, &rolling)
 		if err != nil {
 			return err
 		}
@@ -113,7 +114,7 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 // until the data plane has a writer again.
 type writer struct {
 	name    string
-	socks   []*sockcount.Proxy
+	onWrite func(f func(verb string)) // watches the writes as they land
 	kill    func()
 	recover func(ctx context.Context) error
 }
@@ -127,9 +128,13 @@ func (r *run) leaderWriter(ctx context.Context, _ int) (writer, error) {
 		return writer{}, err
 	}
 	return writer{
-		name:  shortPod(leader),
-		socks: r.socks,
-		kill:  func() { _ = r.lab.agent.Signal(ctrlNamespace+"/"+leader, syscall.SIGKILL) },
+		name: shortPod(leader),
+		onWrite: func(f func(string)) {
+			if ww, ok := r.world.(world.WriteWatcher); ok {
+				ww.OnWrite(f)
+			}
+		},
+		kill: func() { _ = r.lab.agent.Signal(ctrlNamespace+"/"+leader, syscall.SIGKILL) },
 		recover: func(ctx context.Context) error {
 			r.ctrls.gone(leader)
 			next, err := r.waitLeader(ctx, leader)
@@ -151,9 +156,9 @@ func (r *run) replicaWriter(_ context.Context, kills int) (writer, error) {
 	d := reps[kills%len(reps)]
 	p := d.Process()
 	return writer{
-		name:  fmt.Sprintf("replica %d's zerodrop process", d.Index()),
-		socks: d.Socks(),
-		kill:  func() { p.Signal(syscall.SIGKILL) },
+		name:    fmt.Sprintf("replica %d's zerodrop process", d.Index()),
+		onWrite: func(f func(string)) { onWrite(d.Socks(), f) },
+		kill:    func() { p.Signal(syscall.SIGKILL) },
 		recover: func(ctx context.Context) error {
 			select {
 			case <-p.Done():
@@ -173,17 +178,17 @@ func (r *run) replicaWriter(_ context.Context, kills int) (writer, error) {
 // first write that lands at the sockets' proxies and returns that write's
 // verb. A rolling update makes the plans: one is started whenever none is
 // under way (*rolling), at most 2×want in the scenario.
-func (r *run) killAtFirstWrite(ctx context.Context, socks []*sockcount.Proxy, kill func(), want int, rolling *bool) (string, error) {
+func (r *run) killAtFirstWrite(ctx context.Context, watch func(f func(verb string)), kill func(), want int, rolling *bool) (string, error) {
 	fig := r.chaosFigures()
 	fired := make(chan string, 1)
 	var once sync.Once
-	onWrite(socks, func(verb string) {
+	watch(func(verb string) {
 		once.Do(func() {
 			kill()
 			fired <- verb
 		})
 	})
-	defer onWrite(socks, nil)
+	defer watch(nil)
 	for {
 		if !*rolling {
 			if fig.Rollouts >= 2*want {

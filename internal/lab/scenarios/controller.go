@@ -79,11 +79,9 @@ func (cs *controllers) zerodropArgs() []string {
 		"--address-pool=" + cluster.FrontendPool(r.id),
 	}
 	if r.world != nil {
-		args = r.world.ControllerArgs()
-	} else if r.dataPlaneEnabled() {
-		args = append(args, r.dp.ControlArgs()...)
+		args = r.world.ControllerArgs(args)
 	} else {
-		args = append(args, "--haproxy-dir="+r.dir, "--haproxy-binary="+r.haproxyBinary())
+		args = append(args, r.dp.ControlArgs()...)
 	}
 	return append(args,
 		fmt.Sprintf("--metrics-bind-address=:%d", metricsPort),
@@ -99,16 +97,16 @@ func (cs *controllers) zerodropArgs() []string {
 // default lease settings, attached to the run's HAProxy.
 func (cs *controllers) upstreamArgs() []string {
 	r := cs.run
-	return []string{
+	args := r.world.ControllerArgs([]string{
 		"lab", UpstreamCommand,
 		"--kubeconfig=" + r.lab.net.Kubeconfig,
 		"--address-pool=" + cluster.FrontendPool(r.id),
-		"--haproxy-dir=" + r.dir,
-		"--haproxy-binary=" + r.haproxyBinary(),
+	})
+	return append(args,
 		fmt.Sprintf("--metrics-bind-address=:%d", metricsPort),
-		"--leader-election-namespace=" + ctrlNamespace,
-		"--leader-election-id=cloud-controller-manager-lab-" + strconv.Itoa(r.id),
-	}
+		"--leader-election-namespace="+ctrlNamespace,
+		"--leader-election-id=cloud-controller-manager-lab-"+strconv.Itoa(r.id),
+	)
 }
 
 // deployment is one Deployment of controller replicas running args.

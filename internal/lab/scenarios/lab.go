@@ -78,9 +78,10 @@ type Options struct {
 	// FromChart installs zerodrop mode's zerodrop from the chart (chart.go);
 	// it needs DataPlaneReplicas.
 	FromChart bool
-	// World, when set, runs every scenario in that world (package world:
-	// a data plane and its writers, e.g. emulated Azure) instead of
-	// HAProxy.
+	// World is the data plane and its writers every run is made in
+	// (package world: one HAProxy, emulated Azure); zerodrop mode's data
+	// plane of replicas (DataPlaneReplicas, FromChart) is still this
+	// package's (dataplane.go, chart.go).
 	World world.World
 }
 
@@ -120,6 +121,9 @@ func Execute(ctx context.Context, opts Options) (results []report.Result, err er
 	}
 	if _, _, err := Plan(opts); err != nil {
 		return nil, err
+	}
+	if opts.World == nil {
+		return nil, fmt.Errorf("no world: Options.World is the data plane the runs are made in")
 	}
 	// The webhook's admission code logs through controller-runtime.
 	ctrllog.SetLogger(logr.Discard())

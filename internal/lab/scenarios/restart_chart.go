@@ -103,8 +103,8 @@ func (r *run) chartReplicaWriter(_ context.Context, kills int) (writer, error) {
 	pod := d.PodName()
 	before := r.containerRestarts(pod, chartContainer)
 	return writer{
-		name:  fmt.Sprintf("%s (data-plane replica %d)'s %s container", shortPod(pod), i, chartContainer),
-		socks: d.Socks(),
+		name:    fmt.Sprintf("%s (data-plane replica %d)'s %s container", shortPod(pod), i, chartContainer),
+		onWrite: func(f func(string)) { onWrite(d.Socks(), f) },
 		kill: func() {
 			if err := r.lab.agent.SignalContainer(ctrlNamespace+"/"+pod, chartContainer, syscall.SIGKILL); err != nil {
 				r.lab.logf("%s: kill %s: %v", r.name(), pod, err)

@@ -3,7 +3,6 @@ package scenarios
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/scenarios/dataplane"
-	"zerodrop.dev/zerodrop/internal/lab/sockcount"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
@@ -62,16 +60,11 @@ type run struct {
 	ns       string
 	class    string
 	dir      string
-	prov     *haproxy.Provider
-	socks    []*sockcount.Proxy // in front of HAProxy's admin and master sockets
-	socksMu  sync.Mutex         // socks: landed reads them from the progress lines' goroutine
-	// upstreamLB is the upstream cloud's name of the run's load balancer
-	// (upstream and recipe modes: upstreamBackends reads its rules).
-	upstreamLB string
-	// dp is the run's data plane of replicas, when it has one
-	// (dataplane.go); prov is then the first replica's HAProxy, and the
-	// replicas' counting proxies are dp's.
-	dp *dataplane.Plane
+	// prov is the first data-plane replica's HAProxy, when the run has
+	// a data plane of replicas (dp, dataplane.go), whose counting
+	// proxies are dp's.
+	prov *haproxy.Provider
+	dp   *dataplane.Plane
 	// world is the run's side of Options.World (nil: HAProxy).
 	world world.Run
 	// chartObjs are the run's install of the chart (chart.go).
@@ -114,30 +107,16 @@ func (r *run) mark(format string, args ...any) {
 // counters sums the provider figures of every controller pod of the run.
 func (r *run) counters() ctrlmetrics.Counters { return r.ctrls.counters() }
 
-// landed is the HAProxy runtime API writes (commands and reloads) counted at
-// its sockets (every replica's, with a data plane), and an error when a
+// landed is the writes the run's load balancer accepted: the world's
+// count (Options.World), or the HAProxy runtime API writes (commands and
+// reloads) counted at every data-plane replica's sockets; an error when a
 // socket's proxy was bypassed.
 func (r *run) landed() (int64, error) {
 	if r.world != nil {
 		return r.world.Writes()
 	}
-	r.socksMu.Lock()
-	socks := slices.Clone(r.socks)
-	r.socksMu.Unlock()
-	n, err := sockcount.Landed(socks)
-	if err != nil || r.dp == nil {
-		return n, err
+	if r.dp == nil {
+		return 0, nil
 	}
-	m, err := r.dp.Landed()
-	if err != nil {
-		return 0, err
-	}
-	return n + m, nil
-}
-
-// addSocks records counting proxies for the run's write count.
-func (r *run) addSocks(p ...*sockcount.Proxy) {
-	r.socksMu.Lock()
-	r.socks = append(r.socks, p...)
-	r.socksMu.Unlock()
+	return r.dp.Landed()
 }

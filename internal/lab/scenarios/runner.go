@@ -58,8 +58,8 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 	if r.dataPlaneEnabled() {
 		r.dp = r.newDataPlane()
 	}
-	if w := l.opts.World; w != nil {
-		r.world = w.NewRun(world.Env{ID: r.id, Mode: mode, NS: r.ns, Class: r.class, Name: r.name(), Dir: r.dir,
+	if w := l.opts.World; w != nil && !r.dataPlaneEnabled() {
+		r.world = w.NewRun(world.Env{ID: r.id, Mode: mode, NS: r.ns, Key: r.key(), Class: r.class, Name: r.name(), Dir: r.dir, LabDir: l.dir,
 			Listener: model.ListenerName(r.ns, appName, corev1.ProtocolTCP, servicePort),
 			CP:       l.cp, Net: l.net, Logf: l.logf, Progressf: l.progressf, Mark: r.mark})
 	}

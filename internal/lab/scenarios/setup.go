@@ -12,10 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
-	"zerodrop.dev/zerodrop/internal/lab/upstream"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/webhook"
 )
@@ -70,7 +68,8 @@ func (r *run) setup(ctx context.Context, want int32) error {
 }
 
 // startLoadBalancer starts the run's data plane: the chart's (its router
-// stand-in runs until sctx ends), the lab's replicas, or one HAProxy.
+// stand-in runs until sctx ends), the world's (Options.World: one HAProxy,
+// emulated Azure), or the lab's replicas.
 func (r *run) startLoadBalancer(ctx, sctx context.Context) error {
 	if r.fromChart() {
 		return r.startChartDataPlane(ctx, sctx)
@@ -78,29 +77,10 @@ func (r *run) startLoadBalancer(ctx, sctx context.Context) error {
 	if r.world != nil {
 		return r.world.Start(ctx)
 	}
-	if r.dataPlaneEnabled() {
-		if err := r.dp.Start(ctx); err != nil {
-			return err
-		}
-		r.prov = r.replicas()[0].Provider()
-		return nil
-	}
-	if err := cluster.WriteHAProxyWrapper(r.haproxyBinary(), r.lab.net.LB.Name); err != nil {
+	if err := r.dp.Start(ctx); err != nil {
 		return err
 	}
-	prov, socks, err := cluster.StartHAProxy(ctx, r.dir, r.haproxyBinary())
-	r.addSocks(socks...)
-	if err != nil {
-		return err
-	}
-	r.prov = prov
-	if r.lab.opts.DataPlaneReplicas >= 2 {
-		// One HAProxy, on the first load balancer's host: the client
-		// sends there only.
-		if err := r.lab.net.RouteTo(ctx, true, 0); err != nil {
-			return err
-		}
-	}
+	r.prov = r.replicas()[0].Provider()
 	return nil
 }
 
@@ -135,7 +115,9 @@ func (r *run) createService(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
-	r.upstreamLB = upstream.LoadBalancerName(created)
+	if r.world != nil {
+		r.world.ServiceCreated(created)
+	}
 	return nil
 }
 

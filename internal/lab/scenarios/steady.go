@@ -14,6 +14,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
@@ -156,4 +157,14 @@ func (r *run) backendsSteady(ctx context.Context, prov view, want int32) (bool, 
 		return false, fmt.Sprintf("HAProxy has %d active backends, want %d", active, wantUp)
 	}
 	return true, ""
+}
+
+// backends reads the run's backends for the reports and the steady-state
+// checks: the world's (Options.World), or from prov, zerodrop's view of a
+// data-plane replica's HAProxy.
+func (r *run) backends(ctx context.Context, prov *haproxy.Provider) ([]provider.BackendStatus, error) {
+	if r.world != nil {
+		return r.world.Backends(ctx, r.addr)
+	}
+	return prov.Backends(ctx, r.key())
 }

@@ -2,13 +2,11 @@ package scenarios
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
@@ -31,28 +29,15 @@ func (r *run) teardown() {
 	if r.world != nil {
 		r.world.Stop()
 	}
-	if r.prov != nil && !r.dataPlaneEnabled() {
-		_ = r.stopHAProxy(r.prov, r.dir)
-	}
-	socks := r.socks
 	if r.dp != nil {
-		socks = append(slices.Clone(socks), r.dp.Socks()...)
-	}
-	for _, p := range socks {
-		if err := p.Close(); err != nil {
-			r.lab.logf("%s: %v", r.name(), err)
+		for _, p := range r.dp.Socks() {
+			if err := p.Close(); err != nil {
+				r.lab.logf("%s: %v", r.name(), err)
+			}
 		}
 	}
 	r.lab.agent.Abandon(func(p *corev1.Pod) bool { return p.Namespace == r.ns })
 	_ = r.lab.cp.Client.AppsV1().Deployments(r.ns).Delete(ctx, appName, bg)
-	if r.world != nil {
-		// A world's writer may take every classless Service (the next
-		// run's cloud-controller-manager would take this one's too).
-		// Its writer is stopped: its cleanup finalizer goes with the run.
-		_ = r.lab.cp.Client.CoreV1().Services(r.ns).Delete(ctx, appName, bg)
-		_, _ = r.lab.cp.Client.CoreV1().Services(r.ns).Patch(ctx, appName, types.MergePatchType,
-			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
-	}
 	for _, n := range r.cordoned {
 		_ = r.lab.setUnschedulable(ctx, n, false)
 	}

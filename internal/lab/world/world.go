@@ -43,9 +43,12 @@ type Env struct {
 	ID    int
 	Mode  report.Mode
 	NS    string // the run's namespace
+	Key   string // the workload's Service, namespace/name
 	Class string // the run's load-balancer class (zerodrop's controllers)
 	Name  string // the run's name in logs
 	Dir   string // the run's work directory
+	// LabDir is the lab's work directory, which every run shares.
+	LabDir string
 	// Listener is the name zerodrop gives the Service port the lab's
 	// traffic goes to (Backends reports it).
 	Listener string
@@ -67,23 +70,35 @@ type Run interface {
 	// OwnsWriters: the world runs the mode's writer itself, so the runner
 	// starts no controller pods for it.
 	OwnsWriters() bool
-	// ControllerArgs are zerodrop's controller flags for the world (the
-	// runner adds the endpoints and leader election).
-	ControllerArgs() []string
-	// Service adds what the world needs to the workload's Service.
+	// ControllerArgs are the flags of the mode's controller pods (zerodrop's
+	// controller, or the upstream service controller's process) for the
+	// world, given the runner's base (command, kubeconfig, class, pool);
+	// the runner adds the endpoints and leader election.
+	ControllerArgs(base []string) []string
+	// Service adds what the world needs to the workload's Service before
+	// it is created; ServiceCreated is told the Service as created.
 	Service(svc *corev1.Service)
+	ServiceCreated(svc *corev1.Service)
 	// Forwards are the addresses zerodrop's controller pods reach on
 	// their loopback (the agent forwards them), besides the API server.
 	Forwards() []string
 	// Backends are the Service's backends at addr, its ingress address
 	// and port, as the data plane has them.
-	Backends(addr string) ([]provider.BackendStatus, error)
+	Backends(ctx context.Context, addr string) ([]provider.BackendStatus, error)
 	// Writes are the writes the load balancer accepted so far, every
 	// writer's.
 	Writes() (int64, error)
 	// SteadyTimeout is what the world adds to the time a workload of n
 	// replicas may take to be steady.
 	SteadyTimeout(n int32) time.Duration
+}
+
+// WriteWatcher is a Run whose writes can be watched as they land:
+// kill-mid-plan kills the writer from inside its first write of a plan.
+type WriteWatcher interface {
+	// OnWrite makes f be called with each write's verb as it lands,
+	// before it is passed on; nil: no more.
+	OnWrite(f func(verb string))
 }
 
 // WriterRestarter is a Run whose world runs the writer itself

@@ -8,8 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/azuredp"
@@ -57,6 +61,7 @@ type run struct {
 	dp         *azuredp.DataPlane
 	stopLag    func()
 	ccm        ccmSet
+	svc        types.NamespacedName // the workload's Service
 }
 
 // NewRun is the world's side of one run.
@@ -111,12 +116,22 @@ func (a *run) Start(ctx context.Context) (err error) {
 	return nil
 }
 
-// Stop stops everything Start started.
+// Stop stops everything Start started, and deletes the workload's
+// Service: the next run's cloud-controller-manager would take this one's
+// classless Service too. Its writer is stopped: its cleanup finalizer goes
+// with the run.
 func (a *run) Stop() {
 	for _, c := range a.ccm.procs {
 		if err := c.proc.Stop(); err != nil {
 			a.env.Logf("%s: cloud-controller-manager: %v", a.env.Name, err)
 		}
+	}
+	if a.svc.Name != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		services := a.env.CP.Client.CoreV1().Services(a.svc.Namespace)
+		_ = services.Delete(ctx, a.svc.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+		_, _ = services.Patch(ctx, a.svc.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	}
 	if a.stopLag != nil {
 		a.stopLag()
@@ -138,7 +153,7 @@ func (a *run) OwnsWriters() bool { return a.env.Mode.NodeBacked() && !a.env.Mode
 // ControllerArgs are zerodrop's controller flags for the run's emulator:
 // `zerodrop lab azure-controller`, the command's own wiring with the
 // emulator's endpoint and credential, and production defaults otherwise.
-func (a *run) ControllerArgs() []string {
+func (a *run) ControllerArgs([]string) []string {
 	env := a.env
 	args := []string{
 		"lab", "azure-controller", "--emulator=" + a.served.URL, "--emulator-ca=" + a.served.CAFile,
@@ -160,6 +175,7 @@ func (a *run) ControllerArgs() []string {
 // frontends for the CCM (azuredp programs private frontends only), and the
 // gate-only annotation in gates mode.
 func (a *run) Service(svc *corev1.Service) {
+	a.svc = types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	if svc.Annotations == nil {
 		svc.Annotations = map[string]string{}
 	}
@@ -170,6 +186,9 @@ func (a *run) Service(svc *corev1.Service) {
 		svc.Annotations[model.AnnotationGateOnly] = "true"
 	}
 }
+
+// ServiceCreated: nothing to learn.
+func (a *run) ServiceCreated(*corev1.Service) {}
 
 // Forwards: zerodrop's controller pods reach the run's ARM emulator on
 // their loopback, as they reach the API server.
@@ -198,7 +217,7 @@ func (a *run) Writes() (int64, error) {
 // rule that takes the Service's address and port, whoever named it): each
 // backend address active unless its admin state is Down (zerodrop's
 // drain), healthy when its probe is up.
-func (a *run) Backends(addr string) ([]provider.BackendStatus, error) {
+func (a *run) Backends(_ context.Context, addr string) ([]provider.BackendStatus, error) {
 	if addr == "" {
 		return nil, fmt.Errorf("no ingress address yet")
 	}

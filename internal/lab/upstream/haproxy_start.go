@@ -1,0 +1,66 @@
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/supervisor"
+)
+
+// HAProxyProcess is the cloud's HAProxy, started by StartHAProxy.
+type HAProxyProcess struct {
+	proc *supervisor.Process
+}
+
+// StartHAProxy starts the cloud's HAProxy of dir (NewHAProxy's layout) in
+// master-worker mode through binary, with the configuration of no load
+// balancers, and waits until its worker answers on the admin socket. The
+// cloud starts its load balancer itself, as a cloud runs its own: in the
+// lab's upstream and recipe modes zerodrop's HAProxy provider has no part in
+// the baseline. binary may be a wrapper (the lab's runs HAProxy in the load
+// balancer's network namespace and moves the master socket behind its
+// counting proxy).
+func StartHAProxy(ctx context.Context, dir, binary string) (*HAProxyProcess, error) {
+	h := NewHAProxy(dir, binary)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	cfg, err := h.render(State{})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(h.Config, cfg, 0o644); err != nil {
+		return nil, err
+	}
+	p, err := supervisor.Start(supervisor.Spec{Name: binary, Log: filepath.Join(dir, "haproxy.log"), Grace: 5 * time.Second,
+		Args: []string{"-W", "-S", h.MasterSocket + ",mode,600", "-f", h.Config}})
+	if err != nil {
+		return nil, fmt.Errorf("start the cloud's HAProxy: %w", err)
+	}
+	hp := &HAProxyProcess{proc: p}
+	want := description(cfg)
+	ctx, cancel := context.WithTimeout(ctx, h.ReloadTimeout)
+	defer cancel()
+	for {
+		running, err := h.Running(ctx)
+		if err == nil && running == want {
+			return hp, nil
+		}
+		select {
+		case <-p.Done():
+			log, _ := os.ReadFile(filepath.Join(dir, "haproxy.log"))
+			return nil, fmt.Errorf("the cloud's HAProxy exited at start: %s", strings.TrimSpace(string(log)))
+		case <-ctx.Done():
+			_ = p.Stop()
+			return nil, fmt.Errorf("the cloud's HAProxy not ready: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops the master and its workers.
+func (p *HAProxyProcess) Stop() error { return p.proc.Stop() }
