@@ -12,6 +12,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/azure"
 )
 
@@ -19,7 +20,7 @@ import (
 // azure-emulator` runs with traffic through the emulated load balancer (the
 // HAProxy lab's scenarios on emulated Azure); its other scenarios count ARM
 // writes (package azurelab).
-var AzureTrafficScenarios = []string{"rollout", "rollout-local", "scale-down", "drain-node", "restart-idle"}
+var AzureTrafficScenarios = scenarios.NamesIn(world.AzureTraffic)
 
 // azureTraffic reports whether --scenario names a traffic scenario:
 // restart-idle is both a traffic scenario and one of the emulator lab's, and

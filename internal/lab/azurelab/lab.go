@@ -21,6 +21,8 @@ import (
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/scenarios"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // `zerodrop lab --provider azure-emulator`: the restart, churn and
@@ -39,15 +41,16 @@ import (
 // ProviderAzureEmulator is the --provider value.
 const ProviderAzureEmulator = "azure-emulator"
 
-// AzureScenarios are the scenarios the emulator lab runs. Upstream (the real
-// cloud-controller-manager) runs restart, restart-idle and churn;
+// AzureScenarios are the scenarios the emulator lab runs, from the lab's
+// one table of where each scenario runs (scenarios.Table). Upstream (the
+// real cloud-controller-manager) runs restart, restart-idle and churn;
 // kill-mid-plan kills zerodrop's writer, and shared-lb runs both writers at
 // once.
-var AzureScenarios = []string{"restart", ScenarioChurn, report.ScenarioKillMidPlan, ScenarioRestartIdle, ScenarioSharedLB}
+var AzureScenarios = scenarios.NamesIn(world.AzureWrites)
 
 // upstreamRuns reports whether upstream (the real CCM) runs scenario.
 func upstreamRuns(scenario string) bool {
-	return scenario == "restart" || scenario == ScenarioRestartIdle || scenario == ScenarioChurn
+	return scenarios.RunsIn(scenario, world.AzureWrites, report.ModeUpstream)
 }
 
 // ccmResources are the lab's Azure resources, as its CCMs' cloud config

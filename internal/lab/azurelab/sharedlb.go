@@ -14,6 +14,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/scenarios"
 )
 
 // shared-lb: zerodrop beside the cloud-provider-azure CCM on one internal
@@ -30,7 +31,7 @@ import (
 
 // ScenarioSharedLB is the scenario's name. It runs once, in zerodrop mode,
 // with the CCM beside.
-const ScenarioSharedLB = "shared-lb"
+const ScenarioSharedLB = scenarios.ScenarioSharedLB
 
 // sharedServices is how many Services each writer has at the start.
 const sharedServices = 5

@@ -105,9 +105,9 @@ func TestRuns(t *testing.T) {
 			t.Errorf("%s: the refusal %q does not name the scenario", tc.scenario, err)
 		}
 	}
-	for _, s := range dataPlaneScenarios {
-		if _, ok := ScenarioNamed(s); !ok {
-			t.Errorf("dataPlaneScenarios names %q, which is no scenario", s)
+	for _, sc := range All {
+		if _, ok := WhereIs(sc.Name); !ok {
+			t.Errorf("Table has no row for scenario %s", sc.Name)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // Planned is one run the lab will make: a scenario in a mode, backend and
@@ -53,9 +54,10 @@ func Plan(opts Options) ([]Planned, []NotRun, error) {
 	var notRun []NotRun
 	seenNode := map[string]bool{}
 	for _, sc := range scs {
+		where, _ := WhereIs(sc.Name)
 		for _, mode := range opts.Modes {
-			if sc.modes != nil && !slices.Contains(sc.modes, mode) {
-				notRun = append(notRun, NotRun{Scenario: sc.Name, Mode: mode, Reason: sc.modesWhy})
+			if where.Modes != nil && !slices.Contains(where.Modes, mode) {
+				notRun = append(notRun, NotRun{Scenario: sc.Name, Mode: mode, Reason: where.Why})
 				continue
 			}
 			if mode == report.ModeRecipe && sc.Name == scenarioRestartIdle {
@@ -70,7 +72,7 @@ func Plan(opts Options) ([]Planned, []NotRun, error) {
 		for _, sv := range scenarioVariants(sc, all) {
 			for _, mode := range opts.Modes {
 				v := sv
-				if sc.modes != nil && !slices.Contains(sc.modes, mode) {
+				if where.Modes != nil && !slices.Contains(where.Modes, mode) {
 					continue
 				}
 				if mode.NodeBacked() {
@@ -92,15 +94,17 @@ func Plan(opts Options) ([]Planned, []NotRun, error) {
 }
 
 // Runs says why scenario cannot run with n data-plane replicas and, when
-// fromChart, zerodrop installed from the chart (nil: it can).
+// fromChart, zerodrop installed from the chart (nil: it can), from Table.
 func Runs(scenario string, n int, fromChart bool) error {
-	sc, ok := ScenarioNamed(scenario)
+	_, ok := ScenarioNamed(scenario)
 	switch {
 	case !ok:
 		return fmt.Errorf("unknown scenario %q", scenario)
-	case n == 0 && sc.dataPlane:
+	case n == 0 && !in(scenario, world.OneHAProxy):
 		return fmt.Errorf("scenario %s needs --data-plane-replicas 2 or more", scenario)
-	case n > 0 && !fromChart && !slices.Contains(dataPlaneScenarios, scenario):
+	case n > 0 && fromChart && !in(scenario, world.Chart):
+		return fmt.Errorf("scenario %s does not run on the chart's install", scenario)
+	case n > 0 && !fromChart && !in(scenario, world.Replicas):
 		return fmt.Errorf("scenario %s does not run with --data-plane-replicas without --from-chart: it restarts or cuts off the writer of the one HAProxy the leader writes, which the lab's own replicas have not; with --from-chart it kills the chart's controller and data-plane processes", scenario)
 	}
 	return nil

@@ -16,24 +16,11 @@ type scenario struct {
 	policy string
 	// act disrupts and returns once the workload is steady again.
 	act func(ctx context.Context, r *run) error
-	// modes, when set, are the only modes the scenario runs in; modesWhy
-	// says why (Plan names the others with it).
-	modes    []report.Mode
-	modesWhy string
 	// lossless: a zerodrop run fails unless it lost nothing (see lossless).
 	lossless bool
-	// dataPlane: the scenario disrupts a data plane of replicas, and runs
-	// only with --data-plane-replicas (and is left out of `all` without).
-	dataPlane bool
 }
 
-// dataPlaneScenarios are the scenarios that run with the lab's own data
-// plane of replicas: those whose disruption is the workload's or the data
-// plane's (kill-mid-plan kills the replicas' processes there). restart-idle
-// and apiserver-down are about the leader as the writer of the one HAProxy,
-// which the lab's replicas have not; installed from the chart they run,
-// on the chart's controller and data-plane processes (Runs).
-var dataPlaneScenarios = []string{"rollout", "rollout-local", "restart", "scale-down", "drain-node", "churn", report.ScenarioKillMidPlan, ScenarioLBReplicaRestart}
+// Where each scenario runs, in which worlds and modes, is Table.
 
 // All are the scenarios, in the order `all` runs them. Their acts are in one
 // file per family: rollout.go (rollout, rollout-local), restart.go (restart,
@@ -51,18 +38,14 @@ var All = []scenario{
 	{Name: "scale-down", about: "3 → 1 replicas", replicas: replicas, act: actScaleDown},
 	{Name: "drain-node", about: "cordon a node, evict its pods through the eviction API", replicas: 4, act: actDrainNode},
 	{Name: "churn", about: "repeated scale up/down while the Service's annotations and ports flip", replicas: replicas, act: actChurn},
-	// Chaos (make chaos). Killing the writer mid-plan needs a writer whose
-	// plans follow the endpoints: the upstream controller's follow the
-	// nodes, which a rollout leaves alone.
+	// Chaos (make chaos).
 	{Name: report.ScenarioKillMidPlan, about: "the writer SIGKILLed at the first write of a plan, --kills times (default 20; 4 on the chart's install), during rolling updates",
-		replicas: replicas, act: actKillMidPlan, modes: []report.Mode{report.ModeZerodrop}, lossless: true,
-		modesWhy: "it kills zerodrop's writer at the first write of a plan; the upstream controller's plans follow the nodes, which a rollout leaves alone"},
+		replicas: replicas, act: actKillMidPlan, lossless: true},
 	{Name: report.ScenarioAPIServerDown, about: "kube-apiserver stopped for --apiserver-outage (default 30 s, longer than the leader's lease) while nothing changes",
 		replicas: replicas, act: actAPIServerDown, lossless: true},
 	// The HAProxy data plane of replicas (--data-plane-replicas).
 	{Name: ScenarioLBReplicaRestart, about: "nothing changes: a data-plane replica's zerodrop process restarted (SIGKILL, SIGTERM) while its HAProxy serves; another replica replaced as a DaemonSet update does; then that one failing hard",
-		replicas: replicas, act: actLBReplicaRestart, modes: []report.Mode{report.ModeZerodrop}, dataPlane: true,
-		modesWhy: "it disrupts zerodrop's data plane of replicas, which the other modes have not"},
+		replicas: replicas, act: actLBReplicaRestart},
 }
 
 // scenarioVariants are the variants sc runs in: all, or, for a scenario

@@ -1,0 +1,89 @@
+package scenarios
+
+import (
+	"slices"
+
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/world"
+)
+
+// Where is where one scenario runs: in which worlds, and in which modes.
+type Where struct {
+	Scenario string
+	Worlds   []world.Kind
+	// Modes, when set, are the only modes the scenario runs in; Why says
+	// why (Plan names the others with it).
+	Modes []report.Mode
+	Why   string
+}
+
+// runnerWorlds are the HAProxy worlds, where every scenario of All but
+// those bound to a data plane of replicas (or its absence) runs.
+var runnerWorlds = []world.Kind{world.OneHAProxy, world.Replicas, world.Chart}
+
+// runnerAnd are the HAProxy worlds and more.
+func runnerAnd(more ...world.Kind) []world.Kind { return slices.Concat(runnerWorlds, more) }
+
+// Table is the one list of where each scenario runs, for every world:
+// `all` and --dry-run's "not run" read it, and so does the emulator lab
+// (internal/lab/azurelab) for its scenarios. Its order is the order of
+// each world's scenarios where the world lists them.
+var Table = []Where{
+	{Scenario: "rollout", Worlds: runnerAnd(world.AzureTraffic)},
+	{Scenario: "rollout-local", Worlds: runnerAnd(world.AzureTraffic)},
+	{Scenario: "scale-down", Worlds: runnerAnd(world.AzureTraffic)},
+	{Scenario: "drain-node", Worlds: runnerAnd(world.AzureTraffic)},
+	{Scenario: "restart", Worlds: runnerAnd(world.AzureWrites)},
+	{Scenario: "churn", Worlds: runnerAnd(world.AzureWrites)},
+	// Killing the writer mid-plan needs a writer whose plans follow the
+	// endpoints: the upstream controller's follow the nodes, which a
+	// rollout leaves alone.
+	{Scenario: report.ScenarioKillMidPlan, Worlds: runnerAnd(world.AzureWrites), Modes: []report.Mode{report.ModeZerodrop},
+		Why: "it kills zerodrop's writer at the first write of a plan; the upstream controller's plans follow the nodes, which a rollout leaves alone"},
+	// restart-idle and apiserver-down are about the leader as the writer
+	// of the one HAProxy, which the lab's replicas have not; installed
+	// from the chart they run, on the chart's controller and data-plane
+	// processes.
+	{Scenario: scenarioRestartIdle, Worlds: []world.Kind{world.OneHAProxy, world.Chart, world.AzureTraffic, world.AzureWrites}},
+	{Scenario: ScenarioSharedLB, Worlds: []world.Kind{world.AzureWrites}, Modes: []report.Mode{report.ModeZerodrop},
+		Why: "it runs zerodrop's writer beside the cloud's on one load balancer"},
+	{Scenario: report.ScenarioAPIServerDown, Worlds: []world.Kind{world.OneHAProxy, world.Chart}},
+	{Scenario: ScenarioLBReplicaRestart, Worlds: []world.Kind{world.Replicas, world.Chart}, Modes: []report.Mode{report.ModeZerodrop},
+		Why: "it disrupts zerodrop's data plane of replicas, which the other modes have not"},
+}
+
+// ScenarioSharedLB is the emulator lab's scenario of two writers on one
+// load balancer.
+const ScenarioSharedLB = "shared-lb"
+
+// WhereIs is scenario's row of Table.
+func WhereIs(scenario string) (Where, bool) {
+	i := slices.IndexFunc(Table, func(w Where) bool { return w.Scenario == scenario })
+	if i < 0 {
+		return Where{}, false
+	}
+	return Table[i], true
+}
+
+// RunsIn reports whether scenario runs in world k, and in mode m.
+func RunsIn(scenario string, k world.Kind, m report.Mode) bool {
+	w, ok := WhereIs(scenario)
+	return ok && slices.Contains(w.Worlds, k) && (w.Modes == nil || slices.Contains(w.Modes, m))
+}
+
+// NamesIn are the scenarios that run in world k, in Table's order.
+func NamesIn(k world.Kind) []string {
+	var out []string
+	for _, w := range Table {
+		if slices.Contains(w.Worlds, k) {
+			out = append(out, w.Scenario)
+		}
+	}
+	return out
+}
+
+// in reports whether scenario runs in world k at all.
+func in(scenario string, k world.Kind) bool {
+	w, ok := WhereIs(scenario)
+	return ok && slices.Contains(w.Worlds, k)
+}
