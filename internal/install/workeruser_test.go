@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -152,15 +153,43 @@ func TestChartHAProxyWorkerUserNeedsCapabilities(t *testing.T) {
 	}
 }
 
-// zerodropBinary builds the production binary (the images' /zerodrop).
+// zerodropBinary is the production binary (the images' /zerodrop), built
+// once for the package's tests (TestMain removes it).
 func zerodropBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "zerodrop")
-	out, err := exec.Command("go", "build", "-o", bin, "zerodrop.dev/zerodrop/cmd/zerodrop").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build zerodrop: %v\n%s", err, out)
+	builtOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "zerodrop-install-test-")
+		if err != nil {
+			builtErr = err
+			return
+		}
+		builtDir = dir
+		bin := filepath.Join(dir, "zerodrop")
+		if out, err := exec.Command("go", "build", "-o", bin, "zerodrop.dev/zerodrop/cmd/zerodrop").CombinedOutput(); err != nil {
+			builtErr = fmt.Errorf("go build zerodrop: %v\n%s", err, out)
+			return
+		}
+		builtBin = bin
+	})
+	if builtErr != nil {
+		t.Fatal(builtErr)
 	}
-	return bin
+	return builtBin
+}
+
+var (
+	builtOnce          sync.Once
+	builtDir, builtBin string
+	builtErr           error
+)
+
+// TestMain removes the binary zerodropBinary built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtDir != "" {
+		os.RemoveAll(builtDir)
+	}
+	os.Exit(code)
 }
 
 // runHAProxyContainer runs container c of the chart (the data plane's haproxy) from
