@@ -57,7 +57,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return dryRunAzure(f, stdout, stderr)
 		}
 		return azurelab.RunAzureCommand(ctx, azurelab.CommandFlags{Scenario: f.scenario, Mode: f.mode, FaultRate: f.faultRate,
-			Kills: f.chaos.MidPlanKills, CCMLoadBalancers: f.ccmLBs, IdleChange: f.idleChange, JSONPath: f.jsonPath, HTMLPath: f.htmlPath}, stdout, stderr)
+			Kills: f.chaos.MidPlanKills, IdleRestarts: f.idleRestarts, CCMLoadBalancers: f.ccmLBs, IdleChange: f.idleChange, JSONPath: f.jsonPath, HTMLPath: f.htmlPath}, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, azurelab.ProviderAzureEmulator)
 		return 2

@@ -19,7 +19,7 @@ import (
 // restart-idle on the emulator: cloud-provider-azure #10224, where six
 // leader changes of the cloud-controller-manager, each a full sync, cut
 // WebSockets for hours with externalTrafficPolicy Local. Nothing changes in
-// the cluster; the writer (the leader) is stopped IdleRestarts times,
+// the cluster; the writer (the leader) is stopped AzureOptions.IdleRestarts times,
 // SIGKILL and SIGTERM in turn (a crash keeps the lease until it expires, a
 // rollout releases it or not, as the writer does), and a replacement
 // started. Its Services are node-backed, half Local and half Cluster, as in
@@ -30,10 +30,6 @@ import (
 
 // ScenarioRestartIdle is the scenario's name.
 const ScenarioRestartIdle = "restart-idle"
-
-// IdleRestarts is how often restart-idle stops the writer: the incident's
-// six leader changes.
-const IdleRestarts = 6
 
 // idleServices is restart-idle's Service count.
 const idleServices = 30
@@ -114,7 +110,7 @@ func idleStop(i int) syscall.Signal {
 	return syscall.SIGTERM
 }
 
-// restartIdle stops the leader IdleRestarts times and measures each restart
+// restartIdle stops the leader AzureOptions.IdleRestarts times and measures each restart
 // until a new leader has verified everything and the writers are quiet.
 func (r *azureRun) restartIdle(ctx context.Context, a *report.AzureFigures, res *report.Result) error {
 	for i := 0; i < r.opts.IdleRestarts; i++ {

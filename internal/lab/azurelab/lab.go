@@ -89,7 +89,8 @@ type AzureOptions struct {
 	Modes     []report.Mode
 	// Services share the two load balancers (default 10); restart-idle has
 	// IdleServices (default 30) and stops the writer IdleRestarts times
-	// (default IdleRestarts); churn starts with ChurnServices (default 30).
+	// (default scenarios.DefaultIdleRestarts, as in every world); churn
+	// starts with ChurnServices (default 30).
 	Services, IdleServices, IdleRestarts, ChurnServices int
 	// ChurnDuration is how long the churn changes things (default 4s).
 	ChurnDuration time.Duration
@@ -121,6 +122,7 @@ type CommandFlags struct {
 	Scenario, Mode     string
 	FaultRate          float64
 	Kills              int
+	IdleRestarts       int    // --idle-restarts
 	CCMLoadBalancers   string // CCMSingleLB or CCMMultipleLBs
 	IdleChange         string // one of IdleChanges
 	JSONPath, HTMLPath string
@@ -142,7 +144,8 @@ func RunAzureCommand(ctx context.Context, f CommandFlags, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "zerodrop lab: --azure-idle-change %q (--provider azure-emulator): want one of %s\n", f.IdleChange, strings.Join(IdleChanges, ", "))
 		return 2
 	}
-	opts := AzureOptions{Progress: stderr, FaultRate: faultRate, Kills: f.Kills, CCMLoadBalancers: f.CCMLoadBalancers, IdleChange: f.IdleChange}
+	opts := AzureOptions{Progress: stderr, FaultRate: faultRate, Kills: f.Kills, IdleRestarts: f.IdleRestarts,
+		CCMLoadBalancers: f.CCMLoadBalancers, IdleChange: f.IdleChange}
 	for _, name := range strings.Split(scenario, ",") {
 		switch name = strings.TrimSpace(name); {
 		case name == "all":
@@ -287,7 +290,8 @@ func withAzureDefaults(opts AzureOptions) (AzureOptions, error) {
 		opts.IdleServices = idleServices
 	}
 	if opts.IdleRestarts <= 0 {
-		opts.IdleRestarts = IdleRestarts
+		// One default for every world's restart-idle.
+		opts.IdleRestarts = scenarios.DefaultIdleRestarts
 	}
 	if opts.ChurnServices <= 0 {
 		opts.ChurnServices = churnServices
