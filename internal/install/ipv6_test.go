@@ -266,7 +266,11 @@ func drainURL(t *testing.T, o webhook.Options, relay bool) string {
 // it. It is deleted when the test ends, whatever its outcome.
 func ipv6Node(t *testing.T) *netlab.Netns {
 	t.Helper()
-	name := fmt.Sprintf("zd-v6-%d", os.Getpid())
+	// Named as a lab run's namespaces are (netlab.NamePrefix, this
+	// process' ID): the lab tests of other packages, which may run at the
+	// same time and check that the root namespace is as they found it,
+	// leave other processes' namespaces out of that check.
+	name := fmt.Sprintf("%s-%d-v6", netlab.NamePrefix, os.Getpid())
 	run := func(args ...string) {
 		t.Helper()
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
