@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"zerodrop.dev/zerodrop/internal/lab/azurelab"
 	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/azurewrites"
 )
 
 // TestAzureEmulatorLab runs `zerodrop lab --provider azure-emulator` for
@@ -35,12 +35,12 @@ func TestAzureEmulatorLab(t *testing.T) {
 			t.Fatalf("no result for %s: %s", k, raw)
 		}
 	}
-	if r := got["restart/zerodrop"]; r.ProviderWrites != 0 || r.Azure.Restarts != azurelab.AzureRestarts {
-		t.Errorf("zerodrop restart: %d writes over %d restarts, want 0 over %d", r.ProviderWrites, r.Azure.Restarts, azurelab.AzureRestarts)
+	if r := got["restart/zerodrop"]; r.ProviderWrites != 0 || r.Azure.Restarts != azurewrites.AzureRestarts {
+		t.Errorf("zerodrop restart: %d writes over %d restarts, want 0 over %d", r.ProviderWrites, r.Azure.Restarts, azurewrites.AzureRestarts)
 	}
-	if r := got["restart/upstream"]; r.Azure.Restarts != azurelab.AzureRestarts || len(r.WritesPerRestart) != azurelab.AzureRestarts || r.Azure.Gets == 0 {
+	if r := got["restart/upstream"]; r.Azure.Restarts != azurewrites.AzureRestarts || len(r.WritesPerRestart) != azurewrites.AzureRestarts || r.Azure.Gets == 0 {
 		t.Errorf("upstream restart: %d restarts, writes per restart %v, %d reads; want %d restarts each counted, and the CCM's reads seen",
-			r.Azure.Restarts, r.WritesPerRestart, r.Azure.Gets, azurelab.AzureRestarts)
+			r.Azure.Restarts, r.WritesPerRestart, r.Azure.Gets, azurewrites.AzureRestarts)
 	}
 	for _, k := range []string{"restart/zerodrop", "churn/zerodrop"} {
 		r := got[k]
@@ -141,8 +141,8 @@ func TestAzureRestartIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	var progress bytes.Buffer
-	res, err := azurelab.ExecuteAzure(interrupted, azurelab.AzureOptions{
-		Scenarios: []string{azurelab.ScenarioRestartIdle}, Modes: []report.Mode{report.ModeUpstream, report.ModeZerodrop},
+	res, err := azurewrites.ExecuteAzure(interrupted, azurewrites.AzureOptions{
+		Scenarios: []string{azurewrites.ScenarioRestartIdle}, Modes: []report.Mode{report.ModeUpstream, report.ModeZerodrop},
 		IdleServices: 6, IdleRestarts: 2, Executable: exe, Progress: &progress,
 	})
 	t.Logf("progress:\n%s", progress.String())

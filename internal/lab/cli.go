@@ -24,12 +24,12 @@ import (
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
-	"zerodrop.dev/zerodrop/internal/lab/azurelab"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/upstream"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/azure"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/azurewrites"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/haproxy"
 )
 
@@ -39,9 +39,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// A controller pod of the upstream and recipe modes.
 		return upstream.Main(args[1:], stderr)
 	}
-	if len(args) > 0 && args[0] == azurelab.AzureCommand {
+	if len(args) > 0 && args[0] == azurewrites.AzureCommand {
 		// A controller process of the emulator lab's kill-mid-plan.
-		return azurelab.AzureControllerMain(args[1:], stderr)
+		return azurewrites.AzureControllerMain(args[1:], stderr)
 	}
 	f, code, ok := parseFlags(args, stderr)
 	if !ok {
@@ -49,17 +49,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch f.prov {
 	case "haproxy":
-	case azurelab.ProviderAzureEmulator:
+	case azurewrites.ProviderAzureEmulator:
 		if azureTraffic(f.scenario) {
 			break
 		}
 		if f.dryRun {
 			return dryRunAzure(f, stdout, stderr)
 		}
-		return azurelab.RunAzureCommand(ctx, azurelab.CommandFlags{Scenario: f.scenario, Mode: f.mode, FaultRate: f.faultRate,
+		return azurewrites.RunAzureCommand(ctx, azurewrites.CommandFlags{Scenario: f.scenario, Mode: f.mode, FaultRate: f.faultRate,
 			Kills: f.chaos.MidPlanKills, IdleRestarts: f.idleRestarts, CCMLoadBalancers: f.ccmLBs, IdleChange: f.idleChange, JSONPath: f.jsonPath, HTMLPath: f.htmlPath}, stdout, stderr)
 	default:
-		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, azurelab.ProviderAzureEmulator)
+		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, azurewrites.ProviderAzureEmulator)
 		return 2
 	}
 	opts, notRun, ok := f.options(stderr)
@@ -68,7 +68,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var points []azure.Options
 	opts.World = haproxy.New(haproxy.Options{LoadBalancers: f.dataPlane})
-	if f.prov == azurelab.ProviderAzureEmulator {
+	if f.prov == azurewrites.ProviderAzureEmulator {
 		if points, ok = f.azureOptions(opts, stderr); !ok {
 			return 2
 		}
@@ -124,7 +124,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	backend := fs.String("backend", scenarios.BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
 	policy := fs.String("traffic-policy", scenarios.PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
 	jsonPath := fs.String("json", "", "write the JSON report to `FILE`")
-	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE` (default: "+defaultHTML+" in the repository; none with --provider "+azurelab.ProviderAzureEmulator+")")
+	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE` (default: "+defaultHTML+" in the repository; none with --provider "+azurewrites.ProviderAzureEmulator+")")
 	dryRun := fs.Bool("dry-run", false, "check the flags and scenarios and print the runs the lab would make and what it would not run, with why; start nothing")
 	idleRestarts := fs.Int("idle-restarts", scenarios.DefaultIdleRestarts, "restart-idle: how often to restart the load balancer's writer (SIGKILL and SIGTERM in turn)")
 	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
@@ -140,15 +140,15 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		report.DefaultMidPlanKills, scenarios.DefaultChartKills))
 	fs.DurationVar(&chaos.APIServerOutage, "apiserver-outage", report.DefaultAPIServerOutage, "apiserver-down: how long kube-apiserver stays stopped")
 	appSigterm := fs.String("app-sigterm", traffic.AppSigtermGraceful, "graceful|exit: the workload's SIGTERM handling — a graceful shutdown, or none (exit at once, every connection closed without a word)")
-	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+azurelab.ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
-	idleChange := fs.String("azure-idle-change", azurelab.IdleChangeNone, "with --provider "+azurelab.ProviderAzureEmulator+": what restart-idle changes while the writer is down: "+strings.Join(azurelab.IdleChanges, ", ")+" (a node joins; every Local Service's endpoints move to other nodes)")
-	ccmLBs := fs.String("azure-ccm-lbs", azurelab.CCMSingleLB, "with --provider "+azurelab.ProviderAzureEmulator+": upstream's cloud-provider-azure with one Standard load balancer ("+azurelab.CCMSingleLB+") or "+azurelab.CCMMultipleLBs+" (multipleStandardLoadBalancerConfigurations: two, nodes placed by availability set)")
-	armLatency := fs.String("arm-latency", azure.DefaultARMLatency.String(), "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how long an ARM write's operation takes (a GET shows Updating until then); a comma-separated list sweeps")
-	lbPropagation := fs.String("lb-propagation", "0s", "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how long after ARM's operation ends the data plane applies a write (no client can see it); a list sweeps")
-	healthLag := fs.String("health-lag", "0s", "with --provider "+azurelab.ProviderAzureEmulator+" and a traffic scenario: how old the rule-health operation's answer is (zerodrop mode reads it); a list sweeps")
+	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+azurewrites.ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
+	idleChange := fs.String("azure-idle-change", azurewrites.IdleChangeNone, "with --provider "+azurewrites.ProviderAzureEmulator+": what restart-idle changes while the writer is down: "+strings.Join(azurewrites.IdleChanges, ", ")+" (a node joins; every Local Service's endpoints move to other nodes)")
+	ccmLBs := fs.String("azure-ccm-lbs", azurewrites.CCMSingleLB, "with --provider "+azurewrites.ProviderAzureEmulator+": upstream's cloud-provider-azure with one Standard load balancer ("+azurewrites.CCMSingleLB+") or "+azurewrites.CCMMultipleLBs+" (multipleStandardLoadBalancerConfigurations: two, nodes placed by availability set)")
+	armLatency := fs.String("arm-latency", azure.DefaultARMLatency.String(), "with --provider "+azurewrites.ProviderAzureEmulator+" and a traffic scenario: how long an ARM write's operation takes (a GET shows Updating until then); a comma-separated list sweeps")
+	lbPropagation := fs.String("lb-propagation", "0s", "with --provider "+azurewrites.ProviderAzureEmulator+" and a traffic scenario: how long after ARM's operation ends the data plane applies a write (no client can see it); a list sweeps")
+	healthLag := fs.String("health-lag", "0s", "with --provider "+azurewrites.ProviderAzureEmulator+" and a traffic scenario: how old the rule-health operation's answer is (zerodrop mode reads it); a list sweeps")
 	fromChart := fs.Bool("from-chart", false, "zerodrop mode: install zerodrop from the repository's chart (helm template, applied per run; the data plane a DaemonSet on the load-balancer hosts), with --data-plane-replicas")
 	dataPlane := fs.Int("data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
-	prov := fs.String("provider", "haproxy", "haproxy|"+azurelab.ProviderAzureEmulator+" (azure-emulator: rollout, rollout-local, scale-down and drain-node with traffic through the emulated load balancer, restart-idle beside them; or, without traffic, restart, churn, kill-mid-plan, restart-idle and shared-lb; see docs/azure.md)")
+	prov := fs.String("provider", "haproxy", "haproxy|"+azurewrites.ProviderAzureEmulator+" (azure-emulator: rollout, rollout-local, scale-down and drain-node with traffic through the emulated load balancer, restart-idle beside them; or, without traffic, restart, churn, kill-mid-plan, restart-idle and shared-lb; see docs/azure.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down,lb-replica-restart|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator [--arm-latency LIST] [--lb-propagation LIST] [--health-lag LIST]] [--rate N] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
@@ -214,11 +214,11 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, bool) {
 		return scenarios.Options{}, nil, false
 	}
 	if opts.Modes = parseModes(f.mode); opts.Modes == nil {
-		fmt.Fprintf(stderr, "zerodrop lab: --mode %q: want upstream, recipe, zerodrop (comma-separated; gates with --provider %s) or all\n", f.mode, azurelab.ProviderAzureEmulator)
+		fmt.Fprintf(stderr, "zerodrop lab: --mode %q: want upstream, recipe, zerodrop (comma-separated; gates with --provider %s) or all\n", f.mode, azurewrites.ProviderAzureEmulator)
 		return scenarios.Options{}, nil, false
 	}
-	if slices.Contains(opts.Modes, report.ModeGates) && f.prov != azurelab.ProviderAzureEmulator {
-		fmt.Fprintf(stderr, "zerodrop lab: --mode gates keeps the cloud's own writer and adds zerodrop's gates: it runs with --provider %s only\n", azurelab.ProviderAzureEmulator)
+	if slices.Contains(opts.Modes, report.ModeGates) && f.prov != azurewrites.ProviderAzureEmulator {
+		fmt.Fprintf(stderr, "zerodrop lab: --mode gates keeps the cloud's own writer and adds zerodrop's gates: it runs with --provider %s only\n", azurewrites.ProviderAzureEmulator)
 		return scenarios.Options{}, nil, false
 	}
 	if opts.Backends, ok = oneOrBoth(f.backend, scenarios.BackendIP, scenarios.BackendNode); !ok {
@@ -367,9 +367,9 @@ func writePlan(w io.Writer, plan []scenarios.Planned, notRun []string, htmlPath,
 // checked when it starts.
 func dryRunAzure(f flags, stdout, stderr io.Writer) int {
 	for _, name := range strings.Split(f.scenario, ",") {
-		if name = strings.TrimSpace(name); name != "all" && !slices.Contains(azurelab.AzureScenarios, name) {
-			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the scenarios %s, not %q\n", azurelab.ProviderAzureEmulator,
-				strings.Join(azurelab.AzureScenarios, ", "), name)
+		if name = strings.TrimSpace(name); name != "all" && !slices.Contains(azurewrites.AzureScenarios, name) {
+			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the scenarios %s, not %q\n", azurewrites.ProviderAzureEmulator,
+				strings.Join(azurewrites.AzureScenarios, ", "), name)
 			return 2
 		}
 	}

@@ -8,18 +8,18 @@ import (
 	"strings"
 	"time"
 
-	"zerodrop.dev/zerodrop/internal/lab/azurelab"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
 	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/azure"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/azurewrites"
 )
 
 // AzureTrafficScenarios are the scenarios `zerodrop lab --provider
 // azure-emulator` runs with traffic through the emulated load balancer (the
 // HAProxy lab's scenarios on emulated Azure); its other scenarios count ARM
-// writes (package azurelab).
+// writes (package worlds/azurewrites).
 var AzureTrafficScenarios = scenarios.NamesIn(world.AzureTraffic)
 
 // azureTraffic reports whether --scenario names a traffic scenario:
@@ -42,17 +42,17 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]azure.O
 	for _, name := range opts.Scenarios {
 		if !slices.Contains(AzureTrafficScenarios, name) {
 			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs %s with traffic and %s without (ARM writes only), not both at once: %s is of the second kind\n",
-				azurelab.ProviderAzureEmulator, strings.Join(AzureTrafficScenarios, ", "), strings.Join(azurelab.AzureScenarios, ", "), name)
+				azurewrites.ProviderAzureEmulator, strings.Join(AzureTrafficScenarios, ", "), strings.Join(azurewrites.AzureScenarios, ", "), name)
 			return nil, false
 		}
 	}
-	if f.faultRate != 0 || f.idleChange != azurelab.IdleChangeNone || f.ccmLBs != azurelab.CCMSingleLB {
+	if f.faultRate != 0 || f.idleChange != azurewrites.IdleChangeNone || f.ccmLBs != azurewrites.CCMSingleLB {
 		fmt.Fprintf(stderr, "zerodrop lab: --azure-fault-rate, --azure-idle-change and --azure-ccm-lbs are the emulator lab's (%s), not the traffic scenarios' of --provider %s\n",
-			strings.Join(azurelab.AzureScenarios, ", "), azurelab.ProviderAzureEmulator)
+			strings.Join(azurewrites.AzureScenarios, ", "), azurewrites.ProviderAzureEmulator)
 		return nil, false
 	}
 	if f.dataPlane != 0 || f.fromChart {
-		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas and --from-chart are the HAProxy data plane's, not --provider %s's\n", azurelab.ProviderAzureEmulator)
+		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas and --from-chart are the HAProxy data plane's, not --provider %s's\n", azurewrites.ProviderAzureEmulator)
 		return nil, false
 	}
 	lists := map[string][]time.Duration{}

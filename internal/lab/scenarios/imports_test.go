@@ -11,7 +11,6 @@ import (
 // new package and the runner never learns a cloud.
 var worldPackages = []string{
 	"zerodrop.dev/zerodrop/internal/lab/worlds",
-	"zerodrop.dev/zerodrop/internal/lab/azurelab",
 	"zerodrop.dev/zerodrop/internal/lab/azuredp",
 	"zerodrop.dev/zerodrop/internal/lab/ccm",
 	"zerodrop.dev/zerodrop/internal/emulated",

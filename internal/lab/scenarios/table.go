@@ -26,7 +26,7 @@ func runnerAnd(more ...world.Kind) []world.Kind { return slices.Concat(runnerWor
 
 // Table is the one list of where each scenario runs, for every world:
 // `all` and --dry-run's "not run" read it, and so does the emulator lab
-// (internal/lab/azurelab) for its scenarios. Its order is the order of
+// (internal/lab/worlds/azurewrites) for its scenarios. Its order is the order of
 // each world's scenarios where the world lists them.
 var Table = []Where{
 	{Scenario: "rollout", Worlds: runnerAnd(world.AzureTraffic)},

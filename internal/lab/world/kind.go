@@ -19,6 +19,6 @@ const (
 	// (internal/lab/worlds/azure).
 	AzureTraffic Kind = "Azure with traffic"
 	// AzureWrites is emulated Azure counting ARM writes, without traffic
-	// (internal/lab/azurelab).
+	// (internal/lab/worlds/azurewrites).
 	AzureWrites Kind = "Azure counting writes"
 )

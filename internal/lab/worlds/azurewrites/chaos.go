@@ -1,4 +1,4 @@
-package azurelab
+package azurewrites
 
 import (
 	"context"
