@@ -3,20 +3,24 @@ package scenarios
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
-// actRestart restarts the controller 3 times during a rollout: its pod
-// deleted, and 2 s after its replacement is ready the next one.
+// DefaultRestarts is how often the restart scenario restarts the
+// controller, in every world.
+const DefaultRestarts = 3
+
+// actRestart restarts the controller DefaultRestarts times during a
+// rollout: its pod deleted, and 2 s after its replacement is ready the
+// next one.
 func actRestart(ctx context.Context, r *run) error {
 	if err := r.rolloutRestart(ctx); err != nil {
 		return err
 	}
-	for range 3 {
+	for range DefaultRestarts {
 		if !traffic.SleepCtx(ctx, 2*time.Second) {
 			return ctx.Err()
 		}
@@ -61,10 +65,7 @@ func actRestartIdle(ctx context.Context, r *run) error {
 	}
 	var at []int64
 	for i := range r.lab.opts.idleRestarts() {
-		sig, name := syscall.SIGKILL, "SIGKILL"
-		if i%2 == 1 {
-			sig, name = syscall.SIGTERM, "SIGTERM"
-		}
+		sig, name := world.IdleStop(i)
 		if r.fromChart() {
 			n, err := r.restartIdleChart(ctx, i, sig)
 			if err != nil {
@@ -116,10 +117,7 @@ func actRestartIdle(ctx context.Context, r *run) error {
 func actRestartIdleWorld(ctx context.Context, r *run, w world.WriterRestarter) error {
 	var at []int64
 	for i := range r.lab.opts.idleRestarts() {
-		sig, name := syscall.SIGKILL, "SIGKILL"
-		if i%2 == 1 {
-			sig, name = syscall.SIGTERM, "SIGTERM"
-		}
+		sig, name := world.IdleStop(i)
 		var landedErr error
 		if err := w.RestartWriter(ctx, sig, func(leader string) {
 			n, err := r.landed()

@@ -112,3 +112,13 @@ type WriterRestarter interface {
 	// writer leads.
 	RestartWriter(ctx context.Context, sig syscall.Signal, atKill func(leader string)) error
 }
+
+// IdleStop is how restart-idle's restart i (from 0) stops the writer, in
+// every world: SIGKILL and SIGTERM in turn, as an OOM kill or the kubelet
+// would; name is the signal's name in reports.
+func IdleStop(i int) (sig syscall.Signal, name string) {
+	if i%2 == 1 {
+		return syscall.SIGTERM, "SIGTERM"
+	}
+	return syscall.SIGKILL, "SIGKILL"
+}

@@ -14,6 +14,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // restart-idle on the emulator: cloud-provider-azure #10224, where six
@@ -102,21 +103,13 @@ func (r *azureRun) addressed(ctx context.Context) string {
 	return ""
 }
 
-// idleStop is how restart i (from 0) stops the writer.
-func idleStop(i int) syscall.Signal {
-	if i%2 == 0 {
-		return syscall.SIGKILL
-	}
-	return syscall.SIGTERM
-}
-
 // restartIdle stops the leader AzureOptions.IdleRestarts times and measures each restart
 // until a new leader has verified everything and the writers are quiet.
 func (r *azureRun) restartIdle(ctx context.Context, a *report.AzureFigures, res *report.Result) error {
 	for i := 0; i < r.opts.IdleRestarts; i++ {
 		_, mark := r.emu.Calls(0)
 		t0 := time.Now()
-		sig := idleStop(i)
+		sig, name := world.IdleStop(i)
 		var err error
 		during := func() error { return r.duringOutage(ctx, i) }
 		if r.upstream() {
@@ -125,7 +118,7 @@ func (r *azureRun) restartIdle(ctx context.Context, a *report.AzureFigures, res 
 			err = r.restartZerodropOnce(ctx, sig, during)
 		}
 		if err != nil {
-			return fmt.Errorf("restart %d (%s): %w", i+1, sigName(sig), err)
+			return fmt.Errorf("restart %d (%s): %w", i+1, name, err)
 		}
 		a.ConvergeSeconds = max(a.ConvergeSeconds, time.Since(t0).Seconds())
 		a.Restarts++
@@ -134,12 +127,12 @@ func (r *azureRun) restartIdle(ctx context.Context, a *report.AzureFigures, res 
 		calls, _ := r.emu.Calls(mark)
 		f, d := figuresOf(calls), diffsOf(calls)
 		res.WritesPerRestart = append(res.WritesPerRestart, int64(f.writes))
-		a.Stops = append(a.Stops, sigName(sig))
+		a.Stops = append(a.Stops, name)
 		a.ChangedPerRestart = append(a.ChangedPerRestart, f.changed)
 		a.RemovedBackendsPerRestart = append(a.RemovedBackendsPerRestart, d.removedBackends)
 		a.ProbeRuleChangesPerRestart = append(a.ProbeRuleChangesPerRestart, d.probeOrRule)
 		r.progress("%s: restart %d (%s): %d writes, %d changed something: %d backend addresses removed, %d probe or rule changes",
-			r.ns, i+1, sigName(sig), f.writes, f.changed, d.removedBackends, d.probeOrRule)
+			r.ns, i+1, name, f.writes, f.changed, d.removedBackends, d.probeOrRule)
 	}
 	return nil
 }
@@ -267,13 +260,6 @@ func (r *azureRun) removeJoined(ctx context.Context) {
 	for _, name := range r.joined {
 		_ = r.c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
 	}
-}
-
-func sigName(sig syscall.Signal) string {
-	if sig == syscall.SIGKILL {
-		return "SIGKILL"
-	}
-	return "SIGTERM"
 }
 
 // writeDiffs summarises what writes changed: backend addresses removed

@@ -67,7 +67,6 @@ const (
 	azureVNet, azureSubnetName, azureNSG = "vnet-lab", "frontends", "nsg-lab"
 	azureSubnet                          = "/subscriptions/" + azureSub + "/resourceGroups/" + azureGroup +
 		"/providers/Microsoft.Network/virtualNetworks/" + azureVNet + "/subnets/" + azureSubnetName
-	AzureRestarts = 3
 	// azureIdle is how long no reconcile may run for a run to count as settled.
 	azureIdle = 500 * time.Millisecond
 	// azureTimeout is the least bound of a wait for convergence (see
@@ -87,6 +86,9 @@ var azureLBNames = []string{"lb-a", "lb-b"}
 type AzureOptions struct {
 	Scenarios []string
 	Modes     []report.Mode
+	// Restarts is how often restart stops the writer (default
+	// scenarios.DefaultRestarts, as in every world).
+	Restarts int
 	// Services share the two load balancers (default 10); restart-idle has
 	// IdleServices (default 30) and stops the writer IdleRestarts times
 	// (default scenarios.DefaultIdleRestarts, as in every world); churn
@@ -288,6 +290,9 @@ func withAzureDefaults(opts AzureOptions) (AzureOptions, error) {
 	}
 	if opts.IdleServices <= 0 {
 		opts.IdleServices = idleServices
+	}
+	if opts.Restarts <= 0 {
+		opts.Restarts = scenarios.DefaultRestarts
 	}
 	if opts.IdleRestarts <= 0 {
 		// One default for every world's restart-idle.

@@ -13,11 +13,11 @@ import (
 // churn: churn.go; kill-mid-plan: chaos.go; shared-lb: sharedlb.go;
 // upstream's restart: upstream.go).
 
-// restart stops the writer (the leader) azureRestarts times and starts a
+// restart stops the writer (the leader) Restarts times and starts a
 // replacement, with nothing changing in the cluster: every PUT it causes is
 // a write a restart should not make.
 func (r *azureRun) restart(ctx context.Context, a *report.AzureFigures) error {
-	for i := 0; i < AzureRestarts; i++ {
+	for i := 0; i < r.opts.Restarts; i++ {
 		leader := r.leader()
 		if leader == nil {
 			return errors.New("no leader to restart")

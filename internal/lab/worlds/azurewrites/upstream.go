@@ -190,12 +190,12 @@ func (r *azureRun) ccmConverged(ctx context.Context) string {
 	return ""
 }
 
-// restartUpstream stops the CCM that leads AzureRestarts times (SIGTERM,
+// restartUpstream stops the CCM that leads Restarts times (SIGTERM,
 // as a rollout or a node drain does) and starts a replacement, with
 // nothing changing in the cluster: every write the new leader makes is one
 // a restart should not make.
 func (r *azureRun) restartUpstream(ctx context.Context, a *report.AzureFigures, res *report.Result) error {
-	for i := 0; i < AzureRestarts; i++ {
+	for i := 0; i < r.opts.Restarts; i++ {
 		_, mark := r.emu.Calls(0)
 		t0 := time.Now()
 		stopped, err := r.restartCCMOnce(ctx, syscall.SIGTERM, nil, func() string { return r.ccmConverged(ctx) })
