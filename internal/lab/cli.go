@@ -28,6 +28,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/upstream"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/azure"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/azurewrites"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/haproxy"
@@ -56,8 +57,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if f.dryRun {
 			return dryRunAzure(f, stdout, stderr)
 		}
-		return azurewrites.RunAzureCommand(ctx, azurewrites.CommandFlags{Scenario: f.scenario, Mode: f.mode, FaultRate: f.faultRate,
-			Kills: f.chaos.MidPlanKills, IdleRestarts: f.idleRestarts, CCMLoadBalancers: f.ccmLBs, IdleChange: f.idleChange, JSONPath: f.jsonPath, HTMLPath: f.htmlPath}, stdout, stderr)
+		return azurewrites.RunAzureCommand(ctx, f.azureWritesFlags(), stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, azurewrites.ProviderAzureEmulator)
 		return 2
@@ -90,6 +90,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.dryRun {
 		writePlan(stdout, plan, notRun, htmlPath, f.jsonPath)
 		writeSweepPlan(stdout, plan, points)
+		f.writeWorld(stdout, opts.World, len(points))
 		return 0
 	}
 	for _, n := range notRun {
@@ -374,5 +375,39 @@ func dryRunAzure(f flags, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintf(stdout, "zerodrop lab --dry-run: the lab on the Azure emulator would run --scenario %s --mode %s, starting nothing now\n", f.scenario, f.mode)
+	if v, err := azurewrites.Variant(f.azureWritesFlags()); err == nil {
+		fmt.Fprintf(stdout, "world: emulated Azure counting writes, options: %s\n", v)
+	}
 	return 0
+}
+
+// writeWorld is --dry-run's line of the world a lab runs in and its
+// options (the world's variant), where it says them. The HAProxy replicas
+// and the chart's install are not worlds of their own yet (the runner
+// reads the flags): their line is said here, and a sweep's (points) is
+// the sweep's plan.
+func (f flags) writeWorld(w io.Writer, wd world.World, points int) {
+	switch {
+	case points > 1:
+		fmt.Fprintf(w, "world: %s, options: each sweep point above\n", wd.Name())
+	case f.fromChart:
+		fmt.Fprintf(w, "world: %s, options: %d data-plane replicas\n", world.Chart, f.dataPlane)
+	case f.dataPlane != 0:
+		fmt.Fprintf(w, "world: %s, options: %d data-plane replicas\n", world.Replicas, f.dataPlane)
+	default:
+		writeVariant(w, wd)
+	}
+}
+
+// writeVariant is writeWorld's line for a world that says its options.
+func writeVariant(w io.Writer, wd world.World) {
+	if v, ok := wd.(world.Variant); ok {
+		fmt.Fprintf(w, "world: %s, options: %s\n", wd.Name(), v.Variant())
+	}
+}
+
+// azureWritesFlags are the flags the Azure counting-writes world reads.
+func (f flags) azureWritesFlags() azurewrites.CommandFlags {
+	return azurewrites.CommandFlags{Scenario: f.scenario, Mode: f.mode, FaultRate: f.faultRate, Kills: f.chaos.MidPlanKills,
+		IdleRestarts: f.idleRestarts, CCMLoadBalancers: f.ccmLBs, IdleChange: f.idleChange, JSONPath: f.jsonPath, HTMLPath: f.htmlPath}
 }

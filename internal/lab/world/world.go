@@ -122,3 +122,9 @@ func IdleStop(i int) (sig syscall.Signal, name string) {
 	}
 	return syscall.SIGKILL, "SIGKILL"
 }
+
+// Variant is a World that says which of its variants (its options) a lab
+// runs, for --dry-run.
+type Variant interface {
+	Variant() string
+}

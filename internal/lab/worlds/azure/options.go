@@ -85,3 +85,8 @@ func (a *run) SteadyTimeout(n int32) time.Duration {
 // names them.
 var ccmResources = ccm.Resources{SubscriptionID: azSub, ResourceGroup: azGroup, Location: azLocation,
 	VNet: azVNet, Subnet: azSubnetName, SecurityGroup: azNSG}
+
+var _ world.Variant = (*World)(nil)
+
+// Variant is the world's clocks (a sweep's first point).
+func (w *World) Variant() string { return w.opts.Clock().String() }

@@ -255,3 +255,11 @@ func splitKey(key string) (ns, name string) {
 	ns, name, _ = strings.Cut(key, "/")
 	return ns, name
 }
+
+var _ world.Variant = (*World)(nil)
+
+// Variant says on how many load-balancer hosts the one HAProxy's network
+// is (it runs on the first).
+func (w *World) Variant() string {
+	return fmt.Sprintf("load-balancer hosts %d", max(1, w.opts.LoadBalancers))
+}
