@@ -57,7 +57,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if f.dryRun {
 			return dryRunAzure(f, stdout, stderr)
 		}
-		return azurewrites.RunAzureCommand(ctx, f.azureWritesFlags(), stdout, stderr)
+		return runAzureWrites(ctx, f, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, azurewrites.ProviderAzureEmulator)
 		return 2
@@ -363,24 +363,6 @@ func writePlan(w io.Writer, plan []scenarios.Planned, notRun []string, htmlPath,
 	}
 }
 
-// dryRunAzure is --dry-run with --provider azure-emulator: the scenarios
-// it names are checked against the emulator lab's; its other flags are
-// checked when it starts.
-func dryRunAzure(f flags, stdout, stderr io.Writer) int {
-	for _, name := range strings.Split(f.scenario, ",") {
-		if name = strings.TrimSpace(name); name != "all" && !slices.Contains(azurewrites.AzureScenarios, name) {
-			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the scenarios %s, not %q\n", azurewrites.ProviderAzureEmulator,
-				strings.Join(azurewrites.AzureScenarios, ", "), name)
-			return 2
-		}
-	}
-	fmt.Fprintf(stdout, "zerodrop lab --dry-run: the lab on the Azure emulator would run --scenario %s --mode %s, starting nothing now\n", f.scenario, f.mode)
-	if v, err := azurewrites.Variant(f.azureWritesFlags()); err == nil {
-		fmt.Fprintf(stdout, "world: emulated Azure counting writes, options: %s\n", v)
-	}
-	return 0
-}
-
 // writeWorld is --dry-run's line of the world a lab runs in and its
 // options (the world's variant), where it says them. The HAProxy replicas
 // and the chart's install are not worlds of their own yet (the runner
@@ -404,10 +386,4 @@ func writeVariant(w io.Writer, wd world.World) {
 	if v, ok := wd.(world.Variant); ok {
 		fmt.Fprintf(w, "world: %s, options: %s\n", wd.Name(), v.Variant())
 	}
-}
-
-// azureWritesFlags are the flags the Azure counting-writes world reads.
-func (f flags) azureWritesFlags() azurewrites.CommandFlags {
-	return azurewrites.CommandFlags{Scenario: f.scenario, Mode: f.mode, FaultRate: f.faultRate, Kills: f.chaos.MidPlanKills,
-		IdleRestarts: f.idleRestarts, CCMLoadBalancers: f.ccmLBs, IdleChange: f.idleChange, JSONPath: f.jsonPath, HTMLPath: f.htmlPath}
 }

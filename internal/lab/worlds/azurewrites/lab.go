@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -58,8 +57,8 @@ func upstreamRuns(scenario string) bool {
 var ccmResources = ccm.Resources{SubscriptionID: azureSub, ResourceGroup: azureGroup, Location: "westeurope",
 	VNet: azureVNet, Subnet: azureSubnetName, SecurityGroup: azureNSG}
 
-// azureModes are the modes the emulator lab runs.
-var azureModes = []report.Mode{report.ModeUpstream, report.ModeZerodrop}
+// Modes are the modes the emulator lab runs.
+var Modes = []report.Mode{report.ModeUpstream, report.ModeZerodrop}
 
 const (
 	azureSub                             = "00000000-0000-0000-0000-00000000aa01"
@@ -117,68 +116,6 @@ type AzureOptions struct {
 	// built or taken from the cache by hack/cloud-provider-azure.sh).
 	CCMBinary string
 	Progress  io.Writer
-}
-
-// CommandFlags are the flags of `zerodrop lab --provider azure-emulator`.
-type CommandFlags struct {
-	Scenario, Mode     string
-	FaultRate          float64
-	Kills              int
-	IdleRestarts       int    // --idle-restarts
-	CCMLoadBalancers   string // CCMSingleLB or CCMMultipleLBs
-	IdleChange         string // one of IdleChanges
-	JSONPath, HTMLPath string
-}
-
-// RunAzureCommand is `zerodrop lab --provider azure-emulator …` after flag
-// parsing.
-func RunAzureCommand(ctx context.Context, f CommandFlags, stdout, stderr io.Writer) int {
-	scenario, mode, faultRate := f.Scenario, f.Mode, f.FaultRate
-	if faultRate < 0 || faultRate >= 1 {
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-fault-rate %v (--provider azure-emulator): want a share from 0 to below 1\n", faultRate)
-		return 2
-	}
-	if f.CCMLoadBalancers != CCMSingleLB && f.CCMLoadBalancers != CCMMultipleLBs {
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-lbs %q (--provider azure-emulator): want %s or %s\n", f.CCMLoadBalancers, CCMSingleLB, CCMMultipleLBs)
-		return 2
-	}
-	if f.IdleChange != "" && !slices.Contains(IdleChanges, f.IdleChange) {
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-idle-change %q (--provider azure-emulator): want one of %s\n", f.IdleChange, strings.Join(IdleChanges, ", "))
-		return 2
-	}
-	opts := AzureOptions{Progress: stderr, FaultRate: faultRate, Kills: f.Kills, IdleRestarts: f.IdleRestarts,
-		CCMLoadBalancers: f.CCMLoadBalancers, IdleChange: f.IdleChange}
-	for _, name := range strings.Split(scenario, ",") {
-		switch name = strings.TrimSpace(name); {
-		case name == "all":
-			opts.Scenarios = append(opts.Scenarios, AzureScenarios...)
-		case slices.Contains(AzureScenarios, name):
-			opts.Scenarios = append(opts.Scenarios, name)
-		default:
-			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the scenarios %s, not %q\n", ProviderAzureEmulator,
-				strings.Join(AzureScenarios, ", "), name)
-			return 2
-		}
-	}
-	for _, m := range strings.Split(mode, ",") {
-		switch m = strings.TrimSpace(m); {
-		case m == "all":
-			opts.Modes = append(opts.Modes, azureModes...)
-		case slices.Contains(azureModes, report.Mode(m)):
-			opts.Modes = append(opts.Modes, report.Mode(m))
-		default:
-			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs the modes %s and %s (or all), not %q\n",
-				ProviderAzureEmulator, report.ModeUpstream, report.ModeZerodrop, m)
-			return 2
-		}
-	}
-	if f.HTMLPath != "" {
-		fmt.Fprintf(stderr, "zerodrop lab: --html draws traffic timelines; --provider %s has no traffic\n", ProviderAzureEmulator)
-		return 2
-	}
-	results, err := ExecuteAzure(ctx, opts)
-	writeAzureTable(stdout, results)
-	return report.Finish(stderr, results, err, f.JSONPath)
 }
 
 // ExecuteAzure runs the scenarios in each mode, each run on a fresh emulator

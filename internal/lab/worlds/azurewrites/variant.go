@@ -1,15 +1,11 @@
 package azurewrites
 
-import (
-	"fmt"
-	"io"
-)
+import "fmt"
 
-// Variant is what --dry-run says of the world's options for the command's
-// flags, with the defaults the run would fill in.
-func Variant(f CommandFlags) (string, error) {
-	opts, err := withAzureDefaults(AzureOptions{Progress: io.Discard, FaultRate: f.FaultRate, Kills: f.Kills,
-		IdleRestarts: f.IdleRestarts, CCMLoadBalancers: f.CCMLoadBalancers, IdleChange: f.IdleChange})
+// Variant is what --dry-run says of the world's options, with the defaults
+// a run would fill in.
+func Variant(opts AzureOptions) (string, error) {
+	opts, err := withAzureDefaults(opts)
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-package azurewrites
+package lab
 
 import (
 	"fmt"
@@ -6,9 +6,11 @@ import (
 	"text/tabwriter"
 
 	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/azurewrites"
 )
 
-// writeAzureTable prints one row per scenario and mode of the emulator lab.
+// writeAzureTable prints one row per scenario and mode of the Azure
+// counting-writes world (package worlds/azurewrites).
 func writeAzureTable(w io.Writer, results []report.Result) {
 	if len(results) == 0 {
 		return
@@ -23,7 +25,7 @@ func writeAzureTable(w io.Writer, results []report.Result) {
 		}
 		changes := fmt.Sprint(a.Changes)
 		switch r.Scenario {
-		case "restart", ScenarioRestartIdle:
+		case "restart", azurewrites.ScenarioRestartIdle:
 			changes = fmt.Sprintf("%d restarts", a.Restarts)
 		case report.ScenarioKillMidPlan:
 			changes = fmt.Sprintf("%d kills, %d changes", a.Restarts, a.Changes)
@@ -51,7 +53,7 @@ func writeAzureTable(w io.Writer, results []report.Result) {
 					r.Scenario, r.Mode, wf.Writer, wf.Writes, wf.PreconditionFailed, wf.Conflicts, wf.Superseded, wf.WarningEvents, wf.RemovedOthers)
 			}
 		}
-		if a := r.Azure; a != nil && r.Scenario == ScenarioChurn {
+		if a := r.Azure; a != nil && r.Scenario == azurewrites.ScenarioChurn {
 			fmt.Fprintf(w, "%s %s: %d 409s, %d superseded operations, %d error log lines; after the churn %d Local Services' pools stale, %d Services not on the load balancer they ask for\n",
 				r.Scenario, r.Mode, a.Conflicts, a.Superseded, a.ErrorLogLines, a.StaleLocalPools, a.Misplaced)
 		}
