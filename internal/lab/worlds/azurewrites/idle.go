@@ -115,7 +115,7 @@ func (r *azureRun) restartIdle(ctx context.Context, a *report.AzureFigures, res 
 		if r.upstream() {
 			_, err = r.restartCCMOnce(ctx, sig, during, func() string { return r.addressed(ctx) })
 		} else {
-			err = r.restartZerodropOnce(ctx, sig, during)
+			err = r.restartZerodropOnce(ctx, sig, during, func() string { return r.addressed(ctx) })
 		}
 		if err != nil {
 			return fmt.Errorf("restart %d (%s): %w", i+1, name, err)
@@ -137,10 +137,11 @@ func (r *azureRun) restartIdle(ctx context.Context, a *report.AzureFigures, res 
 	return nil
 }
 
-// restartZerodropOnce stops the leading zerodrop process with sig, calls
-// during (if any) while no writer leads, starts a replacement and waits
-// until another one leads and has verified every load balancer.
-func (r *azureRun) restartZerodropOnce(ctx context.Context, sig syscall.Signal, during func() error) error {
+// restartZerodropOnce stops the leading zerodrop process with sig (SIGTERM:
+// a graceful stop), calls during (if any) while no writer leads, starts a
+// replacement and waits until another one leads and has verified every
+// load balancer, and then says "" (the state the run must reach).
+func (r *azureRun) restartZerodropOnce(ctx context.Context, sig syscall.Signal, during func() error, then func() string) error {
 	leader := r.leader()
 	if leader == nil {
 		return errors.New("no leader to restart")
@@ -158,7 +159,7 @@ func (r *azureRun) restartZerodropOnce(ctx context.Context, sig syscall.Signal, 
 	if _, err := r.start(true); err != nil {
 		return err
 	}
-	return r.waitNewLeaderThen(ctx, leader, func() string { return r.addressed(ctx) })
+	return r.waitNewLeaderThen(ctx, leader, then)
 }
 
 // restartCCMOnce stops the leading CCM with sig, calls during (if any)

@@ -2,8 +2,8 @@ package azurewrites
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/lab/report"
@@ -18,18 +18,11 @@ import (
 // a write a restart should not make.
 func (r *azureRun) restart(ctx context.Context, a *report.AzureFigures) error {
 	for i := 0; i < r.opts.Restarts; i++ {
-		leader := r.leader()
-		if leader == nil {
-			return errors.New("no leader to restart")
-		}
 		t0 := time.Now()
-		leader.stop()
-		if _, err := r.start(true); err != nil {
-			return err
-		}
 		// The new writer: the standby that takes over.
-		err := r.waitNewLeader(ctx, leader)
-		if err != nil {
+		if err := r.restartZerodropOnce(ctx, syscall.SIGTERM, nil, func() string {
+			return azureConverged(r.emu, azureGroup, r.ns, r.svcs)
+		}); err != nil {
 			return fmt.Errorf("restart %d: %w", i+1, err)
 		}
 		a.ConvergeSeconds = max(a.ConvergeSeconds, time.Since(t0).Seconds())
