@@ -55,47 +55,27 @@ func (o Options) idleRestarts() int {
 // actRestartIdle kills the process that writes the load balancer (the
 // leader: zerodrop's controller, or the upstream service controller's
 // cloud-controller-manager) idleRestarts times, with SIGKILL and SIGTERM in
-// turn, as the kubelet or an OOM kill would, and each time waits for another
-// replica to take the lease (the killed pod's ReplicaSet replaces it) and
-// idleVerify more. Every write counted at HAProxy's sockets from one kill to
-// the next (the last: to the end of the act) is that restart's.
+// turn (world.IdleStop), as the kubelet or an OOM kill would, and each time
+// waits for another replica to take the lease (the killed pod's ReplicaSet
+// replaces it) and idleVerify more. Every write counted from one kill to
+// the next (the last: to the end of the act) is that restart's. Who is
+// restarted is the world's writer where the world runs it
+// (restartIdleWorld), the chart's processes (restartIdleChart), or the
+// leading controller pod (restartIdlePod).
 func actRestartIdle(ctx context.Context, r *run) error {
+	once := r.restartIdlePod
 	if w, ok := r.world.(world.WriterRestarter); ok && w.RestartsWriter() {
-		return actRestartIdleWorld(ctx, r, w)
+		once = func(ctx context.Context, i int) (int64, error) { return r.restartIdleWorld(ctx, w, i) }
+	} else if r.fromChart() {
+		once = r.restartIdleChart
 	}
 	var at []int64
 	for i := range r.lab.opts.idleRestarts() {
-		sig, name := world.IdleStop(i)
-		if r.fromChart() {
-			n, err := r.restartIdleChart(ctx, i, sig)
-			if err != nil {
-				return fmt.Errorf("restart %d: %w", i+1, err)
-			}
-			at = append(at, n)
-			continue
-		}
-		target, err := r.waitLeader(ctx, "")
+		n, err := once(ctx, i)
 		if err != nil {
-			return err
-		}
-		n, err := r.landed()
-		if err != nil {
-			return err
+			return fmt.Errorf("restart %d: %w", i+1, err)
 		}
 		at = append(at, n)
-		r.mark("%s %s", name, shortPod(target))
-		if err := r.lab.agent.Signal(ctrlNamespace+"/"+target, sig); err != nil {
-			return fmt.Errorf("restart %d: %w", i+1, err)
-		}
-		r.ctrls.gone(target)
-		next, err := r.waitLeader(ctx, target)
-		if err != nil {
-			return fmt.Errorf("restart %d: %w", i+1, err)
-		}
-		r.mark("leader %s", shortPod(next))
-		if err := r.waitControllersReady(ctx, target); err != nil {
-			return fmt.Errorf("restart %d: %w", i+1, err)
-		}
 		if !traffic.SleepCtx(ctx, idleVerify) {
 			return ctx.Err()
 		}
@@ -109,37 +89,47 @@ func actRestartIdle(ctx context.Context, r *run) error {
 	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
 }
 
-// actRestartIdleWorld is actRestartIdle with the world's own writer (on
-// emulated Azure the CCM): each restart waits for a leader, kills it
-// (SIGKILL and SIGTERM in turn), starts its replacement, and waits until
-// another process leads and idleVerify more. Every write from one kill to
-// the next (the last: to the end of the act) is that restart's.
-func actRestartIdleWorld(ctx context.Context, r *run, w world.WriterRestarter) error {
-	var at []int64
-	for i := range r.lab.opts.idleRestarts() {
-		sig, name := world.IdleStop(i)
-		var landedErr error
-		if err := w.RestartWriter(ctx, sig, func(leader string) {
-			n, err := r.landed()
-			at, landedErr = append(at, n), err
-			r.mark("%s %s", name, leader)
-		}); err != nil {
-			return fmt.Errorf("restart %d: %w", i+1, err)
-		}
-		if landedErr != nil {
-			return landedErr
-		}
-		if !traffic.SleepCtx(ctx, idleVerify) {
-			return ctx.Err()
-		}
-	}
-	n, err := r.landed()
+// restartIdlePod is restart i of restart-idle on the leading controller
+// pod: it waits for a leader, signals it, and waits until another pod
+// leads and the controllers are ready; it returns the writes landed when
+// the signal was sent.
+func (r *run) restartIdlePod(ctx context.Context, i int) (int64, error) {
+	sig, name := world.IdleStop(i)
+	target, err := r.waitLeader(ctx, "")
 	if err != nil {
-		return err
+		return 0, err
 	}
-	at = append(at, n)
-	r.restartWrites = writesBetween(at)
-	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
+	at, err := r.landed()
+	if err != nil {
+		return 0, err
+	}
+	r.mark("%s %s", name, shortPod(target))
+	if err := r.lab.agent.Signal(ctrlNamespace+"/"+target, sig); err != nil {
+		return 0, err
+	}
+	r.ctrls.gone(target)
+	next, err := r.waitLeader(ctx, target)
+	if err != nil {
+		return 0, err
+	}
+	r.mark("leader %s", shortPod(next))
+	return at, r.waitControllersReady(ctx, target)
+}
+
+// restartIdleWorld is restart i of restart-idle with the world's own
+// writer (on emulated Azure the CCM): the world waits for a leader, kills
+// it, starts its replacement, and waits until another process leads; it
+// returns the writes landed at the kill.
+func (r *run) restartIdleWorld(ctx context.Context, w world.WriterRestarter, i int) (at int64, err error) {
+	sig, name := world.IdleStop(i)
+	var landedErr error
+	if err := w.RestartWriter(ctx, sig, func(leader string) {
+		at, landedErr = r.landed()
+		r.mark("%s %s", name, leader)
+	}); err != nil {
+		return 0, err
+	}
+	return at, landedErr
 }
 
 // writesBetween turns the landed-write counts read at each restart (and

@@ -8,6 +8,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // chartContainer is the container that runs zerodrop in the chart's
@@ -22,10 +23,11 @@ const chartContainer = "controller"
 // leader's controller container and the controller container of data-plane
 // replica i mod N; the lab's kubelet starts each again in place after its
 // back-off, as the kubelet does. The restart lasts until another process
-// holds the lease, both containers run again and are ready, and idleVerify
-// more. It returns the writes counted at every data-plane HAProxy's
+// holds the lease and both containers run again and are ready (the act
+// then waits idleVerify more). It returns the writes counted at every data-plane HAProxy's
 // sockets when the signals were sent.
-func (r *run) restartIdleChart(ctx context.Context, i int, sig syscall.Signal) (int64, error) {
+func (r *run) restartIdleChart(ctx context.Context, i int) (int64, error) {
+	sig, _ := world.IdleStop(i)
 	leader, err := r.waitLeader(ctx, "")
 	if err != nil {
 		return 0, err
@@ -65,9 +67,6 @@ func (r *run) restartIdleChart(ctx context.Context, i int, sig syscall.Signal) (
 		}
 	}
 	r.mark("both containers ready again")
-	if !traffic.SleepCtx(ctx, idleVerify) {
-		return 0, ctx.Err()
-	}
 	return at, nil
 }
 
