@@ -136,6 +136,9 @@ type Emulator struct {
 	docs      map[string]*document  // other resources, by resourceKey
 	publicIPs map[netip.Addr]string // address → public IP's resourceKey
 	calls     []Call
+	// compute, when attached, serves the compute routes and owns NIC-based
+	// pool membership (compute_hook.go).
+	compute Compute
 }
 
 // New returns an empty emulator.
@@ -235,7 +238,7 @@ func (e *Emulator) LoadBalancer(resourceGroup, name string) (*armnetwork.LoadBal
 	if !ok {
 		return nil, false
 	}
-	return clone(lb), true
+	return clone(e.withMembership(lb)), true
 }
 
 // Seed stores a load balancer as if someone else had created it (a

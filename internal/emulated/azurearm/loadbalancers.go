@@ -30,6 +30,7 @@ func (e *Emulator) putLB(t target, body []byte) *reply {
 	if apiErr != nil {
 		return apiErrorReply(apiErr)
 	}
+	stored = e.withMembership(stored)
 	if existed {
 		return docReply(http.StatusOK, stored)
 	}
@@ -88,7 +89,7 @@ func (e *Emulator) putPool(t target, body []byte) *reply {
 	if !replaced {
 		status = http.StatusCreated
 	}
-	return docReply(status, findPool(stored, t.name))
+	return docReply(status, findPool(e.withMembership(stored), t.name))
 }
 
 // deletePool removes a pool no rule uses.
@@ -113,7 +114,7 @@ func (e *Emulator) listLBs(t target) *reply {
 	var out []*armnetwork.LoadBalancer
 	for _, lb := range e.lbs {
 		if strings.EqualFold(resourceGroupOf(*lb.ID), t.rg) {
-			out = append(out, lb)
+			out = append(out, e.withMembership(lb))
 		}
 	}
 	slices.SortFunc(out, func(a, b *armnetwork.LoadBalancer) int { return strings.Compare(lower(a.Name), lower(b.Name)) })

@@ -204,6 +204,9 @@ func (e *Emulator) serve(req *http.Request, body []byte) *reply {
 		e.writesInFlight.Add(1)
 		defer e.writesInFlight.Add(-1)
 	}
+	if rep, ok := e.serveCompute(req, body); ok {
+		return rep
+	}
 	t, ok := parseTarget(req.URL.Path, req.URL.Query().Get("api-version"))
 	if !ok {
 		rep := errorReply(http.StatusNotFound, "NoRegisteredProviderFound", "emulator: no API at "+req.Method+" "+req.URL.Path)
@@ -338,11 +341,11 @@ func (e *Emulator) read(req *http.Request, t target) *reply {
 		if !ok {
 			return notFound(t)
 		}
-		return e.withState(t, docReply(http.StatusOK, lb))
+		return e.withState(t, docReply(http.StatusOK, e.withMembership(lb)))
 	case kLBs:
 		return e.listLBs(t)
 	case kPool:
-		if p := findPool(e.lbs[lbKey(t.rg, t.parent)], t.name); p != nil {
+		if p := findPool(e.withMembership(e.lbs[lbKey(t.rg, t.parent)]), t.name); p != nil {
 			return e.withState(t, docReply(http.StatusOK, p))
 		}
 		return notFound(t)
@@ -351,7 +354,7 @@ func (e *Emulator) read(req *http.Request, t target) *reply {
 		if !ok {
 			return notFound(t)
 		}
-		return listReply(lb.Properties.BackendAddressPools)
+		return listReply(e.withMembership(lb).Properties.BackendAddressPools)
 	case kProvider:
 		return e.provider(t)
 	case kVMs:

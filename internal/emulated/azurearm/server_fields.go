@@ -44,6 +44,9 @@ func fillServerFields(id ids, lb *armnetwork.LoadBalancer) {
 		}
 		x.Properties.ProvisioningState = succeeded
 		x.Properties.LoadBalancingRules = poolRules[lower(x.Name)]
+		// Read-only: derived from the NICs and scale-set VMs on every read
+		// (compute_hook.go), never stored from a PUT body.
+		x.Properties.BackendIPConfigurations = nil
 	}
 	for _, x := range p.Probes {
 		x.ID = to.Ptr(id.child("probes", *x.Name))
