@@ -28,7 +28,7 @@ import (
 func TestAzureEmulatorLab(t *testing.T) {
 	// Two restarts (the lab's default is scenarios.DefaultRestarts, 3):
 	// zerodrop's 0 writes and upstream's writes counted per restart are
-	// seen as well over two, and a restart of each writer is ~10 s.
+	// seen as well over two, and each of upstream's restarts is ~18 s here.
 	const restarts = 2
 	ctx, cancel := context.WithTimeout(interrupted, 10*time.Minute)
 	defer cancel()
