@@ -82,7 +82,11 @@ func (e *Emulator) serveCompute(req *http.Request, body []byte) (*reply, bool) {
 		e.notify() // a pool's membership may have changed
 	} else if !write {
 		e.mu.Lock()
-		e.counters.Gets++
+		if kind == "operation" {
+			e.counters.Polls++ // a long-running write's status
+		} else {
+			e.counters.Gets++
+		}
 		e.mu.Unlock()
 	}
 	return rep, true

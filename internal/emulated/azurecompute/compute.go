@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
@@ -36,6 +37,9 @@ type Options struct {
 	// Location is the region of every resource (default westeurope, the
 	// ARM emulator's).
 	Location string
+	// WriteLatency, when set, is how long a write's operation runs
+	// (lro.go); zero: writes end at once.
+	WriteLatency time.Duration
 }
 
 // Compute is the in-memory compute side. The zero value is not usable;
@@ -48,6 +52,11 @@ type Compute struct {
 	vms     map[string]*armcompute.VirtualMachine // by lower(rg/name)
 	nics    map[string]*armnetwork.Interface      // by lower(rg/name)
 	sets    map[string]*scaleSet                  // by lower(rg/name)
+	// ops are the running and recently ended operations, by ID, with
+	// their end; busy the end of the operation on a resource, by lower(ID).
+	ops   map[string]time.Time
+	busy  map[string]time.Time
+	opSeq uint64
 }
 
 // scaleSet is a Uniform scale set: its model and its instances.
@@ -71,7 +80,8 @@ func New(opts Options) *Compute {
 		opts.Location = "westeurope"
 	}
 	return &Compute{opts: opts, vms: map[string]*armcompute.VirtualMachine{},
-		nics: map[string]*armnetwork.Interface{}, sets: map[string]*scaleSet{}}
+		nics: map[string]*armnetwork.Interface{}, sets: map[string]*scaleSet{},
+		ops: map[string]time.Time{}, busy: map[string]time.Time{}}
 }
 
 // Route kinds.
@@ -149,6 +159,9 @@ func key(rg, name string) string { return strings.ToLower(rg + "/" + name) }
 
 // Route implements azurearm.Compute.
 func (c *Compute) Route(path string) (kind, resource string, ok bool) {
+	if opRoute.MatchString(strings.ToLower(strings.TrimSuffix(path, "/"))) {
+		return kOperation, path[strings.LastIndex(path, "/")+1:], true
+	}
 	t, ok := parse(path)
 	if !ok {
 		return "", "", false
@@ -180,6 +193,11 @@ func (t target) versions() []string {
 
 // ServeARM implements azurearm.Compute.
 func (c *Compute) ServeARM(req *http.Request, body []byte) azurearm.ComputeReply {
+	if opRoute.MatchString(strings.ToLower(strings.TrimSuffix(req.URL.Path, "/"))) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.poll(strings.TrimSuffix(req.URL.Path, "/"))
+	}
 	t, ok := parse(req.URL.Path)
 	if !ok {
 		return errorReply(http.StatusNotFound, "NoRegisteredProviderFound", "no compute API at "+req.URL.Path)
@@ -197,11 +215,11 @@ func (c *Compute) ServeARM(req *http.Request, body []byte) azurearm.ComputeReply
 	case http.MethodPut:
 		switch t.kind {
 		case kVMSS:
-			return c.putVMSS(t, body, req.Header.Get("If-Match"))
+			return c.started(req, c.idOf(t), "Microsoft.Compute", c.putVMSS(t, body, req.Header.Get("If-Match")))
 		case kVMSSVM:
-			return c.putVMSSVM(t, body, req.Header.Get("If-Match"))
+			return c.started(req, c.idOf(t), "Microsoft.Compute", c.putVMSSVM(t, body, req.Header.Get("If-Match")))
 		case kNIC:
-			return c.putNIC(t, body, req.Header.Get("If-Match"))
+			return c.started(req, c.idOf(t), "Microsoft.Network", c.putNIC(t, body, req.Header.Get("If-Match")))
 		}
 	}
 	return errorReply(http.StatusMethodNotAllowed, "MethodNotAllowed", "emulator: "+req.Method+" is not served on "+t.kind)
@@ -219,13 +237,13 @@ func (c *Compute) get(t target, expand bool, filter string) azurearm.ComputeRepl
 		return c.listVMSS(t)
 	case kVMSS:
 		if s, ok := c.sets[t.key()]; ok {
-			return docReply(http.StatusOK, s.model)
+			return c.stateReply(s.model.ID, docReply(http.StatusOK, s.model))
 		}
 	case kVMSSVMs:
 		return c.listVMSSVMs(t, expand)
 	case kVMSSVM:
 		if in := c.instance(t); in != nil {
-			return docReply(http.StatusOK, viewOf(in, expand))
+			return c.stateReply(in.vm.ID, docReply(http.StatusOK, viewOf(in, expand)))
 		}
 	case kVMSSNICs:
 		if in := c.instance(t); in != nil {
@@ -243,7 +261,7 @@ func (c *Compute) get(t target, expand bool, filter string) azurearm.ComputeRepl
 		return c.listNICs(t)
 	case kNIC:
 		if n, ok := c.nics[t.key()]; ok {
-			return docReply(http.StatusOK, n)
+			return c.stateReply(n.ID, docReply(http.StatusOK, n))
 		}
 	}
 	return notFound(t)
@@ -310,6 +328,36 @@ func clone[T any](v *T) *T {
 	}
 	return out
 }
+
+// idOf is the ID of the resource a write names, "" when it does not exist.
+func (c *Compute) idOf(t target) string {
+	switch t.kind {
+	case kVMSS:
+		if s, ok := c.sets[t.key()]; ok {
+			return *s.model.ID
+		}
+	case kVMSSVM:
+		if in := c.instance(t); in != nil {
+			return *in.vm.ID
+		}
+	case kNIC:
+		if n, ok := c.nics[t.key()]; ok {
+			return *n.ID
+		}
+	}
+	return ""
+}
+
+// stateReply shows a resource Updating while a write's operation on it
+// runs (lro.go). Lists show the stored state.
+func (c *Compute) stateReply(id *string, r azurearm.ComputeReply) azurearm.ComputeReply {
+	if id != nil && c.updating(*id) {
+		r.Body = withState(r.Body, "Updating")
+	}
+	return r
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 func marshal(v any) []byte {
 	b, _ := json.Marshal(v)

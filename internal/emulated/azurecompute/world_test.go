@@ -46,8 +46,13 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
+	return newWorldWith(t, azurecompute.Options{})
+}
+
+func newWorldWith(t *testing.T, o azurecompute.Options) *world {
+	t.Helper()
 	emu := azurearm.New(azurearm.Options{})
-	c := azurecompute.New(azurecompute.Options{})
+	c := azurecompute.New(o)
 	emu.AttachCompute(c)
 	served, err := emu.ServeTLS(filepath.Join(t.TempDir(), "ca.pem"))
 	if err != nil {
