@@ -243,3 +243,31 @@ func (a *run) Backends(_ context.Context, addr string) ([]provider.BackendStatus
 	}
 	return out, nil
 }
+
+// OnWrite watches the ARM writes as they land (world.WriteWatcher): f
+// runs inside the emulator's write, once it has changed the emulator's
+// state and before its answer goes back, so a writer killed from f sends
+// nothing more of its plan. The verb is the write's method and resource,
+// from the emulator's record (written before f runs).
+func (a *run) OnWrite(f func(verb string)) {
+	if f == nil {
+		a.emu.OnWrite(nil)
+		return
+	}
+	_, since := a.emu.Calls(0)
+	var mu sync.Mutex
+	a.emu.OnWrite(func() {
+		mu.Lock()
+		calls, next := a.emu.Calls(since)
+		since = next
+		mu.Unlock()
+		verb := "ARM write"
+		for i := len(calls) - 1; i >= 0; i-- {
+			if calls[i].Write() {
+				verb = calls[i].Method + " " + calls[i].Kind + "/" + calls[i].Resource
+				break
+			}
+		}
+		f(verb)
+	})
+}
