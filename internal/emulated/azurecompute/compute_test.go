@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
@@ -13,6 +14,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/emulated/azurecompute"
 )
 
@@ -140,6 +142,18 @@ func TestVMSSVMUpdateJoinsPool(t *testing.T) {
 	}
 	_, err = vms.BeginUpdate(ctx, rg, vmss, "1", upd, &armcompute.VirtualMachineScaleSetVMsClientBeginUpdateOptions{IfMatch: vm.Etag})
 	wantStatus(t, "instance update with a stale If-Match", err, http.StatusPreconditionFailed)
+
+	// The ARM emulator's record holds the update with what it changed.
+	calls, _ := w.emu.Calls(0)
+	i := slices.IndexFunc(calls, func(c azurearm.Call) bool { return c.Write() && c.Kind == "virtualMachineScaleSetVM" })
+	if i < 0 {
+		t.Fatalf("no instance update recorded: %v", calls)
+	}
+	if c := calls[i]; c.Resource != rg+"/"+vmss+"/1" || !slices.ContainsFunc(c.Changes, func(l string) bool {
+		return strings.Contains(l, "loadBalancerBackendAddressPools") && strings.Contains(l, poolID)
+	}) {
+		t.Fatalf("recorded %s, changes %q", c.Resource, c.Changes)
+	}
 }
 
 // A standalone VM's NIC joins a pool by a NIC PUT; a stale If-Match is
