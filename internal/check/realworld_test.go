@@ -66,7 +66,7 @@ type corpusCount struct {
 }
 
 // TestRealWorldCorpus runs zerodrop check over public manifests nobody here
-// wrote (testdata/realworld and testdata/realworld2, each with its SOURCES)
+// wrote (testdata/realworld, realworld2 and realworld3, each with its SOURCES)
 // and holds the analyzer to the judgement in each judged.yaml: a finding
 // judged true must not disappear, one marked absent must not come back, and
 // every finding reported must have been judged. Where hazards.yaml lists the
@@ -74,7 +74,7 @@ type corpusCount struct {
 // found. It logs each corpus's precision — debatable findings counted as
 // true and as false — and the hazards missed.
 func TestRealWorldCorpus(t *testing.T) {
-	for _, corpus := range []string{"realworld", "realworld2"} {
+	for _, corpus := range []string{"realworld", "realworld2", "realworld3"} {
 		t.Run(corpus, func(t *testing.T) {
 			c := checkCorpus(t, filepath.Join("testdata", corpus))
 			if c.reported > 0 {
