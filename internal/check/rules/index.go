@@ -172,16 +172,16 @@ func objectMeta(obj any) *metav1.ObjectMeta {
 }
 
 // selecting returns the LoadBalancer Services whose selector matches the
-// workload's pod template, in the same namespace.
+// workload's pods — the template's labels and those its controller sets
+// (controller_labels.go) —, in the same namespace.
 func (ix *index) selecting(w *workload) []*service {
 	n := ix.byNS[w.ns]
 	if n == nil {
 		return nil
 	}
-	set := labels.Set(w.tmpl.Labels)
 	var out []*service
 	for _, s := range n.services {
-		if s.sel.Matches(set) {
+		if s.selectsWorkload(w) {
 			out = append(out, s)
 		}
 	}
