@@ -85,7 +85,8 @@ func TestRealWorldCorpus(t *testing.T) {
 					pct(c.truePos+c.debatable, c.reported), pct(c.truePos, c.reported), pct(c.debatable, c.reported))
 			}
 			if c.hazards > 0 {
-				t.Logf("%s: %d hazards read before the run, %d found, %d missed", corpus, c.hazards, c.hazards-c.missed, c.missed)
+				t.Logf("%s: %d hazards read before the run, %d found, %d missed; recall %.1f %%", corpus, c.hazards, c.hazards-c.missed, c.missed,
+					pct(c.hazards-c.missed, c.hazards))
 			}
 		})
 	}
