@@ -104,8 +104,26 @@ func (a *Authority) Start(ctx context.Context) error {
 }
 
 // Sync reads the CA Secret, creates it when missing, adds a new CA when the
-// newest is due for renewal, drops expired ones, and keeps the result.
+// newest is due for renewal, drops expired ones, and keeps the result. Every
+// control replica runs it: one that loses a race to write the Secret or the
+// ConfigMap (created by another first, or changed since read) reads again and
+// takes what the other wrote, at once, rather than failing the sync and
+// waiting for the next.
 func (a *Authority) Sync(ctx context.Context) error {
+	var err error
+	for attempt := 0; attempt < maxSyncAttempts; attempt++ {
+		if err = a.sync(ctx); !apierrors.IsAlreadyExists(err) && !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// maxSyncAttempts bounds Sync's reads after lost races; past it the error
+// is returned and Start tries again soon.
+const maxSyncAttempts = 3
+
+func (a *Authority) sync(ctx context.Context) error {
 	now := a.now()
 	var s corev1.Secret
 	key := client.ObjectKey{Namespace: a.Namespace, Name: a.secretName()}
@@ -142,7 +160,7 @@ func (a *Authority) Sync(ctx context.Context) error {
 			err = a.Client.Update(ctx, &s)
 		}
 		if err != nil {
-			// Another control replica wrote first: take its CA next time.
+			// Another control replica wrote first: Sync reads again.
 			return fmt.Errorf("write data-plane CA secret %s: %w", key, err)
 		}
 		a.Log.Info("data-plane state CA written", "secret", key.String(), "cas", len(cas))
@@ -190,8 +208,8 @@ func (a *Authority) publish(ctx context.Context, cas []*certs.KeyPair) error {
 		err = a.Client.Update(ctx, &cm)
 	}
 	if err != nil {
-		// Another control replica may have written first: the next sync
-		// compares again.
+		// Another control replica may have written first: Sync reads
+		// again.
 		return fmt.Errorf("publish the data-plane CAs to ConfigMap %s (replicas renew early from it): %w", key, err)
 	}
 	a.Log.Info("data-plane state CAs published", "configMap", key.String(), "cas", len(cas))
