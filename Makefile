@@ -66,21 +66,19 @@ packages:
 test: deps fmt-check
 	$(GO) vet ./...
 	$(GO) vet -tags lab ./cmd/...
-	$(GO) test $(GOTESTFLAGS) -skip '^(TestLab|TestAzure|TestFakeWorldRollout)' ./...
+	$(GO) test $(GOTESTFLAGS) -skip 'TestLabDataPlane|TestLabFromChart' ./...
+	# The upstream service controller races with itself (see
+	# internal/lab/upstream/upstream_test.go): its tests run without -race.
+	$(GO) test -count=1 -timeout 10m -run 'TestUpstreamServiceController|TestLabUpstream|TestLabRestartIdle' ./internal/lab/ ./internal/lab/upstream/
 	# The state endpoint's flood test asserts a time bound (the gate opens
 	# within its unflooded time plus 2 s) and the relay's flood test the
 	# relay process' memory (it is the test binary), which the race
 	# detector's slowdown and shadow memory would break: they run without
 	# it (and skip under -race).
 	$(GO) test -count=1 -timeout 10m -run 'TestGateOpensDuringFlood|TestRelayFloodStaysUnderItsMemoryLimit' ./internal/dataplane/ ./internal/drainrelay/
-	# The lab's runs (internal/lab: the runner, its traffic clients and the
-	# lab's pod servers in the test's process, beside HAProxy, zerodrop and
-	# control-plane processes) run after the rest, without the race detector:
-	# under -race on two cores the lab's own clients stalled (requests counted
-	# late, runs failed), while the product's code is raced by its own
-	# packages' tests. The upstream service controller also races with itself
-	# (internal/lab/upstream/upstream_test.go).
-	$(GO) test -count=1 -timeout 30m -run '^(TestLab|TestAzure|TestFakeWorldRollout|TestUpstreamServiceController)' ./internal/lab/ ./internal/lab/upstream/
+	# The data-plane labs (four HAProxy and zerodrop processes, the lab's pod
+	# servers in its own process) run alone, not beside other packages.
+	$(GO) test $(GOTESTFLAGS) -run 'TestLabDataPlane|TestLabFromChart' ./internal/lab/
 
 # The generated references (docs/flags.md, docs/metrics.md,
 # docs/annotations.md) written anew from the code; TestReferenceDocs fails
