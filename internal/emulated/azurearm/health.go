@@ -66,7 +66,7 @@ func (e *Emulator) startRuleHealth(req *http.Request, t target) *reply {
 	}
 	id := e.newOperation(t.faultKey(), clientOf(req), e.opts.PollSteps-1, &healthQuery{rg: t.rg, lb: t.parent, rule: t.name})
 	rep := &reply{status: http.StatusAccepted, header: http.Header{}}
-	rep.header.Set("Location", baseURL(req)+"subscriptions/"+t.sub+"/providers/Microsoft.Network/locations/"+
+	rep.header.Set("Location", BaseURL(req)+"subscriptions/"+t.sub+"/providers/Microsoft.Network/locations/"+
 		e.opts.Location+"/operationResults/"+id+"?api-version="+t.apiVersion)
 	setRetryAfter(rep.header, e.opts.PollRetryAfter)
 	return rep

@@ -30,7 +30,10 @@ import (
 // audience is the ARM token audience of Azure's public cloud.
 const audience = "https://management.core.windows.net/"
 
-func baseURL(req *http.Request) string {
+// BaseURL is the address req reached the emulator at, with a trailing
+// slash: operation URLs (Location, Azure-AsyncOperation) are built on it,
+// so a client polls the server it called.
+func BaseURL(req *http.Request) string {
 	scheme, host := req.URL.Scheme, req.Host
 	if host == "" {
 		host = req.URL.Host
@@ -45,7 +48,7 @@ func baseURL(req *http.Request) string {
 }
 
 func (e *Emulator) metadata(req *http.Request) *reply {
-	base := baseURL(req)
+	base := BaseURL(req)
 	doc := []map[string]any{{
 		"name":            "AzureCloud",
 		"resourceManager": base,

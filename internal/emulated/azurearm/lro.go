@@ -119,7 +119,7 @@ func (e *Emulator) startOperation(req *http.Request, t target, rep *reply, info 
 	after := e.opts.PollRetryAfter
 	e.mu.Unlock()
 
-	opURL := baseURL(req) + "subscriptions/" + t.sub + "/providers/Microsoft.Network/locations/" +
+	opURL := BaseURL(req) + "subscriptions/" + t.sub + "/providers/Microsoft.Network/locations/" +
 		e.opts.Location + "/operations/" + id + "?api-version=" + t.apiVersion
 	rep.header.Set("Azure-AsyncOperation", opURL)
 	setRetryAfter(rep.header, after)

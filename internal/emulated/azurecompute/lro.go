@@ -60,7 +60,7 @@ func (c *Compute) started(req *http.Request, resourceID, provider string, r azur
 	c.ops[id] = end
 	c.busy[strings.ToLower(resourceID)] = end
 	sub := strings.Split(resourceID, "/")[2]
-	r.Header.Set("Azure-AsyncOperation", baseURL(req)+"subscriptions/"+sub+"/providers/"+provider+"/locations/"+
+	r.Header.Set("Azure-AsyncOperation", azurearm.BaseURL(req)+"subscriptions/"+sub+"/providers/"+provider+"/locations/"+
 		c.opts.Location+"/operations/"+id+"?api-version="+req.URL.Query().Get("api-version"))
 	r.Header.Set("Retry-After-Ms", strconv.FormatInt(pollRetryAfter.Milliseconds(), 10))
 	r.Body = withState(r.Body, "Updating")
@@ -105,18 +105,4 @@ func withState(body []byte, state string) []byte {
 	}
 	props["provisioningState"] = state
 	return marshal(m)
-}
-
-func baseURL(req *http.Request) string {
-	scheme, host := req.URL.Scheme, req.Host
-	if host == "" {
-		host = req.URL.Host
-	}
-	if scheme == "" {
-		scheme = "http"
-		if req.TLS != nil {
-			scheme = "https"
-		}
-	}
-	return scheme + "://" + host + "/"
 }
