@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"zerodrop.dev/zerodrop/internal/controlplane"
 )
 
@@ -92,19 +94,7 @@ func TestDryRunGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != string(want) {
-		gl, wl := strings.Split(out, "\n"), strings.Split(string(want), "\n")
-		for i := 0; i < len(gl) || i < len(wl); i++ {
-			var g, w string
-			if i < len(gl) {
-				g = gl[i]
-			}
-			if i < len(wl) {
-				w = wl[i]
-			}
-			if g != w {
-				t.Fatalf("--dry-run differs from %s at line %d:\n got: %q\nwant: %q\n(rewrite it with -args -update if the change is meant)", golden, i+1, g, w)
-			}
-		}
+	if d := cmp.Diff(string(want), out); d != "" {
+		t.Fatalf("--dry-run differs from %s (-want +got), rewrite it with -args -update if the change is meant:\n%s", golden, d)
 	}
 }
