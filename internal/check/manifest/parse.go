@@ -15,10 +15,12 @@ import (
 	"strings"
 	"sync"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
@@ -35,7 +37,28 @@ const (
 	KindPDB         = "PodDisruptionBudget"
 	KindHPA         = "HorizontalPodAutoscaler"
 	KindNamespace   = "Namespace"
+	// KindMutatingWebhook is read for the sidecars its webhooks inject.
+	KindMutatingWebhook = "MutatingWebhookConfiguration"
 )
+
+// MutatingWebhookConfiguration is the part of the admissionregistration
+// kind the analyzer reads: which pods each webhook acts on. Its clientConfig
+// is left out, so a manifest's placeholder caBundle ("XYZ", a template's
+// "${CA_BUNDLE}"), which the API type would reject as invalid base64, does
+// not make the document unreadable.
+type MutatingWebhookConfiguration struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Webhooks          []MutatingWebhook `json:"webhooks,omitempty"`
+}
+
+// MutatingWebhook is one webhook of a configuration, reduced to its scope.
+type MutatingWebhook struct {
+	Name              string                                       `json:"name"`
+	Rules             []admissionregistrationv1.RuleWithOperations `json:"rules,omitempty"`
+	NamespaceSelector *metav1.LabelSelector                        `json:"namespaceSelector,omitempty"`
+	ObjectSelector    *metav1.LabelSelector                        `json:"objectSelector,omitempty"`
+}
 
 // maxListDepth bounds List-in-List nesting, which no real tool emits, so that
 // hostile input cannot recurse without end.
@@ -325,6 +348,10 @@ func newTyped(apiVersion, kind string) any {
 	case KindPDB:
 		if in("policy") {
 			return &policyv1.PodDisruptionBudget{}
+		}
+	case KindMutatingWebhook:
+		if in("admissionregistration.k8s.io") {
+			return &MutatingWebhookConfiguration{}
 		}
 	case KindHPA:
 		// autoscaling/v1 has the same scaleTargetRef and minReplicas.

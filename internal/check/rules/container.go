@@ -93,22 +93,24 @@ func (c *check) checkPreStop(ctr *corev1.Container) {
 	deregWhy := "deregistration: " + c.timing.DeregistrationWhy
 	drainFix := fmt.Sprintf("add lifecycle.preStop.sleep.seconds: %d (or exec [\"sleep\", \"%d\"]) with terminationGracePeriodSeconds above it, or use the zerodrop drain hook (label the namespace %s=enabled)", dereg, dereg, InjectLabel)
 
+	// An injected container whose stop is unknown is named, not guessed.
+	explain := func(lines ...string) []string { return append(lines, c.injectionNotes()...) }
 	switch d.kind {
 	case delayNone:
 		c.add("ZD201", ctr.Name,
 			fmt.Sprintf("container %q has no preStop delay: it gets SIGTERM as soon as the pod starts terminating, while the load balancer may route connections to it for up to %d s (its deregistration time)", ctr.Name, dereg),
-			drainFix, deregWhy)
+			drainFix, explain(deregWhy)...)
 	case delayUnknown:
 		c.add("ZD201", ctr.Name,
 			fmt.Sprintf("container %q has %s, which is not a recognised delay (sleep action, exec sleep, zerodrop drain hook): if it returns at once, the container gets SIGTERM while the load balancer may route connections to it for up to %d s (its deregistration time)", ctr.Name, d.what, dereg),
 			drainFix+"; if the hook already waits at least that long, suppress with the annotation "+IgnoreAnnotation+": ZD201",
-			deregWhy)
+			explain(deregWhy)...)
 	case delaySleep:
 		if d.seconds < float64(dereg) {
 			c.add("ZD202", ctr.Name,
 				fmt.Sprintf("container %q: the preStop delay of %s (%s) is shorter than the load balancer's deregistration time of %d s: the container gets SIGTERM while the load balancer may still route connections to it, for up to %s more", ctr.Name, seconds(d.seconds), d.what, dereg, seconds(float64(dereg)-d.seconds)),
 				fmt.Sprintf("raise the preStop delay to at least %d s with terminationGracePeriodSeconds above it, use the zerodrop drain hook, %s", dereg, timing.Hint(c.cfg.Provider)),
-				deregWhy, fmt.Sprintf("%s < %d s", seconds(d.seconds), dereg))
+				explain(deregWhy, fmt.Sprintf("%s < %d s", seconds(d.seconds), dereg))...)
 		}
 	}
 

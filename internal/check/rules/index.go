@@ -56,6 +56,9 @@ type index struct {
 	workloads  []*workload
 	lbServices []*service
 	byNS       map[string]*nsObjects
+	// webhooks are the input's MutatingWebhookConfigurations: what they
+	// inject into a pod is not in the manifest (injection.go).
+	webhooks []*manifest.MutatingWebhookConfiguration
 }
 
 type nsObjects struct {
@@ -107,6 +110,8 @@ func buildIndex(objs []manifest.Object) *index {
 			ns(obj.Namespace).pdbs = append(ns(obj.Namespace).pdbs, b)
 		case *autoscalingv2.HorizontalPodAutoscaler:
 			ns(obj.Namespace).hpas = append(ns(obj.Namespace).hpas, obj)
+		case *manifest.MutatingWebhookConfiguration:
+			ix.webhooks = append(ix.webhooks, obj)
 		case *corev1.Namespace:
 			ns(obj.Name).labels = obj.Labels
 			ns(obj.Name).annots = obj.Annotations

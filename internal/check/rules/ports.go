@@ -78,10 +78,15 @@ func serves(ctr *corev1.Container, sp corev1.ServicePort) bool {
 // that the other rules still run — except a container whose image is known
 // to listen only on ports none of the Services target (Istio's pilot beside
 // a gateway's proxy): its readiness and shutdown cannot drop their traffic.
-// When that leaves no container, all are kept as before.
+// When that leaves no container, all are kept as before. A pause placeholder
+// is never kept (injection.go): a pod of placeholders has no container of
+// the manifest that serves.
 func (c *check) servingContainers() []*corev1.Container {
 	var out []*corev1.Container
 	for _, ref := range c.containers() {
+		if placeholder(ref.c) {
+			continue // pause serves nothing: an injected container does (injection.go)
+		}
 		for _, s := range c.svcs {
 			if servesAny(ref.c, s.svc.Spec.Ports) {
 				out = append(out, ref.c)
@@ -95,6 +100,9 @@ func (c *check) servingContainers() []*corev1.Container {
 	var all []*corev1.Container
 	for i := range c.w.tmpl.Spec.Containers {
 		ctr := &c.w.tmpl.Spec.Containers[i]
+		if placeholder(ctr) {
+			continue
+		}
 		all = append(all, ctr)
 		if c.mayServeUndeclared(ctr) {
 			out = append(out, ctr)

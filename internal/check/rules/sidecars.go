@@ -42,6 +42,15 @@ import (
 //     sidecar.istio.io/nativeSidecar: "false" says it is not;
 //     EXIT_ON_ZERO_ACTIVE_CONNECTIONS makes its exit depend on traffic
 //     (unknown here: no finding).
+//   - AWS App Mesh's Envoy (appmesh.k8s.aws/sidecarInjectorWebhook: enabled
+//     on the namespace or the pod, "disabled" on the pod opts out): the
+//     controller injects it with preStop `sh -c "sleep N"`, N its
+//     --prestop-delay flag, default 20 (aws/aws-app-mesh-controller-for-k8s,
+//     pkg/inject/config.go), and Envoy carries the pod's inbound connections
+//     (iptables redirect of the app ports). The flag is the controller's, not
+//     the pod's: the default is assumed and the finding says so. A pod with
+//     a container named "envoy" is a virtual gateway, which gets no sidecar
+//     (pkg/inject/virtualgateway_envoy.go configures that container).
 //   - Cloud SQL Auth Proxy (a container of the manifest): refuses new
 //     connections on SIGTERM; --max-sigterm-delay (v2) or -term_timeout (v1)
 //     only keeps open ones (cloud-sql-proxy#1640), counted in its favour.
@@ -138,6 +147,9 @@ func (c *check) stoppingSidecars(ctr *corev1.Container) []stoppingSidecar {
 		out = append(out, s)
 	}
 	if s, ok := c.istioSidecar(ctr); ok {
+		out = append(out, s)
+	}
+	if s, ok := c.appMeshSidecar(); ok {
 		out = append(out, s)
 	}
 	for i := range c.w.tmpl.Spec.Containers {
@@ -252,6 +264,28 @@ func (c *check) istioSidecar(ctr *corev1.Container) (stoppingSidecar, bool) {
 		s.inbound = false
 	}
 	return s, true
+}
+
+// appMeshSidecar: App Mesh's injected Envoy (see above).
+func (c *check) appMeshSidecar() (stoppingSidecar, bool) {
+	const key = "appmesh.k8s.aws/sidecarInjectorWebhook"
+	v, ok := c.w.tmpl.Annotations[key]
+	if !ok {
+		v = c.nsLabels[key]
+	}
+	if v != "enabled" {
+		return stoppingSidecar{}, false
+	}
+	for _, ctr := range c.w.tmpl.Spec.Containers {
+		if ctr.Name == "envoy" {
+			// A virtual gateway's pod: the controller configures its own
+			// envoy container and injects no sidecar (virtualgateway_envoy.go).
+			return stoppingSidecar{}, false
+		}
+	}
+	return stoppingSidecar{what: "App Mesh's injected envoy (" + key + ": enabled)", inbound: true,
+		window: 20, why: "the controller's --prestop-delay, default 20 (a controller flag the manifest does not show): a preStop sleep, then Envoy exits",
+		fix: "raise the App Mesh controller's --prestop-delay (it applies to every pod it injects) to at least the deregistration time, with terminationGracePeriodSeconds above it"}, true
 }
 
 // cloudSQLProxy recognises Cloud SQL Auth Proxy containers (v2
