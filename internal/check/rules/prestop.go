@@ -41,10 +41,17 @@ type delay struct {
 
 func (d delay) known() bool { return d.kind == delaySleep || d.kind == delayDrain }
 
-// preStopDelay recognises the container's preStop delay. The drain hook (own
-// or injected) waits for the load balancer's deregistration, so its delay is
-// dereg seconds.
+// preStopDelay recognises the container's pre-stop delay: its preStop hook's,
+// plus the shutdown delay the application declares (appdelay.go). The drain
+// hook (own or injected) waits for the load balancer's deregistration, so its
+// delay is dereg seconds.
 func preStopDelay(ctr *corev1.Container, dereg int, injected bool) delay {
+	return withAppDelay(ctr, preStopHookDelay(ctr, dereg, injected))
+}
+
+// preStopHookDelay is the delay of the preStop hook alone (appdelay.go adds
+// the application's own).
+func preStopHookDelay(ctr *corev1.Container, dereg int, injected bool) delay {
 	var h *corev1.LifecycleHandler
 	if ctr.Lifecycle != nil {
 		h = ctr.Lifecycle.PreStop
