@@ -48,7 +48,9 @@ type Config struct {
 	// LeaseNamespace holds the leader-election Lease; "" runs without
 	// leader election.
 	LeaseNamespace string
-	// Extra is merged into the cloud config (multipleStandardLoadBalancerConfigurations, say).
+	// Extra is merged into the cloud config (multipleStandardLoadBalancerConfigurations, say);
+	// a nil value removes the key, leaving the CCM's default (vmType nil:
+	// vmss; loadBalancerBackendPoolConfigurationType nil: nodeIPConfiguration).
 	Extra map[string]any
 }
 
@@ -82,6 +84,10 @@ func (c Config) CloudConfig() map[string]any {
 		"resourceManagerEndpoint":                  c.Emulator.URL + "/",
 	}
 	for k, v := range c.Extra {
+		if v == nil {
+			delete(m, k)
+			continue
+		}
 		m[k] = v
 	}
 	return m

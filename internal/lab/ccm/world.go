@@ -42,27 +42,50 @@ func NewWorld(t testing.TB, res Resources) *World {
 	}
 	env := controlplane.StartEnv(t)
 	dir := t.TempDir()
-	emu := azurearm.New(azurearm.Options{})
-	emu.SeedSubnet(res.SubscriptionID, res.ResourceGroup, res.VNet, res.Subnet, netip.MustParsePrefix("127.240.0.0/16"))
-	emu.SeedSecurityGroup(res.SubscriptionID, res.ResourceGroup, res.SecurityGroup)
-	served, err := emu.ServeTLS(filepath.Join(dir, "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = served.Close() })
 	kc, err := cluster.WriteKubeconfig(env.Config, env.Config.Host, filepath.Join(dir, "kubeconfig"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &World{REST: env.Config, CS: kubernetes.NewForConfigOrDie(env.Config), Emu: emu,
-		Base: Config{Binary: bin, Dir: dir, Kubeconfig: kc, Emulator: served, Resources: res}}
+	w := &World{REST: env.Config, CS: kubernetes.NewForConfigOrDie(env.Config),
+		Base: Config{Binary: bin, Dir: dir, Kubeconfig: kc, Resources: res}}
+	w.NewEmulator(t)
+	return w
+}
+
+// NewEmulator gives the world a new emulator on HTTPS, holding only the
+// cluster's network (frontends from 127.240.0.0/16) and security group, in
+// place of the one it had (which stops at the end of the test that made
+// it): a test that runs several CCM configurations on one control plane
+// gives each an Azure of its own.
+func (w *World) NewEmulator(t testing.TB) *azurearm.Emulator {
+	t.Helper()
+	res := w.Base.Resources
+	emu := azurearm.New(azurearm.Options{})
+	emu.SeedSubnet(res.SubscriptionID, res.ResourceGroup, res.VNet, res.Subnet, netip.MustParsePrefix("127.240.0.0/16"))
+	emu.SeedSecurityGroup(res.SubscriptionID, res.ResourceGroup, res.SecurityGroup)
+	served, err := emu.ServeTLS(filepath.Join(t.TempDir(), "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = served.Close() })
+	w.Emu, w.Base.Emulator = emu, served
+	return emu
 }
 
 // Node creates a Ready node with InternalIP ip and labels.
 func (w *World) Node(t testing.TB, name, ip string, labels map[string]string) {
 	t.Helper()
+	w.NodeWithProviderID(t, name, ip, "", labels)
+}
+
+// NodeWithProviderID is Node with spec.providerID set, as the kubelet or
+// the cloud node manager sets it on a node that is an Azure VM (the CCM
+// here runs only the service controller, which never sets it).
+func (w *World) NodeWithProviderID(t testing.TB, name, ip, providerID string, labels map[string]string) {
+	t.Helper()
 	ctx := context.Background()
-	n, err := w.CS.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	n, err := w.CS.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.NodeSpec{ProviderID: providerID}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
