@@ -47,14 +47,21 @@ func newCheck(ix *index, w *workload, svcs []*service, cfg Config) *check {
 func (c *check) run() {
 	c.checkPorts()
 	serving := c.servingContainers()
+	var stopOrder map[string]bool // backends already reported by ZD208
 	for _, ctr := range serving {
 		c.checkProbes(ctr)
 		c.checkPreStop(ctr)
 		c.checkSidecarStop(ctr)
+		c.checkSignalForwarding(ctr)
+		if stopOrder == nil && len(c.w.tmpl.Spec.Containers) > 1 {
+			stopOrder = map[string]bool{}
+		}
+		c.checkStopOrder(ctr, stopOrder)
 	}
 	c.checkReadinessGate()
 	c.checkRollout()
 	c.checkReplicas()
+	c.checkReplicasWithHPA()
 	c.checkPDB()
 	c.checkSpreading()
 	c.checkSpreadSelectors()
@@ -150,6 +157,47 @@ func (c *check) hpa() *autoscalingv2.HorizontalPodAutoscaler {
 		}
 	}
 	return nil
+}
+
+// checkReplicasWithHPA is ZD305: a HorizontalPodAutoscaler owns the
+// replica count of the workload it scales, so a spec.replicas written in the
+// same manifest is applied again on every apply (kubectl apply, a GitOps
+// sync, helm upgrade) and resets the scaled fleet to that number at once:
+// the pods above it stop together, and the remaining ones take their
+// traffic until the autoscaler scales up again. The Kubernetes documentation
+// says to remove spec.replicas from the manifest once an autoscaler manages
+// the workload ("Migrating Deployments and StatefulSets to horizontal
+// autoscaling", https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/).
+// A fixed-size autoscaler (minReplicas = maxReplicas = spec.replicas) moves
+// nothing and is left alone, and so are objects read from a cluster, where
+// the API server sets spec.replicas whatever the manifest said.
+func (c *check) checkReplicasWithHPA() {
+	h := c.hpa()
+	if h == nil || c.w.src.Cluster {
+		return // a cluster's objects always have spec.replicas: it is not what a manifest applies
+	}
+	var r *int32
+	switch obj := c.w.obj.(type) {
+	case *appsv1.Deployment:
+		r = obj.Spec.Replicas
+	case *appsv1.StatefulSet:
+		r = obj.Spec.Replicas
+	case *appsv1.ReplicaSet:
+		r = obj.Spec.Replicas
+	}
+	if r == nil {
+		return
+	}
+	lo := int32(1)
+	if h.Spec.MinReplicas != nil {
+		lo = *h.Spec.MinReplicas
+	}
+	if lo == h.Spec.MaxReplicas && lo == *r {
+		return
+	}
+	c.add("ZD305", "",
+		fmt.Sprintf("spec.replicas %d is set and HorizontalPodAutoscaler %s scales the workload (minReplicas %d, maxReplicas %d): every apply of this manifest resets the scaled fleet to %d at once, stopping the pods above it together while the load they served moves to the rest", *r, h.Name, lo, h.Spec.MaxReplicas, *r),
+		"remove spec.replicas from the manifest and let the HorizontalPodAutoscaler own it (set its minReplicas instead)")
 }
 
 // gracePeriod applies the API default of 30 s.

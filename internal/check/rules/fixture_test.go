@@ -26,6 +26,8 @@ type fixture struct {
 	pdb   *policyv1.PodDisruptionBudget
 	extra []manifest.Object
 	cfg   rules.Config
+	// cluster marks the Deployment as read from a cluster.
+	cluster bool
 }
 
 func newFixture() *fixture {
@@ -92,7 +94,7 @@ func (f *fixture) spec() *corev1.PodSpec { return &f.dep.Spec.Template.Spec }
 
 func (f *fixture) objects() []manifest.Object {
 	objs := []manifest.Object{
-		{Source: manifest.Source{File: "app.yaml", Line: 1}, Kind: manifest.KindDeployment, Obj: f.dep},
+		{Source: manifest.Source{File: "app.yaml", Line: 1, Cluster: f.cluster}, Kind: manifest.KindDeployment, Obj: f.dep},
 	}
 	if f.svc != nil {
 		objs = append(objs, manifest.Object{Source: manifest.Source{File: "app.yaml", Line: 40}, Kind: manifest.KindService, Obj: f.svc})

@@ -43,8 +43,10 @@ func fieldPaths(kind, rule, container string) [][]string {
 				paths = append(paths, join(ctr, []string{"readinessProbe"}))
 			case "ZD105":
 				paths = append(paths, join(ctr, []string{"livenessProbe"}))
-			case "ZD201", "ZD202":
+			case "ZD201", "ZD202", "ZD208":
 				paths = append(paths, join(ctr, []string{"lifecycle", "preStop"}))
+			case "ZD207":
+				paths = append(paths, join(ctr, []string{"command"}))
 			case "ZD203", "ZD205":
 				paths = append(paths, join(pod, []string{"terminationGracePeriodSeconds"}))
 			}
@@ -58,7 +60,7 @@ func fieldPaths(kind, rule, container string) [][]string {
 			return [][]string{{"spec", "strategy"}}
 		}
 		return [][]string{{"spec", "updateStrategy"}}
-	case "ZD303":
+	case "ZD303", "ZD305":
 		return [][]string{{"spec", "replicas"}}
 	case "ZD104":
 		return [][]string{{"spec", "minReadySeconds"}}
