@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
@@ -48,6 +49,12 @@ type Config struct {
 	// LeaseNamespace holds the leader-election Lease; "" runs without
 	// leader election.
 	LeaseNamespace string
+	// LeaseDuration, when set, is the Lease's duration (renew deadline
+	// two thirds of it, retry period a sixth); zero keeps the CCM's 15 s.
+	// A stopped leader does not release its Lease (k8s.io/cloud-provider's
+	// leaderElectAndRun sets no ReleaseOnCancel), so its successor waits
+	// this long before it syncs.
+	LeaseDuration time.Duration
 	// Extra is merged into the cloud config (multipleStandardLoadBalancerConfigurations, say);
 	// a nil value removes the key, leaving the CCM's default (vmType nil:
 	// vmss; loadBalancerBackendPoolConfigurationType nil: nodeIPConfiguration).
@@ -118,6 +125,10 @@ func Start(c Config, name string) (*supervisor.Process, error) {
 	}
 	if c.LeaseNamespace != "" {
 		args = append(args, "--leader-elect=true", "--leader-elect-resource-namespace="+c.LeaseNamespace)
+		if d := c.LeaseDuration; d > 0 {
+			args = append(args, "--leader-elect-lease-duration="+d.String(),
+				"--leader-elect-renew-deadline="+(d*2/3).String(), "--leader-elect-retry-period="+(d/6).String())
+		}
 	} else {
 		args = append(args, "--leader-elect=false")
 	}

@@ -81,6 +81,8 @@ func (w *world) run(t *testing.T, c ccmCase) {
 	// The Lease in the case's namespace: a case does not wait for the
 	// previous case's leader's lease to end.
 	w.Base.LeaseNamespace = ns
+	// The restart's new leader waits for the stopped one's Lease to end.
+	w.Base.LeaseDuration = 5 * time.Second
 	if _, err := w.CS.CoreV1().Namespaces().Create(context.Background(),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
