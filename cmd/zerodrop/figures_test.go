@@ -137,7 +137,7 @@ var figureAllowList = []allowed{
 	{"docs/rules/ZD201.md", "the providers' documented defaults (docs/rules/timings.md)", []string{"e.g. Azure 15 s, AWS NLB 305 s"}},
 	{"docs/rules/ZD202.md", "AWS's documented default deregistration delay", []string{"delay of 300 s"}},
 	{"docs/rules/ZD203.md", "Kubernetes' and AWS's documented behaviour and defaults", []string{"one-off 2 s extension", "default 300 s deregistration delay"}},
-	{"docs/rules/ZD204.md", "a worked example of the rule's arithmetic", []string{"= 30 s < 60 s grace`: the pod may stop serving 30 s"}},
+	{"docs/rules/ZD204.md", "a worked example of the rule's arithmetic", []string{"`sleep 10 + 10 s × (3 − 1) = 30 s < 35 s deregistration`: the pod may stop serving 5 s early"}},
 	{"docs/rules/ZD205.md", "Kubernetes' documented defaults", []string{"default of 30 s", "shortened. 30 s or more", "minimum shutdown window of 2 s"}},
 	{"docs/rules/ZD301.md", "Kubernetes' documented defaults", []string{"**25 %** for Deployments", "the default 25 % of up to 3 replicas"}},
 	{"docs/rules/timings.md", "the providers' and Kubernetes' documented defaults (sources at the end of the page) and the analyzer's allowance and profiles computed from them", []string{

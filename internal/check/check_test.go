@@ -253,7 +253,7 @@ func TestExplain(t *testing.T) {
 		"explain: deregistration: AWS instance targets, node-backed, Local: a node takes traffic only while the load balancer's health check sees a ready pod on it; AWS NLB target group health check interval 10 s × 3 failed checks + 5 s endpoint propagation = 35 s",
 		"the 300 s deregistration delay [AWS target group default] does not apply",
 		"explain: registration: AWS instance targets, node-backed, Local: a node takes traffic only while the load balancer's health check sees a ready pod on it; AWS NLB target group health check interval 10 s × 3 healthy checks + 5 s endpoint propagation = 35 s",
-		"explain: preStop 10 s + readiness periodSeconds 10 × (failureThreshold 2 − 1) = 20 s < terminationGracePeriodSeconds unset (default 30)",
+		"explain: preStop 10 s + readiness periodSeconds 10 × (failureThreshold 2 − 1) = 20 s < 30 s (the end of the grace period (terminationGracePeriodSeconds unset (default 30), before the deregistration time of 35 s))",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("--explain output lacks %q:\n%s", want, r.stdout)

@@ -134,11 +134,17 @@ func (c *check) checkPreStop(ctr *corev1.Container) {
 }
 
 // checkLocalServing is ZD204. With externalTrafficPolicy Local a node only
-// forwards to its own pods, so once the terminating pod stops passing its
-// readiness probe (the application fails it after SIGTERM at the earliest),
-// connections the load balancer still sends to the node are dropped. The
-// pod is therefore expected to keep serving until it exits, that is for its
-// whole grace period.
+// forwards to its own pods, and the load balancer keeps sending to the node
+// until its health check of the node has failed: the deregistration time,
+// counted from the start of termination (kube-proxy's health check fails the
+// node as soon as its only local endpoint is terminating). Once the pod stops
+// passing its readiness probe — the application fails it after SIGTERM at the
+// earliest — the connections still sent to the node are dropped. So the pod
+// must keep serving until the load balancer has deregistered the node, or
+// until the grace period ends when that comes first (the kubelet kills it
+// then anyway: ZD203 and ZD205 are about that). Measuring against the grace
+// period, as this rule first did, asked a pod to stay ready long after the
+// load balancer had stopped sending to it.
 func (c *check) checkLocalServing(ctr *corev1.Container, d delay, grace int64, graceWhy string) {
 	svc, local := c.local()
 	if !local || ctr.ReadinessProbe == nil || d.kind == delayUnknown {
@@ -147,13 +153,18 @@ func (c *check) checkLocalServing(ctr *corev1.Container, d delay, grace int64, g
 	p := defaultedProbe(ctr.ReadinessProbe)
 	tolerance := float64(p.PeriodSeconds) * float64(p.FailureThreshold-1)
 	serving := d.seconds + tolerance
-	if !(serving < float64(grace)) {
+	dereg := float64(c.timing.Deregistration)
+	need, needWhy := dereg, fmt.Sprintf("the load balancer's deregistration time of %d s", c.timing.Deregistration)
+	if float64(grace) < need {
+		need, needWhy = float64(grace), fmt.Sprintf("the end of the grace period (%s, before the deregistration time of %d s)", graceWhy, c.timing.Deregistration)
+	}
+	if !(serving < need) {
 		return
 	}
-	arith := fmt.Sprintf("preStop %s + readiness periodSeconds %d × (failureThreshold %d − 1) = %s < %s", seconds(d.seconds), p.PeriodSeconds, p.FailureThreshold, seconds(serving), graceWhy)
+	arith := fmt.Sprintf("preStop %s + readiness periodSeconds %d × (failureThreshold %d − 1) = %s < %s (%s)", seconds(d.seconds), p.PeriodSeconds, p.FailureThreshold, seconds(serving), seconds(need), needWhy)
 	c.add("ZD204", ctr.Name,
-		fmt.Sprintf("container %q: Service %s has externalTrafficPolicy Local and the pod may stop serving %s after termination starts, %s before its grace period of %d s ends: the node has no other local endpoint for the connections the load balancer still sends it", ctr.Name, svc.ref(), seconds(serving), seconds(float64(grace)-serving), grace),
-		fmt.Sprintf("keep the pod serving until it exits: make readiness periodSeconds × (failureThreshold − 1) at least %s (grace period − preStop delay), or shorten terminationGracePeriodSeconds to what shutdown needs", seconds(float64(grace)-d.seconds)),
+		fmt.Sprintf("container %q: Service %s has externalTrafficPolicy Local and the pod may stop serving %s after termination starts, %s before %s: the node has no other local endpoint for the connections the load balancer still sends it", ctr.Name, svc.ref(), seconds(serving), seconds(need-serving), needWhy),
+		fmt.Sprintf("keep the pod ready until the load balancer has deregistered the node: a preStop delay of at least %s, or readiness periodSeconds × (failureThreshold − 1) of at least %s (%s − the preStop delay)", seconds(need), seconds(need-d.seconds), seconds(need)),
 		arith, "deregistration: "+c.timing.DeregistrationWhy)
 }
 

@@ -189,6 +189,7 @@ func TestZD202(t *testing.T) {
 		{name: "sh -c sleep && quit shorter", mutate: sleepExec("/bin/sh", "-c", "sleep 10 && nginx -s quit"), fires: true, contains: "10 s"},
 		{name: "sh -c sleeps summed", mutate: sleepExec("sh", "-ec", "sleep 20; sleep 20"), fires: false},
 		{name: "sleep after || does not count", mutate: sleepExec("sh", "-c", "sleep 10 || sleep 30"), fires: true},
+		{name: "a drain loop's sleeps are no fixed delay", mutate: sleepExec("sh", "-c", "while [ -e /tmp/busy ]; do\n  sleep 1\ndone"), fires: false},
 		{name: "drain hook waits for deregistration", mutate: httpHook("/drain"), fires: false},
 		{name: "no hook is ZD201, not ZD202", mutate: func(f *fixture) { f.container().Lifecycle = nil }, fires: false},
 		{name: "azure deregistration 15 s", mutate: all(sleepAction(15), func(f *fixture) { f.cfg.Provider = timing.Azure }), fires: false},
@@ -227,17 +228,20 @@ func TestZD204(t *testing.T) {
 	grace := func(g int64) func(f *fixture) {
 		return func(f *fixture) { f.spec().TerminationGracePeriodSeconds = ptr.To(g) }
 	}
+	// Generic deregistration: 35 s; the fixture's preStop sleep is 40 s.
 	runRule(t, "ZD204", []ruleCase{
-		// sleep 40 + 10 × (3 − 1) = 60
-		{name: "serving until the grace period ends", mutate: all(local, grace(60)), fires: false},
-		{name: "stops serving before the grace period ends", mutate: all(local, grace(90)), fires: true, contains: "60 s"},
-		{name: "probe defaults", mutate: all(local, grace(90), func(f *fixture) {
+		{name: "preStop past deregistration", mutate: all(local, grace(90)), fires: false},
+		// sleep 10 + 10 × (3 − 1) = 30 < 35
+		{name: "stops serving before deregistration", mutate: all(local, grace(60), sleepAction(10)), fires: true, contains: "30 s after termination starts, 5 s before the load balancer's deregistration time of 35 s"},
+		{name: "probe defaults", mutate: all(local, grace(60), sleepAction(10), func(f *fixture) {
 			f.container().ReadinessProbe.PeriodSeconds, f.container().ReadinessProbe.FailureThreshold = 0, 0
 		}), fires: true},
-		{name: "longer failureThreshold covers it", mutate: all(local, grace(90), func(f *fixture) { f.container().ReadinessProbe.FailureThreshold = 6 }), fires: false},
-		{name: "no preStop: 0 + 20 < 30", mutate: all(local, grace(30), func(f *fixture) { f.container().Lifecycle = nil }), fires: true},
-		{name: "externalTrafficPolicy Cluster", mutate: grace(90), fires: false},
-		{name: "no readinessProbe", mutate: all(local, grace(90), func(f *fixture) { f.container().ReadinessProbe = nil }), fires: false},
+		{name: "longer failureThreshold covers it", mutate: all(local, grace(60), sleepAction(10), func(f *fixture) { f.container().ReadinessProbe.FailureThreshold = 4 }), fires: false},
+		{name: "serving long before the grace period ends is no finding", mutate: all(local, grace(300), sleepAction(20)), fires: false},
+		{name: "no preStop: 0 + 20 < 30, the grace period", mutate: all(local, grace(30), func(f *fixture) { f.container().Lifecycle = nil }), fires: true, contains: "before the end of the grace period (terminationGracePeriodSeconds 30, before the deregistration time of 35 s)"},
+		{name: "no preStop, grace period shorter than the readiness tolerance", mutate: all(local, grace(15), func(f *fixture) { f.container().Lifecycle = nil }), fires: false},
+		{name: "externalTrafficPolicy Cluster", mutate: all(grace(60), sleepAction(10)), fires: false},
+		{name: "no readinessProbe", mutate: all(local, grace(60), sleepAction(10), func(f *fixture) { f.container().ReadinessProbe = nil }), fires: false},
 		{name: "unknown hook", mutate: all(local, grace(90), sleepExec("/wait-shutdown")), fires: false},
 	})
 }

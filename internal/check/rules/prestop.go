@@ -160,10 +160,17 @@ func execSleep(cmd []string, env map[string]string) (float64, bool) {
 // scriptSleep sums the sleeps a shell script certainly runs in sequence.
 // A command after "||" may not run and one before "&" or "|" runs in the
 // background or concurrently, so those sleeps do not count. Anything it does
-// not understand ($VARS, loops) makes the delay unknown only if no sleep is
-// found at all: other commands are assumed to take no time. Operands are
+// not understand ($VARS) makes the delay unknown only if no sleep is found
+// at all: other commands are assumed to take no time. A loop makes it
+// unknown whatever its sleeps. Operands are
 // unquoted, and $VAR or ${VAR} (outside single quotes) replaced from env.
 func scriptSleep(script string, env map[string]string) (float64, bool) {
+	if shellLoop.MatchString(script) {
+		// A drain loop (`while [ connections ]; do sleep 1; done`) waits
+		// for a condition: its sleeps are a poll interval, not a fixed
+		// delay, and how long it runs is unknown here.
+		return 0, false
+	}
 	type seg struct {
 		text      string
 		prev, sep string // separators before and after
@@ -209,6 +216,9 @@ func scriptSleep(script string, env map[string]string) (float64, bool) {
 	}
 	return total, found
 }
+
+// shellLoop matches a while, until or for loop of a shell script.
+var shellLoop = regexp.MustCompile(`(?:^|[;&|\n(]|\bthen|\bdo|\belse)\s*(?:while|until|for)\s[\s\S]*\bdo\b`)
 
 // varRef matches a whole-word variable reference: $NAME or ${NAME}.
 var varRef = regexp.MustCompile(`^\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})$`)

@@ -33,6 +33,12 @@ func TestExecSleep(t *testing.T) {
 		{[]string{"sh", "script.sh"}, 0, false},
 		{[]string{"sh", "-c"}, 0, false},
 		{[]string{"python", "-c", "sleep 5"}, 0, false},
+		// A drain loop's sleeps poll a condition: not a fixed delay.
+		{[]string{"sh", "-c", "while [ $(netstat -plunt | grep tcp | grep -v envoy | wc -l) -ne 0 ]; do sleep 1; done"}, 0, false},
+		{[]string{"/bin/sh", "-c", "sleep 5; until curl -fs localhost:8080/drained; do sleep 2; done"}, 0, false},
+		{[]string{"bash", "-c", "for i in $(seq 30); do sleep 1; done"}, 0, false},
+		{[]string{"sh", "-c", "while pgrep -x server >/dev/null; do\n  sleep 1\ndone\n"}, 0, false},
+		{[]string{"sh", "-c", "echo while we wait; sleep 10"}, 10, true},
 		{nil, 0, false},
 	}
 	for _, tc := range tests {

@@ -39,7 +39,7 @@ var All = []Rule{
 	{"ZD201", Error, "No preStop delay"},
 	{"ZD202", Error, "The preStop delay is shorter than the load balancer's deregistration time"},
 	{"ZD203", Error, "terminationGracePeriodSeconds is not longer than the preStop delay"},
-	{"ZD204", Warning, "externalTrafficPolicy Local and the pod stops serving before its grace period ends"},
+	{"ZD204", Warning, "externalTrafficPolicy Local and the pod stops serving before the load balancer has deregistered the node"},
 	{"ZD205", Warning, "terminationGracePeriodSeconds is shorter than the load balancer's deregistration time and there is no preStop delay (error at 0)"},
 	{"ZD206", Warning, "A sidecar the serving container needs stops before the load balancer has deregistered the pod (error when the sidecar carries the Service's connections)"},
 	{"ZD207", Warning, "The container's shell stays PID 1 and does not pass SIGTERM on to the server"},
