@@ -7,13 +7,22 @@
 #
 # The binary lands in a cache directory keyed by version and is reused when
 # present (hack/lib/cache.sh). Prints the binary's path on stdout. What runs
-# the CCM builds it on first use (internal/lab/ccm's Binary).
+# the CCM builds it on first use (internal/lab/ccm's Binary, BinaryVersion).
+#
+# Usage: hack/cloud-provider-azure.sh [VERSION]
+# VERSION is a release tag of sigs.k8s.io/cloud-provider-azure (v1.36.3, the
+# default, or v1.33.2, say); without it ZERODROP_CCM_AZURE_VERSION, then the
+# default.
 #
 # Cold build on a 2-core machine: about 6 min, ~2 GB peak. Warm: instant.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
 
-VERSION="${ZERODROP_CCM_AZURE_VERSION:-v1.36.3}"
+VERSION="${1:-${ZERODROP_CCM_AZURE_VERSION:-v1.36.3}}"
+if ! [[ "$VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+	echo "cloud-provider-azure: version $VERSION is not a release tag (vX.Y.Z)" >&2
+	exit 2
+fi
 DIR="$CACHE/cloud-provider-azure/$VERSION"
 BIN="$DIR/cloud-controller-manager"
 

@@ -24,10 +24,29 @@ import (
 // world has the CCM write, TestRealCCM), not by `make lab`: the HAProxy lab
 // never runs it. The build (hack/cloud-provider-azure.sh, minutes on a cold
 // cache) shows its progress on stderr; a second caller waits on its lock.
-func Binary() (string, error) {
-	bin, err := controlplane.Build("cloud-provider-azure.sh")
+func Binary() (string, error) { return BinaryVersion("") }
+
+// The releases of sigs.k8s.io/cloud-provider-azure the lab knows: the
+// default (hack/cloud-provider-azure.sh's too), and a release of the minor
+// the #10224 incident's cluster ran (Kubernetes 1.33), the one issue 48
+// names.
+const (
+	DefaultVersion = "v1.36.3"
+	Version133     = "v1.33.2"
+)
+
+// BinaryVersion is Binary for a release of sigs.k8s.io/cloud-provider-azure
+// (a tag, v1.33.2 say; "" is DefaultVersion, or what
+// ZERODROP_CCM_AZURE_VERSION names), each built into a cache directory of
+// its own.
+func BinaryVersion(version string) (string, error) {
+	var args []string
+	if version != "" {
+		args = append(args, version)
+	}
+	bin, err := controlplane.Build("cloud-provider-azure.sh", args...)
 	if err != nil {
-		return "", fmt.Errorf("build cloud-provider-azure: %w", err)
+		return "", fmt.Errorf("build cloud-provider-azure %s: %w", version, err)
 	}
 	return bin, nil
 }

@@ -69,6 +69,11 @@ func ccmCases() []ccmCase {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// Node names are the instances' computer names, the prefix
+				// and six base-36 digits (azurecompute.NodeName): the CCM
+				// finds a node's scale set by its name minus six characters
+				// and its instance by those six (getNodeIdentityByNodeName,
+				// azure_vmss.go 777-838; getScaleSetVMInstanceID, 742-754).
 				for i, name := range names {
 					w.NodeWithProviderID(t, name, fmt.Sprintf("10.1.0.%d", 4+i), vmssProviderID(i), nil)
 				}
