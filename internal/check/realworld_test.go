@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -63,7 +64,16 @@ type hazardFile struct {
 type corpusCount struct {
 	reported, truePos, falsePos, debatable int
 	hazards, missed                        int
+	// byRule counts each rule's findings reported today by verdict.
+	byRule map[string]*ruleCount
 }
+
+// ruleCount is one rule's findings on a corpus.
+type ruleCount struct{ reported, truePos, falsePos, debatable int }
+
+// maxFalsePerRule is issue 54's bound: no rule may report more than this many
+// findings judged false on one corpus.
+const maxFalsePerRule = 2
 
 // TestRealWorldCorpus runs zerodrop check over public manifests nobody here
 // wrote (testdata/realworld, realworld2 and realworld3, each with its SOURCES)
@@ -72,7 +82,8 @@ type corpusCount struct {
 // every finding reported must have been judged. Where hazards.yaml lists the
 // hazards read before the analyzer ran, a hazard recorded as found must stay
 // found. It logs each corpus's precision — debatable findings counted as
-// true and as false — and the hazards missed.
+// true and as false —, the hazards missed and each rule's precision, and fails
+// when a rule reports more than maxFalsePerRule findings judged false.
 func TestRealWorldCorpus(t *testing.T) {
 	for _, corpus := range []string{"realworld", "realworld2", "realworld3"} {
 		t.Run(corpus, func(t *testing.T) {
@@ -88,6 +99,20 @@ func TestRealWorldCorpus(t *testing.T) {
 				t.Logf("%s: %d hazards read before the run, %d found, %d missed; recall %.1f %%", corpus, c.hazards, c.hazards-c.missed, c.missed,
 					pct(c.hazards-c.missed, c.hazards))
 			}
+			ids := make([]string, 0, len(c.byRule))
+			for id := range c.byRule {
+				ids = append(ids, id)
+			}
+			slices.Sort(ids)
+			var per []string
+			for _, id := range ids {
+				r := c.byRule[id]
+				per = append(per, fmt.Sprintf("%s %d (%d true, %d false, %d debatable; precision %.1f %%)", id, r.reported, r.truePos, r.falsePos, r.debatable, pct(r.truePos, r.truePos+r.falsePos)))
+				if r.falsePos > maxFalsePerRule {
+					t.Errorf("%s: %s reports %d findings judged false, more than %d", corpus, id, r.falsePos, maxFalsePerRule)
+				}
+			}
+			t.Logf("%s by rule: %s", corpus, strings.Join(per, "; "))
 		})
 	}
 }
@@ -136,7 +161,7 @@ func checkCorpus(t *testing.T, dir string) corpusCount {
 	if len(hazards) > 0 && len(hazards) != len(manifests) {
 		t.Errorf("hazards.yaml lists %d files, %s holds %d manifests", len(hazards), dir, len(manifests))
 	}
-	var c corpusCount
+	c := corpusCount{byRule: map[string]*ruleCount{}}
 	for _, jf := range judged.Files {
 		t.Run(jf.File, func(t *testing.T) {
 			r := run(t, "", "-o", "json", "--provider", jf.Provider, filepath.Join(dir, jf.File))
@@ -172,13 +197,22 @@ func checkCorpus(t *testing.T, dir string) corpusCount {
 				}
 				if got[key] {
 					c.reported++
+					r := c.byRule[j.Rule]
+					if r == nil {
+						r = &ruleCount{}
+						c.byRule[j.Rule] = r
+					}
+					r.reported++
 					switch verdict {
 					case "true":
 						c.truePos++
+						r.truePos++
 					case "false":
 						c.falsePos++
+						r.falsePos++
 					default:
 						c.debatable++
+						r.debatable++
 					}
 				}
 			}

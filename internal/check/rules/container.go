@@ -168,8 +168,9 @@ func (c *check) checkLocalServing(ctr *corev1.Container, d delay, grace int64, g
 		arith, "deregistration: "+c.timing.DeregistrationWhy)
 }
 
-// checkShortGrace is ZD205: no preStop delay and a terminationGracePeriodSeconds
-// below the deregistration time and below the API default of 30 s. Without a hook the
+// checkShortGrace is ZD205: no preStop delay, or a hook of unknown length
+// (which the grace period bounds), and a terminationGracePeriodSeconds below
+// the deregistration time and below the API default of 30 s. Without a hook the
 // application itself must keep serving after SIGTERM until the load balancer
 // stops sending, then finish its requests; the kubelet kills it when the
 // grace period ends, so a shorter one cuts connections whatever the
@@ -180,15 +181,26 @@ func (c *check) checkLocalServing(ctr *corev1.Container, d delay, grace int64, g
 // values only, so manifests and clusters agree.
 func (c *check) checkShortGrace(ctr *corev1.Container, d delay, grace int64, graceWhy string) {
 	dereg := c.timing.Deregistration
-	if d.kind != delayNone || grace >= int64(dereg) || grace >= corev1.DefaultTerminationGracePeriodSeconds {
+	if (d.kind != delayNone && d.kind != delayUnknown) || grace >= int64(dereg) || grace >= corev1.DefaultTerminationGracePeriodSeconds {
 		return
 	}
 	sev, what := Warning, fmt.Sprintf("the kubelet kills it %d s after SIGTERM", grace)
 	if grace == 0 {
 		sev, what = Error, "the kubelet kills it 2 s after SIGTERM (its minimum shutdown window), cutting the requests in flight"
 	}
+	hook := "has no preStop delay"
+	if d.kind == delayUnknown {
+		// The grace period counts from the start of the hook: whatever
+		// the hook does, the container is killed when it ends.
+		hook = fmt.Sprintf("has %s, whose length is unknown but cannot exceed the grace period,", d.what)
+		if grace == 0 {
+			what = "the kubelet gives the hook and the shutdown after it 2 s together (its minimum shutdown window), cutting the requests in flight"
+		} else {
+			what = fmt.Sprintf("the kubelet kills it %d s after the hook starts, whatever the hook waits for", grace)
+		}
+	}
 	c.addSeverity(sev, "ZD205", ctr.Name,
-		fmt.Sprintf("container %q has no preStop delay and %s: %s, while the load balancer may route connections to it for up to %d s (its deregistration time), so not even an application that keeps serving after SIGTERM can stop gracefully", ctr.Name, graceWhy, what, dereg),
+		fmt.Sprintf("container %q %s and %s: %s, while the load balancer may route connections to it for up to %d s (its deregistration time), so not even an application that keeps serving after SIGTERM can stop gracefully", ctr.Name, hook, graceWhy, what, dereg),
 		fmt.Sprintf("set terminationGracePeriodSeconds above the deregistration time plus shutdown, e.g. %d, with a preStop delay of %d s (ZD201)", dereg+15, dereg),
 		"deregistration: "+c.timing.DeregistrationWhy, fmt.Sprintf("%s < %d s, no preStop delay", graceWhy, dereg))
 }

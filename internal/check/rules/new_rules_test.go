@@ -1,6 +1,8 @@
 package rules_test
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -9,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"zerodrop.dev/zerodrop/internal/check/manifest"
+	"zerodrop.dev/zerodrop/internal/check/rules"
 )
 
 // TestZD207: a shell -c whose last command is a compound command, or a wait
@@ -90,5 +93,32 @@ func TestZD305(t *testing.T) {
 			f.extra[len(f.extra)-1].Obj.(*autoscalingv2.HorizontalPodAutoscaler).Spec.ScaleTargetRef.Name = "api"
 		}), false, ""},
 		{"read from a cluster", all(hpa(3, 10), func(f *fixture) { f.cluster = true }), false, ""},
+	})
+}
+
+// TestZD205: a grace period below the deregistration time (generic: 35 s)
+// and the default, with no preStop delay or a hook of unknown length, which
+// the grace period bounds whatever it waits for.
+func TestZD205(t *testing.T) {
+	grace := func(g int64) func(f *fixture) {
+		return func(f *fixture) { f.spec().TerminationGracePeriodSeconds = ptr.To(g) }
+	}
+	noHook := func(f *fixture) { f.container().Lifecycle = nil }
+	runRule(t, "ZD205", []ruleCase{
+		{"long grace period", nil, false, ""},
+		{"no hook, grace 10", all(noHook, grace(10)), true, "has no preStop delay"},
+		{"no hook, default grace", all(noHook, func(f *fixture) { f.spec().TerminationGracePeriodSeconds = nil }), false, ""},
+		{"unknown hook, grace 10", all(sleepExec("/wait-shutdown"), grace(10)), true, `has preStop exec "/wait-shutdown", whose length is unknown`},
+		{"unknown hook, grace 30", all(sleepExec("/wait-shutdown"), grace(30)), false, ""},
+		{"known sleep, grace 10 is ZD203's", all(sleepAction(20), grace(10)), false, ""},
+	})
+	t.Run("unknown hook, grace 0 is an error", func(t *testing.T) {
+		f := newFixture()
+		all(sleepExec("/wait-shutdown"), grace(0))(f)
+		rep := f.analyze()
+		i := slices.IndexFunc(rep.Findings, func(fd rules.Finding) bool { return fd.Rule == "ZD205" })
+		if i < 0 || rep.Findings[i].Severity != rules.Error || !strings.Contains(rep.Findings[i].Message, "2 s together") {
+			t.Fatalf("want ZD205 error naming the 2 s window; findings:\n%s", dump(rep.Findings))
+		}
 	})
 }

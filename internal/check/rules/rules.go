@@ -40,7 +40,7 @@ var All = []Rule{
 	{"ZD202", Error, "The preStop delay is shorter than the load balancer's deregistration time"},
 	{"ZD203", Error, "terminationGracePeriodSeconds is not longer than the preStop delay"},
 	{"ZD204", Warning, "externalTrafficPolicy Local and the pod stops serving before the load balancer has deregistered the node"},
-	{"ZD205", Warning, "terminationGracePeriodSeconds is shorter than the load balancer's deregistration time and there is no preStop delay (error at 0)"},
+	{"ZD205", Warning, "terminationGracePeriodSeconds is shorter than the load balancer's deregistration time and there is no preStop delay, or one of unknown length (error at 0)"},
 	{"ZD206", Warning, "A sidecar the serving container needs stops before the load balancer has deregistered the pod (error when the sidecar carries the Service's connections)"},
 	{"ZD207", Warning, "The container's shell stays PID 1 and does not pass SIGTERM on to the server"},
 	{"ZD208", Error, "A container the serving container forwards to on localhost stops no later than it"},
