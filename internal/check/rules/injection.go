@@ -41,7 +41,9 @@ import (
 //     renders secrets into a shared volume; it serves no connection, so its
 //     stop drops nothing the load balancer sends.
 //   - Any other MutatingWebhookConfiguration of the input whose webhooks
-//     select the pod on CREATE: what it adds is unknown.
+//     select the pod on CREATE: what it adds is unknown. It is named only
+//     when no mesh signal above explains the injection (the configuration
+//     is then that mesh's injector).
 //
 // A container running only the pause image (registry.k8s.io/pause) is a
 // placeholder for such an injected container: pause listens on nothing, so
@@ -83,11 +85,27 @@ func (c *check) injections() []injection {
 		out = append(out, injection{who: "HashiCorp's vault-agent (annotation vault.hashicorp.com/agent-inject: \"true\")", known: true,
 			stop: "it renders secrets into a shared volume and serves no connection: its stop drops nothing"})
 	}
+	if len(out) > 0 || c.meshInjects() {
+		return out // the configuration is that mesh's injector: named by its own signal
+	}
 	for _, name := range c.webhooksInjecting() {
 		out = append(out, injection{who: fmt.Sprintf("MutatingWebhookConfiguration %s of the input", name),
 			stop: "its webhook selects these pods on CREATE; what it adds, and how that stops, is not in the manifest"})
 	}
 	return out
+}
+
+// meshInjects reports whether a mesh whose injected sidecar sidecars.go
+// resolves (Dapr, Linkerd, Istio, App Mesh) injects into the pod.
+func (c *check) meshInjects() bool {
+	t := c.w.tmpl
+	if t.Annotations[daprEnabled] == "true" || t.Annotations["linkerd.io/inject"] != "" || c.nsAnnots["linkerd.io/inject"] != "" ||
+		t.Labels["sidecar.istio.io/inject"] != "" || t.Annotations["sidecar.istio.io/inject"] != "" ||
+		c.nsLabels["istio-injection"] == "enabled" || c.nsLabels["istio.io/rev"] != "" {
+		return true
+	}
+	_, ok := c.appMeshSidecar()
+	return ok
 }
 
 // injectionNotes are explanation lines for a finding on a serving
@@ -108,9 +126,8 @@ func (c *check) injectionNotes() []string {
 // a namespaceSelector that matches the namespace — its labels when the
 // Namespace object is in the input; without it, only a selector on
 // kubernetes.io/metadata.name can be decided, and any other counts as
-// matching (the webhook may inject). Webhooks of known meshes are read from
-// their own signals above, so a configuration is named once whatever its
-// webhook count.
+// matching (the webhook may inject). A configuration is named once whatever
+// its webhook count.
 func (c *check) webhooksInjecting() []string {
 	if len(c.ix.webhooks) == 0 {
 		return nil

@@ -58,20 +58,24 @@ func TestInjectedSidecars(t *testing.T) {
 		want map[string]string
 		// explain must appear in the ZD201 finding's explanation.
 		explain string
+		// without must not.
+		without string
 	}{
-		{"pause placeholder serves nothing", pauseOnly, map[string]string{}, ""},
-		{"pause placeholder with Kuma injection", all(pauseOnly, podLabel("kuma.io/sidecar-injection", "enabled")), map[string]string{}, ""},
-		{"app mesh from the namespace", nsLabel("appmesh.k8s.aws/sidecarInjectorWebhook", "enabled"), map[string]string{"ZD206": "app"}, ""},
-		{"app mesh on the pod", podAnnotation("appmesh.k8s.aws/sidecarInjectorWebhook", "enabled"), map[string]string{"ZD206": "app"}, ""},
-		{"app mesh opted out on the pod", all(nsLabel("appmesh.k8s.aws/sidecarInjectorWebhook", "enabled"), podAnnotation("appmesh.k8s.aws/sidecarInjectorWebhook", "disabled")), map[string]string{}, ""},
-		{"app mesh virtual gateway", all(nsLabel("appmesh.k8s.aws/sidecarInjectorWebhook", "enabled"), func(f *fixture) { f.container().Name = "envoy" }), map[string]string{}, ""},
-		{"kuma stop unknown, named", all(noPreStop, podLabel("kuma.io/sidecar-injection", "enabled")), map[string]string{"ZD201": "app"}, "Kuma's kuma-sidecar (label kuma.io/sidecar-injection: enabled)"},
-		{"kuma from the namespace", all(noPreStop, nsLabel("kuma.io/sidecar-injection", "enabled")), map[string]string{"ZD201": "app"}, "namespace label kuma.io/sidecar-injection"},
-		{"consul stop unknown, named", all(noPreStop, podAnnotation("consul.hashicorp.com/connect-inject", "true")), map[string]string{"ZD201": "app"}, "Consul's consul-dataplane"},
-		{"vault agent serves nothing", all(noPreStop, podAnnotation("vault.hashicorp.com/agent-inject", "true")), map[string]string{"ZD201": "app"}, ""},
-		{"webhook of the input selecting the pod", all(noPreStop, webhook(&metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, byName("shop"))), map[string]string{"ZD201": "app"}, "MutatingWebhookConfiguration injector/pods.injector.example"},
-		{"webhook of the input for another namespace", all(noPreStop, webhook(nil, byName("kube-system"))), map[string]string{"ZD201": "app"}, ""},
-		{"webhook of the input for other pods", all(noPreStop, webhook(&metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, nil)), map[string]string{"ZD201": "app"}, ""},
+		{"pause placeholder serves nothing", pauseOnly, map[string]string{}, "", ""},
+		{"pause placeholder with Kuma injection", all(pauseOnly, podLabel("kuma.io/sidecar-injection", "enabled")), map[string]string{}, "", ""},
+		{"app mesh from the namespace", nsLabel("appmesh.k8s.aws/sidecarInjectorWebhook", "enabled"), map[string]string{"ZD206": "app"}, "", ""},
+		{"app mesh on the pod", podAnnotation("appmesh.k8s.aws/sidecarInjectorWebhook", "enabled"), map[string]string{"ZD206": "app"}, "", ""},
+		{"app mesh opted out on the pod", all(nsLabel("appmesh.k8s.aws/sidecarInjectorWebhook", "enabled"), podAnnotation("appmesh.k8s.aws/sidecarInjectorWebhook", "disabled")), map[string]string{}, "", ""},
+		{"app mesh virtual gateway", all(nsLabel("appmesh.k8s.aws/sidecarInjectorWebhook", "enabled"), func(f *fixture) { f.container().Name = "envoy" }), map[string]string{}, "", ""},
+		{"kuma stop unknown, named", all(noPreStop, podLabel("kuma.io/sidecar-injection", "enabled")), map[string]string{"ZD201": "app"}, "Kuma's kuma-sidecar (label kuma.io/sidecar-injection: enabled)", ""},
+		{"kuma from the namespace", all(noPreStop, nsLabel("kuma.io/sidecar-injection", "enabled")), map[string]string{"ZD201": "app"}, "namespace label kuma.io/sidecar-injection", ""},
+		{"consul stop unknown, named", all(noPreStop, podAnnotation("consul.hashicorp.com/connect-inject", "true")), map[string]string{"ZD201": "app"}, "Consul's consul-dataplane", ""},
+		{"vault agent serves nothing", all(noPreStop, podAnnotation("vault.hashicorp.com/agent-inject", "true")), map[string]string{"ZD201": "app"}, "", ""},
+		{"webhook of the input selecting the pod", all(noPreStop, webhook(&metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, byName("shop"))), map[string]string{"ZD201": "app"}, "MutatingWebhookConfiguration injector/pods.injector.example", ""},
+		{"webhook of the input for another namespace", all(noPreStop, webhook(nil, byName("kube-system"))), map[string]string{"ZD201": "app"}, "", ""},
+		{"webhook of the input for other pods", all(noPreStop, webhook(&metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, nil)), map[string]string{"ZD201": "app"}, "", ""},
+		{"a mesh's own webhook is named by the mesh", all(noPreStop, podLabel("kuma.io/sidecar-injection", "enabled"), webhook(nil, nil)), map[string]string{"ZD201": "app"}, "Kuma's", "MutatingWebhookConfiguration"},
+		{"istio's webhook is no unknown injection", all(noPreStop, podLabel("sidecar.istio.io/inject", "true"), webhook(nil, nil)), map[string]string{"ZD201": "app"}, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,6 +99,9 @@ func TestInjectedSidecars(t *testing.T) {
 					injected := strings.Contains(explain, "injected: ")
 					if injected != (tc.explain != "") || !strings.Contains(explain, tc.explain) {
 						t.Errorf("ZD201 explanation %q, want it to name %q", explain, tc.explain)
+					}
+					if tc.without != "" && strings.Contains(explain, tc.without) {
+						t.Errorf("ZD201 explanation %q names %q", explain, tc.without)
 					}
 				}
 			}
