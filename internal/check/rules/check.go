@@ -53,10 +53,7 @@ func (c *check) run() {
 		c.checkPreStop(ctr)
 		c.checkSidecarStop(ctr)
 		c.checkSignalForwarding(ctr)
-		if stopOrder == nil && len(c.w.tmpl.Spec.Containers) > 1 {
-			stopOrder = map[string]bool{}
-		}
-		c.checkStopOrder(ctr, stopOrder)
+		c.checkStopOrder(ctr, &stopOrder)
 	}
 	c.checkReadinessGate()
 	c.checkRollout()

@@ -153,13 +153,13 @@ func (c *check) checkLocalServing(ctr *corev1.Container, d delay, grace int64, g
 	p := defaultedProbe(ctr.ReadinessProbe)
 	tolerance := float64(p.PeriodSeconds) * float64(p.FailureThreshold-1)
 	serving := d.seconds + tolerance
-	dereg := float64(c.timing.Deregistration)
-	need, needWhy := dereg, fmt.Sprintf("the load balancer's deregistration time of %d s", c.timing.Deregistration)
-	if float64(grace) < need {
-		need, needWhy = float64(grace), fmt.Sprintf("the end of the grace period (%s, before the deregistration time of %d s)", graceWhy, c.timing.Deregistration)
-	}
+	need := min(float64(c.timing.Deregistration), float64(grace))
 	if !(serving < need) {
-		return
+		return // most pods: nothing to format
+	}
+	needWhy := fmt.Sprintf("the load balancer's deregistration time of %d s", c.timing.Deregistration)
+	if float64(grace) < float64(c.timing.Deregistration) {
+		needWhy = fmt.Sprintf("the end of the grace period (%s, before the deregistration time of %d s)", graceWhy, c.timing.Deregistration)
 	}
 	arith := fmt.Sprintf("preStop %s + readiness periodSeconds %d × (failureThreshold %d − 1) = %s < %s (%s)", seconds(d.seconds), p.PeriodSeconds, p.FailureThreshold, seconds(serving), seconds(need), needWhy)
 	c.add("ZD204", ctr.Name,

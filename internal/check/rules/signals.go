@@ -53,14 +53,21 @@ func shellScript(command, args []string) (string, string, bool) {
 	if len(command) == 0 || !shells[path.Base(command[0])] {
 		return "", "", false
 	}
-	all := append(append([]string{}, command...), args...)
-	for i := 1; i < len(all); i++ {
-		a := all[i]
+	// The words after the shell, command then args, read in place.
+	n := len(command) + len(args)
+	word := func(i int) string {
+		if i < len(command) {
+			return command[i]
+		}
+		return args[i-len(command)]
+	}
+	for i := 1; i < n; i++ {
+		a := word(i)
 		if !strings.HasPrefix(a, "-") {
 			return "", "", false
 		}
-		if !strings.HasPrefix(a, "--") && strings.Contains(a[1:], "c") && i+1 < len(all) {
-			return path.Base(command[0]), all[i+1], true
+		if !strings.HasPrefix(a, "--") && strings.Contains(a[1:], "c") && i+1 < n {
+			return path.Base(command[0]), word(i + 1), true
 		}
 	}
 	return "", "", false

@@ -29,7 +29,8 @@ import (
 var localAddr = regexp.MustCompile(`(?:localhost|127\.0\.0\.1|\[::1\]):(\d{1,5})\b`)
 
 // checkStopOrder is ZD208, for a serving container front.
-func (c *check) checkStopOrder(front *corev1.Container, reported map[string]bool) {
+// reported holds the backends already reported, allocated on the first.
+func (c *check) checkStopOrder(front *corev1.Container, reported *map[string]bool) {
 	if len(c.w.tmpl.Spec.Containers) < 2 {
 		return // most pods: no sibling to forward to
 	}
@@ -50,7 +51,7 @@ func (c *check) checkStopOrder(front *corev1.Container, reported map[string]bool
 	}
 	for i := range c.w.tmpl.Spec.Containers {
 		back := &c.w.tmpl.Spec.Containers[i]
-		if back.Name == front.Name || reported[back.Name] {
+		if back.Name == front.Name || (*reported)[back.Name] {
 			continue
 		}
 		port, ok := declaresAny(back, ports)
@@ -61,7 +62,10 @@ func (c *check) checkStopOrder(front *corev1.Container, reported map[string]bool
 		if bd.kind == delayUnknown || (bd.seconds > fd.seconds && bd.seconds >= need) {
 			continue
 		}
-		reported[back.Name] = true
+		if *reported == nil {
+			*reported = map[string]bool{}
+		}
+		(*reported)[back.Name] = true
 		backWhy := "no pre-stop delay"
 		if bd.kind != delayNone {
 			backWhy = bd.what
