@@ -161,10 +161,11 @@ func (c *check) checkLocalServing(ctr *corev1.Container, d delay, grace int64, g
 	if float64(grace) < float64(c.timing.Deregistration) {
 		needWhy = fmt.Sprintf("the end of the grace period (%s, before the deregistration time of %d s)", graceWhy, c.timing.Deregistration)
 	}
-	arith := fmt.Sprintf("preStop %s + readiness periodSeconds %d × (failureThreshold %d − 1) = %s < %s (%s)", seconds(d.seconds), p.PeriodSeconds, p.FailureThreshold, seconds(serving), seconds(need), needWhy)
+	sNeed, sServing := seconds(need), seconds(serving)
+	arith := fmt.Sprintf("preStop %s + readiness periodSeconds %d × (failureThreshold %d − 1) = %s < %s (%s)", seconds(d.seconds), p.PeriodSeconds, p.FailureThreshold, sServing, sNeed, needWhy)
 	c.add("ZD204", ctr.Name,
-		fmt.Sprintf("container %q: Service %s has externalTrafficPolicy Local and the pod may stop serving %s after termination starts, %s before %s: the node has no other local endpoint for the connections the load balancer still sends it", ctr.Name, svc.ref(), seconds(serving), seconds(need-serving), needWhy),
-		fmt.Sprintf("keep the pod ready until the load balancer has deregistered the node: a preStop delay of at least %s, or readiness periodSeconds × (failureThreshold − 1) of at least %s (%s − the preStop delay)", seconds(need), seconds(need-d.seconds), seconds(need)),
+		fmt.Sprintf("container %q: Service %s has externalTrafficPolicy Local and the pod may stop serving %s after termination starts, %s before %s: the node has no other local endpoint for the connections the load balancer still sends it", ctr.Name, svc.ref(), sServing, seconds(need-serving), needWhy),
+		fmt.Sprintf("keep the pod ready until the load balancer has deregistered the node: a preStop delay of at least %s, or readiness periodSeconds × (failureThreshold − 1) of at least %s (%[1]s − the preStop delay)", sNeed, seconds(need-d.seconds)),
 		arith, "deregistration: "+c.timing.DeregistrationWhy)
 }
 
