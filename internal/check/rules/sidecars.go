@@ -283,7 +283,7 @@ func (c *check) appMeshSidecar() (stoppingSidecar, bool) {
 			return stoppingSidecar{}, false
 		}
 	}
-	return stoppingSidecar{what: "App Mesh's injected envoy (" + key + ": enabled)", inbound: true,
+	return stoppingSidecar{what: "App Mesh's injected envoy (" + key + ": enabled; its stop is the controller's --prestop-delay, which the manifest does not show, assumed the default of 20 s)", inbound: true,
 		window: 20, why: "the controller's --prestop-delay, default 20 (a controller flag the manifest does not show): a preStop sleep, then Envoy exits",
 		fix: "raise the App Mesh controller's --prestop-delay (it applies to every pod it injects) to at least the deregistration time, with terminationGracePeriodSeconds above it"}, true
 }
