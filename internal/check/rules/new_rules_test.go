@@ -65,6 +65,9 @@ func TestZD208(t *testing.T) {
 			f.container().Args = nil
 			f.container().Env = []corev1.EnvVar{{Name: "UPSTREAM", Value: "http://localhost:50051"}}
 		}), true, ""},
+		{"a Cloud SQL proxy backend is ZD206's", all(backend(-1), func(f *fixture) {
+			f.spec().Containers[1].Image = "gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.14.1"
+		}), false, ""},
 		{"backend as a native sidecar", func(f *fixture) {
 			f.container().Args = []string{"--upstream=http://localhost:50051"}
 			f.spec().InitContainers = append(f.spec().InitContainers, corev1.Container{Name: "server", Ports: []corev1.ContainerPort{{ContainerPort: 50051}},

@@ -58,6 +58,9 @@ func (c *check) checkStopOrder(front *corev1.Container, reported *map[string]boo
 		if !ok {
 			continue
 		}
+		if _, sql := c.cloudSQLProxy(back); sql {
+			continue // ZD206 holds a Cloud SQL proxy's stop, with what keeps it up
+		}
 		bd := preStopDelay(back, dereg, injected)
 		if bd.kind == delayUnknown || (bd.seconds > fd.seconds && bd.seconds >= need) {
 			continue
