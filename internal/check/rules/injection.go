@@ -53,7 +53,7 @@ import (
 type injection struct {
 	who   string // "Kuma's kuma-sidecar (label kuma.io/sidecar-injection: enabled)"
 	stop  string // what it does at shutdown and why that is unknown
-	known bool   // its stop is resolved by ZD206
+	known bool   // its stop is known: it drops nothing (a Vault agent)
 }
 
 // injections lists the webhook-injected containers the pod gets, as far as
