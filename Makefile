@@ -172,18 +172,20 @@ lab-azure: deps
 # kube-apiserver stopped for 30 s (every mode; each fails unless zerodrop lost
 # nothing); on a data plane of two replicas, each replica's own zerodrop
 # process killed mid-plan, and lb-replica-restart on zerodrop installed from
-# the chart; then on the Azure emulator, 20 % of ARM requests failing (412,
-# 429, 500, slow) during churn, restarts and 20 SIGKILLs of the leader's
-# process at a plan's first PUT, zerodrop beside the real cloud-controller-
-# manager of cloud-provider-azure (upstream: in restart, restart-idle and
-# churn; shared-lb runs both on one load balancer). CHAOS_FLAGS adds flags to
-# the first (e.g. "--json chaos.json").
+# the chart; then on emulated Azure, with 30 other Services on the load
+# balancer and 20 % of ARM requests failing (412, 429, 500, slow) during
+# each act, restarts, restart-idle, churn and 20 SIGKILLs of the leader at a
+# plan's first write, zerodrop beside the real cloud-controller-manager of
+# cloud-provider-azure (upstream), and zerodrop writing the CCM's own load
+# balancer beside it (--azure-shared-lb). CHAOS_FLAGS adds flags to the
+# first (e.g. "--json chaos.json").
 CHAOS_FLAGS   ?=
 chaos: deps
 	$(GO) run -tags lab ./cmd/zerodrop lab --scenario kill-mid-plan,apiserver-down --mode all --backend both --traffic-policy both $(CHAOS_FLAGS)
 	$(GO) run -tags lab ./cmd/zerodrop lab --scenario kill-mid-plan --mode zerodrop --backend both --traffic-policy both --data-plane-replicas 2 $(CHAOS_FLAGS)
 	$(GO) run -tags lab ./cmd/zerodrop lab --scenario lb-replica-restart --mode zerodrop --backend both --traffic-policy both --data-plane-replicas 2 --from-chart $(CHAOS_FLAGS)
-	$(GO) run -tags lab ./cmd/zerodrop lab --provider azure-emulator --scenario all --mode all --azure-fault-rate 0.2
+	$(GO) run -tags lab ./cmd/zerodrop lab --provider azure-emulator --scenario restart,restart-idle,churn,kill-mid-plan --mode upstream,zerodrop --azure-services 30 --azure-fault-rate 0.2 --arm-latency 1s
+	$(GO) run -tags lab ./cmd/zerodrop lab --provider azure-emulator --scenario restart,churn --mode zerodrop --azure-shared-lb --azure-services 5 --azure-fault-rate 0.2 --arm-latency 1s
 
 # A shorter walk-through: zerodrop's writes on first start and on restart.
 demo: deps

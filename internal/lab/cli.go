@@ -30,7 +30,6 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/upstream"
 	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/azure"
-	"zerodrop.dev/zerodrop/internal/lab/worlds/azurewrites"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/haproxy"
 )
 
@@ -40,9 +39,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// A controller pod of the upstream and recipe modes.
 		return upstream.Main(args[1:], stderr)
 	}
-	if len(args) > 0 && args[0] == azurewrites.AzureCommand {
-		// A controller process of the emulator lab's kill-mid-plan.
-		return azurewrites.AzureControllerMain(args[1:], stderr)
+	if len(args) > 0 && args[0] == azure.Command {
+		// A controller pod on emulated Azure.
+		return azure.ControllerMain(args[1:], stderr)
 	}
 	f, code, ok := parseFlags(args, stderr)
 	if !ok {
@@ -50,16 +49,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch f.prov {
 	case "haproxy":
-	case azurewrites.ProviderAzureEmulator:
-		if azureTraffic(f.scenario) {
-			break
-		}
-		if f.dryRun {
-			return dryRunAzure(f, stdout, stderr)
-		}
-		return runAzureWrites(ctx, f, stdout, stderr)
+	case ProviderAzureEmulator:
 	default:
-		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, azurewrites.ProviderAzureEmulator)
+		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, ProviderAzureEmulator)
 		return 2
 	}
 	opts, notRun, ok := f.options(stderr)
@@ -68,7 +60,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var points []azure.Options
 	opts.World = haproxy.New(haproxy.Options{LoadBalancers: f.dataPlane})
-	if f.prov == azurewrites.ProviderAzureEmulator {
+	if f.prov == ProviderAzureEmulator {
 		if points, ok = f.azureOptions(opts, stderr); !ok {
 			return 2
 		}
@@ -107,9 +99,7 @@ type flags struct {
 	scenario, mode, backend, policy, jsonPath, htmlPath, dir, appSigterm, prov string
 	keep, fromChart, dryRun                                                    bool
 	rate, dataPlane, idleRestarts                                              int
-	faultRate                                                                  float64
-	ccmLBs, idleChange                                                         string
-	armLatency, lbPropagation, healthLag                                       string
+	az                                                                         azureFlags
 	recipe                                                                     scenarios.Recipe
 	gracePeriod                                                                time.Duration
 	chaos                                                                      scenarios.ChaosOptions
@@ -121,11 +111,11 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down, lb-replica-restart (with --data-plane-replicas), or all")
-	mode := fs.String("mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator, upstream and recipe are the real cloud-provider-azure, and gates is that CCM with zerodrop's gates only; without traffic: upstream,zerodrop)")
+	mode := fs.String("mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator, upstream and recipe are the real cloud-provider-azure, and gates is that CCM with zerodrop's gates only)")
 	backend := fs.String("backend", scenarios.BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
 	policy := fs.String("traffic-policy", scenarios.PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
 	jsonPath := fs.String("json", "", "write the JSON report to `FILE`")
-	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE` (default: "+defaultHTML+" in the repository; none with --provider "+azurewrites.ProviderAzureEmulator+")")
+	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE` (default: "+defaultHTML+" in the repository)")
 	dryRun := fs.Bool("dry-run", false, "check the flags and scenarios and print the runs the lab would make and what it would not run, with why; start nothing")
 	idleRestarts := fs.Int("idle-restarts", scenarios.DefaultIdleRestarts, "restart-idle: how often to restart the load balancer's writer (SIGKILL and SIGTERM in turn)")
 	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
@@ -141,15 +131,18 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		report.DefaultMidPlanKills, scenarios.DefaultChartKills))
 	fs.DurationVar(&chaos.APIServerOutage, "apiserver-outage", report.DefaultAPIServerOutage, "apiserver-down: how long kube-apiserver stays stopped")
 	appSigterm := fs.String("app-sigterm", traffic.AppSigtermGraceful, "graceful|exit: the workload's SIGTERM handling — a graceful shutdown, or none (exit at once, every connection closed without a word)")
-	faultRate := fs.Float64("azure-fault-rate", 0, "with --provider "+azurewrites.ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) once set up, e.g. 0.2")
-	idleChange := fs.String("azure-idle-change", azurewrites.IdleChangeNone, "with --provider "+azurewrites.ProviderAzureEmulator+": what restart-idle changes while the writer is down: "+strings.Join(azurewrites.IdleChanges, ", ")+" (a node joins; every Local Service's endpoints move to other nodes)")
-	ccmLBs := fs.String("azure-ccm-lbs", azurewrites.CCMSingleLB, "with --provider "+azurewrites.ProviderAzureEmulator+": upstream's cloud-provider-azure with one Standard load balancer ("+azurewrites.CCMSingleLB+") or "+azurewrites.CCMMultipleLBs+" (multipleStandardLoadBalancerConfigurations: two, nodes placed by availability set)")
-	armLatency := fs.String("arm-latency", azure.DefaultARMLatency.String(), "with --provider "+azurewrites.ProviderAzureEmulator+" and a traffic scenario: how long an ARM write's operation takes (a GET shows Updating until then); a comma-separated list sweeps")
-	lbPropagation := fs.String("lb-propagation", "0s", "with --provider "+azurewrites.ProviderAzureEmulator+" and a traffic scenario: how long after ARM's operation ends the data plane applies a write (no client can see it); a list sweeps")
-	healthLag := fs.String("health-lag", "0s", "with --provider "+azurewrites.ProviderAzureEmulator+" and a traffic scenario: how old the rule-health operation's answer is (zerodrop mode reads it); a list sweeps")
+	var az azureFlags
+	fs.Float64Var(&az.faultRate, "azure-fault-rate", 0, "with --provider "+ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) during each scenario's act, e.g. 0.2")
+	fs.StringVar(&az.idleChange, "azure-idle-change", azure.IdleChangeNone, "with --provider "+ProviderAzureEmulator+": what restart-idle changes while the writer is down: "+strings.Join(azure.IdleChanges, " or ")+" (every Local other Service's endpoints move to other nodes; see --azure-services)")
+	fs.StringVar(&az.ccmLBs, "azure-ccm-lbs", azure.CCMSingleLB, "with --provider "+ProviderAzureEmulator+": cloud-provider-azure with one Standard load balancer ("+azure.CCMSingleLB+") or "+azure.CCMMultipleLBs+" (multipleStandardLoadBalancerConfigurations: two, nodes placed by availability set)")
+	fs.IntVar(&az.services, "azure-services", 0, "with --provider "+ProviderAzureEmulator+": `N` other Services beside the workload's, node-backed, half of them Local, without traffic (their endpoints written by the lab): the load balancer's other tenants")
+	fs.BoolVar(&az.sharedLB, "azure-shared-lb", false, "with --provider "+ProviderAzureEmulator+": zerodrop mode writes the CCM's internal load balancer, with the CCM running beside it and writing the other Services (--azure-services)")
+	fs.StringVar(&az.armLatency, "arm-latency", azure.DefaultARMLatency.String(), "with --provider "+ProviderAzureEmulator+": how long an ARM write's operation takes (a GET shows Updating until then); a comma-separated list sweeps")
+	fs.StringVar(&az.lbPropagation, "lb-propagation", "0s", "with --provider "+ProviderAzureEmulator+": how long after ARM's operation ends the data plane applies a write (no client can see it); a list sweeps")
+	fs.StringVar(&az.healthLag, "health-lag", "0s", "with --provider "+ProviderAzureEmulator+": how old the rule-health operation's answer is (zerodrop mode reads it); a list sweeps")
 	fromChart := fs.Bool("from-chart", false, "zerodrop mode: install zerodrop from the repository's chart (helm template, applied per run; the data plane a DaemonSet on the load-balancer hosts), with --data-plane-replicas")
 	dataPlane := fs.Int("data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
-	prov := fs.String("provider", "haproxy", "haproxy|"+azurewrites.ProviderAzureEmulator+" (azure-emulator: rollout, rollout-local, scale-down and drain-node with traffic through the emulated load balancer, restart-idle beside them; or, without traffic, restart, churn, kill-mid-plan, restart-idle and shared-lb; see docs/azure.md)")
+	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: the scenarios with traffic through an emulated Azure load balancer, written by the real cloud-provider-azure or by zerodrop; see docs/azure.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down,lb-replica-restart|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator [--arm-latency LIST] [--lb-propagation LIST] [--health-lag LIST]] [--rate N] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
@@ -169,9 +162,9 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		return flags{}, 2, false
 	}
 	return flags{scenario: *scenario, mode: *mode, backend: *backend, policy: *policy, jsonPath: *jsonPath, htmlPath: *htmlPath,
-		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, faultRate: *faultRate, ccmLBs: *ccmLBs, idleChange: *idleChange,
+		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, az: az,
 		fromChart: *fromChart, dataPlane: *dataPlane, prov: *prov, dryRun: *dryRun, idleRestarts: *idleRestarts,
-		armLatency: *armLatency, lbPropagation: *lbPropagation, healthLag: *healthLag, gracePeriod: *gracePeriod}, 0, true
+		gracePeriod: *gracePeriod}, 0, true
 }
 
 // options checks the flags of the HAProxy lab and turns them into the
@@ -215,11 +208,11 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, bool) {
 		return scenarios.Options{}, nil, false
 	}
 	if opts.Modes = parseModes(f.mode); opts.Modes == nil {
-		fmt.Fprintf(stderr, "zerodrop lab: --mode %q: want upstream, recipe, zerodrop (comma-separated; gates with --provider %s) or all\n", f.mode, azurewrites.ProviderAzureEmulator)
+		fmt.Fprintf(stderr, "zerodrop lab: --mode %q: want upstream, recipe, zerodrop (comma-separated; gates with --provider %s) or all\n", f.mode, ProviderAzureEmulator)
 		return scenarios.Options{}, nil, false
 	}
-	if slices.Contains(opts.Modes, report.ModeGates) && f.prov != azurewrites.ProviderAzureEmulator {
-		fmt.Fprintf(stderr, "zerodrop lab: --mode gates keeps the cloud's own writer and adds zerodrop's gates: it runs with --provider %s only\n", azurewrites.ProviderAzureEmulator)
+	if slices.Contains(opts.Modes, report.ModeGates) && f.prov != ProviderAzureEmulator {
+		fmt.Fprintf(stderr, "zerodrop lab: --mode gates keeps the cloud's own writer and adds zerodrop's gates: it runs with --provider %s only\n", ProviderAzureEmulator)
 		return scenarios.Options{}, nil, false
 	}
 	if opts.Backends, ok = oneOrBoth(f.backend, scenarios.BackendIP, scenarios.BackendNode); !ok {
@@ -242,6 +235,10 @@ func (f flags) addScenarios(opts *scenarios.Options, stderr io.Writer) (notRun [
 		name = strings.TrimSpace(name)
 		if name == "all" {
 			for _, s := range scenarios.All {
+				if f.prov == ProviderAzureEmulator && !slices.Contains(AzureScenarios, s.Name) {
+					notRun = append(notRun, fmt.Sprintf("%s: does not run on emulated Azure", s.Name))
+					continue
+				}
 				if err := scenarios.Runs(s.Name, f.dataPlane, f.fromChart); err != nil {
 					notRun = append(notRun, err.Error())
 					continue
@@ -274,6 +271,7 @@ func finish(start time.Time, opts scenarios.Options, results []report.Result, er
 	if len(results) > 0 {
 		fmt.Fprintln(stdout)
 		report.WriteTable(stdout, results, opts.Modes)
+		writeAzureFigures(stdout, results)
 		report.WriteErrors(stderr, results)
 		fmt.Fprintf(stdout, "\n%d runs in %s\n", len(results), report.FormatDuration(time.Since(start)))
 	}

@@ -13,50 +13,60 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
 	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/azure"
-	"zerodrop.dev/zerodrop/internal/lab/worlds/azurewrites"
 )
 
-// AzureTrafficScenarios are the scenarios `zerodrop lab --provider
-// azure-emulator` runs with traffic through the emulated load balancer (the
-// HAProxy lab's scenarios on emulated Azure); its other scenarios count ARM
-// writes (package worlds/azurewrites).
-var AzureTrafficScenarios = scenarios.NamesIn(world.AzureTraffic)
+// ProviderAzureEmulator is the --provider value of the world of emulated
+// Azure (package worlds/azure).
+const ProviderAzureEmulator = "azure-emulator"
 
-// azureTraffic reports whether --scenario names a traffic scenario:
-// restart-idle is both a traffic scenario and one of the emulator lab's, and
-// runs with traffic when named beside another traffic scenario.
-func azureTraffic(scenario string) bool {
-	for _, name := range strings.Split(scenario, ",") {
-		if name = strings.TrimSpace(name); name != "restart-idle" && slices.Contains(AzureTrafficScenarios, name) {
-			return true
-		}
-	}
-	return false
+// AzureScenarios are the scenarios `zerodrop lab --provider
+// azure-emulator` runs, from the lab's one table (scenarios.Table).
+var AzureScenarios = scenarios.NamesIn(world.Azure)
+
+// azureFlags are the flags of the world of emulated Azure.
+type azureFlags struct {
+	faultRate                            float64
+	services                             int
+	sharedLB                             bool
+	ccmLBs, idleChange                   string
+	armLatency, lbPropagation, healthLag string
 }
 
-// azureOptions checks the flags of the traffic lab on emulated Azure and
-// returns its clocks, one per point of the sweep (every ARM latency with
+// azureOptions checks the flags of the lab on emulated Azure and returns
+// the world's options, one per point of the sweep (every ARM latency with
 // every propagation delay and every health lag); false: a usage error,
 // reported on stderr.
 func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]azure.Options, bool) {
 	for _, name := range opts.Scenarios {
-		if !slices.Contains(AzureTrafficScenarios, name) {
-			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs %s with traffic and %s without (ARM writes only), not both at once: %s is of the second kind\n",
-				azurewrites.ProviderAzureEmulator, strings.Join(AzureTrafficScenarios, ", "), strings.Join(azurewrites.AzureScenarios, ", "), name)
+		if !slices.Contains(AzureScenarios, name) {
+			fmt.Fprintf(stderr, "zerodrop lab: --provider %s runs %s, not %s\n", ProviderAzureEmulator, strings.Join(AzureScenarios, ", "), name)
 			return nil, false
 		}
 	}
-	if f.faultRate != 0 || f.idleChange != azurewrites.IdleChangeNone || f.ccmLBs != azurewrites.CCMSingleLB {
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-fault-rate, --azure-idle-change and --azure-ccm-lbs are the emulator lab's (%s), not the traffic scenarios' of --provider %s\n",
-			strings.Join(azurewrites.AzureScenarios, ", "), azurewrites.ProviderAzureEmulator)
+	az := f.az
+	switch {
+	case az.faultRate < 0 || az.faultRate >= 1:
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-fault-rate %v: want a share from 0 to below 1\n", az.faultRate)
+		return nil, false
+	case !slices.Contains(azure.CCMLayouts, az.ccmLBs):
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-lbs %q: want %s\n", az.ccmLBs, strings.Join(azure.CCMLayouts, " or "))
+		return nil, false
+	case !slices.Contains(azure.IdleChanges, az.idleChange):
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-idle-change %q: want %s\n", az.idleChange, strings.Join(azure.IdleChanges, " or "))
+		return nil, false
+	case az.services < 0 || az.services > azure.MaxServices:
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-services %d: want 0 to %d\n", az.services, azure.MaxServices)
+		return nil, false
+	case az.sharedLB && az.ccmLBs != azure.CCMSingleLB:
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-shared-lb shares the CCM's one internal load balancer: not with --azure-ccm-lbs %s\n", az.ccmLBs)
 		return nil, false
 	}
 	if f.dataPlane != 0 || f.fromChart {
-		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas and --from-chart are the HAProxy data plane's, not --provider %s's\n", azurewrites.ProviderAzureEmulator)
+		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas and --from-chart are the HAProxy data plane's, not --provider %s's\n", ProviderAzureEmulator)
 		return nil, false
 	}
 	lists := map[string][]time.Duration{}
-	for _, fl := range []struct{ name, v string }{{"arm-latency", f.armLatency}, {"lb-propagation", f.lbPropagation}, {"health-lag", f.healthLag}} {
+	for _, fl := range []struct{ name, v string }{{"arm-latency", az.armLatency}, {"lb-propagation", az.lbPropagation}, {"health-lag", az.healthLag}} {
 		ds, err := durations(fl.v)
 		if err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: --%s %q: %v\n", fl.name, fl.v, err)
@@ -65,7 +75,7 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]azure.O
 		lists[fl.name] = ds
 	}
 	var bin string
-	if !f.dryRun && slices.ContainsFunc(opts.Modes, report.Mode.NodeBacked) {
+	if !f.dryRun && (az.sharedLB || slices.ContainsFunc(opts.Modes, report.Mode.NodeBacked)) {
 		var err error
 		if bin, err = ccm.Binary(); err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
@@ -76,7 +86,8 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]azure.O
 	for _, a := range lists["arm-latency"] {
 		for _, p := range lists["lb-propagation"] {
 			for _, h := range lists["health-lag"] {
-				points = append(points, azure.Options{ARMLatency: a, LBPropagation: p, HealthLag: h, CCMBinary: bin})
+				points = append(points, azure.Options{ARMLatency: a, LBPropagation: p, HealthLag: h, CCMBinary: bin,
+					Services: az.services, FaultRate: az.faultRate, CCMLoadBalancers: az.ccmLBs, SharedLB: az.sharedLB, IdleChange: az.idleChange})
 			}
 		}
 	}
@@ -154,4 +165,34 @@ func executeSweep(ctx context.Context, opts scenarios.Options, points []azure.Op
 		}
 	}
 	return finish(start, opts, results, err, notRun, jsonPath, htmlPath, stdout, stderr)
+}
+
+// writeAzureFigures prints, after the table, what the world of emulated
+// Azure counted in each run's act from the emulator's record.
+func writeAzureFigures(w io.Writer, results []report.Result) {
+	for _, r := range results {
+		a := r.Azure
+		if a == nil {
+			continue
+		}
+		name := r.Scenario + " " + r.Mode
+		fmt.Fprintf(w, "%s: %d LB PUTs, %d pool PUTs (%d changed something), %d 412s, %d 409s, %d superseded; %d faults injected, %d conflicts retried, %d Warning Events (%d surfaced a conflict), %d CCM error log lines\n",
+			name, a.LBPuts, a.PoolPuts, a.WritesChanged, a.PreconditionFailed, a.Conflicts, a.Superseded, a.Faults, a.ConflictsRetried,
+			a.WarningEvents, a.ConflictsSurfaced, a.ErrorLogLines)
+		if len(a.Stops) > 0 {
+			conf := ""
+			if a.CCMLoadBalancers != "" {
+				conf += ", " + a.CCMLoadBalancers + " load balancer layout"
+			}
+			if a.IdleChange != "" {
+				conf += ", " + a.IdleChange + " during each outage"
+			}
+			fmt.Fprintf(w, "%s%s: stops %v; writes %v, that changed something %v, backend addresses removed %v, probe or rule changes %v\n",
+				name, conf, a.Stops, r.WritesPerRestart, a.ChangedPerRestart, a.RemovedBackendsPerRestart, a.ProbeRuleChangesPerRestart)
+		}
+		for _, wf := range a.Writers {
+			fmt.Fprintf(w, "%s: %s: %d writes, %d 412s, %d 409s, %d superseded, %d Warning Events, removed of the other writer's: %v\n",
+				name, wf.Writer, wf.Writes, wf.PreconditionFailed, wf.Conflicts, wf.Superseded, wf.WarningEvents, wf.RemovedOthers)
+		}
+	}
 }

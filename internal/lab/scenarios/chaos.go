@@ -93,6 +93,7 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 		fig.Kills++
 		fig.KillVerbs = append(fig.KillVerbs, verb)
 		r.mark("SIGKILL %s at %q", w.name, verb)
+		r.stopping(fig.Kills-1, "SIGKILL")
 		if err := w.recover(ctx); err != nil {
 			return fmt.Errorf("kill %d: %w", fig.Kills, err)
 		}

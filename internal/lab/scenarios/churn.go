@@ -9,18 +9,29 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/model"
 )
 
 // actChurn scales up and down every 1.5 s while the Service is changed every
 // 2 s (health-check interval annotation and a second port, in turn), for
-// 15 s; then back to 3 replicas and the original Service.
+// 15 s, beside the world's own churn if it has one (world.Churner); then
+// back to 3 replicas and the original Service.
 func actChurn(ctx context.Context, r *run) error {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	wg.Add(2)
+	if c, ok := r.world.(world.Churner); ok {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.Churn(cctx); err != nil {
+				errs <- err
+			}
+		}()
+	}
 	go func() {
 		defer wg.Done()
 		for i := 0; traffic.SleepCtx(cctx, 1500*time.Millisecond); i++ {

@@ -104,10 +104,16 @@ func (r *run) restartIdlePod(ctx context.Context, i int) (int64, error) {
 		return 0, err
 	}
 	r.mark("%s %s", name, shortPod(target))
+	r.stopping(i, name)
 	if err := r.lab.agent.Signal(ctrlNamespace+"/"+target, sig); err != nil {
 		return 0, err
 	}
 	r.ctrls.gone(target)
+	if o, ok := r.world.(world.Outage); ok {
+		if err := o.DuringOutage(ctx, i); err != nil {
+			return 0, err
+		}
+	}
 	next, err := r.waitLeader(ctx, target)
 	if err != nil {
 		return 0, err
@@ -126,6 +132,7 @@ func (r *run) restartIdleWorld(ctx context.Context, w world.WriterRestarter, i i
 	if err := w.RestartWriter(ctx, sig, func(leader string) {
 		at, landedErr = r.landed()
 		r.mark("%s %s", name, leader)
+		r.stopping(i, name)
 	}); err != nil {
 		return 0, err
 	}

@@ -120,3 +120,11 @@ func (r *run) landed() (int64, error) {
 	}
 	return r.dp.Landed()
 }
+
+// stopping tells the world (world.RestartObserver) that the writer's stop
+// i is being sent.
+func (r *run) stopping(i int, stop string) {
+	if o, ok := r.world.(world.RestartObserver); ok {
+		o.Stopping(i, stop)
+	}
+}

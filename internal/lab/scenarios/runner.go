@@ -80,6 +80,12 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 	}
 	l.logf("%s: steady after %s", r.name(), time.Since(setupStart).Round(time.Millisecond))
 
+	measurer, _ := r.world.(world.Measurer)
+	if measurer != nil {
+		if err := measurer.ActStart(ctx); err != nil {
+			return res, err
+		}
+	}
 	base := r.counters()
 	landedBase, err := r.landed()
 	if err != nil {
@@ -118,6 +124,11 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 	lerr := r.figures(&res, snap, base, landedBase, lanes)
 	if err == nil {
 		err = lerr
+	}
+	if measurer != nil {
+		if merr := measurer.ActEnd(context.WithoutCancel(ctx), &res); err == nil {
+			err = merr
+		}
 	}
 	l.logFailures(r, snap)
 	if err == nil && sc.lossless && mode == report.ModeZerodrop {

@@ -25,36 +25,29 @@ var runnerWorlds = []world.Kind{world.OneHAProxy, world.Replicas, world.Chart}
 func runnerAnd(more ...world.Kind) []world.Kind { return slices.Concat(runnerWorlds, more) }
 
 // Table is the one list of where each scenario runs, for every world:
-// `all` and --dry-run's "not run" read it, and so does the emulator lab
-// (internal/lab/worlds/azurewrites) for its scenarios. Its order is the order of
-// each world's scenarios where the world lists them.
+// `all` and --dry-run's "not run" read it. Its order is the order of each
+// world's scenarios where the world lists them.
 var Table = []Where{
-	{Scenario: "rollout", Worlds: runnerAnd(world.AzureTraffic)},
-	{Scenario: "rollout-local", Worlds: runnerAnd(world.AzureTraffic)},
-	{Scenario: "scale-down", Worlds: runnerAnd(world.AzureTraffic)},
-	{Scenario: "drain-node", Worlds: runnerAnd(world.AzureTraffic)},
-	{Scenario: "restart", Worlds: runnerAnd(world.AzureWrites)},
-	{Scenario: "churn", Worlds: runnerAnd(world.AzureWrites)},
+	{Scenario: "rollout", Worlds: runnerAnd(world.Azure)},
+	{Scenario: "rollout-local", Worlds: runnerAnd(world.Azure)},
+	{Scenario: "scale-down", Worlds: runnerAnd(world.Azure)},
+	{Scenario: "drain-node", Worlds: runnerAnd(world.Azure)},
+	{Scenario: "restart", Worlds: runnerAnd(world.Azure)},
+	{Scenario: "churn", Worlds: runnerAnd(world.Azure)},
 	// Killing the writer mid-plan needs a writer whose plans follow the
 	// endpoints: the upstream controller's follow the nodes, which a
 	// rollout leaves alone.
-	{Scenario: report.ScenarioKillMidPlan, Worlds: runnerAnd(world.AzureWrites), Modes: []report.Mode{report.ModeZerodrop},
+	{Scenario: report.ScenarioKillMidPlan, Worlds: runnerAnd(world.Azure), Modes: []report.Mode{report.ModeZerodrop},
 		Why: "it kills zerodrop's writer at the first write of a plan; the upstream controller's plans follow the nodes, which a rollout leaves alone"},
 	// restart-idle and apiserver-down are about the leader as the writer
 	// of the one HAProxy, which the lab's replicas have not; installed
 	// from the chart they run, on the chart's controller and data-plane
 	// processes.
-	{Scenario: scenarioRestartIdle, Worlds: []world.Kind{world.OneHAProxy, world.Chart, world.AzureTraffic, world.AzureWrites}},
-	{Scenario: ScenarioSharedLB, Worlds: []world.Kind{world.AzureWrites}, Modes: []report.Mode{report.ModeZerodrop},
-		Why: "it runs zerodrop's writer beside the cloud's on one load balancer"},
+	{Scenario: scenarioRestartIdle, Worlds: []world.Kind{world.OneHAProxy, world.Chart, world.Azure}},
 	{Scenario: report.ScenarioAPIServerDown, Worlds: []world.Kind{world.OneHAProxy, world.Chart}},
 	{Scenario: ScenarioLBReplicaRestart, Worlds: []world.Kind{world.Replicas, world.Chart}, Modes: []report.Mode{report.ModeZerodrop},
 		Why: "it disrupts zerodrop's data plane of replicas, which the other modes have not"},
 }
-
-// ScenarioSharedLB is the emulator lab's scenario of two writers on one
-// load balancer.
-const ScenarioSharedLB = "shared-lb"
 
 // WhereIs is scenario's row of Table.
 func WhereIs(scenario string) (Where, bool) {

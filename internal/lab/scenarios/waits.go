@@ -6,6 +6,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,13 +14,20 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // restartController deletes the controller pod that writes (the leader), as
 // a rolling update of the controller or a deleted pod does: its ReplicaSet
 // starts a replacement at once, and the old pod stops (zerodrop's with its
-// preStop sleep and SIGTERM). It returns when a replacement is ready.
+// preStop sleep and SIGTERM). It returns when a replacement is ready. Where
+// the world runs the writer (on emulated Azure the CCM), the world
+// restarts it.
 func (r *run) restartController(ctx context.Context) error {
+	if w, ok := r.world.(world.WriterRestarter); ok && w.RestartsWriter() {
+		// The world runs the writer: SIGTERM, as a pod's deletion sends.
+		return w.RestartWriter(ctx, syscall.SIGTERM, func(leader string) { r.mark("restart %s", leader) })
+	}
 	target, err := r.waitLeader(ctx, "")
 	if err != nil {
 		return err

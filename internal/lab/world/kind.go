@@ -15,10 +15,7 @@ const (
 	// Chart is zerodrop installed from the chart, its data plane a
 	// DaemonSet (--from-chart).
 	Chart Kind = "the chart's install"
-	// AzureTraffic is emulated Azure with traffic through azuredp
+	// Azure is emulated Azure with traffic through azuredp
 	// (internal/lab/worlds/azure).
-	AzureTraffic Kind = "Azure with traffic"
-	// AzureWrites is emulated Azure counting ARM writes, without traffic
-	// (internal/lab/worlds/azurewrites).
-	AzureWrites Kind = "Azure counting writes"
+	Azure Kind = "emulated Azure"
 )

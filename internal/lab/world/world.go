@@ -128,3 +128,39 @@ func IdleStop(i int) (sig syscall.Signal, name string) {
 type Variant interface {
 	Variant() string
 }
+
+// Measurer is a Run that measures the act itself, beside what the runner
+// measures (on emulated Azure: the ARM record's writes by kind, 412s,
+// injected faults, Warning Events).
+type Measurer interface {
+	// ActStart is called once the run is steady, before its traffic and
+	// act: what the world counts from here is the act's.
+	ActStart(ctx context.Context) error
+	// ActEnd is called once the act is over; it adds the world's figures
+	// of the act to res, and fails the run where the world's own checks
+	// do.
+	ActEnd(ctx context.Context, res *report.Result) error
+}
+
+// RestartObserver is a Run told of each stop of the writer in the
+// scenarios that stop it (restart-idle, kill-mid-plan), as it is sent:
+// i from 0, stop the signal's name. The world's figures per restart are
+// cut there.
+type RestartObserver interface {
+	Stopping(i int, stop string)
+}
+
+// Outage is a Run with something to change while the writer is down:
+// restart-idle calls DuringOutage(i) once stop i has been sent, before a
+// new writer leads (a world that restarts its own writer calls it
+// itself).
+type Outage interface {
+	DuringOutage(ctx context.Context, i int) error
+}
+
+// Churner is a Run with churn of its own: the churn scenario runs Churn
+// beside its own changes, until ctx ends (the world counts them among its
+// figures).
+type Churner interface {
+	Churn(ctx context.Context) error
+}

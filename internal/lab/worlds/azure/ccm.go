@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/supervisor"
@@ -41,6 +42,7 @@ func (a *run) startCCM() error {
 	p, err := ccm.Start(ccm.Config{
 		Binary: a.w.opts.CCMBinary, Dir: a.env.Dir, Kubeconfig: a.kubeconfig,
 		Emulator: a.served, Identity: name, Resources: ccmResources, LeaseNamespace: a.env.NS,
+		Extra: ccmCloudConfig(a.w.opts.CCMLoadBalancers),
 	}, name)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
@@ -87,6 +89,9 @@ func (a *run) RestartWriter(ctx context.Context, sig syscall.Signal, atKill func
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if err := a.DuringOutage(ctx, len(a.act.stops)-1); err != nil {
+		return err
+	}
 	if err := a.startCCM(); err != nil {
 		return err
 	}
@@ -102,4 +107,44 @@ func (a *run) RestartWriter(ctx context.Context, sig syscall.Signal, atKill func
 	}
 	a.env.Mark("leader %s", next.name)
 	return nil
+}
+
+// The CCM's load-balancer layouts (Options.CCMLoadBalancers).
+const (
+	CCMSingleLB    = "single"
+	CCMMultipleLBs = "multiple"
+)
+
+// CCMLayouts are the layouts, the default first.
+var CCMLayouts = []string{CCMSingleLB, CCMMultipleLBs}
+
+// ccmCloudConfig is what the layout adds to the CCM's cloud config:
+// multipleStandardLoadBalancerConfigurations with the cluster's load
+// balancer and a second, each the primary of one availability set (the
+// CCM places a node by its VM's availability set,
+// pkg/provider/azure_standard.go).
+func ccmCloudConfig(layout string) map[string]any {
+	if layout != CCMMultipleLBs {
+		return nil
+	}
+	return map[string]any{"multipleStandardLoadBalancerConfigurations": []map[string]any{
+		{"name": "kubernetes", "primaryVMSet": "as-1"},
+		{"name": "kubernetes-2", "primaryVMSet": "as-2"},
+	}}
+}
+
+// seedLayout gives each node a virtual machine in an availability set
+// (the first two nodes as-1, the others as-2) where the layout places
+// nodes by them.
+func (a *run) seedLayout() {
+	if a.w.opts.CCMLoadBalancers != CCMMultipleLBs {
+		return
+	}
+	for _, n := range a.env.Net.Net.Nodes {
+		set := "as-1"
+		if n.Index > 2 {
+			set = "as-2"
+		}
+		a.emu.SeedVirtualMachine(azSub, azGroup, cluster.NodeName(n.Index), set)
+	}
 }

@@ -14,6 +14,7 @@
 package azure
 
 import (
+	"fmt"
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
@@ -35,6 +36,24 @@ type Options struct {
 	// CCMBinary is cloud-provider-azure's cloud-controller-manager
 	// (default: built or taken from the cache).
 	CCMBinary string
+	// Services are the run's other Services beside the workload's
+	// (services.go): node-backed, half of them Local, without traffic.
+	Services int
+	// FaultRate is the share of ARM requests (polls aside) the emulator
+	// fails during the act: 412s, 429s, 500s and slow answers in equal
+	// shares, none twice in a row on one load balancer.
+	FaultRate float64
+	// CCMLoadBalancers is the CCM's load-balancer layout: CCMSingleLB
+	// (default) or CCMMultipleLBs.
+	CCMLoadBalancers string
+	// SharedLB runs zerodrop mode's controllers beside the CCM, on the
+	// CCM's internal load balancer (--azure-load-balancers
+	// kubernetes-internal), as beside AKS's managed CCM; the other
+	// Services are then the CCM's (shared.go).
+	SharedLB bool
+	// IdleChange is what restart-idle changes while the writer is down
+	// (IdleChanges; default IdleChangeNone).
+	IdleChange string
 }
 
 // Clock is the options' clocks as the report names them (no grace period:
@@ -88,5 +107,17 @@ var ccmResources = ccm.Resources{SubscriptionID: azSub, ResourceGroup: azGroup, 
 
 var _ world.Variant = (*World)(nil)
 
-// Variant is the world's clocks (a sweep's first point).
-func (w *World) Variant() string { return w.opts.Clock().String() }
+// Variant is the world's clocks (a sweep's first point) and its other
+// options.
+func (w *World) Variant() string {
+	o := w.opts
+	layout, change := o.CCMLoadBalancers, o.IdleChange
+	if layout == "" {
+		layout = CCMSingleLB
+	}
+	if change == "" {
+		change = IdleChangeNone
+	}
+	return fmt.Sprintf("%s, other Services %d, ARM fault rate %g, CCM load balancers %s, shared load balancer %t, change while the writer is down %s",
+		o.Clock(), o.Services, o.FaultRate, layout, o.SharedLB, change)
+}

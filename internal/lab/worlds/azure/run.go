@@ -62,6 +62,9 @@ type run struct {
 	stopLag    func()
 	ccm        ccmSet
 	svc        types.NamespacedName // the workload's Service
+	act        actRecord            // the act's stretch of the record (act.go)
+	othersErr  error                // creating the other Services (services.go)
+	shifts     map[int]int          // moves of each other Service's endpoints (churn.go)
 }
 
 // NewRun is the world's side of one run.
@@ -77,6 +80,7 @@ func (a *run) Start(ctx context.Context) (err error) {
 	a.emu = azurearm.New(azurearm.Options{Seed: uint64(env.ID), AddressPrefix: pool, WriteLatency: o.ARMLatency})
 	a.emu.SeedSubnet(azSub, azGroup, azVNet, azSubnetName, pool)
 	a.emu.SeedSecurityGroup(azSub, azGroup, azNSG)
+	a.seedLayout()
 	if err := os.MkdirAll(env.Dir, 0o755); err != nil {
 		return err
 	}
@@ -98,7 +102,7 @@ func (a *run) Start(ctx context.Context) (err error) {
 	var health azurearm.RuleHealth
 	health, a.stopLag = a.dp.LaggedRuleHealth(o.HealthLag)
 	a.emu.SetRuleHealth(health)
-	if !env.Mode.NodeBacked() {
+	if !a.ccmRuns() {
 		return nil
 	}
 	server := env.CP.Config.Host
@@ -116,9 +120,9 @@ func (a *run) Start(ctx context.Context) (err error) {
 	return nil
 }
 
-// Stop stops everything Start started, and deletes the workload's
-// Service: the next run's cloud-controller-manager would take this one's
-// classless Service too. Its writer is stopped: its cleanup finalizer goes
+// Stop stops everything Start started, and deletes the run's Services:
+// the next run's cloud-controller-manager would take this one's classless
+// Services too. Its writer is stopped: its cleanup finalizer goes
 // with the run.
 func (a *run) Stop() {
 	for _, c := range a.ccm.procs {
@@ -127,11 +131,7 @@ func (a *run) Stop() {
 		}
 	}
 	if a.svc.Name != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		services := a.env.CP.Client.CoreV1().Services(a.svc.Namespace)
-		_ = services.Delete(ctx, a.svc.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
-		_, _ = services.Patch(ctx, a.svc.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		a.deleteServices()
 	}
 	if a.stopLag != nil {
 		a.stopLag()
@@ -156,12 +156,12 @@ func (a *run) OwnsWriters() bool { return a.env.Mode.NodeBacked() && !a.env.Mode
 func (a *run) ControllerArgs([]string) []string {
 	env := a.env
 	args := []string{
-		"lab", "azure-controller", "--emulator=" + a.served.URL, "--emulator-ca=" + a.served.CAFile,
+		"lab", Command, "--emulator=" + a.served.URL, "--emulator-ca=" + a.served.CAFile,
 		"--provider=azure",
 		"--kubeconfig=" + env.Net.Kubeconfig,
 		"--load-balancer-class=" + env.Class,
 		"--azure-subscription-id=" + azSub, "--azure-resource-group=" + azGroup,
-		"--azure-load-balancers=" + azLB, "--azure-subnet-id=" + azSubnetID(), "--azure-location=" + azLocation,
+		"--azure-load-balancers=" + a.zerodropLB(), "--azure-subnet-id=" + azSubnetID(), "--azure-location=" + azLocation,
 	}
 	if env.Mode == report.ModeGates {
 		// The gates read the CCM's load balancer for the run's
@@ -187,8 +187,11 @@ func (a *run) Service(svc *corev1.Service) {
 	}
 }
 
-// ServiceCreated: nothing to learn.
-func (a *run) ServiceCreated(*corev1.Service) {}
+// ServiceCreated creates the run's other Services (services.go) beside
+// the workload's.
+func (a *run) ServiceCreated(*corev1.Service) {
+	a.othersErr = a.createOthers(context.Background())
+}
 
 // Forwards: zerodrop's controller pods reach the run's ARM emulator on
 // their loopback, as they reach the API server.
@@ -270,4 +273,21 @@ func (a *run) OnWrite(f func(verb string)) {
 		}
 		f(verb)
 	})
+}
+
+// deleteServices deletes the run's Services and the CCM's finalizers on
+// them: the run's writers are stopped.
+func (a *run) deleteServices() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	services := a.env.CP.Client.CoreV1().Services(a.env.NS)
+	list, err := services.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		a.env.Logf("%s: list the run's Services: %v", a.env.Name, err)
+		return
+	}
+	for _, s := range list.Items {
+		_ = services.Delete(ctx, s.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+		_, _ = services.Patch(ctx, s.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	}
 }

@@ -1,0 +1,62 @@
+package azure
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+
+	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
+)
+
+// TestIsKlogError: the CCM's error log lines are klog's of severity E only.
+func TestIsKlogError(t *testing.T) {
+	for line, want := range map[string]bool{
+		`E1127 05:17:53.073714    4354 controller.go:302] "Unhandled Error" err=<`: true,
+		`I1127 05:17:53.073714    4354 controller.go:302] "Ensured load balancer"`: false,
+		`W1127 05:17:53.073714    4354 azure.go:1] "slow"`:                         false,
+		`Error: something`:        false,
+		`E112 7`:                  false,
+		`	get PLS: GET https://x`: false,
+	} {
+		if got := isKlogError(line); got != want {
+			t.Errorf("isKlogError(%q) = %v, want %v", line, got, want)
+		}
+	}
+}
+
+// TestRecordFigures: writes are counted by kind and by what they changed,
+// a removed backend address once per address, a probe or rule change per
+// changed line, and a writer's removal of the other writer's child (not
+// its own) is named.
+func TestRecordFigures(t *testing.T) {
+	calls := []azurearm.Call{
+		{Client: "ccm-1", Method: http.MethodGet, Kind: "loadBalancer", Status: 200},
+		{Client: "ccm-1", Method: http.MethodPut, Kind: "loadBalancer", Status: 200, Changes: []string{
+			"- properties.loadBalancingRules[zd-a.b.tcp-80].name = zd-a.b.tcp-80",
+			"~ properties.probes[p1].properties.intervalInSeconds: 5 -> 15",
+		}},
+		{Client: "zerodrop", Method: http.MethodPut, Kind: "backendAddressPool", Status: 200, Changes: []string{
+			"- properties.loadBalancerBackendAddresses[a1].properties.ipAddress = 10.0.0.1",
+			"- properties.loadBalancerBackendAddresses[a1].name = a1",
+		}},
+		{Client: "zerodrop", Method: http.MethodPut, Kind: "loadBalancer", Status: http.StatusPreconditionFailed},
+		{Client: "zerodrop", Method: http.MethodPut, Kind: "loadBalancer", Status: 200, Changes: []string{
+			"- properties.loadBalancingRules[zd-own].name = zd-own",
+		}},
+	}
+	f := figuresOf(calls)
+	if f.writes != 4 || f.lbPuts != 3 || f.poolPuts != 1 || f.changed != 3 || f.gets != 1 || f.preconditionFailed != 1 {
+		t.Errorf("figures %+v: want 4 writes (3 LB PUTs, 1 pool PUT), 3 changed, 1 read, 1 412", f)
+	}
+	d := diffsOf(calls)
+	if d.removedBackends != 1 || d.probeOrRule != 3 {
+		t.Errorf("diffs %+v: want 1 backend removed, 3 probe or rule changes", d)
+	}
+	ws := writerFigures(calls)
+	if len(ws) != 2 || ws[0].Writer != zerodropIdentity || ws[1].Writer != ccmWriter {
+		t.Fatalf("writers %+v: want zerodrop, then the CCM", ws)
+	}
+	if len(ws[0].RemovedOthers) != 0 || !slices.Equal(ws[1].RemovedOthers, []string{"zd-a.b.tcp-80"}) {
+		t.Errorf("removed of the other's: zerodrop %v, CCM %v; want none, and zerodrop's rule", ws[0].RemovedOthers, ws[1].RemovedOthers)
+	}
+}
