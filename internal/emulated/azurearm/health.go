@@ -24,8 +24,12 @@ import (
 // Reference: https://learn.microsoft.com/rest/api/load-balancer/load-balancer-load-balancing-rules/health
 
 // BackendHealth is one backend address's state in a rule-health answer:
-// State "Up" or "Down", with a reason.
-type BackendHealth struct{ IPAddress, State, Reason string }
+// State "Up" or "Down", with a reason. IPConfigurationID, when the data
+// plane knows it (a member of a NIC-based pool), is answered as the entry's
+// networkInterfaceIPConfigurationId (LoadBalancerHealthPerRulePerBackendAddress
+// in the REST reference below: "Resource ID of the Network Interface IP
+// Configuration"); IPAddress may then be empty, and is left out.
+type BackendHealth struct{ IPAddress, IPConfigurationID, State, Reason string }
 
 // RuleHealth answers the rule-health operation for a rule of a load
 // balancer in a resource group.
@@ -121,8 +125,14 @@ func healthResult(q healthQuery, health RuleHealth) *reply {
 		} else {
 			*res.Down++
 		}
-		res.LoadBalancerBackendAddresses = append(res.LoadBalancerBackendAddresses, &armnetwork.LoadBalancerHealthPerRulePerBackendAddress{
-			IPAddress: to.Ptr(b.IPAddress), State: to.Ptr(b.State), Reason: to.Ptr(b.Reason)})
+		a := &armnetwork.LoadBalancerHealthPerRulePerBackendAddress{State: to.Ptr(b.State), Reason: to.Ptr(b.Reason)}
+		if b.IPAddress != "" {
+			a.IPAddress = to.Ptr(b.IPAddress)
+		}
+		if b.IPConfigurationID != "" {
+			a.NetworkInterfaceIPConfigurationID = to.Ptr(b.IPConfigurationID)
+		}
+		res.LoadBalancerBackendAddresses = append(res.LoadBalancerBackendAddresses, a)
 	}
 	body, err := json.Marshal(res)
 	if err != nil {

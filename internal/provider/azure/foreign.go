@@ -3,6 +3,7 @@ package azure
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
@@ -20,8 +21,10 @@ import (
 // Service port and protocol), not by the name the other controller gave it
 // (cloud-provider-azure's "a<uid>-TCP-<port>" is its business). Each
 // document is read at most once per BackendsMaxAge, as Backends', and only
-// the last one ARM reported Succeeded is believed (applied.go). See
-// docs/azure.md, "Gate-only Services".
+// the last one ARM reported Succeeded is believed (applied.go). A NIC-based
+// pool (the CCM's default, nodeIPConfiguration) names ipconfigs, not
+// addresses: they are read back to addresses through the NIC lists, also
+// GETs (nicpools.go). See docs/azure.md, "Gate-only Services".
 
 var _ provider.ForeignReader = (*Provider)(nil)
 
@@ -45,7 +48,7 @@ func (p *Provider) ForeignRule(ctx context.Context, frontend string, port int32,
 			if fe == nil || fe.Properties == nil || model.CanonicalIP(str(fe.Properties.PrivateIPAddress)) != want {
 				continue
 			}
-			return p.foreignRule(lb, c, r), nil
+			return p.foreignRule(ctx, lb, c, r)
 		}
 	}
 	return nil, nil
@@ -71,7 +74,9 @@ func (p *Provider) foreignDoc(ctx context.Context, lb string) (*armnetwork.LoadB
 
 // foreignRule reads rule r of load balancer lb: its pools' addresses (on
 // the rule's backend port), its probe, and the rule health known of each.
-func (p *Provider) foreignRule(lb string, c children, r *armnetwork.LoadBalancingRule) *provider.ForeignRule {
+// A pool's addresses are its own (nodeIP pools) or, for a NIC-based pool,
+// those of the ipconfigs it names (nicpools.go).
+func (p *Provider) foreignRule(ctx context.Context, lb string, c children, r *armnetwork.LoadBalancingRule) (*provider.ForeignRule, error) {
 	rp := r.Properties
 	out := &provider.ForeignRule{LB: lb, Rule: str(r.Name), FloatingIP: rp.EnableFloatingIP != nil && *rp.EnableFloatingIP,
 		Settle: settle(minProbeInterval)}
@@ -98,6 +103,19 @@ func (p *Provider) foreignRule(lb string, c children, r *armnetwork.LoadBalancin
 			out.Backends = append(out.Backends, provider.BackendStatus{Listener: listener, Address: b.Address, Port: b.Port,
 				State: b.State, Connections: -1})
 		}
+		ids := poolIPConfigs(pool)
+		if len(ids) == 0 {
+			continue
+		}
+		addrs, err := p.resolveIPConfigs(ctx, ids)
+		if err != nil {
+			return nil, fmt.Errorf("pool %s of rule %s: %w", str(pool.Name), listener, err)
+		}
+		for _, id := range ids {
+			// A NIC's ipconfig has no admin state: it is in the pool, active.
+			out.Backends = append(out.Backends, provider.BackendStatus{Listener: listener,
+				Address: addrs[strings.ToLower(id)], Port: backendPort, State: model.Active, Connections: -1})
+		}
 	}
 	if p.opts.RuleHealth && len(out.Backends) > 0 {
 		now := time.Now()
@@ -107,5 +125,5 @@ func (p *Provider) foreignRule(lb string, c children, r *armnetwork.LoadBalancin
 		}
 		p.mu.Unlock()
 	}
-	return out
+	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 	"golang.org/x/time/rate"
 
 	"zerodrop.dev/zerodrop/internal/model"
@@ -203,11 +204,33 @@ func (p *Provider) readRuleHealth(ctx context.Context, key, rule string) (up map
 	}
 	up = map[string]bool{}
 	for _, a := range res.LoadBalancerBackendAddresses {
-		if a != nil && a.IPAddress != nil {
-			up[model.CanonicalIP(*a.IPAddress)] = a.State != nil && *a.State == "Up"
+		if addr := p.healthAddress(a); addr != "" {
+			up[addr] = a.State != nil && *a.State == "Up"
 		}
 	}
 	return up, false, nil
+}
+
+// healthAddress is the address a rule-health entry is about. An entry of
+// a NIC-based pool names its member's ipconfig
+// (networkInterfaceIPConfigurationId, LoadBalancerHealthPerRulePerBackendAddress
+// in the REST reference above): that ipconfig's address as the NIC lists
+// read it (nicpools.go) is the one the pool was reported with, so it is
+// used when known; else the entry's ipAddress, as for nodeIP pools. "":
+// neither.
+func (p *Provider) healthAddress(a *armnetwork.LoadBalancerHealthPerRulePerBackendAddress) string {
+	if a == nil {
+		return ""
+	}
+	if a.NetworkInterfaceIPConfigurationID != nil {
+		if addr := p.cachedIPConfig(*a.NetworkInterfaceIPConfigurationID); addr != "" {
+			return addr
+		}
+	}
+	if a.IPAddress != nil {
+		return model.CanonicalIP(*a.IPAddress)
+	}
+	return ""
 }
 
 // refusedStatus: the answers to the operation's POST that say this cloud

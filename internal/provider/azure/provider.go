@@ -111,6 +111,7 @@ type Provider struct {
 	lbs        *armnetwork.LoadBalancersClient
 	pools      *armnetwork.LoadBalancerBackendAddressPoolsClient
 	rules      *armnetwork.LoadBalancerLoadBalancingRulesClient
+	nics       *armnetwork.InterfacesClient
 	vnetID     string
 	configured map[string]bool
 
@@ -126,6 +127,8 @@ type Provider struct {
 	placed map[string]map[string]bool
 	// health is what rule health is known (health.go).
 	health *healthState
+	// ipconfigs are the addresses of NIC-based pools' members (nicpools.go).
+	ipconfigs ipconfigCache
 }
 
 // New creates the provider and reads every configured load balancer once, so
@@ -198,6 +201,8 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		lbs:        factory.NewLoadBalancersClient(),
 		pools:      factory.NewLoadBalancerBackendAddressPoolsClient(),
 		rules:      factory.NewLoadBalancerLoadBalancingRulesClient(),
+		nics:       factory.NewInterfacesClient(),
+		ipconfigs:  newIPConfigCache(),
 		health:     newHealthState(opts),
 		vnetID:     vnet,
 		configured: map[string]bool{},
