@@ -68,12 +68,15 @@ type ipconfigList struct {
 	addr map[string]string
 }
 
-// ipconfigCache resolves ipconfig IDs to addresses. mu is held across a
-// resolution's reads, so that concurrent gates that miss the same node
-// cause one read, not one each.
+// ipconfigCache resolves ipconfig IDs to addresses. readMu is held across
+// a resolution's reads, so that concurrent gates that miss the same node
+// cause one read, not one each; mu only while lists is looked at, so that
+// rule health's lookups (cachedIPConfig) never wait for a read. A list is
+// replaced whole, never changed.
 type ipconfigCache struct {
-	mu    sync.Mutex
-	lists map[string]*ipconfigList // by ipconfigSource.key
+	readMu sync.Mutex
+	mu     sync.Mutex
+	lists  map[string]*ipconfigList // by ipconfigSource.key
 	// missAge and maxAge are ipconfigMissAge and ipconfigMaxAge (tests
 	// shorten them).
 	missAge, maxAge time.Duration
@@ -136,47 +139,62 @@ func poolIPConfigs(pool *armnetwork.BackendAddressPool) []string {
 // → canonical address), reading the lists that miss one or are too old.
 func (p *Provider) resolveIPConfigs(ctx context.Context, ids []string) (map[string]string, error) {
 	c := &p.ipconfigs
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
 	now := time.Now()
 	sources := map[string]ipconfigSource{}
-	stale := map[string]bool{}
+	lists := map[string]*ipconfigList{}
+	c.mu.Lock()
 	for _, id := range ids {
 		src, ok := sourceOf(id)
 		if !ok {
+			c.mu.Unlock()
 			return nil, fmt.Errorf("backend ipconfig %s: not a network interface's or scale-set VM's", id)
 		}
 		if sub := strings.Split(strings.Trim(id, "/"), "/")[1]; !strings.EqualFold(sub, p.opts.SubscriptionID) {
+			c.mu.Unlock()
 			return nil, fmt.Errorf("backend ipconfig %s: in subscription %s, not the provider's", id, sub)
 		}
 		sources[src.key] = src
 		l := c.lists[src.key]
 		switch {
 		case l == nil || now.Sub(l.at) >= c.maxAge:
-			stale[src.key] = true
 		case l.addr[strings.ToLower(id)] == "" && now.Sub(l.at) >= c.missAge:
-			stale[src.key] = true
+		default:
+			if _, stale := lists[src.key]; !stale {
+				lists[src.key] = l
+			}
+			continue
+		}
+		lists[src.key] = nil // to read
+	}
+	for k, l := range c.lists {
+		if _, used := sources[k]; !used && now.Sub(l.at) >= c.maxAge {
+			delete(c.lists, k) // no pool names it any more
 		}
 	}
-	for k := range stale {
+	c.mu.Unlock()
+	for k, l := range lists {
+		if l != nil {
+			continue
+		}
 		addr, err := p.readIPConfigs(ctx, sources[k])
 		if err != nil {
 			return nil, err
 		}
-		c.lists[k] = &ipconfigList{at: now, addr: addr}
-	}
-	for k, l := range c.lists {
-		if sources[k].key == "" && now.Sub(l.at) >= c.maxAge {
-			delete(c.lists, k) // no pool names it any more
-		}
+		lists[k] = &ipconfigList{at: now, addr: addr}
+		c.mu.Lock()
+		c.lists[k] = lists[k]
+		c.mu.Unlock()
 	}
 	out := make(map[string]string, len(ids))
 	for _, id := range ids {
 		src, _ := sourceOf(id)
-		a := c.lists[src.key].addr[strings.ToLower(id)]
+		l := lists[src.key]
+		a := l.addr[strings.ToLower(id)]
 		if a == "" {
 			return nil, fmt.Errorf("backend ipconfig %s: no network interface has it (read %s ago)", id,
-				now.Sub(c.lists[src.key].at).Round(time.Second))
+				now.Sub(l.at).Round(time.Second))
 		}
 		out[strings.ToLower(id)] = a
 	}
