@@ -201,6 +201,13 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 		statuses []provider.BackendStatus
 		err      error
 	}
+	// Each load balancer is read once for every Service on it that selects
+	// the pod, naming their listeners as the ones whose health is wanted
+	// (a provider with a health budget spends it on them).
+	wanted := map[string][]string{}
+	for _, s := range sel {
+		wanted[s.base.LB] = append(wanted[s.base.LB], f.listeners(s.svc)...)
+	}
 	reads := map[string]*read{}
 	var wg sync.WaitGroup
 	for _, s := range sel {
@@ -211,7 +218,8 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			}
 			rd := &read{}
 			reads[cacheKey] = rd
-			wg.Go(func() { rd.statuses, rd.err = view.Provider.Backends(ctx, s.base.LB) })
+			wctx := provider.WithWantedListeners(ctx, wanted[s.base.LB])
+			wg.Go(func() { rd.statuses, rd.err = view.Provider.Backends(wctx, s.base.LB) })
 		}
 	}
 	wg.Wait()
@@ -232,21 +240,29 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 	return out, nil
 }
 
-// portTargets is one target per port of svc that the load balancers
-// balance, each base with its listener and what statuses (one load
-// balancer's) report of the pod's addresses there.
-func (f *Finder) portTargets(svc *corev1.Service, base Target, addrs map[string]bool, statuses []provider.BackendStatus, since time.Time) []Target {
-	var out []Target
+// listeners are the names of svc's listeners the load balancers balance.
+func (f *Finder) listeners(svc *corev1.Service) []string {
+	var out []string
 	for _, port := range svc.Spec.Ports {
 		proto := port.Protocol
 		if proto == "" {
 			proto = corev1.ProtocolTCP
 		}
-		if f.unsupported(proto) {
-			continue
+		if !f.unsupported(proto) {
+			out = append(out, model.ListenerName(svc.Namespace, svc.Name, proto, port.Port))
 		}
+	}
+	return out
+}
+
+// portTargets is one target per port of svc that the load balancers
+// balance, each base with its listener and what statuses (one load
+// balancer's) report of the pod's addresses there.
+func (f *Finder) portTargets(svc *corev1.Service, base Target, addrs map[string]bool, statuses []provider.BackendStatus, since time.Time) []Target {
+	var out []Target
+	for _, l := range f.listeners(svc) {
 		t := base
-		t.Listener = model.ListenerName(svc.Namespace, svc.Name, proto, port.Port)
+		t.Listener = l
 		t.collect(addrs, statuses, since)
 		out = append(out, t)
 	}

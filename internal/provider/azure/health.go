@@ -95,8 +95,14 @@ func newHealthState(opts Options) *healthState {
 
 // withRuleHealth fills in the health of statuses (one load balancer's, key)
 // from what is known of each rule, and asks again in the background where
-// that is older than HealthMaxAge.
-func (p *Provider) withRuleHealth(key string, statuses []provider.BackendStatus) {
+// that is older than HealthMaxAge — for the rules of the listeners ctx
+// wants only (provider.WithWantedListeners): the budget (HealthQPS) is
+// shared by every rule, and a load balancer with more rules than it reads
+// in HealthMaxAge would otherwise spend it, in the order the rules are
+// listed, on rules no gate waits for, and never reach the rule a pod waits
+// for (seen on emulated Azure with 30 other Services: every new pod's gate
+// stayed closed).
+func (p *Provider) withRuleHealth(ctx context.Context, key string, statuses []provider.BackendStatus) {
 	if !p.opts.RuleHealth || len(statuses) == 0 {
 		return
 	}
@@ -108,25 +114,34 @@ func (p *Provider) withRuleHealth(key string, statuses []provider.BackendStatus)
 		if err != nil {
 			continue
 		}
-		p.fillHealth(key, rule, &statuses[i], now)
+		p.fillHealthFor(key, rule, &statuses[i], now, provider.WantedListener(ctx, statuses[i].Listener))
 	}
 }
 
 // fillHealth fills in one address's health on rule of load balancer key
 // (any rule: zerodrop's, or another controller's for a gate-only Service)
-// and starts a read where the last is older than HealthMaxAge. p.mu is held.
+// and starts a read where the last is older than HealthMaxAge. p.mu is
+// held.
 func (p *Provider) fillHealth(key, rule string, s *provider.BackendStatus, now time.Time) {
+	p.fillHealthFor(key, rule, s, now, true)
+}
+
+// fillHealthFor is fillHealth, starting a read only for a rule the caller
+// wants. p.mu is held.
+func (p *Provider) fillHealthFor(key, rule string, s *provider.BackendStatus, now time.Time, wanted bool) {
 	p.health.forget(now)
 	h := p.health.rules[key+"/"+rule]
 	if h == nil {
 		h = &ruleHealth{}
 		p.health.rules[key+"/"+rule] = h
 	}
-	h.used = now
+	if wanted {
+		h.used = now
+	}
 	if now.Before(h.off) {
 		return // unknown: HealthKnown stays false
 	}
-	if !h.refreshing && now.Sub(h.at) >= p.opts.HealthMaxAge && now.Sub(h.failedAt) >= p.opts.HealthMaxAge &&
+	if wanted && !h.refreshing && now.Sub(h.at) >= p.opts.HealthMaxAge && now.Sub(h.failedAt) >= p.opts.HealthMaxAge &&
 		p.health.limiter.Allow() {
 		h.refreshing = true
 		go p.refreshRuleHealth(key, rule, h)

@@ -403,7 +403,7 @@ func (p *Provider) Backends(ctx context.Context, key string) ([]provider.Backend
 				State: b.State, Connections: -1})
 		}
 	}
-	p.withRuleHealth(key, out)
+	p.withRuleHealth(ctx, key, out)
 	return out, nil
 }
 
