@@ -2,7 +2,6 @@ package azure
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -74,19 +73,23 @@ func (a *run) Churn(ctx context.Context) error {
 	endpointTick, serviceTick := time.NewTicker(churnEndpointTick), time.NewTicker(churnServiceTick)
 	defer endpointTick.Stop()
 	defer serviceTick.Stop()
+	// ctx ends the churn, not a change under way: a change started just
+	// before its end would fail on the client's rate limiter, which
+	// refuses a wait past the deadline.
+	call := context.WithoutCancel(ctx)
 	for e, s := 0, 0; ; a.act.changes++ {
 		var err error
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-endpointTick.C:
-			err = a.moveEndpoints(ctx, 2*(e%((a.w.opts.Services+1)/2)))
+			err = a.moveEndpoints(call, 2*(e%((a.w.opts.Services+1)/2)))
 			e++
 		case <-serviceTick.C:
-			err = a.changeOther(ctx, s)
+			err = a.changeOther(call, s)
 			s++
 		}
-		if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+		if err != nil {
 			return err
 		}
 	}
