@@ -43,8 +43,20 @@ const (
 // of a classless Service annotated zerodrop.dev/gate-only, on a node the
 // CCM put in its pool, gets its readiness gate; one on a node the CCM left
 // out (node.kubernetes.io/exclude-from-external-load-balancers) does not;
-// zerodrop writes nothing to ARM and nothing on the Service.
+// zerodrop writes nothing to ARM and nothing on the Service. Here the CCM
+// runs the lab's configuration: pools of node IPs (nodeIP).
 func TestChartGateOnlyWithRealCCM(t *testing.T) {
+	gateOnlyWithRealCCM(t, func(t *testing.T, w *ccm.World) (string, string) {
+		w.Node(t, "in-pool", "10.1.0.4", nil)
+		w.Node(t, "excluded", "10.1.0.9", map[string]string{corev1.LabelNodeExcludeBalancers: ""})
+		return "in-pool", "excluded"
+	})
+}
+
+// gateOnlyWithRealCCM is TestChartGateOnlyWithRealCCM's run on the cluster
+// nodes makes: it returns the node the CCM puts in its pool and the one it
+// leaves out.
+func gateOnlyWithRealCCM(t *testing.T, nodes func(t *testing.T, w *ccm.World) (inPool, excluded string)) {
 	d := typed[appsv1.Deployment](t, find(t, render(t,
 		"azure.subscriptionID="+gateOnlySub, "azure.resourceGroup="+gateOnlyGroup,
 		"azure.loadBalancers={zerodrop}", "azure.subnetID="+gateOnlySubnet,
@@ -58,10 +70,9 @@ func TestChartGateOnlyWithRealCCM(t *testing.T) {
 
 	w := ccm.NewWorld(t, ccm.Resources{SubscriptionID: gateOnlySub, ResourceGroup: gateOnlyGroup, Location: "westeurope",
 		VNet: "vnet", Subnet: "nodes", SecurityGroup: "nsg"})
+	inPool, excluded := nodes(t, w)
 	cs, emu := w.CS, w.Emu
 	ctx := context.Background()
-	w.Node(t, "in-pool", "10.1.0.4", nil)
-	w.Node(t, "excluded", "10.1.0.9", map[string]string{corev1.LabelNodeExcludeBalancers: ""})
 	_, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Annotations: map[string]string{
 			"service.beta.kubernetes.io/azure-load-balancer-internal": "true",
@@ -103,7 +114,7 @@ func TestChartGateOnlyWithRealCCM(t *testing.T) {
 	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-1",
 		Labels: map[string]string{discoveryv1.LabelServiceName: "web"}}, AddressType: discoveryv1.AddressTypeIPv4,
 		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}}}
-	for node, addr := range map[string]string{"in-pool": "10.244.1.5", "excluded": "10.244.9.5"} {
+	for node, addr := range map[string]string{inPool: "10.244.1.5", excluded: "10.244.9.5"} {
 		pod, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-" + node, Labels: map[string]string{"app": "web"}},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "app"}},
@@ -136,10 +147,10 @@ func TestChartGateOnlyWithRealCCM(t *testing.T) {
 		return ""
 	}
 	testutil.Eventually(t, time.Minute, "the readiness gate of the pod whose node is in the CCM's pool", func() (bool, string) {
-		s := gate("web-in-pool")
+		s := gate("web-" + inPool)
 		return s == corev1.ConditionTrue, string(s)
 	})
-	if s := gate("web-excluded"); s == corev1.ConditionTrue {
+	if s := gate("web-" + excluded); s == corev1.ConditionTrue {
 		t.Error("the readiness gate opened for a pod whose node the CCM left out of its pool")
 	}
 
