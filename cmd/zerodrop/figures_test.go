@@ -178,7 +178,7 @@ var figureAllowList = []allowed{
 	{"docs/azure.md", "the controller's defaults and configuration values (flags, cache age, drain budget, the lab's lease and fault rate, the SDK's polling)", []string{
 		"younger than 1 s", "(default 10 s; at most 5 minutes", "(default 30 s", "(default 5 min)", "`--retry-period`, 2 s)",
 		"`--renew-deadline` (10 s)", "`--lease-duration` (15 s)", "budget (5 s,",
-		"| 20 % injected faults", "the 30 s lease", "10 ms, which the Azure SDK refuses",
+		"| 20 % injected faults", "its default 15 s lease). Besides",
 		"(the emulator's is 10 ms unless set; ARM's network provider sends 10 s)",
 	}},
 }
