@@ -226,11 +226,14 @@ func TestAnswersAreTerse(t *testing.T) {
 func TestOnePollerPerPod(t *testing.T) {
 	const k = 5
 	var mu sync.Mutex
-	loops := map[context.Context]bool{}
+	// A wait loop is known by its context's Done channel: each loop has a
+	// deadline context of its own, and a read's context is derived from it
+	// (the Finder adds values), so the channel is the loop's.
+	loops := map[<-chan struct{}]bool{}
 	var h *Handler
 	prov := scripted{backends: func(ctx context.Context) ([]provider.BackendStatus, error) {
 		mu.Lock()
-		loops[ctx] = true
+		loops[ctx.Done()] = true
 		n := len(loops)
 		mu.Unlock()
 		h.mu.Lock()
