@@ -124,23 +124,31 @@ func (c *check) replicas() (n int32, why string, ok bool) {
 		}
 		return n, why, true
 	}
-	var r *int32
-	switch obj := c.w.obj.(type) {
-	case *appsv1.Deployment:
-		r = obj.Spec.Replicas
-	case *appsv1.StatefulSet:
-		r = obj.Spec.Replicas
-	case *appsv1.ReplicaSet:
-		r = obj.Spec.Replicas
-	case *corev1.Pod:
+	if _, pod := c.w.obj.(*corev1.Pod); pod {
 		return 1, "a bare Pod is one replica", true
-	default:
-		return 0, "", false
 	}
-	if r == nil {
+	r, ok := c.specReplicas()
+	switch {
+	case !ok:
+		return 0, "", false
+	case r == nil:
 		return 1, "replicas unset, default 1", true
 	}
 	return *r, fmt.Sprintf("replicas %d", *r), true
+}
+
+// specReplicas is the workload's spec.replicas as written (nil: unset);
+// ok is false for kinds without one (DaemonSets, Pods).
+func (c *check) specReplicas() (r *int32, ok bool) {
+	switch obj := c.w.obj.(type) {
+	case *appsv1.Deployment:
+		return obj.Spec.Replicas, true
+	case *appsv1.StatefulSet:
+		return obj.Spec.Replicas, true
+	case *appsv1.ReplicaSet:
+		return obj.Spec.Replicas, true
+	}
+	return nil, false
 }
 
 func (c *check) hpa() *autoscalingv2.HorizontalPodAutoscaler {
@@ -173,15 +181,7 @@ func (c *check) checkReplicasWithHPA() {
 	if h == nil || c.w.src.Cluster {
 		return // a cluster's objects always have spec.replicas: it is not what a manifest applies
 	}
-	var r *int32
-	switch obj := c.w.obj.(type) {
-	case *appsv1.Deployment:
-		r = obj.Spec.Replicas
-	case *appsv1.StatefulSet:
-		r = obj.Spec.Replicas
-	case *appsv1.ReplicaSet:
-		r = obj.Spec.Replicas
-	}
+	r, _ := c.specReplicas()
 	if r == nil {
 		return
 	}
