@@ -98,8 +98,9 @@ func (a *run) ActEnd(ctx context.Context, res *report.Result) error {
 		if i+1 < len(a.act.stops) {
 			next = a.act.stops[i+1].mark
 		}
-		all, _ := a.emu.Calls(s.mark)
-		stretch := all[:max(0, min(len(all), next-s.mark))]
+		// calls starts at the act's mark; each stop's stretch is a slice of it.
+		from, to := min(len(calls), max(0, s.mark-a.act.mark)), min(len(calls), max(0, next-a.act.mark))
+		stretch := calls[from:max(from, to)]
 		sf, sd := figuresOf(stretch), diffsOf(stretch)
 		fig.Stops = append(fig.Stops, s.name)
 		fig.ChangedPerRestart = append(fig.ChangedPerRestart, sf.changed)
@@ -152,17 +153,24 @@ func (a *run) serviceEvents(ctx context.Context) ([]corev1.Event, error) {
 // recorded not yet sent.
 func serviceWarnings(events []corev1.Event) (warnings, surfaced int64) {
 	for _, e := range events {
-		if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != "Service" {
-			continue
-		}
-		n := int64(max(e.Count, 1))
-		if e.Series != nil {
-			n = max(n, int64(e.Series.Count))
-		}
+		n := serviceWarning(e)
 		warnings += n
-		if e.Reason == service.ReasonSyncFailed && strings.Contains(e.Message, provider.ErrConflict.Error()) {
+		if n > 0 && e.Reason == service.ReasonSyncFailed && strings.Contains(e.Message, provider.ErrConflict.Error()) {
 			surfaced += n
 		}
 	}
 	return warnings, surfaced
+}
+
+// serviceWarning is how many occurrences of a Warning Event on a Service e
+// stands for (its count, or its series'), 0 for any other Event.
+func serviceWarning(e corev1.Event) int64 {
+	if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != "Service" {
+		return 0
+	}
+	n := int64(max(e.Count, 1))
+	if e.Series != nil {
+		n = max(n, int64(e.Series.Count))
+	}
+	return n
 }

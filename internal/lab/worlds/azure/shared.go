@@ -99,10 +99,10 @@ func removedChild(line string) (string, bool) {
 // Services: the other Services are the CCM's, the workload's zerodrop's.
 func sharedWarnings(figures []report.WriterFigures, events []corev1.Event) {
 	for i := range figures {
-		ccm := strings.HasPrefix(figures[i].Writer, "upstream")
+		ccm := figures[i].Writer == ccmWriter
 		for _, e := range events {
-			if e.Type == corev1.EventTypeWarning && e.InvolvedObject.Kind == "Service" && strings.HasPrefix(e.InvolvedObject.Name, "svc-") == ccm {
-				figures[i].WarningEvents += int64(max(e.Count, 1))
+			if strings.HasPrefix(e.InvolvedObject.Name, "svc-") == ccm {
+				figures[i].WarningEvents += serviceWarning(e)
 			}
 		}
 	}
