@@ -1,6 +1,7 @@
 package azurecompute
 
 import (
+	"net/netip"
 	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
@@ -85,6 +86,39 @@ func NICPools(nic *armnetwork.Interface) []string {
 		for _, p := range ipc.Properties.LoadBalancerBackendAddressPools {
 			if p.ID != nil {
 				out = append(out, strings.ToLower(*p.ID))
+			}
+		}
+	}
+	return out
+}
+
+// IPConfigAddresses maps the ID of every ipconfig the compute side holds
+// (standalone NICs' and scale-set instances'), lower-cased, to its private
+// address: what a NIC-based pool's backendIPConfigurations name, resolved
+// to where its packets go (the lab's data plane forwards to it). An
+// ipconfig without an address (a scale-set instance's secondary one) is
+// left out.
+func (c *Compute) IPConfigAddresses() map[string]netip.Addr {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]netip.Addr{}
+	add := func(nic *armnetwork.Interface) {
+		for _, ipc := range nic.Properties.IPConfigurations {
+			if ipc.ID == nil || ipc.Properties == nil || ipc.Properties.PrivateIPAddress == nil {
+				continue
+			}
+			if a, err := netip.ParseAddr(*ipc.Properties.PrivateIPAddress); err == nil {
+				out[strings.ToLower(*ipc.ID)] = a
+			}
+		}
+	}
+	for _, nic := range c.nics {
+		add(nic)
+	}
+	for _, s := range c.sets {
+		for _, in := range s.instances {
+			for _, nic := range c.instanceNICs(in) {
+				add(nic)
 			}
 		}
 	}
