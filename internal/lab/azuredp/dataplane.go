@@ -31,6 +31,12 @@
 //   - Floating IP delivers the packet with its destination still the
 //     frontend address and port (learn.microsoft.com/azure/load-balancer/load-balancer-floating-ip).
 //
+// A pool's members are its addresses (an IP-based pool, as the CCM's
+// nodeIP configuration writes) or its backendIPConfigurations (a NIC-based
+// pool, the CCM's default), resolved to addresses through Config.Compute.
+// What happens to an established flow whose address leaves the pools has
+// no public source: Config.PoolFlows keeps it (the default) or resets it.
+//
 // A change stored in ARM takes effect here only Config.Propagation after the
 // write, changes applied in write order. Close removes everything the data
 // plane made in the namespace.
@@ -42,6 +48,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,10 +76,40 @@ type Config struct {
 	// ProbeScale multiplies every probe's interval and timeout (default 1).
 	// ARM refuses intervals under 5 s; tests probe every second with 0.2.
 	ProbeScale float64
+	// Compute, when set, resolves the members of NIC-based pools (their
+	// backendIPConfigurations) to addresses; without it only pools of IP
+	// addresses are programmed. The emulator's compute side
+	// (azurecompute.Compute, attached to Emulator) is one.
+	Compute IPConfigs
+	// PoolFlows is what happens to an established flow whose backend
+	// address leaves the rule's pools: PoolFlowsKeep (default) or
+	// PoolFlowsReset.
+	PoolFlows string
 	// Logf, if set, gets a line for each programming and each probe state
 	// change.
 	Logf func(format string, args ...any)
 }
+
+// IPConfigs maps every NIC ipconfig ID, lower-cased, to its private
+// address.
+type IPConfigs interface {
+	IPConfigAddresses() map[string]netip.Addr
+}
+
+// What happens to an established flow whose backend address leaves the
+// rule's pools (Config.PoolFlows). No public source says what Azure does
+// (docs/azure-dataplane.md, "Not modelled"), so the lab runs both.
+const (
+	// PoolFlowsKeep: the flow continues to the address, as a flow to a
+	// backend whose probe went down does (the default).
+	PoolFlowsKeep = "keep"
+	// PoolFlowsReset: the flow's next packet from the client is answered
+	// with a TCP reset from the frontend, and the flow forgotten.
+	PoolFlowsReset = "reset"
+)
+
+// PoolFlowOptions are Config.PoolFlows' values, the default first.
+var PoolFlowOptions = []string{PoolFlowsKeep, PoolFlowsReset}
 
 // maxPending bounds the changes waiting out their propagation delay; past
 // it the newest replaces the last waiting one (that state is never shown,
@@ -121,10 +158,12 @@ type DataPlane struct {
 	closeErr    error
 }
 
-// change is the stored state right after one write.
+// change is the stored state right after one write: the load balancers
+// and what their NIC-based pools' members resolve to.
 type change struct {
-	due time.Time
-	lbs []*armnetwork.LoadBalancer
+	due       time.Time
+	lbs       []*armnetwork.LoadBalancer
+	ipconfigs map[string]netip.Addr
 }
 
 // New programs cfg.NS from the load balancers stored now and follows every
@@ -144,6 +183,12 @@ func New(ctx context.Context, cfg Config) (_ *DataPlane, err error) {
 	}
 	if cfg.Propagation < 0 {
 		return nil, fmt.Errorf("azuredp: negative propagation %s", cfg.Propagation)
+	}
+	if cfg.PoolFlows == "" {
+		cfg.PoolFlows = PoolFlowsKeep
+	}
+	if !slices.Contains(PoolFlowOptions, cfg.PoolFlows) {
+		return nil, fmt.Errorf("azuredp: pool flows %q: want %s", cfg.PoolFlows, strings.Join(PoolFlowOptions, " or "))
 	}
 	d := &DataPlane{
 		cfg: cfg, ns: cfg.NS, done: make(chan struct{}),
@@ -171,28 +216,35 @@ func New(ctx context.Context, cfg Config) (_ *DataPlane, err error) {
 	// Subscribe before reading what is stored, so that no write falls
 	// between the two.
 	d.unsubscribe = cfg.Emulator.Subscribe(d.onWrite)
-	if err := d.apply(ctx, d.snapshot()); err != nil {
+	lbs, ipconfigs := d.snapshot()
+	if err := d.apply(ctx, lbs, ipconfigs); err != nil {
 		return nil, err
 	}
 	go d.loop()
 	return d, nil
 }
 
-// snapshot copies the resource group's load balancers.
-func (d *DataPlane) snapshot() []*armnetwork.LoadBalancer {
+// snapshot copies the resource group's load balancers, and the compute
+// side's ipconfig addresses when there is one.
+func (d *DataPlane) snapshot() ([]*armnetwork.LoadBalancer, map[string]netip.Addr) {
 	var out []*armnetwork.LoadBalancer
 	for _, name := range d.cfg.Emulator.LoadBalancerNames(d.cfg.ResourceGroup) {
 		if lb, ok := d.cfg.Emulator.LoadBalancer(d.cfg.ResourceGroup, name); ok {
 			out = append(out, lb)
 		}
 	}
-	return out
+	var ipconfigs map[string]netip.Addr
+	if d.cfg.Compute != nil {
+		ipconfigs = d.cfg.Compute.IPConfigAddresses()
+	}
+	return out, ipconfigs
 }
 
 // onWrite runs inside the emulator's write, writes held: the copy is
 // exactly what this write left.
 func (d *DataPlane) onWrite() {
-	c := change{due: time.Now().Add(d.cfg.Propagation), lbs: d.snapshot()}
+	c := change{due: time.Now().Add(d.cfg.Propagation)}
+	c.lbs, c.ipconfigs = d.snapshot()
 	d.mu.Lock()
 	if len(d.pending) >= maxPending {
 		d.pending[len(d.pending)-1] = c
@@ -252,7 +304,7 @@ func (d *DataPlane) loop() {
 		var err error
 		switch {
 		case next != nil:
-			err = d.apply(d.ctx, next.lbs)
+			err = d.apply(d.ctx, next.lbs, next.ipconfigs)
 		case reprogram:
 			err = d.program(d.ctx)
 		}
@@ -271,8 +323,8 @@ func (d *DataPlane) loop() {
 
 // apply makes lbs the programmed state: probers for its targets, then the
 // ruleset.
-func (d *DataPlane) apply(ctx context.Context, lbs []*armnetwork.LoadBalancer) error {
-	m := buildModel(lbs, d.cfg.ProbeScale)
+func (d *DataPlane) apply(ctx context.Context, lbs []*armnetwork.LoadBalancer, ipconfigs map[string]netip.Addr) error {
+	m := buildModel(lbs, ipconfigs, d.cfg.ProbeScale)
 	for _, s := range m.skipped {
 		d.logf("azuredp: not programmed: %s", s)
 	}
@@ -287,7 +339,7 @@ func (d *DataPlane) apply(ctx context.Context, lbs []*armnetwork.LoadBalancer) e
 func (d *DataPlane) program(ctx context.Context) error {
 	m := d.want
 	d.mu.Lock()
-	rs := ruleset{rules: m.rules, seed: d.seed, device: d.cfg.Device}
+	rs := ruleset{rules: m.rules, seed: d.seed, device: d.cfg.Device, resetRemoved: d.cfg.PoolFlows == PoolFlowsReset}
 	for _, r := range m.rules {
 		rs.eligible = append(rs.eligible, m.eligible(r, func(t target) bool {
 			h := d.health[t]

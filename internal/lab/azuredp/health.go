@@ -26,6 +26,9 @@ type Backend struct {
 	Eligible bool
 	// Detail is the last probe's result.
 	Detail string
+	// IPConfig is the NIC ipconfig ID of a NIC-based pool's member ("" for
+	// an address of an IP-based pool).
+	IPConfig string
 }
 
 // ErrUnknownRule: the rule is not programmed (not stored, not yet
@@ -48,7 +51,7 @@ func (d *DataPlane) Health(loadBalancer, ruleName string) ([]Backend, error) {
 		elig := d.elig[k]
 		var out []Backend
 		for _, b := range r.Backends {
-			x := Backend{Addr: b.Addr, Admin: b.Admin, ProbeUp: true, Eligible: slices.Contains(elig, b.Addr), Detail: "no probe"}
+			x := Backend{Addr: b.Addr, Admin: b.Admin, ProbeUp: true, Eligible: slices.Contains(elig, b.Addr), Detail: "no probe", IPConfig: b.IPConfig}
 			if r.Probe != "" {
 				t := target{r.probeKey(), b.Addr}
 				x.ProbeUp = up(t)
@@ -83,7 +86,10 @@ func (d *DataPlane) RuleHealth(resourceGroup, loadBalancer, ruleName string) ([]
 	}
 	out := make([]azurearm.BackendHealth, 0, len(bs))
 	for _, b := range bs {
-		h := azurearm.BackendHealth{IPAddress: b.Addr.String(), State: "Down", Reason: b.Detail}
+		// A NIC-based pool's member is named by its ipconfig too, as ARM
+		// names it (networkInterfaceIPConfigurationId): a reader keys it
+		// by that ID, an IP-based pool's by the address.
+		h := azurearm.BackendHealth{IPAddress: b.Addr.String(), IPConfigurationID: b.IPConfig, State: "Down", Reason: b.Detail}
 		if b.Eligible {
 			h.State = "Up"
 		}

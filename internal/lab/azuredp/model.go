@@ -40,8 +40,9 @@ type model struct {
 	rules  []rule                 // sorted by lb, then name
 	probes map[probeKey]probeSpec // the probes rules use
 	// skipped says what is stored but not programmed, and why.
-	skipped []string
-	scale   float64 // Config.ProbeScale
+	skipped   []string
+	scale     float64               // Config.ProbeScale
+	ipconfigs map[string]netip.Addr // Config.Compute's, when the model was built
 }
 
 // rule is one load-balancing rule: TCP from frontend:port to the pool.
@@ -69,10 +70,13 @@ type ruleKey struct{ lb, rule string }
 
 type probeKey struct{ lb, probe string }
 
-// backend is one address of a pool with its admin state.
+// backend is one address of a pool with its admin state; IPConfig is the
+// NIC ipconfig ID it was resolved from, for a member of a NIC-based pool
+// ("" for an IP-based one).
 type backend struct {
-	Addr  netip.Addr
-	Admin string
+	Addr     netip.Addr
+	Admin    string
+	IPConfig string
 }
 
 // probeSpec is a probe document with its defaults.
@@ -100,9 +104,10 @@ func (p probeSpec) timeout() time.Duration {
 }
 
 // buildModel reads the load balancers' documents; probe intervals are
-// multiplied by scale.
-func buildModel(lbs []*armnetwork.LoadBalancer, scale float64) model {
-	m := model{probes: map[probeKey]probeSpec{}, scale: scale}
+// multiplied by scale. ipconfigs resolves a NIC-based pool's members
+// (lower-cased ipconfig ID to private address; nil: no compute side).
+func buildModel(lbs []*armnetwork.LoadBalancer, ipconfigs map[string]netip.Addr, scale float64) model {
+	m := model{probes: map[probeKey]probeSpec{}, scale: scale, ipconfigs: ipconfigs}
 	for _, lb := range lbs {
 		if lb == nil || lb.Name == nil || lb.Properties == nil {
 			continue
@@ -135,10 +140,10 @@ func (m *model) addLB(lb *armnetwork.LoadBalancer) {
 		if pool == nil || pool.Name == nil || pool.Properties == nil {
 			continue
 		}
-		var bs []backend
+		bs := m.nicMembers(name, pool)
 		for _, a := range pool.Properties.LoadBalancerBackendAddresses {
 			if a == nil || a.Properties == nil || a.Properties.IPAddress == nil {
-				continue // NIC-based pools: not modelled (the emulator stores IP-based ones)
+				continue // a NIC-based pool's entry: its members are its backendIPConfigurations
 			}
 			addr, err := netip.ParseAddr(*a.Properties.IPAddress)
 			if err != nil || !addr.Is4() {
@@ -166,6 +171,27 @@ func (m *model) addLB(lb *armnetwork.LoadBalancer) {
 			m.skipped = append(m.skipped, fmt.Sprintf("load balancer %s rule %s: %s", name, *r.Name, why))
 		}
 	}
+}
+
+// nicMembers are the members of a NIC-based pool: its
+// backendIPConfigurations (which ARM derives from the NICs and scale-set
+// VMs that name the pool), each resolved to its ipconfig's private address.
+// A NIC ipconfig has no admin state of its own here (adminNone). An ID the
+// compute side does not hold is skipped, and said so.
+func (m *model) nicMembers(lb string, pool *armnetwork.BackendAddressPool) []backend {
+	var out []backend
+	for _, c := range pool.Properties.BackendIPConfigurations {
+		if c == nil || c.ID == nil {
+			continue
+		}
+		addr, ok := m.ipconfigs[strings.ToLower(*c.ID)]
+		if !ok || !addr.Is4() {
+			m.skipped = append(m.skipped, fmt.Sprintf("load balancer %s pool %s: member %s has no IPv4 address on the compute side", lb, *pool.Name, *c.ID))
+			continue
+		}
+		out = append(out, backend{Addr: addr, Admin: adminNone, IPConfig: *c.ID})
+	}
+	return out
 }
 
 // addRule adds one rule, or says why it is not programmed.

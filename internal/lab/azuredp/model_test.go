@@ -45,7 +45,7 @@ func TestModel(t *testing.T) {
 	p.Probes[0].Properties.IntervalInSeconds = nil
 	p.LoadBalancingRules = append(p.LoadBalancingRules, &armnetwork.LoadBalancingRule{Name: to.Ptr("udp"),
 		Properties: &armnetwork.LoadBalancingRulePropertiesFormat{Protocol: to.Ptr(armnetwork.TransportProtocolUDP), FrontendPort: to.Ptr[int32](53)}})
-	m := buildModel([]*armnetwork.LoadBalancer{&doc}, 1)
+	m := buildModel([]*armnetwork.LoadBalancer{&doc}, nil, 1)
 	if len(m.rules) != 2 || m.rules[0].Name != "fip" || !m.rules[0].Floating || m.rules[1].Floating || m.rules[1].BackendPort != natBackendPort {
 		t.Fatalf("rules %+v, want fip (floating) and nat (to %d)", m.rules, natBackendPort)
 	}

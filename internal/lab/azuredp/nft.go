@@ -32,7 +32,12 @@ import (
 // Each programming replaces every chain, rule and element in one nft
 // transaction, so a packet sees either the old ruleset or the new one; the
 // flows map and conntrack are never flushed, which is what keeps
-// established flows on their backend.
+// established flows on their backend. With Config.PoolFlows reset, a
+// rule's chain first answers an established flow whose backend is no
+// longer in the rule's pools with a TCP reset (`reject with tcp reset`,
+// from the frontend's address, at the flow's next packet from the client;
+// the flows map forgets it); a backend whose probe is down or whose admin
+// state is Down is still in the pools, and its flows continue.
 
 const (
 	table    = "azuredp"
@@ -73,6 +78,9 @@ type ruleset struct {
 	nexthops map[uint32]netip.Addr
 	seed     uint32
 	device   string
+	// resetRemoved: an established flow whose backend is no longer in the
+	// rule's pools is answered with a TCP reset (Config.PoolFlows).
+	resetRemoved bool
 }
 
 // chainSet names the regular chains of a programming, per table family.
@@ -95,8 +103,16 @@ func render(rs ruleset, old chainSet) (string, chainSet) {
 			remember := fmt.Sprintf("update @%s { ip saddr . tcp sport . ip daddr . tcp dport timeout %ds : meta mark }",
 				flowsMap, int(r.Idle.Seconds()))
 			fwd := fmt.Sprintf("fwd ip to meta mark map @%s device %q", nexthops, rs.device)
+			body = append(body, fmt.Sprintf("add rule netdev %s %s tcp flags & (syn | ack) == syn goto %s", table, c, cNew))
+			if rs.resetRemoved {
+				// A flow whose backend left the pools: forgotten, and its
+				// packet answered with a reset (a reply the backend never
+				// sends through here, so the client learns it at once).
+				body = append(body, fmt.Sprintf("add rule netdev %s %s meta mark set ip saddr . tcp sport . ip daddr . tcp dport map @%s %s"+
+					"delete @%s { ip saddr . tcp sport . ip daddr . tcp dport : meta mark } reject with tcp reset",
+					table, c, flowsMap, notIn("meta mark", memberMarks(r, rs.marks)), flowsMap))
+			}
 			body = append(body,
-				fmt.Sprintf("add rule netdev %s %s tcp flags & (syn | ack) == syn goto %s", table, c, cNew),
 				fmt.Sprintf("add rule netdev %s %s meta mark set ip saddr . tcp sport . ip daddr . tcp dport map @%s %s %s", table, c, flowsMap, remember, fwd),
 				fmt.Sprintf("add rule netdev %s %s drop", table, c))
 			// A SYN is a new flow: it replaces what the map remembers of
@@ -115,6 +131,17 @@ func render(rs ruleset, old chainSet) (string, chainSet) {
 		made.ip = append(made.ip, d, n)
 		preMap = append(preMap, key+" : goto "+d)
 		natMap = append(natMap, key+" : goto "+n)
+		if rs.resetRemoved {
+			// A connection conntrack keeps on a backend that left the
+			// pools: its client's packet is answered with a reset (before
+			// the DNAT hook, so from the frontend's address).
+			var addrs []string
+			for _, b := range r.Backends {
+				addrs = append(addrs, b.Addr.String())
+			}
+			body = append(body, fmt.Sprintf("add rule ip %s %s ct state established %sreject with tcp reset",
+				table, d, notIn("ct reply ip saddr", addrs)))
+		}
 		body = append(body,
 			fmt.Sprintf("add rule ip %s %s ct state established,related accept", table, d),
 			// A connection conntrack does not know that does not start with
@@ -211,6 +238,24 @@ func hashExpr(r rule, n int, seed uint32) string {
 		tuple = "ip saddr . ip daddr . meta l4proto"
 	}
 	return fmt.Sprintf("jhash %s mod %d seed 0x%x", tuple, n, seed)
+}
+
+// notIn is the match "expr is none of elems", with a space after it; ""
+// for no elements (nothing is one of them).
+func notIn(expr string, elems []string) string {
+	if len(elems) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s != { %s } ", expr, strings.Join(elems, ", "))
+}
+
+// memberMarks are the marks of a floating-IP rule's backends.
+func memberMarks(r rule, marks map[netip.Addr]uint32) []string {
+	var out []string
+	for _, b := range r.Backends {
+		out = append(out, fmt.Sprintf("0x%x", marks[b.Addr]))
+	}
+	return out
 }
 
 func markElems(addrs []netip.Addr, marks map[netip.Addr]uint32) string {
