@@ -86,10 +86,15 @@ func (d *DataPlane) RuleHealth(resourceGroup, loadBalancer, ruleName string) ([]
 	}
 	out := make([]azurearm.BackendHealth, 0, len(bs))
 	for _, b := range bs {
-		// A NIC-based pool's member is named by its ipconfig too, as ARM
-		// names it (networkInterfaceIPConfigurationId): a reader keys it
-		// by that ID, an IP-based pool's by the address.
-		h := azurearm.BackendHealth{IPAddress: b.Addr.String(), IPConfigurationID: b.IPConfig, State: "Down", Reason: b.Detail}
+		// A NIC-based pool's member is named by its ipconfig
+		// (networkInterfaceIPConfigurationId), an IP-based pool's by its
+		// address. The ipconfig's address is left out: no public source
+		// says ARM answers it for such a member, and a reader that keyed
+		// NIC members by it would pass here and fail on Azure.
+		h := azurearm.BackendHealth{IPAddress: b.Addr.String(), State: "Down", Reason: b.Detail}
+		if b.IPConfig != "" {
+			h.IPAddress, h.IPConfigurationID = "", b.IPConfig
+		}
 		if b.Eligible {
 			h.State = "Up"
 		}

@@ -72,6 +72,9 @@ func TestNICPool(t *testing.T) {
 	var ids []string
 	for _, h := range hs {
 		ids = append(ids, strings.ToLower(h.IPConfigurationID))
+		if h.IPAddress != "" {
+			t.Errorf("rule health of %s names an address (%s): a NIC-based pool's member is named by its ipconfig", h.IPConfigurationID, h.IPAddress)
+		}
 		if h.State != "Up" {
 			t.Errorf("rule health of %s (%s): %s, want Up", h.IPAddress, h.IPConfigurationID, h.State)
 		}
