@@ -1,7 +1,6 @@
 package ccm_test
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -9,6 +8,7 @@ import (
 	"testing"
 
 	"zerodrop.dev/zerodrop/internal/emulated/azurecompute"
+	"zerodrop.dev/zerodrop/internal/lab/ccm"
 )
 
 // ccmCase is one configuration of the CCM: its azure.json beyond
@@ -26,8 +26,6 @@ type ccmCase struct {
 
 const (
 	scaleSet = "k8s-pool"
-	// The node subnet, as the emulator's world names it (ccm.Resources).
-	subnetID = "/subscriptions/" + sub + "/resourceGroups/" + group + "/providers/Microsoft.Network/virtualNetworks/vnet/subnets/nodes"
 	lbIDs    = "/subscriptions/" + sub + "/resourceGroups/" + group + "/providers/Microsoft.Network/loadBalancers/"
 )
 
@@ -43,7 +41,7 @@ func ccmCases() []ccmCase {
 		{
 			// The lab's configuration: vmType standard, pools of node IPs
 			// (ccm.Config.CloudConfig), and no compute in the emulator.
-			name: "nodeip",
+			name: ccm.ConfigNodeIP,
 			setup: func(t *testing.T, w *world) {
 				w.Node(t, "node-1", "10.1.0.4", nil)
 				w.Node(t, "node-2", "10.1.0.5", nil)
@@ -59,23 +57,17 @@ func ccmCases() []ccmCase {
 			// instances, and an availability-set VM beside them, which
 			// vmType vmss also serves (ScaleSet.EnsureHostsInPool,
 			// azure_vmss.go 1546-1620).
-			name:  "vmss",
-			extra: map[string]any{"vmType": nil, "loadBalancerBackendPoolConfigurationType": nil},
+			name:  ccm.ConfigVMSS,
+			extra: ccm.ConfigExtra(ccm.ConfigVMSS, nil),
 			setup: func(t *testing.T, w *world) {
 				c := w.attachCompute()
-				names, err := c.SeedVMSS(azurecompute.ScaleSet{Subscription: sub, ResourceGroup: group, Name: scaleSet,
-					ComputerNamePrefix: scaleSet, SubnetID: subnetID,
-					Instances: []azurecompute.Instance{{ID: 0, IP: netip.MustParseAddr("10.1.0.4")}, {ID: 1, IP: netip.MustParseAddr("10.1.0.5")}}})
+				ms, err := ccm.SeedScaleSet(c, w.Base.Resources, scaleSet, scaleSet,
+					[]azurecompute.Instance{{ID: 0, IP: netip.MustParseAddr("10.1.0.4")}, {ID: 1, IP: netip.MustParseAddr("10.1.0.5")}})
 				if err != nil {
 					t.Fatal(err)
 				}
-				// Node names are the instances' computer names, the prefix
-				// and six base-36 digits (azurecompute.NodeName): the CCM
-				// finds a node's scale set by its name minus six characters
-				// and its instance by those six (getNodeIdentityByNodeName,
-				// azure_vmss.go 777-838; getScaleSetVMInstanceID, 742-754).
-				for i, name := range names {
-					w.NodeWithProviderID(t, name, fmt.Sprintf("10.1.0.%d", 4+i), vmssProviderID(i), nil)
+				for _, m := range ms {
+					w.NodeWithProviderID(t, m.Node, m.IP.String(), m.ProviderID, nil)
 				}
 				w.seedVM(t, c, "system-1", "10.1.0.6", "as-system")
 			},
@@ -102,8 +94,8 @@ func ccmCases() []ccmCase {
 			// vmType standard with NIC pools: VMs in an availability set,
 			// each NIC's primary ipconfig joins the pools
 			// (availabilitySet.EnsureHostInPool, azure_standard.go 864-946).
-			name:  "standard",
-			extra: map[string]any{"loadBalancerBackendPoolConfigurationType": nil},
+			name:  ccm.ConfigStandard,
+			extra: ccm.ConfigExtra(ccm.ConfigStandard, nil),
 			setup: func(t *testing.T, w *world) {
 				c := w.attachCompute()
 				w.seedVM(t, c, "vm-1", "10.1.0.4", "as-nodes")
@@ -134,25 +126,15 @@ func (w *world) compute(t *testing.T) *azurecompute.Compute {
 	return w.cmp
 }
 
-// seedVM seeds a VM in an availability set, with no pools, and its node:
-// the node's name is the VM's (mapNodeNameToVMName,
-// azure_instances_v1.go 449-451) and its provider ID names the VM
-// (providerIDRE, azure_standard.go line 52).
+// seedVM seeds a VM in an availability set, with no pools, and its node
+// (ccm.SeedVM).
 func (w *world) seedVM(t *testing.T, c *azurecompute.Compute, name, ip, avset string) {
 	t.Helper()
-	if err := c.SeedVM(azurecompute.VM{Subscription: sub, ResourceGroup: group, Name: name, AvailabilitySet: avset,
-		SubnetID: subnetID, IP: netip.MustParseAddr(ip)}); err != nil {
+	m, err := ccm.SeedVM(c, w.Base.Resources, name, netip.MustParseAddr(ip), avset)
+	if err != nil {
 		t.Fatal(err)
 	}
-	w.NodeWithProviderID(t, name, ip, "azure:///subscriptions/"+sub+"/resourceGroups/"+group+
-		"/providers/Microsoft.Compute/virtualMachines/"+name, nil)
-}
-
-// vmssProviderID is a scale-set instance's provider ID, as the CCM parses
-// it (vmssVMProviderIDRE, azure_vmss.go 61-63).
-func vmssProviderID(instance int) string {
-	return fmt.Sprintf("azure:///subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/virtualMachineScaleSets/%s/virtualMachines/%d",
-		sub, group, scaleSet, instance)
+	w.NodeWithProviderID(t, m.Node, m.IP.String(), m.ProviderID, nil)
 }
 
 func samePools(got []string) bool {
