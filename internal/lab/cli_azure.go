@@ -2,12 +2,14 @@ package lab
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"time"
 
+	"zerodrop.dev/zerodrop/internal/lab/azuredp"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
@@ -29,6 +31,7 @@ type azureFlags struct {
 	services                             int
 	sharedLB                             bool
 	ccmLBs, idleChange                   string
+	ccmConfig, poolFlows                 string
 	armLatency, lbPropagation, healthLag string
 }
 
@@ -56,6 +59,15 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]azure.O
 		return nil, false
 	case az.services < 0 || az.services > azure.MaxServices:
 		fmt.Fprintf(stderr, "zerodrop lab: --azure-services %d: want 0 to %d\n", az.services, azure.MaxServices)
+		return nil, false
+	case !slices.Contains(ccm.Configs, az.ccmConfig):
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-config %q: want %s\n", az.ccmConfig, strings.Join(ccm.Configs, " or "))
+		return nil, false
+	case az.ccmConfig == ccm.ConfigVMSS && az.ccmLBs != azure.CCMSingleLB:
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-lbs %s places nodes by availability set: not with --azure-ccm-config %s\n", az.ccmLBs, az.ccmConfig)
+		return nil, false
+	case !slices.Contains(azuredp.PoolFlowOptions, az.poolFlows):
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-pool-flows %q: want %s\n", az.poolFlows, strings.Join(azuredp.PoolFlowOptions, " or "))
 		return nil, false
 	case az.sharedLB && az.ccmLBs != azure.CCMSingleLB:
 		fmt.Fprintf(stderr, "zerodrop lab: --azure-shared-lb shares the CCM's one internal load balancer: not with --azure-ccm-lbs %s\n", az.ccmLBs)
@@ -87,11 +99,22 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]azure.O
 		for _, p := range lists["lb-propagation"] {
 			for _, h := range lists["health-lag"] {
 				points = append(points, azure.Options{ARMLatency: a, LBPropagation: p, HealthLag: h, CCMBinary: bin,
-					Services: az.services, FaultRate: az.faultRate, CCMLoadBalancers: az.ccmLBs, SharedLB: az.sharedLB, IdleChange: az.idleChange})
+					Services: az.services, FaultRate: az.faultRate, CCMLoadBalancers: az.ccmLBs, SharedLB: az.sharedLB, IdleChange: az.idleChange,
+					CCMConfig: az.ccmConfig, PoolFlows: az.poolFlows})
 			}
 		}
 	}
 	return points, true
+}
+
+// declareConfigFlags declares the flags of the CCM's configuration and of the
+// data plane's flows (issue 48).
+func (az *azureFlags) declareConfigFlags(fs *flag.FlagSet) {
+	fs.StringVar(&az.ccmConfig, "azure-ccm-config", ccm.ConfigNodeIP, "with --provider "+ProviderAzureEmulator+": cloud-provider-azure's configuration: "+
+		ccm.ConfigNodeIP+" (vmType standard, pools of node IPs), "+ccm.ConfigVMSS+" (azure.json's defaults: the nodes a scale set's instances, NIC-based pools) or "+
+		ccm.ConfigStandard+" (the nodes VMs in an availability set, NIC-based pools)")
+	fs.StringVar(&az.poolFlows, "azure-pool-flows", azuredp.PoolFlowsKeep, "with --provider "+ProviderAzureEmulator+": what the data plane does with an established flow whose address leaves a pool: "+
+		azuredp.PoolFlowsKeep+" (it continues) or "+azuredp.PoolFlowsReset+" (its next packet is answered with a TCP reset); no public source says which Azure does")
 }
 
 // durations parses a comma-separated list of durations, each 0 or more,

@@ -196,7 +196,16 @@ func (n *Network) Close() error {
 	return n.Net.Close()
 }
 
-func NodeName(i int) string { return fmt.Sprintf("lab-node-%d", i) }
+// NodeName is lab node i's name: "lab-node-" and i in six base-36 digits,
+// the form of a scale-set instance's computer name (a prefix and the
+// instance ID so), which cloud-provider-azure requires of a node it finds
+// in a scale set by its name (getScaleSetVMInstanceID,
+// pkg/provider/azure_vmss.go 742-754): the Azure world can make each node
+// the scale-set instance of its index.
+func NodeName(i int) string {
+	id := strconv.FormatInt(int64(i), 36)
+	return "lab-node-" + strings.Repeat("0", max(0, 6-len(id))) + id
+}
 
 // frontendGroup is the client's nexthop group to the load balancers.
 const frontendGroup = 100

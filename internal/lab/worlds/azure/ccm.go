@@ -42,7 +42,7 @@ func (a *run) startCCM() error {
 	p, err := ccm.Start(ccm.Config{
 		Binary: a.w.opts.CCMBinary, Dir: a.env.Dir, Kubeconfig: a.kubeconfig,
 		Emulator: a.served, Identity: name, Resources: ccmResources, LeaseNamespace: a.env.NS,
-		Extra: ccmCloudConfig(a.w.opts.CCMLoadBalancers),
+		Extra: ccm.ConfigExtra(a.w.opts.CCMConfig, ccmCloudConfig(a.w.opts.CCMLoadBalancers)),
 	}, name)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
@@ -141,10 +141,6 @@ func (a *run) seedLayout() {
 		return
 	}
 	for _, n := range a.env.Net.Net.Nodes {
-		set := "as-1"
-		if n.Index > 2 {
-			set = "as-2"
-		}
-		a.emu.SeedVirtualMachine(azSub, azGroup, cluster.NodeName(n.Index), set)
+		a.emu.SeedVirtualMachine(azSub, azGroup, cluster.NodeName(n.Index), availabilitySet(CCMMultipleLBs, n.Index))
 	}
 }

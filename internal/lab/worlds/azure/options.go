@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"time"
 
+	"zerodrop.dev/zerodrop/internal/lab/azuredp"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/world"
@@ -54,6 +55,14 @@ type Options struct {
 	// IdleChange is what restart-idle changes while the writer is down
 	// (IdleChanges; default IdleChangeNone).
 	IdleChange string
+	// CCMConfig is the CCM's configuration (ccm.Configs): ccm.ConfigNodeIP
+	// (default: pools of node IPs, no compute side), or ccm.ConfigVMSS and
+	// ccm.ConfigStandard, whose NIC-based pools hold the nodes' machines
+	// (compute.go).
+	CCMConfig string
+	// PoolFlows is what the data plane does with an established flow whose
+	// address leaves a pool (azuredp.PoolFlowOptions; default keep).
+	PoolFlows string
 }
 
 // Clock is the options' clocks as the report names them (no grace period:
@@ -118,6 +127,15 @@ func (w *World) Variant() string {
 	if change == "" {
 		change = IdleChangeNone
 	}
-	return fmt.Sprintf("%s, other Services %d, ARM fault rate %g, CCM load balancers %s, shared load balancer %t, change while the writer is down %s",
+	v := fmt.Sprintf("%s, other Services %d, ARM fault rate %g, CCM load balancers %s, shared load balancer %t, change while the writer is down %s",
 		o.Clock(), o.Services, o.FaultRate, layout, o.SharedLB, change)
+	// The newer options are named only off their defaults, so that the
+	// variants (and the plans naming them) of every earlier run stand.
+	if o.CCMConfig != "" && o.CCMConfig != ccm.ConfigNodeIP {
+		v += ", CCM configuration " + o.CCMConfig
+	}
+	if o.PoolFlows != "" && o.PoolFlows != azuredp.PoolFlowsKeep {
+		v += ", established flows of an address that leaves a pool " + o.PoolFlows
+	}
+	return v
 }

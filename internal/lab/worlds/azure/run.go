@@ -91,8 +91,16 @@ func (a *run) Start(ctx context.Context) (err error) {
 	a.mu.Lock()
 	a.served = served
 	a.mu.Unlock()
+	compute, err := a.seedCompute(ctx)
+	if err != nil {
+		return err
+	}
+	var ipconfigs azuredp.IPConfigs
+	if compute != nil {
+		ipconfigs = compute
+	}
 	a.dp, err = azuredp.New(ctx, azuredp.Config{NS: env.Net.LB.Netns, Emulator: a.emu, ResourceGroup: azGroup,
-		Propagation: o.ARMLatency + o.LBPropagation,
+		Propagation: o.ARMLatency + o.LBPropagation, Compute: ipconfigs, PoolFlows: o.PoolFlows,
 		Logf: func(format string, args ...any) {
 			env.Logf("%s: azure data plane: "+format, append([]any{env.Name}, args...)...)
 		}})
