@@ -30,7 +30,10 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/upstream"
 	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/azure"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/chart"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/haproxy"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/replicas"
 )
 
 // Run is the `zerodrop lab` command.
@@ -59,7 +62,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var points []azure.Options
-	opts.World = haproxy.New(haproxy.Options{LoadBalancers: f.dataPlane})
+	opts.World = f.haproxyWorld()
 	if f.prov == ProviderAzureEmulator {
 		if points, ok = f.azureOptions(opts, stderr); !ok {
 			return 2
@@ -82,7 +85,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.dryRun {
 		writePlan(stdout, plan, notRun, htmlPath, f.jsonPath)
 		writeSweepPlan(stdout, plan, points)
-		f.writeWorld(stdout, opts.World, len(points))
+		writeWorld(stdout, opts.World, len(points))
 		return 0
 	}
 	for _, n := range notRun {
@@ -128,7 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.DurationVar(&recipe.MinReady, "recipe-min-ready", scenarios.DefaultRecipe.MinReady, "recipe mode: the Deployment's minReadySeconds")
 	var chaos scenarios.ChaosOptions
 	fs.IntVar(&chaos.MidPlanKills, "kills", 0, fmt.Sprintf("kill-mid-plan: how often to SIGKILL the writer at a plan's first write (default %d; %d with --from-chart, where each kill waits out the kubelet's back-off)",
-		report.DefaultMidPlanKills, scenarios.DefaultChartKills))
+		report.DefaultMidPlanKills, chart.DefaultKills))
 	fs.DurationVar(&chaos.APIServerOutage, "apiserver-outage", report.DefaultAPIServerOutage, "apiserver-down: how long kube-apiserver stays stopped")
 	appSigterm := fs.String("app-sigterm", traffic.AppSigtermGraceful, "graceful|exit: the workload's SIGTERM handling — a graceful shutdown, or none (exit at once, every connection closed without a word)")
 	var az azureFlags
@@ -186,16 +189,16 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, bool) {
 		fmt.Fprintf(stderr, "zerodrop lab: --grace-period %s: want whole seconds, at least 1s\n", f.gracePeriod)
 		return scenarios.Options{}, nil, false
 	}
-	if f.dataPlane != 0 && (f.dataPlane < 2 || f.dataPlane > scenarios.MaxDataPlaneReplicas) {
-		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas %d: want 0, or 2 to %d\n", f.dataPlane, scenarios.MaxDataPlaneReplicas)
+	if f.dataPlane != 0 && (f.dataPlane < 2 || f.dataPlane > dataplane.MaxReplicas) {
+		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas %d: want 0, or 2 to %d\n", f.dataPlane, dataplane.MaxReplicas)
 		return scenarios.Options{}, nil, false
 	}
 	if f.fromChart && f.dataPlane == 0 {
-		fmt.Fprintf(stderr, "zerodrop lab: --from-chart installs the chart's HAProxy data plane: give --data-plane-replicas 2 to %d\n", scenarios.MaxDataPlaneReplicas)
+		fmt.Fprintf(stderr, "zerodrop lab: --from-chart installs the chart's HAProxy data plane: give --data-plane-replicas 2 to %d\n", dataplane.MaxReplicas)
 		return scenarios.Options{}, nil, false
 	}
-	opts := scenarios.Options{KeepDir: f.keep, Dir: f.dir, Progress: stderr, Rate: f.rate, Recipe: f.recipe, Chaos: f.chaos, DataPlaneReplicas: f.dataPlane,
-		FromChart: f.fromChart, IdleRestarts: f.idleRestarts, GracePeriod: f.gracePeriod}
+	opts := scenarios.Options{KeepDir: f.keep, Dir: f.dir, Progress: stderr, Rate: f.rate, Recipe: f.recipe, Chaos: f.chaos,
+		IdleRestarts: f.idleRestarts, GracePeriod: f.gracePeriod}
 	switch f.appSigterm {
 	case traffic.AppSigtermGraceful:
 	case traffic.AppSigtermExit:
@@ -240,7 +243,7 @@ func (f flags) addScenarios(opts *scenarios.Options, stderr io.Writer) (notRun [
 					notRun = append(notRun, fmt.Sprintf("%s: does not run on emulated Azure", s.Name))
 					continue
 				}
-				if err := scenarios.Runs(s.Name, f.dataPlane, f.fromChart); err != nil {
+				if err := scenarios.Runs(s.Name, f.haproxyKind()); err != nil {
 					notRun = append(notRun, err.Error())
 					continue
 				}
@@ -248,7 +251,7 @@ func (f flags) addScenarios(opts *scenarios.Options, stderr io.Writer) (notRun [
 			}
 			continue
 		}
-		if err := scenarios.Runs(name, f.dataPlane, f.fromChart); err != nil {
+		if err := scenarios.Runs(name, f.haproxyKind()); err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
 			return nil, false
 		}
@@ -363,21 +366,36 @@ func writePlan(w io.Writer, plan []scenarios.Planned, notRun []string, htmlPath,
 }
 
 // writeWorld is --dry-run's line of the world a lab runs in and its
-// options (the world's variant), where it says them. The HAProxy replicas
-// and the chart's install are not worlds of their own yet (the runner
-// reads the flags): their line is said here, and a sweep's (points) is
+// options (the world's variant), where it says them; a sweep's (points) is
 // the sweep's plan.
-func (f flags) writeWorld(w io.Writer, wd world.World, points int) {
-	switch {
-	case points > 1:
+func writeWorld(w io.Writer, wd world.World, points int) {
+	if points > 1 {
 		fmt.Fprintf(w, "world: %s, options: each sweep point above\n", wd.Name())
-	case f.fromChart:
-		fmt.Fprintf(w, "world: %s, options: %d data-plane replicas\n", world.Chart, f.dataPlane)
-	case f.dataPlane != 0:
-		fmt.Fprintf(w, "world: %s, options: %d data-plane replicas\n", world.Replicas, f.dataPlane)
-	default:
-		writeVariant(w, wd)
+		return
 	}
+	writeVariant(w, wd)
+}
+
+// haproxyKind is the HAProxy world the flags choose.
+func (f flags) haproxyKind() world.Kind {
+	switch {
+	case f.fromChart:
+		return world.Chart
+	case f.dataPlane != 0:
+		return world.Replicas
+	}
+	return world.OneHAProxy
+}
+
+// haproxyWorld is the HAProxy world the flags choose, with its options.
+func (f flags) haproxyWorld() world.World {
+	switch f.haproxyKind() {
+	case world.Chart:
+		return chart.New(chart.Options{Replicas: f.dataPlane})
+	case world.Replicas:
+		return replicas.New(replicas.Options{Replicas: f.dataPlane})
+	}
+	return haproxy.New(haproxy.Options{LoadBalancers: f.dataPlane})
 }
 
 // writeVariant is writeWorld's line for a world that says its options.

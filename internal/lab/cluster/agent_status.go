@@ -143,3 +143,14 @@ func ConditionStatus(pod *corev1.Pod, typ corev1.PodConditionType) corev1.Condit
 	}
 	return corev1.ConditionUnknown
 }
+
+// ContainerRestarts is the restart count of container name of p, by its
+// status.
+func ContainerRestarts(p *corev1.Pod, name string) int32 {
+	for _, st := range p.Status.ContainerStatuses {
+		if st.Name == name {
+			return st.RestartCount
+		}
+	}
+	return 0
+}

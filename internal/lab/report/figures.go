@@ -21,7 +21,7 @@ const (
 	// minReadySeconds, maxUnavailable 0 / maxSurge 1 and a PDB.
 	ModeRecipe Mode = "recipe"
 	// ModeZerodrop runs zerodrop installed from the chart (--from-chart,
-	// chart.go), or zerodrop's controller as the lab arranges it: two `zerodrop controller` replicas with
+	// package worlds/chart), or zerodrop's controller as the lab arranges it: two `zerodrop controller` replicas with
 	// leader election and otherwise default flags, on the run's HAProxy or
 	// (--data-plane-replicas) in the control role over a data plane of
 	// replicas, as pods of the lab, the webhook in the lab process, and

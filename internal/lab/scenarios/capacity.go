@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // actScaleDown scales from 3 to 1 replica.
@@ -84,13 +85,13 @@ func (r *run) evict(ctx context.Context, pod string) error {
 			ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: r.ns}})
 		switch {
 		case err == nil:
-			r.mark("evicted %s", shortPod(pod))
+			r.mark("evicted %s", world.ShortPod(pod))
 			return nil
 		case apierrors.IsNotFound(err):
 			return nil
 		case apierrors.IsTooManyRequests(err):
 			if !refused {
-				r.mark("PDB refuses %s", shortPod(pod))
+				r.mark("PDB refuses %s", world.ShortPod(pod))
 				refused = true
 			}
 		default:

@@ -15,7 +15,6 @@ import (
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/report"
-	"zerodrop.dev/zerodrop/internal/lab/sockcount"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/provider"
@@ -27,21 +26,14 @@ type ChaosOptions struct {
 	APIServerOutage time.Duration
 }
 
-// DefaultChartKills is kill-mid-plan's count of kills on zerodrop installed
-// from the chart when ChaosOptions.MidPlanKills is 0: each kill there waits
-// out the kubelet's back-off before the killed container runs again (10 s,
-// doubling with each restart of the same container), so 20 kills of two
-// containers would take about an hour; 4 kill each replica's writer twice.
-const DefaultChartKills = 4
-
 // midPlanKills is kill-mid-plan's count of kills: ChaosOptions.MidPlanKills,
-// or its default for the install.
-func (o Options) midPlanKills() int {
-	switch {
-	case o.Chaos.MidPlanKills > 0:
-		return o.Chaos.MidPlanKills
-	case o.FromChart:
-		return DefaultChartKills
+// or the world's default (world.KillDefault), or report.DefaultMidPlanKills.
+func (l *lab) midPlanKills() int {
+	if n := l.opts.Chaos.MidPlanKills; n > 0 {
+		return n
+	}
+	if k, ok := l.opts.World.(world.KillDefault); ok {
+		return k.MidPlanKills()
 	}
 	return report.DefaultMidPlanKills
 }
@@ -66,13 +58,10 @@ func (o ChaosOptions) outage() time.Duration {
 // interrupted plan and carrying on the rollout.
 func actKillMidPlan(ctx context.Context, r *run) error {
 	next := r.leaderWriter
-	switch {
-	case r.fromChart():
-		next = r.chartReplicaWriter
-	case r.dataPlaneEnabled():
-		next = r.replicaWriter
+	if w, ok := r.world.(world.MidPlanWriters); ok {
+		next = w.MidPlanWriter
 	}
-	want := r.lab.opts.midPlanKills()
+	want := r.lab.midPlanKills()
 	fig := r.chaosFigures()
 	var at []int64
 	rolling := false
@@ -81,7 +70,7 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 		if err != nil {
 			return err
 		}
-		verb, err := r.killAtFirstWrite(ctx, w.onWrite, w.kill, want, &rolling)
+		verb, err := r.killAtFirstWrite(ctx, w.OnWrite, w.Kill, want, &rolling)
 		if err != nil {
 			return err
 		}
@@ -92,9 +81,9 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 		at = append(at, n)
 		fig.Kills++
 		fig.KillVerbs = append(fig.KillVerbs, verb)
-		r.mark("SIGKILL %s at %q", w.name, verb)
+		r.mark("SIGKILL %s at %q", w.Name, verb)
 		r.stopping(fig.Kills-1, "SIGKILL")
-		if err := w.recover(ctx); err != nil {
+		if err := w.Recover(ctx); err != nil {
 			return fmt.Errorf("kill %d: %w", fig.Kills, err)
 		}
 	}
@@ -110,67 +99,30 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 	return nil
 }
 
-// writer is the process kill-mid-plan kills next: its name, the proxies at
-// the sockets of the HAProxy it writes, how to kill it, and how to wait
-// until the data plane has a writer again.
-type writer struct {
-	name    string
-	onWrite func(f func(verb string)) // watches the writes as they land
-	kill    func()
-	recover func(ctx context.Context) error
-}
-
 // leaderWriter is the controllers' leader, the one writer of the run's
 // HAProxy: after the kill another replica takes the lease and the killed
 // pod's replacement is ready.
-func (r *run) leaderWriter(ctx context.Context, _ int) (writer, error) {
+func (r *run) leaderWriter(ctx context.Context, _ int) (world.Writer, error) {
 	leader, err := r.waitLeader(ctx, "")
 	if err != nil {
-		return writer{}, err
+		return world.Writer{}, err
 	}
-	return writer{
-		name: shortPod(leader),
-		onWrite: func(f func(string)) {
+	return world.Writer{
+		Name: world.ShortPod(leader),
+		OnWrite: func(f func(string)) {
 			if ww, ok := r.world.(world.WriteWatcher); ok {
 				ww.OnWrite(f)
 			}
 		},
-		kill: func() { _ = r.lab.agent.Signal(ctrlNamespace+"/"+leader, syscall.SIGKILL) },
-		recover: func(ctx context.Context) error {
+		Kill: func() { _ = r.lab.agent.Signal(ctrlNamespace+"/"+leader, syscall.SIGKILL) },
+		Recover: func(ctx context.Context) error {
 			r.ctrls.gone(leader)
 			next, err := r.waitLeader(ctx, leader)
 			if err != nil {
 				return err
 			}
-			r.mark("leader %s", shortPod(next))
+			r.mark("leader %s", world.ShortPod(next))
 			return r.waitControllersReady(ctx, leader)
-		},
-	}, nil
-}
-
-// replicaWriter is a data-plane replica's own zerodrop process, the
-// replicas in turn: after the kill it is started again at once (the kubelet
-// restarts its container) while its HAProxy serves on, and the lab waits
-// until it is ready.
-func (r *run) replicaWriter(_ context.Context, kills int) (writer, error) {
-	reps := r.replicas()
-	d := reps[kills%len(reps)]
-	p := d.Process()
-	return writer{
-		name:    fmt.Sprintf("replica %d's zerodrop process", d.Index()),
-		onWrite: func(f func(string)) { onWrite(d.Socks(), f) },
-		kill:    func() { p.Signal(syscall.SIGKILL) },
-		recover: func(ctx context.Context) error {
-			select {
-			case <-p.Done():
-			case <-time.After(30 * time.Second):
-				return fmt.Errorf("replica %d's zerodrop process did not end", d.Index())
-			}
-			if err := r.dp.StartProcess(ctx, d); err != nil {
-				return err
-			}
-			r.mark("replica %d: zerodrop process ready", d.Index())
-			return nil
 		},
 	}, nil
 }
@@ -231,13 +183,6 @@ func (r *run) rolledOut(ctx context.Context, want int32) (bool, error) {
 	return running == int(want) && terminating == 0, nil
 }
 
-// onWrite sets f on the proxies (in front of HAProxy's sockets).
-func onWrite(socks []*sockcount.Proxy, f func(verb string)) {
-	for _, p := range socks {
-		p.OnWrite(f)
-	}
-}
-
 func (r *run) chaosFigures() *report.ChaosFigures {
 	if r.chaos == nil {
 		r.chaos = &report.ChaosFigures{}
@@ -270,7 +215,7 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	leaderRestarts := r.containerRestarts(leader, chartContainer)
+	leaderRestarts := r.containerRestarts(leader)
 	r.mark("kube-apiserver stopped for %s", outage)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("stop kube-apiserver: %w", err)
@@ -305,7 +250,7 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	r.mark("leader %s", shortPod(next))
+	r.mark("leader %s", world.ShortPod(next))
 	if err := r.waitControllersReady(ctx, ""); err != nil {
 		return err
 	}
@@ -317,11 +262,10 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 		return err
 	}
 	fig.WritesAfterRecovery = n2 - n1
-	fig.LeaderExited = r.lab.agent.Finished(ctrlNamespace + "/" + leader)
-	if r.fromChart() {
-		// The lab's kubelet starts a chart pod's container again in place.
-		fig.LeaderExited = r.containerRestarts(leader, chartContainer) > leaderRestarts
-	}
+	// The lab's kubelet replaces a pod of the runner's Deployment whose
+	// process ended, and starts a world's pod's container (the chart's)
+	// again in place.
+	fig.LeaderExited = r.lab.agent.Finished(ctrlNamespace+"/"+leader) || r.containerRestarts(leader) > leaderRestarts
 	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
 }
 
@@ -345,7 +289,7 @@ func (r *run) waitLeaderBack(ctx context.Context, back time.Time) (string, error
 
 // poolState is the run's HAProxy backends as one comparable string.
 func (r *run) poolState(ctx context.Context) (string, error) {
-	bs, err := r.backends(ctx, r.prov)
+	bs, err := r.world.Backends(ctx, r.addr)
 	if err != nil {
 		return "", err
 	}
@@ -409,4 +353,14 @@ func lossless(res report.Result) error {
 		return nil
 	}
 	return fmt.Errorf("%s: zerodrop must lose nothing: %s", res.Scenario, strings.Join(bad, "; "))
+}
+
+// containerRestarts is the restart count of the controller container of
+// the controller pod named pod, from the agent's cache.
+func (r *run) containerRestarts(pod string) int32 {
+	p, err := r.lab.agent.Pods.Pods(ctrlNamespace).Get(pod)
+	if err != nil {
+		return 0
+	}
+	return cluster.ContainerRestarts(p, world.ControllerContainer)
 }

@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
-	"zerodrop.dev/zerodrop/internal/lab/scenarios/dataplane"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // Controller pods: every run's `zerodrop controller` replicas are pods of
@@ -26,13 +26,13 @@ import (
 // Service (a real Service with the fixed ClusterIP drainClusterIP, reached
 // through kube-proxy) selects the current run's replicas.
 const (
-	ctrlNamespace = "zerodrop-system"
+	ctrlNamespace = world.ControllerNamespace
 	drainService  = "zerodrop-drain"
-	labelRun      = "lab.zerodrop.dev/run"
+	labelRun      = world.LabelRun
 	ctrlApp       = "zerodrop-controller"
-	metricsPort   = 8080
-	probesPort    = 8081
-	drainPort     = 9090
+	metricsPort   = world.MetricsPort
+	probesPort    = world.ProbesPort
+	drainPort     = world.DrainPort
 )
 
 // ctrlScrape is the last scrape of one controller pod.
@@ -67,9 +67,8 @@ func newControllers(r *run) *controllers {
 const UpstreamCommand = "upstream-controller"
 
 // zerodropArgs are the controller's leader-election and endpoint flags with
-// the run's own class, pool and HAProxy, or its data plane of replicas (the
-// lab does not install from the chart; the webhook runs in the lab process:
-// see docs/lab.md).
+// the run's own class and pool, and its world's load balancer (the webhook
+// runs in the lab process: see docs/lab.md).
 func (cs *controllers) zerodropArgs() []string {
 	r := cs.run
 	args := []string{
@@ -78,11 +77,7 @@ func (cs *controllers) zerodropArgs() []string {
 		"--load-balancer-class=" + r.class,
 		"--address-pool=" + cluster.FrontendPool(r.id),
 	}
-	if r.world != nil {
-		args = r.world.ControllerArgs(args)
-	} else {
-		args = append(args, r.dp.ControlArgs()...)
-	}
+	args = r.world.ControllerArgs(args)
 	return append(args,
 		fmt.Sprintf("--metrics-bind-address=:%d", metricsPort),
 		fmt.Sprintf("--health-probe-bind-address=:%d", probesPort),
@@ -117,7 +112,7 @@ func (cs *controllers) deployment(name string, replicas int32, args []string) *a
 	r := cs.run
 	labels := map[string]string{"app": ctrlApp, labelRun: strconv.Itoa(r.id), "lab.zerodrop.dev/role": name}
 	c := corev1.Container{
-		Name:  "controller",
+		Name:  world.ControllerContainer,
 		Image: cluster.ControllerImage,
 		Args:  args,
 		Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: metricsPort}},
@@ -165,12 +160,13 @@ func (cs *controllers) start(ctx context.Context) error {
 	return nil
 }
 
-// pods lists the run's controller pods from the agent's cache.
+// pods lists the run's controller pods from the agent's cache: the
+// runner's Deployment's, or the world's (world.ControllerPods).
 func (cs *controllers) pods() []*corev1.Pod {
-	if cs.run.fromChart() {
-		return cs.run.chartPods(cs.run.chartName())
-	}
 	sel := labels.SelectorFromSet(labels.Set{"app": ctrlApp, labelRun: strconv.Itoa(cs.run.id)})
+	if w, ok := cs.run.world.(world.ControllerPods); ok {
+		sel = labels.SelectorFromSet(w.ControllerSelector())
+	}
 	pods, _ := cs.run.lab.agent.Pods.Pods(ctrlNamespace).List(sel)
 	return pods
 }
@@ -178,11 +174,7 @@ func (cs *controllers) pods() []*corev1.Pod {
 // loop scrapes every running controller pod until ctx ends.
 func (cs *controllers) loop(ctx context.Context) {
 	for traffic.SleepCtx(ctx, 250*time.Millisecond) {
-		if cs.run.fromChart() {
-			cs.scrapeChartDataPlane()
-		} else {
-			cs.scrapeDataPlane()
-		}
+		cs.scrapeDataPlane()
 		for _, p := range cs.pods() {
 			switch {
 			case p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
@@ -199,14 +191,12 @@ func (cs *controllers) loop(ctx context.Context) {
 func (cs *controllers) scrapePod(p *corev1.Pod) { cs.scrapeAt(cs.scrapeKey(p), p.Name, p.Status.PodIP) }
 
 // scrapeKey keys a controller pod's scrapes by process: the lab's kubelet
-// replaces a pod of the lab's own Deployment whose process ended, but
-// starts a chart pod's container again in place (the same pod), whose new
-// process counts from zero and is a leader candidate of its own.
+// replaces a pod of the runner's own Deployment whose process ended, but
+// starts a container of a world's pod (the chart's) again in place (the
+// same pod), whose new process counts from zero and is a leader candidate
+// of its own.
 func (cs *controllers) scrapeKey(p *corev1.Pod) types.UID {
-	if !cs.run.fromChart() {
-		return p.UID
-	}
-	return types.UID(fmt.Sprintf("%s/%d", p.UID, restartCount(p, chartContainer)))
+	return types.UID(fmt.Sprintf("%s/%d", p.UID, cluster.ContainerRestarts(p, world.ControllerContainer)))
 }
 
 // scrapeAt reads the metrics at ip into the figures kept under key.
@@ -227,10 +217,14 @@ func (cs *controllers) scrapeAt(key types.UID, name, ip string) {
 // stopping is the agent's call just before a controller pod is told to stop:
 // a last scrape, and the pod is no leader candidate any more.
 func (cs *controllers) stopping(p *corev1.Pod) {
-	if cs.run.fromChart() && p.Labels[dataplane.LabelAppName] == cs.run.dataPlaneName() {
-		// A data-plane pod: its own keys (scrapeDataPlanePod).
-		cs.scrapeDataPlanePod(p)
-		return
+	if dp := cs.run.dataPlane(); dp != nil {
+		if s, ok := dp.PodScrape(p); ok {
+			// A data-plane pod: its own keys.
+			if s.IP != "" {
+				cs.scrapeAt(types.UID(s.Key), s.Name, s.IP)
+			}
+			return
+		}
 	}
 	if p.Status.PodIP != "" {
 		cs.scrapePod(p)

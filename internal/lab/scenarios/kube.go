@@ -45,11 +45,3 @@ func (l *lab) setUnschedulable(ctx context.Context, node string, on bool) error 
 	_, err := l.cp.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	return err
 }
-
-// shortPod drops the Deployment's name prefix: web-7d9c…-x2k4p → x2k4p.
-func shortPod(name string) string {
-	if i := len(name) - 5; i > 0 {
-		return name[i:]
-	}
-	return name
-}

@@ -71,17 +71,9 @@ type Options struct {
 	// process exit closes it (podServer.exit; the default is a graceful
 	// shutdown, podServer.shutdown).
 	AppExitOnSIGTERM bool
-	// DataPlaneReplicas, when 2 or more, gives zerodrop mode an HAProxy data
-	// plane of that many replicas (package dataplane); 0: one HAProxy written by
-	// the controllers' leader.
-	DataPlaneReplicas int
-	// FromChart installs zerodrop mode's zerodrop from the chart (chart.go);
-	// it needs DataPlaneReplicas.
-	FromChart bool
 	// World is the data plane and its writers every run is made in
-	// (package world: one HAProxy, emulated Azure); zerodrop mode's data
-	// plane of replicas (DataPlaneReplicas, FromChart) is still this
-	// package's (dataplane.go, chart.go).
+	// (package world; the worlds are under internal/lab/worlds: one
+	// HAProxy, HAProxy replicas, the chart's install, emulated Azure).
 	World world.World
 }
 

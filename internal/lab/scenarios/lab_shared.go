@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // startShared starts what every scenario shares: the control plane, the
@@ -18,23 +19,22 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 		return err
 	}
 	l.progressf("making the network: %d nodes, kube-proxy on each, load balancer and client namespaces", labNodes)
-	l.net, err = cluster.StartNetwork(ctx, l.dir, labNodes, max(1, l.opts.DataPlaneReplicas), l.cp.Config, l.logf)
+	hosts := 1
+	if h, ok := l.opts.World.(world.Hosts); ok {
+		hosts = h.LoadBalancerHosts()
+	}
+	l.net, err = cluster.StartNetwork(ctx, l.dir, labNodes, hosts, l.cp.Config, l.logf)
 	if err != nil {
 		return err
-	}
-	if w := l.opts.World; w != nil {
-		if err := w.Prepare(ctx, l.net, l.dir); err != nil {
-			return fmt.Errorf("%s: %w", w.Name(), err)
-		}
 	}
 	if l.egress, err = cluster.ServeEgress(cluster.EgressSocket(l.dir), l.net.Net.Nodes[0].DialContext, l.logf); err != nil {
 		return err
 	}
 	l.agent = cluster.NewAgent(l.cp.Client, l.net, l.opts.Executable, l.dir, l.logf)
-	if l.opts.FromChart {
-		if err := l.prepareChartPods(ctx); err != nil {
-			return err
-		}
+	w := l.opts.World
+	if err := w.Prepare(ctx, world.Lab{Net: l.net, CP: l.cp, Agent: l.agent, Dir: l.dir, Executable: l.opts.Executable,
+		Logf: l.logf, Progressf: l.progressf}); err != nil {
+		return fmt.Errorf("%s: %w", w.Name(), err)
 	}
 	agentCtx, cancel := context.WithCancel(context.Background())
 	l.agent.OnStop = func(p *corev1.Pod) {
@@ -46,7 +46,9 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 		l.curMu.Unlock()
 		if r != nil && r.ctrls != nil && p.Labels[labelRun] == strconv.Itoa(r.id) {
 			r.ctrls.stopping(p)
-			r.dataPlaneStopping(p)
+			if dp := r.dataPlane(); dp != nil {
+				dp.PodStopping(p)
+			}
 		}
 	}
 	l.hooks = map[string]int{}
@@ -72,12 +74,12 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 	if err := l.agent.Start(agentCtx); err != nil {
 		return err
 	}
-	if l.opts.FromChart {
-		// The chart's webhook and drain Service, per run.
+	if in, ok := w.(world.Installer); ok && in.InstallsZerodrop() {
+		// The world's webhook and drain Service, per run.
 		if err := l.ctrlNamespace(ctx); err != nil {
 			return err
 		}
-		l.progressf("control plane up: %d nodes and %d data-plane nodes (%s); zerodrop installed from the chart per run", labNodes, len(l.net.LBs), l.net.Net.Prefix)
+		l.progressf("control plane up: %d nodes and %d data-plane nodes (%s); zerodrop installed per run by %s", labNodes, len(l.net.LBs), l.net.Net.Prefix, w.Name())
 		return nil
 	}
 	if err := l.startDrainService(ctx); err != nil {

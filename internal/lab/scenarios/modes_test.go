@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // TestRecipeWorkload: the recipe mode's Deployment carries the recipe's
@@ -75,31 +76,31 @@ func TestTableColumns(t *testing.T) {
 // TestRuns: which scenarios run with and without a data plane of replicas,
 // and installed from the chart; each refusal says why.
 func TestRuns(t *testing.T) {
+	one, reps, chart := world.OneHAProxy, world.Replicas, world.Chart
 	cases := []struct {
-		scenario  string
-		replicas  int
-		fromChart bool
-		ok        bool
+		scenario string
+		world    world.Kind
+		ok       bool
 	}{
-		{"rollout", 0, false, true},
-		{"rollout", 2, false, true},
-		{"rollout", 2, true, true},
-		{report.ScenarioKillMidPlan, 2, false, true},
-		{report.ScenarioKillMidPlan, 2, true, true},
-		{ScenarioLBReplicaRestart, 2, false, true},
-		{ScenarioLBReplicaRestart, 2, true, true},
-		{ScenarioLBReplicaRestart, 0, false, false},
-		{scenarioRestartIdle, 2, false, false},
-		{scenarioRestartIdle, 2, true, true},
-		{report.ScenarioAPIServerDown, 2, false, false},
-		{report.ScenarioAPIServerDown, 2, true, true},
-		{scenarioRestartIdle, 0, false, true},
-		{"no-such-scenario", 0, false, false},
+		{"rollout", one, true},
+		{"rollout", reps, true},
+		{"rollout", chart, true},
+		{report.ScenarioKillMidPlan, reps, true},
+		{report.ScenarioKillMidPlan, chart, true},
+		{ScenarioLBReplicaRestart, reps, true},
+		{ScenarioLBReplicaRestart, chart, true},
+		{ScenarioLBReplicaRestart, one, false},
+		{scenarioRestartIdle, reps, false},
+		{scenarioRestartIdle, chart, true},
+		{report.ScenarioAPIServerDown, reps, false},
+		{report.ScenarioAPIServerDown, chart, true},
+		{scenarioRestartIdle, one, true},
+		{"no-such-scenario", one, false},
 	}
 	for _, tc := range cases {
-		err := Runs(tc.scenario, tc.replicas, tc.fromChart)
+		err := Runs(tc.scenario, tc.world)
 		if (err == nil) != tc.ok {
-			t.Errorf("%s with %d replicas, from chart %v: %v, want ok=%v", tc.scenario, tc.replicas, tc.fromChart, err, tc.ok)
+			t.Errorf("%s in %s: %v, want ok=%v", tc.scenario, tc.world, err, tc.ok)
 		}
 		if err != nil && !strings.Contains(err.Error(), tc.scenario) {
 			t.Errorf("%s: the refusal %q does not name the scenario", tc.scenario, err)

@@ -93,18 +93,18 @@ func Plan(opts Options) ([]Planned, []NotRun, error) {
 	return runs, notRun, nil
 }
 
-// Runs says why scenario cannot run with n data-plane replicas and, when
-// fromChart, zerodrop installed from the chart (nil: it can), from Table.
-func Runs(scenario string, n int, fromChart bool) error {
+// Runs says why scenario cannot run in world k (nil: it can), from Table;
+// the reasons name the flags that choose the HAProxy worlds.
+func Runs(scenario string, k world.Kind) error {
 	_, ok := ScenarioNamed(scenario)
 	switch {
 	case !ok:
 		return fmt.Errorf("unknown scenario %q", scenario)
-	case n == 0 && !in(scenario, world.OneHAProxy):
+	case k == world.OneHAProxy && !in(scenario, world.OneHAProxy):
 		return fmt.Errorf("scenario %s needs --data-plane-replicas 2 or more", scenario)
-	case n > 0 && fromChart && !in(scenario, world.Chart):
+	case k == world.Chart && !in(scenario, world.Chart):
 		return fmt.Errorf("scenario %s does not run on the chart's install", scenario)
-	case n > 0 && !fromChart && !in(scenario, world.Replicas):
+	case k == world.Replicas && !in(scenario, world.Replicas):
 		return fmt.Errorf("scenario %s does not run with --data-plane-replicas without --from-chart: it restarts or cuts off the writer of the one HAProxy the leader writes, which the lab's own replicas have not; with --from-chart it kills the chart's controller and data-plane processes", scenario)
 	}
 	return nil

@@ -41,7 +41,7 @@ const scenarioRestartIdle = "restart-idle"
 // Service takes well under that).
 const (
 	DefaultIdleRestarts = 6
-	idleVerify          = 5 * time.Second
+	idleVerify          = world.IdleVerify
 )
 
 // idleRestarts is restart-idle's count of restarts.
@@ -60,14 +60,12 @@ func (o Options) idleRestarts() int {
 // replaces it) and idleVerify more. Every write counted from one kill to
 // the next (the last: to the end of the act) is that restart's. Who is
 // restarted is the world's writer where the world runs it
-// (restartIdleWorld), the chart's processes (restartIdleChart), or the
+// (restartIdleWorld: emulated Azure's CCM, the chart's processes), or the
 // leading controller pod (restartIdlePod).
 func actRestartIdle(ctx context.Context, r *run) error {
 	once := r.restartIdlePod
 	if w, ok := r.world.(world.WriterRestarter); ok && w.RestartsWriter() {
 		once = func(ctx context.Context, i int) (int64, error) { return r.restartIdleWorld(ctx, w, i) }
-	} else if r.fromChart() {
-		once = r.restartIdleChart
 	}
 	var at []int64
 	for i := range r.lab.opts.idleRestarts() {
@@ -103,7 +101,7 @@ func (r *run) restartIdlePod(ctx context.Context, i int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	r.mark("%s %s", name, shortPod(target))
+	r.mark("%s %s", name, world.ShortPod(target))
 	r.stopping(i, name)
 	if err := r.lab.agent.Signal(ctrlNamespace+"/"+target, sig); err != nil {
 		return 0, err
@@ -118,7 +116,7 @@ func (r *run) restartIdlePod(ctx context.Context, i int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	r.mark("leader %s", shortPod(next))
+	r.mark("leader %s", world.ShortPod(next))
 	return at, r.waitControllersReady(ctx, target)
 }
 

@@ -7,14 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
 	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
 	"zerodrop.dev/zerodrop/internal/lab/report"
-	"zerodrop.dev/zerodrop/internal/lab/scenarios/dataplane"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/world"
-	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
 // Recipe is the published recipe's workload settings (see docs/lab.md).
@@ -60,19 +56,12 @@ type run struct {
 	ns       string
 	class    string
 	dir      string
-	// prov is the first data-plane replica's HAProxy, when the run has
-	// a data plane of replicas (dp, dataplane.go), whose counting
-	// proxies are dp's.
-	prov *haproxy.Provider
-	dp   *dataplane.Plane
-	// world is the run's side of Options.World (nil: HAProxy).
-	world world.Run
-	// chartObjs are the run's install of the chart (chart.go).
-	chartObjs []*unstructured.Unstructured
-	ctrls     *controllers
-	addr      string // the load balancer's ingress address
-	rec       *traffic.Recorder
-	cordoned  []string
+	// world is the run's side of Options.World.
+	world    world.Run
+	ctrls    *controllers
+	addr     string // the load balancer's ingress address
+	rec      *traffic.Recorder
+	cordoned []string
 	// restartWrites are restart-idle's and kill-mid-plan's writes per
 	// restart.
 	restartWrites []int64
@@ -107,19 +96,10 @@ func (r *run) mark(format string, args ...any) {
 // counters sums the provider figures of every controller pod of the run.
 func (r *run) counters() ctrlmetrics.Counters { return r.ctrls.counters() }
 
-// landed is the writes the run's load balancer accepted: the world's
-// count (Options.World), or the HAProxy runtime API writes (commands and
-// reloads) counted at every data-plane replica's sockets; an error when a
-// socket's proxy was bypassed.
-func (r *run) landed() (int64, error) {
-	if r.world != nil {
-		return r.world.Writes()
-	}
-	if r.dp == nil {
-		return 0, nil
-	}
-	return r.dp.Landed()
-}
+// landed is the writes the run's load balancer accepted, as its world
+// counts them (HAProxy: the runtime API writes counted at its sockets; an
+// error when a socket's proxy was bypassed).
+func (r *run) landed() (int64, error) { return r.world.Writes() }
 
 // stopping tells the world (world.RestartObserver) that the writer's stop
 // i is being sent.

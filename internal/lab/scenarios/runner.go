@@ -22,24 +22,23 @@ const settle = 2 * time.Second
 // actTimeout bounds how long a scenario's act may take before it counts as
 // failed: the workload's steady-state bound plus 30 s, and for restart-idle
 // 40 s per restart (a lease to expire, a replacement to start, idleVerify;
-// installed from the chart 90 s, for the kubelet's back-off).
+// where the world's writers come back slower, its world.SlowRestarts).
 func (r *run) actTimeout(sc scenario) time.Duration {
 	d := r.steadyTimeout(max(sc.replicas, 4)) + 30*time.Second
+	slow, _ := r.world.(world.SlowRestarts)
 	switch sc.Name {
 	case scenarioRestartIdle:
 		per := 40 * time.Second
-		if r.fromChart() {
-			// Each container restart waits out the kubelet's back-off
-			// (10 s, doubling per restart of the same container).
-			per = 90 * time.Second
+		if slow != nil {
+			per = slow.IdleRestart()
 		}
 		d += time.Duration(r.lab.opts.idleRestarts()) * per
 	case report.ScenarioKillMidPlan:
 		// A lease to expire, a replacement to start, a rollout to resume.
-		kills := r.lab.opts.midPlanKills()
+		kills := r.lab.midPlanKills()
 		d += time.Duration(kills) * 60 * time.Second
-		if r.fromChart() {
-			d += chartBackoffs(kills, r.lab.opts.DataPlaneReplicas)
+		if slow != nil {
+			d += slow.KillsBackoff(kills)
 		}
 	case report.ScenarioAPIServerDown:
 		d += r.lab.opts.Chaos.outage() + 90*time.Second
@@ -55,22 +54,16 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 		ns:    fmt.Sprintf("lab-%d-%s-%s", l.runs, sc.Name, mode),
 		class: fmt.Sprintf("zerodrop.dev/lab-%d", l.runs),
 		dir:   fmt.Sprintf("%s/haproxy-%d", l.dir, l.runs)}
-	if r.dataPlaneEnabled() {
-		r.dp = r.newDataPlane()
-	}
-	if w := l.opts.World; w != nil && !r.dataPlaneEnabled() {
-		r.world = w.NewRun(world.Env{ID: r.id, Mode: mode, NS: r.ns, Key: r.key(), Class: r.class, Name: r.name(), Dir: r.dir, LabDir: l.dir,
-			Listener: model.ListenerName(r.ns, appName, corev1.ProtocolTCP, servicePort),
-			CP:       l.cp, Net: l.net, Logf: l.logf, Progressf: l.progressf, Mark: r.mark})
-	}
+	r.world = l.opts.World.NewRun(world.Env{ID: r.id, Mode: mode, NS: r.ns, Key: r.key(), Class: r.class, Name: r.name(), Dir: r.dir, LabDir: l.dir,
+		Listener: model.ListenerName(r.ns, appName, corev1.ProtocolTCP, servicePort),
+		CP:       l.cp, Net: l.net, Logf: l.logf, Progressf: l.progressf, Mark: r.mark,
+		WaitLeader: r.waitLeader, Gone: func(name string) { r.ctrls.gone(name) }})
 	l.curMu.Lock()
 	l.current = r
 	l.curMu.Unlock()
 	res := report.Result{Scenario: sc.Name, Mode: string(mode), Backend: v.backend, ExternalTrafficPolicy: v.policy}
-	if w := l.opts.World; w != nil {
-		grace := time.Duration(*r.deployment(sc.replicas).Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
-		res.AzureClock = w.Clock(mode, grace)
-	}
+	grace := time.Duration(*r.deployment(sc.replicas).Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+	res.AzureClock = l.opts.World.Clock(mode, grace)
 	defer r.teardown()
 	label := fmt.Sprintf("%-10s %-13s %-8s", sc.Name, v, mode)
 	l.progressf("%s setting up (%s)", label, sc.about)
@@ -172,7 +165,7 @@ func (r *run) figures(res *report.Result, snap traffic.Snapshot, base ctrlmetric
 	res.HookFailures = l.hookFailures(r.ns)
 	res.DrainRelayRetries = l.relayRetries(r.ns)
 	res.WritesPerRestart = r.restartWrites
-	res.DataPlaneReplicas = len(r.replicas())
+	res.DataPlaneReplicas = r.dataPlaneReplicas()
 	res.ReplicaDisruption = r.replicaFigures
 	res.Chaos = r.chaos
 	res.DuplicateBackendSamples = r.dupSamples.Load()

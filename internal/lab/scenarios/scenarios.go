@@ -25,8 +25,8 @@ type scenario struct {
 // All are the scenarios, in the order `all` runs them. Their acts are in one
 // file per family: rollout.go (rollout, rollout-local), restart.go (restart,
 // restart-idle), capacity.go (scale-down, drain-node), churn.go, chaos.go
-// (kill-mid-plan, apiserver-down) and dataplane_scenario.go with
-// dataplane_chart_scenario.go (lb-replica-restart); runner.go runs one, and
+// (kill-mid-plan, apiserver-down) and dataplane_scenario.go
+// (lb-replica-restart, its phases the world's); runner.go runs one, and
 // kube.go holds the Kubernetes changes the acts make.
 var All = []scenario{
 	{Name: "rollout", about: "rolling update of a 3-replica Deployment", replicas: replicas, act: actRollout},

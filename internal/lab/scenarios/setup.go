@@ -14,6 +14,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/webhook"
 )
@@ -31,18 +32,19 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	}
 	sctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
-	if err := r.startLoadBalancer(ctx, sctx); err != nil {
+	if err := r.world.Start(ctx); err != nil {
 		return err
 	}
 	r.ctrls = newControllers(r)
-	if r.mode.Gated() && !r.fromChart() {
+	// A world may run the mode's writer itself (on emulated Azure the
+	// upstream and recipe modes' CCM; the chart's install zerodrop with
+	// its own drain Service), started with the load balancer.
+	if r.mode.Gated() && !r.world.OwnsWriters() {
 		if err := r.lab.selectDrainReplicas(ctx, r.id); err != nil {
 			return err
 		}
 	}
-	// A world may run the mode's writer itself (on emulated Azure the
-	// upstream and recipe modes' CCM), started with the load balancer.
-	if !r.fromChart() && !(r.world != nil && r.world.OwnsWriters()) {
+	if !r.world.OwnsWriters() {
 		if err := r.ctrls.start(ctx); err != nil {
 			return err
 		}
@@ -56,8 +58,10 @@ func (r *run) setup(ctx context.Context, want int32) error {
 			return err
 		}
 	}
-	if r.fromChart() {
-		if err := r.waitChartWebhook(ctx); err != nil {
+	if w, ok := r.world.(world.AdmissionWaiter); ok {
+		tmpl := r.deployment(1).Spec.Template
+		probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe", Namespace: r.ns, Labels: tmpl.Labels}, Spec: tmpl.Spec}
+		if err := w.WaitAdmission(ctx, probe); err != nil {
 			return err
 		}
 	}
@@ -65,23 +69,6 @@ func (r *run) setup(ctx context.Context, want int32) error {
 		return fmt.Errorf("deployment: %w", err)
 	}
 	return r.waitSteady(ctx, want, r.steadyTimeout(want))
-}
-
-// startLoadBalancer starts the run's data plane: the chart's (its router
-// stand-in runs until sctx ends), the world's (Options.World: one HAProxy,
-// emulated Azure), or the lab's replicas.
-func (r *run) startLoadBalancer(ctx, sctx context.Context) error {
-	if r.fromChart() {
-		return r.startChartDataPlane(ctx, sctx)
-	}
-	if r.world != nil {
-		return r.world.Start(ctx)
-	}
-	if err := r.dp.Start(ctx); err != nil {
-		return err
-	}
-	r.prov = r.replicas()[0].Provider()
-	return nil
 }
 
 // createService creates the workload's LoadBalancer Service: the run's
@@ -108,16 +95,12 @@ func (r *run) createService(ctx context.Context) error {
 	if r.mode.NodeBacked() {
 		svc.Spec.LoadBalancerClass = nil
 	}
-	if r.world != nil {
-		r.world.Service(svc)
-	}
+	r.world.Service(svc)
 	created, err := r.lab.cp.Client.CoreV1().Services(r.ns).Create(ctx, svc, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
-	if r.world != nil {
-		r.world.ServiceCreated(created)
-	}
+	r.world.ServiceCreated(created)
 	return nil
 }
 
@@ -147,7 +130,7 @@ func (r *run) steadyTimeout(n int32) time.Duration {
 		rc := r.lab.opts.Recipe
 		d += time.Duration(n)*(rc.MinReady+10*time.Second) + rc.GracePeriod
 	}
-	if r.world != nil {
+	if r.world != nil { // nil: a test's run, made without one
 		d += r.world.SteadyTimeout(n)
 	}
 	return d

@@ -25,7 +25,7 @@ func (r *run) sampleStates(ctx context.Context, start time.Time) []report.Backen
 	var lanes []*report.BackendLane
 	byName := map[string]*report.BackendLane{}
 	for {
-		if bs, err := r.backends(ctx, r.prov); err == nil {
+		if bs, err := r.world.Backends(ctx, r.addr); err == nil {
 			at := time.Since(start)
 			if duplicates(bs, listener) > 0 {
 				r.dupSamples.Add(1)

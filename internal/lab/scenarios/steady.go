@@ -10,12 +10,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
-	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
 // steadyQuiet is how long the requests sent must all have succeeded for a
@@ -62,13 +61,10 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 			}
 			r.addr = net.JoinHostPort(svc.Status.LoadBalancer.Ingress[0].IP, strconv.Itoa(servicePort))
 		}
-		for _, prov := range r.views() {
-			if prov.Provider == nil && r.world == nil {
-				return false, "data-plane replica " + prov.name + ": its HAProxy is not viewed yet"
-			}
-			if ok, why := r.backendsSteady(ctx, prov, want); !ok {
-				if prov.name != "" {
-					why = "data-plane replica " + prov.name + ": " + why
+		for _, v := range r.views() {
+			if ok, why := r.backendsSteady(ctx, v, want); !ok {
+				if v.Name != "" {
+					why = "data-plane replica " + v.Name + ": " + why
 				}
 				return false, why
 			}
@@ -92,28 +88,16 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 	})
 }
 
-// view is one HAProxy of the run, named for messages.
-type view struct {
-	name string
-	*haproxy.Provider
-}
-
-// views are the run's HAProxy instances: every data-plane replica's (but
-// one on a failed node), or the one.
-func (r *run) views() []view {
-	reps := r.replicas()
-	if len(reps) == 0 {
-		return []view{{"", r.prov}}
+// views are the run's load balancers the workload must be steady on:
+// every data-plane replica's the traffic reaches (world.DataPlane), or the
+// world's one.
+func (r *run) views() []world.View {
+	if dp := r.dataPlane(); dp != nil {
+		return dp.Views()
 	}
-	var out []view
-	for _, d := range reps {
-		if r.fromChart() && r.lab.agent.NodeDown(cluster.HostNodeName(d.Index())) {
-			// Its node failed (lb-replica-restart): no traffic reaches it.
-			continue
-		}
-		out = append(out, view{strconv.Itoa(d.Index()), d.Provider()})
-	}
-	return out
+	return []world.View{{Backends: func(ctx context.Context) ([]provider.BackendStatus, error) {
+		return r.world.Backends(ctx, r.addr)
+	}}}
 }
 
 // backendsSteady: prov has exactly the backends the workload of want
@@ -122,8 +106,8 @@ func (r *run) views() []view {
 // Local: up exactly on the nodes with a pod. zerodrop keeps a node without a
 // local endpoint registered, drained; the upstream controller keeps it
 // active, and its probe (the health-check node port) holds it down.
-func (r *run) backendsSteady(ctx context.Context, prov view, want int32) (bool, string) {
-	bs, err := r.backends(ctx, prov.Provider)
+func (r *run) backendsSteady(ctx context.Context, v world.View, want int32) (bool, string) {
+	bs, err := v.Backends(ctx)
 	if err != nil {
 		return false, err.Error()
 	}
@@ -157,14 +141,4 @@ func (r *run) backendsSteady(ctx context.Context, prov view, want int32) (bool, 
 		return false, fmt.Sprintf("HAProxy has %d active backends, want %d", active, wantUp)
 	}
 	return true, ""
-}
-
-// backends reads the run's backends for the reports and the steady-state
-// checks: the world's (Options.World), or from prov, zerodrop's view of a
-// data-plane replica's HAProxy.
-func (r *run) backends(ctx context.Context, prov *haproxy.Provider) ([]provider.BackendStatus, error) {
-	if r.world != nil {
-		return r.world.Backends(ctx, r.addr)
-	}
-	return prov.Backends(ctx, r.key())
 }

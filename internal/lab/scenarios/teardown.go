@@ -25,17 +25,7 @@ func (r *run) teardown() {
 	if r.stop != nil {
 		r.stop()
 	}
-	r.stopDataPlane()
-	if r.world != nil {
-		r.world.Stop()
-	}
-	if r.dp != nil {
-		for _, p := range r.dp.Socks() {
-			if err := p.Close(); err != nil {
-				r.lab.logf("%s: %v", r.name(), err)
-			}
-		}
-	}
+	r.world.Stop()
 	r.lab.agent.Abandon(func(p *corev1.Pod) bool { return p.Namespace == r.ns })
 	_ = r.lab.cp.Client.AppsV1().Deployments(r.ns).Delete(ctx, appName, bg)
 	for _, n := range r.cordoned {

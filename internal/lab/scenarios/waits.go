@@ -32,7 +32,7 @@ func (r *run) restartController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.mark("restart %s", shortPod(target))
+	r.mark("restart %s", world.ShortPod(target))
 	if err := r.lab.cp.Client.CoreV1().Pods(ctrlNamespace).Delete(ctx, target, metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("restart %s: %w", target, err)
 	}

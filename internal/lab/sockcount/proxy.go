@@ -331,3 +331,11 @@ func (p *Proxy) count(command string) {
 		f(verb)
 	}
 }
+
+// OnWriteAll makes f watch the writes at every one of proxies (OnWrite);
+// nil: no more.
+func OnWriteAll(proxies []*Proxy, f func(verb string)) {
+	for _, p := range proxies {
+		p.OnWrite(f)
+	}
+}

@@ -29,7 +29,7 @@ type World interface {
 	Name() string
 	// Prepare is called once per lab, after the shared network is up and
 	// before the first run: what every run of the world needs of it.
-	Prepare(ctx context.Context, net *cluster.Network, dir string) error
+	Prepare(ctx context.Context, lab Lab) error
 	// NewRun is the world's side of one run, made before its setup (a
 	// teardown after a failed setup calls its Stop).
 	NewRun(env Env) Run
@@ -57,6 +57,12 @@ type Env struct {
 	// Logf writes to the lab's log, Progressf to its progress lines too;
 	// Mark puts an event on the run's timeline.
 	Logf, Progressf, Mark func(format string, args ...any)
+	// WaitLeader waits until a controller pod other than not says it
+	// holds the lease, by the runner's scrapes, and returns its name;
+	// Gone tells the runner that the pod named name is no leader candidate
+	// any more (its process is being ended).
+	WaitLeader func(ctx context.Context, not string) (string, error)
+	Gone       func(name string)
 }
 
 // Run is a world's side of one run.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // returnTable is the nodes' routing table for answers to the client of
@@ -29,7 +30,8 @@ const (
 // is made before routing, by the connection's mark, because kube-proxy
 // gives an answer its frontend source only after routing. Made once per
 // lab; the network's teardown removes the namespaces with them.
-func (w *World) Prepare(ctx context.Context, net *cluster.Network, dir string) error {
+func (w *World) Prepare(ctx context.Context, lab world.Lab) error {
+	net, dir := lab.Net, lab.Dir
 	client := net.Client.IP.String() + "/32"
 	ruleset := fmt.Sprintf(`table ip zerodrop_lab_azure {
 	chain prerouting {

@@ -52,7 +52,7 @@ var (
 func (w *World) Name() string { return "one HAProxy" }
 
 // Prepare: nothing the runs share.
-func (w *World) Prepare(context.Context, *cluster.Network, string) error { return nil }
+func (w *World) Prepare(context.Context, world.Lab) error { return nil }
 
 // Clock: none.
 func (w *World) Clock(report.Mode, time.Duration) *report.AzureClock { return nil }
@@ -205,9 +205,7 @@ func (h *run) OnWrite(f func(verb string)) {
 	h.mu.Lock()
 	socks := slices.Clone(h.socks)
 	h.mu.Unlock()
-	for _, p := range socks {
-		p.OnWrite(f)
-	}
+	sockcount.OnWriteAll(socks, f)
 }
 
 // Backends reads the run's backends: from zerodrop's provider, or in the
@@ -256,7 +254,13 @@ func splitKey(key string) (ns, name string) {
 	return ns, name
 }
 
-var _ world.Variant = (*World)(nil)
+var (
+	_ world.Variant = (*World)(nil)
+	_ world.Hosts   = (*World)(nil)
+)
+
+// LoadBalancerHosts is the network's load-balancer hosts.
+func (w *World) LoadBalancerHosts() int { return max(1, w.opts.LoadBalancers) }
 
 // Variant says on how many load-balancer hosts the one HAProxy's network
 // is (it runs on the first).

@@ -222,7 +222,7 @@ func (p *Plane) StopReplica(ctx context.Context, d *Replica) error {
 		_ = proc.Stop()
 	}
 	if d.prov != nil {
-		errs = append(errs, p.cfg.StopHAProxy(d.prov, d.dir))
+		errs = append(errs, p.stopHAProxy(d.prov, d.dir))
 	}
 	err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).Delete(ctx, d.Pod(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	if err != nil && !apierrors.IsNotFound(err) {

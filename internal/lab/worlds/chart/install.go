@@ -1,4 +1,4 @@
-package scenarios
+package chart
 
 import (
 	"bytes"
@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -29,54 +28,38 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
-	"zerodrop.dev/zerodrop/internal/lab/scenarios/dataplane"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
-
-// --from-chart: zerodrop mode installs zerodrop from the repository's
-// chart, rendered with `helm template` (the real helm CLI) and applied
-// (server-side) per run, with values that only place it in the lab (below);
-// the lab's kubelet runs the chart's pods (pods_containers.go) and the
-// DaemonSet controller of kube-controller-manager puts the data plane on
-// the load-balancer hosts, registered as Nodes (agent_nodes.go). The chart's
-// webhook is called by the API server through its Service (egress.go), its
-// drain Service carries the drain hooks, and every process authenticates
-// as its pod's ServiceAccount.
 
 // chartValues are the values the lab installs the chart with: the HAProxy
 // data plane with the run's address pool and class, the lab's ports and
 // drain address, a toleration for the data-plane nodes' taint, a label
 // telling the run's pods apart, and plain-HTTP metrics (the lab scrapes
 // them without credentials).
-func (r *run) chartValues() []string {
+func (r *run) values() []string {
 	return []string{
 		"provider=haproxy",
-		"fullnameOverride=" + r.chartName(),
-		"haproxy.addressPool=" + cluster.FrontendPool(r.id),
-		"extraArgs[0]=--load-balancer-class=" + r.class,
+		"fullnameOverride=" + r.name,
+		"haproxy.addressPool=" + cluster.FrontendPool(r.env.ID),
+		"extraArgs[0]=--load-balancer-class=" + r.env.Class,
 		// A label value is a string (--set-string).
-		`string:podLabels.lab\.zerodrop\.dev/run=` + strconv.Itoa(r.id),
+		`string:podLabels.lab\.zerodrop\.dev/run=` + strconv.Itoa(r.env.ID),
 		"haproxy.tolerations[0].key=" + cluster.DataPlaneTaint.Key,
 		"haproxy.tolerations[0].operator=Exists",
 		"haproxy.tolerations[0].effect=" + string(cluster.DataPlaneTaint.Effect),
 		"metrics.secure=false",
-		fmt.Sprintf("metrics.port=%d", metricsPort),
-		fmt.Sprintf("probePort=%d", probesPort),
-		fmt.Sprintf("drain.port=%d", drainPort),
+		fmt.Sprintf("metrics.port=%d", world.MetricsPort),
+		fmt.Sprintf("probePort=%d", world.ProbesPort),
+		fmt.Sprintf("drain.port=%d", world.DrainPort),
 		"drain.clusterIP=" + cluster.DrainClusterIP,
-		fmt.Sprintf("haproxy.metricsPort=%d", metricsPort),
-		fmt.Sprintf("haproxy.probePort=%d", probesPort),
+		fmt.Sprintf("haproxy.metricsPort=%d", world.MetricsPort),
+		fmt.Sprintf("haproxy.probePort=%d", world.ProbesPort),
 		fmt.Sprintf("haproxy.statePort=%d", dataplane.StatePort),
 	}
 }
-
-// chartName is the run's release's object names (fullnameOverride).
-func (r *run) chartName() string { return "zerodrop-" + strconv.Itoa(r.id) }
-
-// dataPlaneName is the name of the chart's data-plane DaemonSet (and its
-// pods' app.kubernetes.io/name).
-func (r *run) dataPlaneName() string { return r.chartName() + "-data-plane" }
 
 // renderChart runs `helm template` on the repository's chart with values
 // (--set; with the prefix "string:", --set-string).
@@ -89,7 +72,7 @@ func renderChart(values []string) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"template", "zerodrop", filepath.Join(root, "charts", "zerodrop"), "--namespace", ctrlNamespace}
+	args := []string{"template", "zerodrop", filepath.Join(root, "charts", "zerodrop"), "--namespace", world.ControllerNamespace}
 	for _, v := range values {
 		if sv, ok := strings.CutPrefix(v, "string:"); ok {
 			args = append(args, "--set-string", sv)
@@ -117,15 +100,15 @@ func renderChart(values []string) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-// installChart renders the chart with the run's values and applies every
-// object server-side; uninstallChart deletes them again.
-func (r *run) installChart(ctx context.Context) error {
-	objs, err := renderChart(r.chartValues())
+// install renders the chart with the run's values and applies every
+// object server-side; uninstall deletes them again.
+func (r *run) install(ctx context.Context) error {
+	objs, err := renderChart(r.values())
 	if err != nil {
 		return err
 	}
-	r.chartObjs = objs
-	dyn, mapper, err := r.lab.dynamic()
+	r.objs = objs
+	dyn, mapper, err := r.dynamic()
 	if err != nil {
 		return err
 	}
@@ -143,23 +126,23 @@ func (r *run) installChart(ctx context.Context) error {
 			return fmt.Errorf("apply %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
-	r.lab.logf("%s: installed the chart as %s (%d objects)", r.name(), r.chartName(), len(objs))
+	r.env.Logf("%s: installed the chart as %s (%d objects)", r.env.Name, r.name, len(objs))
 	return nil
 }
 
-// uninstallChart deletes the run's chart objects, in reverse order, and
+// uninstall deletes the run's chart objects, in reverse order, and
 // waits (up to timeout) until the release's pods are gone, so that the next
 // run's install finds the drain Service's address free.
-func (r *run) uninstallChart(ctx context.Context, timeout time.Duration) error {
-	if len(r.chartObjs) == 0 {
+func (r *run) uninstall(ctx context.Context, timeout time.Duration) error {
+	if len(r.objs) == 0 {
 		return nil
 	}
-	dyn, mapper, err := r.lab.dynamic()
+	dyn, mapper, err := r.dynamic()
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, o := range slices.Backward(r.chartObjs) {
+	for _, o := range slices.Backward(r.objs) {
 		res, err := resourceFor(dyn, mapper, o)
 		if err == nil {
 			err = res.Delete(ctx, o.GetName(), metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
@@ -168,9 +151,9 @@ func (r *run) uninstallChart(ctx context.Context, timeout time.Duration) error {
 			errs = append(errs, fmt.Errorf("delete %s %s: %w", o.GetKind(), o.GetName(), err))
 		}
 	}
-	sel := metav1.ListOptions{LabelSelector: labelRun + "=" + strconv.Itoa(r.id)}
-	errs = append(errs, traffic.WaitFor(ctx, timeout, r.chartName()+"'s pods gone", func() (bool, string) {
-		pods, err := r.lab.cp.Client.CoreV1().Pods(ctrlNamespace).List(ctx, sel)
+	sel := metav1.ListOptions{LabelSelector: world.LabelRun + "=" + strconv.Itoa(r.env.ID)}
+	errs = append(errs, traffic.WaitFor(ctx, timeout, r.name+"'s pods gone", func() (bool, string) {
+		pods, err := r.w.lab.CP.Client.CoreV1().Pods(world.ControllerNamespace).List(ctx, sel)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -181,12 +164,13 @@ func (r *run) uninstallChart(ctx context.Context, timeout time.Duration) error {
 
 // dynamic returns a dynamic client and a REST mapper for the lab's API
 // server.
-func (l *lab) dynamic() (dynamic.Interface, meta.RESTMapper, error) {
-	dyn, err := dynamic.NewForConfig(l.cp.Config)
+func (r *run) dynamic() (dynamic.Interface, meta.RESTMapper, error) {
+	cp := r.w.lab.CP
+	dyn, err := dynamic.NewForConfig(cp.Config)
 	if err != nil {
 		return nil, nil, err
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(l.cp.Client.Discovery()))
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.Client.Discovery()))
 	return dyn, mapper, nil
 }
 
@@ -199,30 +183,11 @@ func resourceFor(dyn dynamic.Interface, mapper meta.RESTMapper, o *unstructured.
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
 		ns := o.GetNamespace()
 		if ns == "" {
-			ns = ctrlNamespace
+			ns = world.ControllerNamespace
 		}
 		return dyn.Resource(m.Resource).Namespace(ns), nil
 	}
 	return dyn.Resource(m.Resource), nil
-}
-
-// serviceAccountToken is the kubelet's projected token for pod: a
-// TokenRequest for its ServiceAccount, bound to the pod.
-func (l *lab) serviceAccountToken(ctx context.Context, pod *corev1.Pod) (string, error) {
-	sa := pod.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
-	}
-	tr, err := l.cp.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			ExpirationSeconds: ptr.To[int64](24 * 3600),
-			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return "", err
-	}
-	return tr.Status.Token, nil
 }
 
 // prepareImages builds the production zerodrop (no lab tag: what the
@@ -252,36 +217,14 @@ func prepareImages(ctx context.Context, dir string) error {
 // master CLI socket to where the lab's counting proxy forwards.
 func haproxyImageWrapper(real string) string { return cluster.HAProxyWrapper(cluster.ShellQuote(real)) }
 
-// prepareChartPods readies the lab to run the chart's pods: the images (the
-// production build and the haproxy wrapper), the API server's CA for the
-// pods' service account directories, the load-balancer hosts as data-plane
-// Nodes, and the agent's container runtime (pods_containers.go).
-func (l *lab) prepareChartPods(ctx context.Context) error {
-	l.progressf("building the production zerodrop for the chart's images")
-	imageDir := filepath.Join(l.dir, "image")
-	if err := prepareImages(ctx, imageDir); err != nil {
-		return err
-	}
-	caFile := filepath.Join(l.dir, "apiserver-ca.crt")
-	if err := os.WriteFile(caFile, l.cp.Config.CAData, 0o644); err != nil {
-		return err
-	}
-	l.agent.AddHostNodes(l.net.LBs)
-	l.agent.Containers = &cluster.ContainerEnv{ImageDir: imageDir, Dir: filepath.Join(l.dir, "p"), CAFile: caFile,
-		Token: l.serviceAccountToken, BeforeStart: l.beforeContainer, AfterStop: l.afterChartPod}
-	return nil
-}
-
-// waitChartWebhook waits until the chart's webhook answers the API server:
-// a pod of the workload created as a dry run (the webhook's side effects
-// are NoneOnDryRun) comes back with the readiness gate. The webhook's
-// failurePolicy is Ignore, so a pod created before it answers would run
-// without the gate and the drain hook.
-func (r *run) waitChartWebhook(ctx context.Context) error {
-	tmpl := r.deployment(1).Spec.Template
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe", Namespace: r.ns, Labels: tmpl.Labels}, Spec: tmpl.Spec}
-	return traffic.WaitFor(ctx, 60*time.Second, r.chartName()+"'s webhook answering", func() (bool, string) {
-		got, err := r.lab.cp.Client.CoreV1().Pods(r.ns).Create(ctx, pod.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+// WaitAdmission waits until the chart's webhook answers the API server:
+// probe, a pod of the workload, created as a dry run (the webhook's side
+// effects are NoneOnDryRun) comes back with the readiness gate. The
+// webhook's failurePolicy is Ignore, so a pod created before it answers
+// would run without the gate and the drain hook.
+func (r *run) WaitAdmission(ctx context.Context, probe *corev1.Pod) error {
+	return traffic.WaitFor(ctx, 60*time.Second, r.name+"'s webhook answering", func() (bool, string) {
+		got, err := r.w.lab.CP.Client.CoreV1().Pods(probe.Namespace).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return false, err.Error()
 		}

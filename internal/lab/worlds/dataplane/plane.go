@@ -59,9 +59,6 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// Mark puts an event on the run's timeline.
 	Mark func(format string, args ...any)
-	// StopHAProxy stops an HAProxy the lab started in dir, and what is
-	// left of it.
-	StopHAProxy func(prov *haproxy.Provider, dir string) error
 }
 
 // Plane is a run's data plane of replicas.

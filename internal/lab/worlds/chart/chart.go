@@ -1,0 +1,293 @@
+// Package chart is the lab's world of zerodrop installed from the
+// repository's chart (`zerodrop lab --from-chart --data-plane-replicas N`):
+// zerodrop mode's zerodrop is rendered with `helm template` (the real helm
+// CLI) and applied (server-side) per run, with values that only place it in
+// the lab (install.go); the lab's kubelet runs the chart's pods and the
+// DaemonSet controller of kube-controller-manager puts the data plane on
+// the load-balancer hosts, registered as Nodes. The chart's webhook is
+// called by the API server through its Service, its drain Service carries
+// the drain hooks, and every process authenticates as its pod's
+// ServiceAccount. The lab watches the data plane's pods (package
+// dataplane) to count every write at HAProxy's sockets. The other modes
+// run in the world of one HAProxy (package haproxy) on the first host.
+package chart
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/haproxy"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// Options are the world's variants.
+type Options struct {
+	// Replicas is the data plane's replicas (the load-balancer hosts the
+	// DaemonSet runs on), 2 to dataplane.MaxReplicas.
+	Replicas int
+}
+
+// World is zerodrop installed from the chart.
+type World struct {
+	opts Options
+	one  *haproxy.World // the other modes'
+	lab  world.Lab
+
+	mu  sync.Mutex
+	cur *run // zerodrop mode's run under way: the agent's hooks go to it
+}
+
+// New is the world with opts.
+func New(opts Options) *World {
+	return &World{opts: opts, one: haproxy.New(haproxy.Options{LoadBalancers: opts.Replicas})}
+}
+
+var (
+	_ world.World       = (*World)(nil)
+	_ world.Hosts       = (*World)(nil)
+	_ world.Variant     = (*World)(nil)
+	_ world.Installer   = (*World)(nil)
+	_ world.KillDefault = (*World)(nil)
+
+	_ world.DataPlane        = (*run)(nil)
+	_ world.ControllerPods   = (*run)(nil)
+	_ world.AdmissionWaiter  = (*run)(nil)
+	_ world.SlowRestarts     = (*run)(nil)
+	_ world.WriterRestarter  = (*run)(nil)
+	_ world.MidPlanWriters   = (*run)(nil)
+	_ world.ReplicaDisruptor = (*run)(nil)
+)
+
+// Name names the world.
+func (w *World) Name() string { return string(world.Chart) }
+
+// Variant is the number of replicas.
+func (w *World) Variant() string { return fmt.Sprintf("%d data-plane replicas", w.opts.Replicas) }
+
+// LoadBalancerHosts: one per replica.
+func (w *World) LoadBalancerHosts() int { return w.opts.Replicas }
+
+// InstallsZerodrop: the chart brings zerodrop's webhook and drain Service.
+func (w *World) InstallsZerodrop() bool { return true }
+
+// DefaultKills is kill-mid-plan's count of kills on the chart's install
+// when ChaosOptions.MidPlanKills is 0: each kill there waits out the
+// kubelet's back-off before the killed container runs again (10 s,
+// doubling with each restart of the same container), so 20 kills of two
+// containers would take about an hour; 4 kill each replica's writer twice.
+const DefaultKills = 4
+
+// MidPlanKills is DefaultKills.
+func (w *World) MidPlanKills() int { return DefaultKills }
+
+// Clock: none.
+func (w *World) Clock(report.Mode, time.Duration) *report.AzureClock { return nil }
+
+// Prepare readies the lab to run the chart's pods: the images (the
+// production build and the haproxy wrapper), the API server's CA for the
+// pods' service account directories, the load-balancer hosts as data-plane
+// Nodes, and the agent's container runtime.
+func (w *World) Prepare(ctx context.Context, lab world.Lab) error {
+	w.lab = lab
+	if err := w.one.Prepare(ctx, lab); err != nil {
+		return err
+	}
+	lab.Progressf("building the production zerodrop for the chart's images")
+	imageDir := filepath.Join(lab.Dir, "image")
+	if err := prepareImages(ctx, imageDir); err != nil {
+		return err
+	}
+	caFile := filepath.Join(lab.Dir, "apiserver-ca.crt")
+	if err := os.WriteFile(caFile, lab.CP.Config.CAData, 0o644); err != nil {
+		return err
+	}
+	lab.Agent.AddHostNodes(lab.Net.LBs)
+	lab.Agent.Containers = &cluster.ContainerEnv{ImageDir: imageDir, Dir: filepath.Join(lab.Dir, "p"), CAFile: caFile,
+		Token: dataplane.ServiceAccountToken(lab.CP.Client), BeforeStart: w.beforeContainer, AfterStop: w.afterPod}
+	return nil
+}
+
+// current is zerodrop mode's run under way (nil: none).
+func (w *World) current() *run {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cur
+}
+
+// beforeContainer is the agent's ContainerEnv.BeforeStart: the current
+// run's data plane watches its pods' containers start.
+func (w *World) beforeContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, hostPath func(string) (string, bool)) error {
+	if r := w.current(); r != nil {
+		return r.plane.BeforeContainer(ctx, pod, c, hostPath)
+	}
+	return nil
+}
+
+// afterPod is the agent's ContainerEnv.AfterStop: a data-plane pod of the
+// run that has ended is retired.
+func (w *World) afterPod(pod *corev1.Pod) {
+	if r := w.current(); r != nil {
+		r.plane.PodEnded(pod)
+	}
+}
+
+// NewRun is the chart's install in zerodrop mode, one HAProxy in the
+// others.
+func (w *World) NewRun(env world.Env) world.Run {
+	var r *run
+	if env.Mode == report.ModeZerodrop {
+		r = &run{w: w, env: env, name: "zerodrop-" + strconv.Itoa(env.ID)}
+		r.plane = dataplane.ForRun(w.lab, env, w.opts.Replicas, r.dataPlaneName())
+	}
+	w.mu.Lock()
+	w.cur = r
+	w.mu.Unlock()
+	if r == nil {
+		return w.one.NewRun(env)
+	}
+	return r
+}
+
+// run is zerodrop mode's install of the chart.
+type run struct {
+	w     *World
+	env   world.Env
+	name  string // the release's object names (fullnameOverride)
+	plane *dataplane.Plane
+	objs  []*unstructured.Unstructured // the install
+	stop  context.CancelFunc           // the router stand-in
+	// idleRestarts counts restart-idle's restarts: each restarts the next
+	// replica's container.
+	idleRestarts int
+}
+
+// dataPlaneName is the name of the chart's data-plane DaemonSet (and its
+// pods' app.kubernetes.io/name).
+func (r *run) dataPlaneName() string { return r.name + "-data-plane" }
+
+// Start installs the chart and starts its data plane (see
+// dataplane.Plane.StartChart); the router stand-in runs until Stop.
+func (r *run) Start(ctx context.Context) error {
+	if err := r.install(ctx); err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	return r.plane.StartChart(ctx, runCtx)
+}
+
+// Stop retires every replica, uninstalls the chart, routes the client to
+// the first load balancer only and closes the counting proxies.
+func (r *run) Stop() {
+	if r.stop != nil {
+		r.stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	r.plane.RetireAll()
+	if err := r.uninstall(ctx, 75*time.Second); err != nil {
+		r.env.Logf("%s: uninstall the chart: %v", r.env.Name, err)
+	}
+	r.plane.Stop(ctx)
+	r.plane.CloseSocks()
+}
+
+// OwnsWriters: the chart's controllers and data plane are the writers.
+func (r *run) OwnsWriters() bool { return true }
+
+// ControllerArgs: the chart's (the runner starts no controller pods).
+func (r *run) ControllerArgs(base []string) []string { return base }
+
+// ControllerSelector are the chart's controller pods.
+func (r *run) ControllerSelector() map[string]string {
+	return map[string]string{dataplane.LabelAppName: r.name}
+}
+
+// Service: nothing to add.
+func (r *run) Service(*corev1.Service) {}
+
+// ServiceCreated: nothing to learn.
+func (r *run) ServiceCreated(*corev1.Service) {}
+
+// Forwards: none.
+func (r *run) Forwards() []string { return nil }
+
+// SteadyTimeout: nothing more.
+func (r *run) SteadyTimeout(int32) time.Duration { return 0 }
+
+// Backends are the first replica's.
+func (r *run) Backends(ctx context.Context, _ string) ([]provider.BackendStatus, error) {
+	return dataplane.View(r.plane.Replicas()[0], r.env.Key).Backends(ctx)
+}
+
+// Writes are the writes counted at every data-plane pod's sockets, the
+// retired pods' too.
+func (r *run) Writes() (int64, error) { return r.plane.Landed() }
+
+// Replicas is the number of replicas.
+func (r *run) Replicas() int { return len(r.plane.Replicas()) }
+
+// Sessions are the connections each replica's HAProxy accepted.
+func (r *run) Sessions() []int64 { return r.plane.Sessions() }
+
+// Views are the replicas' HAProxy instances but one on a failed node
+// (lb-replica-restart): no traffic reaches it.
+func (r *run) Views() []world.View {
+	return r.plane.Views(r.env.Key, func(d *dataplane.Replica) bool { return dataplane.HostDown(r.w.lab.Agent, d) })
+}
+
+// pods lists the run's pods of the chart object called name (its
+// app.kubernetes.io/name) from the agent's cache.
+func (r *run) pods(name string) []*corev1.Pod {
+	sel := labels.SelectorFromSet(labels.Set{dataplane.LabelAppName: name})
+	pods, _ := r.w.lab.Agent.Pods.Pods(world.ControllerNamespace).List(sel)
+	return pods
+}
+
+// Scrapes are the running data-plane pods' controller containers.
+func (r *run) Scrapes() []world.Scrape {
+	var out []world.Scrape
+	for _, p := range r.pods(r.dataPlaneName()) {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			if s, ok := podScrape(p); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// PodScrape: a data-plane pod's last scrape.
+func (r *run) PodScrape(p *corev1.Pod) (world.Scrape, bool) {
+	if p.Labels[dataplane.LabelAppName] != r.dataPlaneName() {
+		return world.Scrape{}, false
+	}
+	s, _ := podScrape(p)
+	return s, true
+}
+
+// podScrape is a data-plane pod's controller container, keyed by pod and
+// restarts (a restarted process counts from zero); !ok: no address yet.
+func podScrape(p *corev1.Pod) (world.Scrape, bool) {
+	if p.Status.PodIP == "" {
+		return world.Scrape{}, false
+	}
+	restarts := cluster.ContainerRestarts(p, world.ControllerContainer)
+	return world.Scrape{Key: fmt.Sprintf("%s/%d", p.UID, restarts), Name: fmt.Sprintf("%s/%d", p.Name, restarts), IP: p.Status.PodIP}, true
+}
+
+// PodStopping withdraws a data-plane pod's route (dataplane.Plane.Stopping).
+func (r *run) PodStopping(p *corev1.Pod) { r.plane.Stopping(p) }

@@ -1,0 +1,101 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/provider"
+)
+
+// HardDetect is how long a hard-failed replica's route stays announced in
+// lb-replica-restart: as BFD with a 1 s interval and a multiplier of 3
+// would take to withdraw it.
+const HardDetect = 3 * time.Second
+
+// ForRun is the data plane of a world's run of n replicas: the lab's own
+// arrangement, or with daemonSet the chart's DaemonSet of that name.
+func ForRun(lab world.Lab, env world.Env, n int, daemonSet string) *Plane {
+	return New(Config{
+		Client: lab.CP.Client, REST: lab.CP.Config, Net: lab.Net, Agent: lab.Agent, Token: ServiceAccountToken(lab.CP.Client),
+		Executable: lab.Executable, LogDir: lab.Dir, Dir: env.Dir, Namespace: world.ControllerNamespace,
+		RunID: env.ID, Class: env.Class, Replicas: n,
+		FromChart: daemonSet != "", DaemonSet: daemonSet,
+		MetricsPort: world.MetricsPort, ProbesPort: world.ProbesPort,
+		Name: env.Name, Logf: env.Logf, Mark: env.Mark,
+	})
+}
+
+// View is replica d's HAProxy as the runner's steady check reads it: the
+// backends of the Service key.
+func View(d *Replica, key string) world.View {
+	return world.View{Name: strconv.Itoa(d.Index()), Backends: func(ctx context.Context) ([]provider.BackendStatus, error) {
+		prov := d.Provider()
+		if prov == nil {
+			return nil, errors.New("its HAProxy is not viewed yet")
+		}
+		return prov.Backends(ctx, key)
+	}}
+}
+
+// Views are the replicas' HAProxy instances but those skip says no
+// traffic reaches.
+func (p *Plane) Views(key string, skip func(d *Replica) bool) []world.View {
+	var out []world.View
+	for _, d := range p.Replicas() {
+		if skip == nil || !skip(d) {
+			out = append(out, View(d, key))
+		}
+	}
+	return out
+}
+
+// ProcessScrapes are the running replica processes' metrics endpoints
+// (the lab's own arrangement), keyed by process.
+func (p *Plane) ProcessScrapes() []world.Scrape {
+	var out []world.Scrape
+	for _, d := range p.Replicas() {
+		proc, n := d.ProcessRun()
+		if proc == nil {
+			continue
+		}
+		select {
+		case <-proc.Done():
+			continue
+		default:
+		}
+		name := fmt.Sprintf("%s/%d", d.Pod(), n)
+		out = append(out, world.Scrape{Key: "process:" + name, Name: name, IP: d.Host().IP.String()})
+	}
+	return out
+}
+
+// CloseSocks closes the counting proxies in front of every replica's
+// sockets (after the replicas stopped).
+func (p *Plane) CloseSocks() {
+	for _, s := range p.Socks() {
+		if err := s.Close(); err != nil {
+			p.cfg.Logf("%s: %v", p.cfg.Name, err)
+		}
+	}
+}
+
+// OtherMembers are the route members of reps but d.
+func OtherMembers(reps []*Replica, d *Replica) []int {
+	var out []int
+	for _, o := range reps {
+		if o.Index() != d.Index() {
+			out = append(out, o.Index())
+		}
+	}
+	return out
+}
+
+// HostDown reports whether replica d's load-balancer host's node failed.
+func HostDown(agent *cluster.Agent, d *Replica) bool {
+	return agent.NodeDown(cluster.HostNodeName(d.Index()))
+}

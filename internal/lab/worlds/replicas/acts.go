@@ -1,0 +1,167 @@
+package replicas
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/sockcount"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
+)
+
+// DisruptReplicas is lb-replica-restart: nothing changes in the workload
+// while the data plane is disrupted three times; the figures of each phase
+// go to fig. (1) Replica 0's zerodrop process is restarted, SIGKILL and
+// then SIGTERM, as a crash or an upgrade of its container does, while its
+// HAProxy serves on: each restart's writes counted at that HAProxy's
+// sockets go to the act's restart writes (nothing changed: 0 expected).
+// (2) Replica 1 is replaced as a DaemonSet update replaces its pod: its
+// route is withdrawn (its flows move to the other replica, which has no
+// state for the established ones), it is stopped and its Pod deleted; a
+// new replica starts from an empty state directory, builds its HAProxy
+// from the Services, and its route is announced again. (3) Replica 1 fails
+// hard, as its node does: HAProxy and zerodrop SIGKILLed, its route
+// withdrawn dataplane.HardDetect later, its Pod deleted (standing for the
+// node's Lease expiring, which ends its counting); then a new replica
+// comes up and is announced. What (2) and (3) cost is measured, not
+// asserted.
+func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.ReplicaFigures) error {
+	reps := r.plane.Replicas()
+	if len(reps) < 2 {
+		return fmt.Errorf("lb-replica-restart needs --data-plane-replicas 2 or more")
+	}
+	net := r.w.lab.Net
+	fig.HardDetectSeconds = dataplane.HardDetect.Seconds()
+	if err := r.restartFirstReplicaProcess(ctx, act, reps[0]); err != nil {
+		return err
+	}
+	var err error
+	if fig.RestartFailed, fig.RestartBroken, err = act.PhaseEnd(); err != nil {
+		return err
+	}
+
+	old := reps[1]
+	act.Mark("replica 1: route withdrawn")
+	if err := net.RouteTo(ctx, false, dataplane.OtherMembers(reps, old)...); err != nil {
+		return err
+	}
+	if !traffic.SleepCtx(ctx, dataplane.WithdrawSettle) {
+		return ctx.Err()
+	}
+	if err := r.plane.StopReplica(ctx, old); err != nil {
+		return fmt.Errorf("stop replica 1: %w", err)
+	}
+	act.Mark("replica 1: stopped")
+	if err := r.replaceReplica(ctx, act, old, reps); err != nil {
+		return err
+	}
+	if fig.ReplaceFailed, fig.ReplaceBroken, err = act.PhaseEnd(); err != nil {
+		return err
+	}
+
+	old = r.plane.Replicas()[1]
+	act.Mark("replica 1: HAProxy and zerodrop SIGKILLed")
+	if p := old.Process(); p != nil {
+		p.Signal(syscall.SIGKILL)
+	}
+	cluster.KillByArg(filepath.Join(old.Dir(), "haproxy.cfg"))
+	if !traffic.SleepCtx(ctx, dataplane.HardDetect) {
+		return ctx.Err()
+	}
+	act.Mark("replica 1: route withdrawn, Pod gone")
+	if err := net.RouteTo(ctx, false, dataplane.OtherMembers(r.plane.Replicas(), old)...); err != nil {
+		return err
+	}
+	r.plane.DropReplica(old)
+	if err := r.plane.StopReplica(ctx, old); err != nil {
+		r.env.Logf("%s: after the hard failure: %v", r.env.Name, err)
+	}
+	if err := act.WaitSteady(ctx); err != nil {
+		return err
+	}
+	if err := r.replaceReplica(ctx, act, old, r.plane.Replicas()); err != nil {
+		return err
+	}
+	fig.HardFailed, fig.HardBroken, err = act.PhaseEnd()
+	return err
+}
+
+// restartFirstReplicaProcess is phase (1): d's (replica 0's) zerodrop
+// process ended by SIGKILL, then by SIGTERM, and started again each time,
+// its HAProxy serving throughout; each restart's writes are recorded.
+func (r *run) restartFirstReplicaProcess(ctx context.Context, act world.Act, d *dataplane.Replica) error {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		before := d.Landed()
+		p := d.Process()
+		act.Mark("replica 0: %s its zerodrop process", sig)
+		p.Signal(sig)
+		select {
+		case <-p.Done():
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("replica 0's zerodrop process did not end after %s", sig)
+		}
+		if err := r.plane.StartProcess(ctx, d); err != nil {
+			return err
+		}
+		act.Mark("replica 0: zerodrop process ready")
+		if !traffic.SleepCtx(ctx, world.IdleVerify) {
+			return ctx.Err()
+		}
+		act.RestartWrites(d.Landed() - before)
+	}
+	return nil
+}
+
+// replaceReplica starts a new pod for old's replica, waits until it serves
+// the Service, makes it the run's, and announces its route.
+func (r *run) replaceReplica(ctx context.Context, act world.Act, old *dataplane.Replica, reps []*dataplane.Replica) error {
+	d := old.Replacement()
+	err := r.plane.StartReplica(ctx, d)
+	r.plane.SetReplica(d)
+	if err != nil {
+		return fmt.Errorf("new replica %d: %w", d.Index(), err)
+	}
+	if err := traffic.WaitFor(ctx, 60*time.Second, fmt.Sprintf("the new replica %d to serve the Service", d.Index()), func() (bool, string) {
+		return act.Steady(ctx, dataplane.View(d, r.env.Key))
+	}); err != nil {
+		return err
+	}
+	act.Mark("replica %d: new pod serves, route announced", d.Index())
+	members := append(dataplane.OtherMembers(reps, d), d.Index())
+	slices.Sort(members)
+	return r.w.lab.Net.RouteTo(ctx, false, members...)
+}
+
+// MidPlanWriter is kill-mid-plan's writer: a replica's own zerodrop
+// process, the replicas in turn. After the kill it is started again at
+// once (the kubelet restarts its container) while its HAProxy serves on,
+// and the lab waits until it is ready.
+func (r *run) MidPlanWriter(_ context.Context, kills int) (world.Writer, error) {
+	reps := r.plane.Replicas()
+	d := reps[kills%len(reps)]
+	p := d.Process()
+	return world.Writer{
+		Name:    fmt.Sprintf("replica %d's zerodrop process", d.Index()),
+		OnWrite: func(f func(string)) { sockcount.OnWriteAll(d.Socks(), f) },
+		Kill:    func() { p.Signal(syscall.SIGKILL) },
+		Recover: func(ctx context.Context) error {
+			select {
+			case <-p.Done():
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("replica %d's zerodrop process did not end", d.Index())
+			}
+			if err := r.plane.StartProcess(ctx, d); err != nil {
+				return err
+			}
+			r.env.Mark("replica %d: zerodrop process ready", d.Index())
+			return nil
+		},
+	}, nil
+}
