@@ -38,10 +38,10 @@ import (
 //     the zerodrop process last wrote), and the route is announced once
 //     the pod is Ready.
 func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.ReplicaFigures) error {
-	n := r.w.opts.Replicas
-	agent := r.w.lab.Agent
+	n := r.w.N
+	agent := r.w.Lab.Agent
 	fig.HardDetectSeconds = dataplane.HardDetect.Seconds()
-	d := r.plane.ReplicaAt(0)
+	d := r.Plane.ReplicaAt(0)
 	if d == nil {
 		return fmt.Errorf("no data-plane pod on %s", cluster.HostNodeName(0))
 	}
@@ -67,11 +67,11 @@ func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.Re
 	if !traffic.SleepCtx(ctx, dataplane.HardDetect) {
 		return ctx.Err()
 	}
-	if err := r.plane.Withdraw(ctx, 1); err != nil {
+	if err := r.Plane.Withdraw(ctx, 1); err != nil {
 		return err
 	}
 	if err := traffic.WaitFor(ctx, 2*time.Minute, node+"'s Lease expired", func() (bool, string) {
-		lease, err := r.w.lab.CP.Client.CoordinationV1().Leases(cluster.NodeLeaseNamespace).Get(ctx, node, metav1.GetOptions{})
+		lease, err := r.w.Lab.CP.Client.CoordinationV1().Leases(cluster.NodeLeaseNamespace).Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -87,7 +87,7 @@ func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.Re
 		return err
 	}
 	act.Mark("%s back: its pod's containers started again", node)
-	if err := traffic.WaitFor(ctx, 2*time.Minute, "every replica routed again", func() (bool, string) { return r.plane.Routed(n) }); err != nil {
+	if err := traffic.WaitFor(ctx, 2*time.Minute, "every replica routed again", func() (bool, string) { return r.Plane.Routed(n) }); err != nil {
 		return err
 	}
 	fig.HardFailed, fig.HardBroken, err = act.PhaseEnd()
@@ -103,7 +103,7 @@ func (r *run) restartFirstControllerContainer(ctx context.Context, act world.Act
 		before := d.Landed()
 		restarts := r.containerRestarts(d.PodName())
 		act.Mark("replica 0: %s its controller container", sig)
-		if err := r.w.lab.Agent.SignalContainer(key, world.ControllerContainer, sig); err != nil {
+		if err := r.w.Lab.Agent.SignalContainer(key, world.ControllerContainer, sig); err != nil {
 			return err
 		}
 		if err := r.waitContainerRestarted(ctx, d.PodName(), restarts); err != nil {
@@ -122,7 +122,7 @@ func (r *run) restartFirstControllerContainer(ctx context.Context, act world.Act
 // `kubectl rollout restart` does, and waited for until its controller has
 // replaced every pod and the router stand-in routes all n.
 func (r *run) updateDaemonSet(ctx context.Context, act world.Act, n int) error {
-	ds := r.w.lab.CP.Client.AppsV1().DaemonSets(world.ControllerNamespace)
+	ds := r.w.Lab.CP.Client.AppsV1().DaemonSets(world.ControllerNamespace)
 	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"lab.zerodrop.dev/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
 	updated, err := ds.Patch(ctx, r.dataPlaneName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {
@@ -137,7 +137,7 @@ func (r *run) updateDaemonSet(ctx context.Context, act world.Act, n int) error {
 		if cur.Status.ObservedGeneration < updated.Generation || !dataplane.DaemonSetReady(cur, n) || int(cur.Status.NumberAvailable) != n {
 			return false, fmt.Sprintf("%d of %d updated, %d ready", cur.Status.UpdatedNumberScheduled, n, cur.Status.NumberReady)
 		}
-		return r.plane.Routed(n)
+		return r.Plane.Routed(n)
 	})
 }
 
@@ -152,7 +152,7 @@ func leaseExpired(l *coordinationv1.Lease, now time.Time) bool {
 // containerRestarts is the restart count of the controller container of
 // pod (in world.ControllerNamespace), from the agent's cache.
 func (r *run) containerRestarts(pod string) int32 {
-	p, err := r.w.lab.Agent.Pods.Pods(world.ControllerNamespace).Get(pod)
+	p, err := r.w.Lab.Agent.Pods.Pods(world.ControllerNamespace).Get(pod)
 	if err != nil {
 		return 0
 	}
@@ -165,7 +165,7 @@ func (r *run) containerRestarts(pod string) int32 {
 func (r *run) waitContainerRestarted(ctx context.Context, pod string, before int32) error {
 	name := world.ControllerContainer
 	return traffic.WaitFor(ctx, 6*time.Minute, pod+"'s "+name+" container started again and ready", func() (bool, string) {
-		p, err := r.w.lab.Agent.Pods.Pods(world.ControllerNamespace).Get(pod)
+		p, err := r.w.Lab.Agent.Pods.Pods(world.ControllerNamespace).Get(pod)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -192,14 +192,14 @@ func (r *run) RestartsWriter() bool { return true }
 // another process holds the lease and both containers run again and are
 // ready.
 func (r *run) RestartWriter(ctx context.Context, sig syscall.Signal, atKill func(leader string)) error {
-	leader, err := r.env.WaitLeader(ctx, "")
+	leader, err := r.Env.WaitLeader(ctx, "")
 	if err != nil {
 		return err
 	}
-	n := r.w.opts.Replicas
+	n := r.w.N
 	i := r.idleRestarts % n
 	r.idleRestarts++
-	d := r.plane.ReplicaAt(i)
+	d := r.Plane.ReplicaAt(i)
 	if d == nil {
 		return fmt.Errorf("no data-plane pod on %s", cluster.HostNodeName(i))
 	}
@@ -213,23 +213,23 @@ func (r *run) RestartWriter(ctx context.Context, sig syscall.Signal, atKill func
 	// The leader's process is no leader candidate from here on; its
 	// container's next process is scraped under a key of its own (by its
 	// restarts), so it may take the lease again.
-	r.env.Gone(leader)
+	r.Env.Gone(leader)
 	for _, pod := range targets {
-		if err := r.w.lab.Agent.SignalContainer(world.ControllerNamespace+"/"+pod, world.ControllerContainer, sig); err != nil {
+		if err := r.w.Lab.Agent.SignalContainer(world.ControllerNamespace+"/"+pod, world.ControllerContainer, sig); err != nil {
 			return err
 		}
 	}
-	next, err := r.env.WaitLeader(ctx, "")
+	next, err := r.Env.WaitLeader(ctx, "")
 	if err != nil {
 		return err
 	}
-	r.env.Mark("leader %s", world.ShortPod(next))
+	r.Env.Mark("leader %s", world.ShortPod(next))
 	for j, pod := range targets {
 		if err := r.waitContainerRestarted(ctx, pod, before[j]); err != nil {
 			return err
 		}
 	}
-	r.env.Mark("both containers ready again")
+	r.Env.Mark("both containers ready again")
 	return nil
 }
 
@@ -239,8 +239,8 @@ func (r *run) RestartWriter(ctx context.Context, sig syscall.Signal, atKill func
 // in place after its back-off while the pod's HAProxy serves on, and the
 // lab waits until it is ready.
 func (r *run) MidPlanWriter(_ context.Context, kills int) (world.Writer, error) {
-	i := kills % r.w.opts.Replicas
-	d := r.plane.ReplicaAt(i)
+	i := kills % r.w.N
+	d := r.Plane.ReplicaAt(i)
 	if d == nil {
 		return world.Writer{}, fmt.Errorf("no data-plane pod on %s", cluster.HostNodeName(i))
 	}
@@ -250,8 +250,8 @@ func (r *run) MidPlanWriter(_ context.Context, kills int) (world.Writer, error) 
 		Name:    fmt.Sprintf("%s (data-plane replica %d)'s %s container", world.ShortPod(pod), i, world.ControllerContainer),
 		OnWrite: func(f func(string)) { sockcount.OnWriteAll(d.Socks(), f) },
 		Kill: func() {
-			if err := r.w.lab.Agent.SignalContainer(world.ControllerNamespace+"/"+pod, world.ControllerContainer, syscall.SIGKILL); err != nil {
-				r.env.Logf("%s: kill %s: %v", r.env.Name, pod, err)
+			if err := r.w.Lab.Agent.SignalContainer(world.ControllerNamespace+"/"+pod, world.ControllerContainer, syscall.SIGKILL); err != nil {
+				r.Env.Logf("%s: kill %s: %v", r.Env.Name, pod, err)
 			}
 		},
 		Recover: func(ctx context.Context) error { return r.waitContainerRestarted(ctx, pod, before) },
@@ -266,7 +266,7 @@ func (r *run) IdleRestart() time.Duration { return 90 * time.Second }
 // of the replicas' containers killed in turn (10 s, doubling with each
 // restart of the same container, at most 5 min): what kill-mid-plan waits
 // for on top of each kill's own recovery.
-func (r *run) KillsBackoff(kills int) time.Duration { return backoffs(kills, r.w.opts.Replicas) }
+func (r *run) KillsBackoff(kills int) time.Duration { return backoffs(kills, r.w.N) }
 
 func backoffs(kills, n int) time.Duration {
 	var d time.Duration

@@ -29,8 +29,6 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
-	"zerodrop.dev/zerodrop/internal/lab/worlds/haproxy"
-	"zerodrop.dev/zerodrop/internal/provider"
 )
 
 // Options are the world's variants.
@@ -42,18 +40,14 @@ type Options struct {
 
 // World is zerodrop installed from the chart.
 type World struct {
-	opts Options
-	one  *haproxy.World // the other modes'
-	lab  world.Lab
+	dataplane.WorldBase
 
 	mu  sync.Mutex
 	cur *run // zerodrop mode's run under way: the agent's hooks go to it
 }
 
 // New is the world with opts.
-func New(opts Options) *World {
-	return &World{opts: opts, one: haproxy.New(haproxy.Options{LoadBalancers: opts.Replicas})}
-}
+func New(opts Options) *World { return &World{WorldBase: dataplane.NewWorldBase(opts.Replicas)} }
 
 var (
 	_ world.World       = (*World)(nil)
@@ -74,12 +68,6 @@ var (
 // Name names the world.
 func (w *World) Name() string { return string(world.Chart) }
 
-// Variant is the number of replicas.
-func (w *World) Variant() string { return fmt.Sprintf("%d data-plane replicas", w.opts.Replicas) }
-
-// LoadBalancerHosts: one per replica.
-func (w *World) LoadBalancerHosts() int { return w.opts.Replicas }
-
 // InstallsZerodrop: the chart brings zerodrop's webhook and drain Service.
 func (w *World) InstallsZerodrop() bool { return true }
 
@@ -93,16 +81,12 @@ const DefaultKills = 4
 // MidPlanKills is DefaultKills.
 func (w *World) MidPlanKills() int { return DefaultKills }
 
-// Clock: none.
-func (w *World) Clock(report.Mode, time.Duration) *report.AzureClock { return nil }
-
 // Prepare readies the lab to run the chart's pods: the images (the
 // production build and the haproxy wrapper), the API server's CA for the
 // pods' service account directories, the load-balancer hosts as data-plane
 // Nodes, and the agent's container runtime.
 func (w *World) Prepare(ctx context.Context, lab world.Lab) error {
-	w.lab = lab
-	if err := w.one.Prepare(ctx, lab); err != nil {
+	if err := w.PrepareBase(ctx, lab); err != nil {
 		return err
 	}
 	lab.Progressf("building the production zerodrop for the chart's images")
@@ -131,7 +115,7 @@ func (w *World) current() *run {
 // run's data plane watches its pods' containers start.
 func (w *World) beforeContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, hostPath func(string) (string, bool)) error {
 	if r := w.current(); r != nil {
-		return r.plane.BeforeContainer(ctx, pod, c, hostPath)
+		return r.Plane.BeforeContainer(ctx, pod, c, hostPath)
 	}
 	return nil
 }
@@ -140,7 +124,7 @@ func (w *World) beforeContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 // run that has ended is retired.
 func (w *World) afterPod(pod *corev1.Pod) {
 	if r := w.current(); r != nil {
-		r.plane.PodEnded(pod)
+		r.Plane.PodEnded(pod)
 	}
 }
 
@@ -149,26 +133,25 @@ func (w *World) afterPod(pod *corev1.Pod) {
 func (w *World) NewRun(env world.Env) world.Run {
 	var r *run
 	if env.Mode == report.ModeZerodrop {
-		r = &run{w: w, env: env, name: "zerodrop-" + strconv.Itoa(env.ID)}
-		r.plane = dataplane.ForRun(w.lab, env, w.opts.Replicas, r.dataPlaneName())
+		r = &run{w: w, name: "zerodrop-" + strconv.Itoa(env.ID)}
+		r.RunBase = dataplane.RunBase{Env: env, Plane: dataplane.ForRun(w.Lab, env, w.N, r.dataPlaneName())}
 	}
 	w.mu.Lock()
 	w.cur = r
 	w.mu.Unlock()
 	if r == nil {
-		return w.one.NewRun(env)
+		return w.One.NewRun(env)
 	}
 	return r
 }
 
 // run is zerodrop mode's install of the chart.
 type run struct {
-	w     *World
-	env   world.Env
-	name  string // the release's object names (fullnameOverride)
-	plane *dataplane.Plane
-	objs  []*unstructured.Unstructured // the install
-	stop  context.CancelFunc           // the router stand-in
+	dataplane.RunBase
+	w    *World
+	name string                       // the release's object names (fullnameOverride)
+	objs []*unstructured.Unstructured // the install
+	stop context.CancelFunc           // the router stand-in
 	// idleRestarts counts restart-idle's restarts: each restarts the next
 	// replica's container.
 	idleRestarts int
@@ -186,7 +169,7 @@ func (r *run) Start(ctx context.Context) error {
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	r.stop = stop
-	return r.plane.StartChart(ctx, runCtx)
+	return r.Plane.StartChart(ctx, runCtx)
 }
 
 // Stop retires every replica, uninstalls the chart, routes the client to
@@ -197,12 +180,12 @@ func (r *run) Stop() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	r.plane.RetireAll()
+	r.Plane.RetireAll()
 	if err := r.uninstall(ctx, 75*time.Second); err != nil {
-		r.env.Logf("%s: uninstall the chart: %v", r.env.Name, err)
+		r.Env.Logf("%s: uninstall the chart: %v", r.Env.Name, err)
 	}
-	r.plane.Stop(ctx)
-	r.plane.CloseSocks()
+	r.Plane.Stop(ctx)
+	r.Plane.CloseSocks()
 }
 
 // OwnsWriters: the chart's controllers and data plane are the writers.
@@ -216,44 +199,17 @@ func (r *run) ControllerSelector() map[string]string {
 	return map[string]string{dataplane.LabelAppName: r.name}
 }
 
-// Service: nothing to add.
-func (r *run) Service(*corev1.Service) {}
-
-// ServiceCreated: nothing to learn.
-func (r *run) ServiceCreated(*corev1.Service) {}
-
-// Forwards: none.
-func (r *run) Forwards() []string { return nil }
-
-// SteadyTimeout: nothing more.
-func (r *run) SteadyTimeout(int32) time.Duration { return 0 }
-
-// Backends are the first replica's.
-func (r *run) Backends(ctx context.Context, _ string) ([]provider.BackendStatus, error) {
-	return dataplane.View(r.plane.Replicas()[0], r.env.Key).Backends(ctx)
-}
-
-// Writes are the writes counted at every data-plane pod's sockets, the
-// retired pods' too.
-func (r *run) Writes() (int64, error) { return r.plane.Landed() }
-
-// Replicas is the number of replicas.
-func (r *run) Replicas() int { return len(r.plane.Replicas()) }
-
-// Sessions are the connections each replica's HAProxy accepted.
-func (r *run) Sessions() []int64 { return r.plane.Sessions() }
-
 // Views are the replicas' HAProxy instances but one on a failed node
 // (lb-replica-restart): no traffic reaches it.
 func (r *run) Views() []world.View {
-	return r.plane.Views(r.env.Key, func(d *dataplane.Replica) bool { return dataplane.HostDown(r.w.lab.Agent, d) })
+	return r.Plane.Views(r.Env.Key, func(d *dataplane.Replica) bool { return dataplane.HostDown(r.w.Lab.Agent, d) })
 }
 
 // pods lists the run's pods of the chart object called name (its
 // app.kubernetes.io/name) from the agent's cache.
 func (r *run) pods(name string) []*corev1.Pod {
 	sel := labels.SelectorFromSet(labels.Set{dataplane.LabelAppName: name})
-	pods, _ := r.w.lab.Agent.Pods.Pods(world.ControllerNamespace).List(sel)
+	pods, _ := r.w.Lab.Agent.Pods.Pods(world.ControllerNamespace).List(sel)
 	return pods
 }
 
@@ -288,6 +244,3 @@ func podScrape(p *corev1.Pod) (world.Scrape, bool) {
 	restarts := cluster.ContainerRestarts(p, world.ControllerContainer)
 	return world.Scrape{Key: fmt.Sprintf("%s/%d", p.UID, restarts), Name: fmt.Sprintf("%s/%d", p.Name, restarts), IP: p.Status.PodIP}, true
 }
-
-// PodStopping withdraws a data-plane pod's route (dataplane.Plane.Stopping).
-func (r *run) PodStopping(p *corev1.Pod) { r.plane.Stopping(p) }

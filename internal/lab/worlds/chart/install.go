@@ -43,10 +43,10 @@ func (r *run) values() []string {
 	return []string{
 		"provider=haproxy",
 		"fullnameOverride=" + r.name,
-		"haproxy.addressPool=" + cluster.FrontendPool(r.env.ID),
-		"extraArgs[0]=--load-balancer-class=" + r.env.Class,
+		"haproxy.addressPool=" + cluster.FrontendPool(r.Env.ID),
+		"extraArgs[0]=--load-balancer-class=" + r.Env.Class,
 		// A label value is a string (--set-string).
-		`string:podLabels.lab\.zerodrop\.dev/run=` + strconv.Itoa(r.env.ID),
+		`string:podLabels.lab\.zerodrop\.dev/run=` + strconv.Itoa(r.Env.ID),
 		"haproxy.tolerations[0].key=" + cluster.DataPlaneTaint.Key,
 		"haproxy.tolerations[0].operator=Exists",
 		"haproxy.tolerations[0].effect=" + string(cluster.DataPlaneTaint.Effect),
@@ -126,7 +126,7 @@ func (r *run) install(ctx context.Context) error {
 			return fmt.Errorf("apply %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
-	r.env.Logf("%s: installed the chart as %s (%d objects)", r.env.Name, r.name, len(objs))
+	r.Env.Logf("%s: installed the chart as %s (%d objects)", r.Env.Name, r.name, len(objs))
 	return nil
 }
 
@@ -151,9 +151,9 @@ func (r *run) uninstall(ctx context.Context, timeout time.Duration) error {
 			errs = append(errs, fmt.Errorf("delete %s %s: %w", o.GetKind(), o.GetName(), err))
 		}
 	}
-	sel := metav1.ListOptions{LabelSelector: world.LabelRun + "=" + strconv.Itoa(r.env.ID)}
+	sel := metav1.ListOptions{LabelSelector: world.LabelRun + "=" + strconv.Itoa(r.Env.ID)}
 	errs = append(errs, traffic.WaitFor(ctx, timeout, r.name+"'s pods gone", func() (bool, string) {
-		pods, err := r.w.lab.CP.Client.CoreV1().Pods(world.ControllerNamespace).List(ctx, sel)
+		pods, err := r.w.Lab.CP.Client.CoreV1().Pods(world.ControllerNamespace).List(ctx, sel)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -165,7 +165,7 @@ func (r *run) uninstall(ctx context.Context, timeout time.Duration) error {
 // dynamic returns a dynamic client and a REST mapper for the lab's API
 // server.
 func (r *run) dynamic() (dynamic.Interface, meta.RESTMapper, error) {
-	cp := r.w.lab.CP
+	cp := r.w.Lab.CP
 	dyn, err := dynamic.NewForConfig(cp.Config)
 	if err != nil {
 		return nil, nil, err
@@ -224,7 +224,7 @@ func haproxyImageWrapper(real string) string { return cluster.HAProxyWrapper(clu
 // would run without the gate and the drain hook.
 func (r *run) WaitAdmission(ctx context.Context, probe *corev1.Pod) error {
 	return traffic.WaitFor(ctx, 60*time.Second, r.name+"'s webhook answering", func() (bool, string) {
-		got, err := r.w.lab.CP.Client.CoreV1().Pods(probe.Namespace).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		got, err := r.w.Lab.CP.Client.CoreV1().Pods(probe.Namespace).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return false, err.Error()
 		}

@@ -7,8 +7,12 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/haproxy"
 	"zerodrop.dev/zerodrop/internal/provider"
 )
 
@@ -98,4 +102,71 @@ func OtherMembers(reps []*Replica, d *Replica) []int {
 // HostDown reports whether replica d's load-balancer host's node failed.
 func HostDown(agent *cluster.Agent, d *Replica) bool {
 	return agent.NodeDown(cluster.HostNodeName(d.Index()))
+}
+
+// RunBase is what a world's run of replicas has in common with every
+// other (the lab's own, the chart's): embedded, it answers the world.Run
+// and world.DataPlane questions whose answer is the plane's.
+type RunBase struct {
+	Env   world.Env
+	Plane *Plane
+}
+
+// Service: nothing to add.
+func (b *RunBase) Service(*corev1.Service) {}
+
+// ServiceCreated: nothing to learn.
+func (b *RunBase) ServiceCreated(*corev1.Service) {}
+
+// Forwards: none.
+func (b *RunBase) Forwards() []string { return nil }
+
+// SteadyTimeout: nothing more.
+func (b *RunBase) SteadyTimeout(int32) time.Duration { return 0 }
+
+// Backends are the first replica's (which lb-replica-restart never
+// replaces).
+func (b *RunBase) Backends(ctx context.Context, _ string) ([]provider.BackendStatus, error) {
+	return View(b.Plane.Replicas()[0], b.Env.Key).Backends(ctx)
+}
+
+// Writes are the writes counted at every replica's sockets (a retired
+// chart pod's too).
+func (b *RunBase) Writes() (int64, error) { return b.Plane.Landed() }
+
+// Replicas is the number of replicas.
+func (b *RunBase) Replicas() int { return len(b.Plane.Replicas()) }
+
+// Sessions are the connections each replica's HAProxy accepted.
+func (b *RunBase) Sessions() []int64 { return b.Plane.Sessions() }
+
+// PodStopping withdraws a data-plane pod's route (Plane.Stopping).
+func (b *RunBase) PodStopping(p *corev1.Pod) { b.Plane.Stopping(p) }
+
+// WorldBase is what the worlds of replicas share: their number, and the
+// world of one HAProxy every mode but zerodrop runs in.
+type WorldBase struct {
+	N   int
+	One *haproxy.World
+	Lab world.Lab
+}
+
+// NewWorldBase is the base of a world of n replicas.
+func NewWorldBase(n int) WorldBase {
+	return WorldBase{N: n, One: haproxy.New(haproxy.Options{LoadBalancers: n})}
+}
+
+// Variant is the number of replicas.
+func (w *WorldBase) Variant() string { return fmt.Sprintf("%d data-plane replicas", w.N) }
+
+// LoadBalancerHosts: one per replica.
+func (w *WorldBase) LoadBalancerHosts() int { return w.N }
+
+// Clock: none.
+func (w *WorldBase) Clock(report.Mode, time.Duration) *report.AzureClock { return nil }
+
+// PrepareBase keeps the lab for the runs.
+func (w *WorldBase) PrepareBase(ctx context.Context, lab world.Lab) error {
+	w.Lab = lab
+	return w.One.Prepare(ctx, lab)
 }

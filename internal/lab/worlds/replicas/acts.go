@@ -33,11 +33,11 @@ import (
 // comes up and is announced. What (2) and (3) cost is measured, not
 // asserted.
 func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.ReplicaFigures) error {
-	reps := r.plane.Replicas()
+	reps := r.Plane.Replicas()
 	if len(reps) < 2 {
 		return fmt.Errorf("lb-replica-restart needs --data-plane-replicas 2 or more")
 	}
-	net := r.w.lab.Net
+	net := r.w.Lab.Net
 	fig.HardDetectSeconds = dataplane.HardDetect.Seconds()
 	if err := r.restartFirstReplicaProcess(ctx, act, reps[0]); err != nil {
 		return err
@@ -55,7 +55,7 @@ func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.Re
 	if !traffic.SleepCtx(ctx, dataplane.WithdrawSettle) {
 		return ctx.Err()
 	}
-	if err := r.plane.StopReplica(ctx, old); err != nil {
+	if err := r.Plane.StopReplica(ctx, old); err != nil {
 		return fmt.Errorf("stop replica 1: %w", err)
 	}
 	act.Mark("replica 1: stopped")
@@ -66,7 +66,7 @@ func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.Re
 		return err
 	}
 
-	old = r.plane.Replicas()[1]
+	old = r.Plane.Replicas()[1]
 	act.Mark("replica 1: HAProxy and zerodrop SIGKILLed")
 	if p := old.Process(); p != nil {
 		p.Signal(syscall.SIGKILL)
@@ -76,17 +76,17 @@ func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.Re
 		return ctx.Err()
 	}
 	act.Mark("replica 1: route withdrawn, Pod gone")
-	if err := net.RouteTo(ctx, false, dataplane.OtherMembers(r.plane.Replicas(), old)...); err != nil {
+	if err := net.RouteTo(ctx, false, dataplane.OtherMembers(r.Plane.Replicas(), old)...); err != nil {
 		return err
 	}
-	r.plane.DropReplica(old)
-	if err := r.plane.StopReplica(ctx, old); err != nil {
-		r.env.Logf("%s: after the hard failure: %v", r.env.Name, err)
+	r.Plane.DropReplica(old)
+	if err := r.Plane.StopReplica(ctx, old); err != nil {
+		r.Env.Logf("%s: after the hard failure: %v", r.Env.Name, err)
 	}
 	if err := act.WaitSteady(ctx); err != nil {
 		return err
 	}
-	if err := r.replaceReplica(ctx, act, old, r.plane.Replicas()); err != nil {
+	if err := r.replaceReplica(ctx, act, old, r.Plane.Replicas()); err != nil {
 		return err
 	}
 	fig.HardFailed, fig.HardBroken, err = act.PhaseEnd()
@@ -107,7 +107,7 @@ func (r *run) restartFirstReplicaProcess(ctx context.Context, act world.Act, d *
 		case <-time.After(30 * time.Second):
 			return fmt.Errorf("replica 0's zerodrop process did not end after %s", sig)
 		}
-		if err := r.plane.StartProcess(ctx, d); err != nil {
+		if err := r.Plane.StartProcess(ctx, d); err != nil {
 			return err
 		}
 		act.Mark("replica 0: zerodrop process ready")
@@ -123,20 +123,20 @@ func (r *run) restartFirstReplicaProcess(ctx context.Context, act world.Act, d *
 // the Service, makes it the run's, and announces its route.
 func (r *run) replaceReplica(ctx context.Context, act world.Act, old *dataplane.Replica, reps []*dataplane.Replica) error {
 	d := old.Replacement()
-	err := r.plane.StartReplica(ctx, d)
-	r.plane.SetReplica(d)
+	err := r.Plane.StartReplica(ctx, d)
+	r.Plane.SetReplica(d)
 	if err != nil {
 		return fmt.Errorf("new replica %d: %w", d.Index(), err)
 	}
 	if err := traffic.WaitFor(ctx, 60*time.Second, fmt.Sprintf("the new replica %d to serve the Service", d.Index()), func() (bool, string) {
-		return act.Steady(ctx, dataplane.View(d, r.env.Key))
+		return act.Steady(ctx, dataplane.View(d, r.Env.Key))
 	}); err != nil {
 		return err
 	}
 	act.Mark("replica %d: new pod serves, route announced", d.Index())
 	members := append(dataplane.OtherMembers(reps, d), d.Index())
 	slices.Sort(members)
-	return r.w.lab.Net.RouteTo(ctx, false, members...)
+	return r.w.Lab.Net.RouteTo(ctx, false, members...)
 }
 
 // MidPlanWriter is kill-mid-plan's writer: a replica's own zerodrop
@@ -144,7 +144,7 @@ func (r *run) replaceReplica(ctx context.Context, act world.Act, old *dataplane.
 // once (the kubelet restarts its container) while its HAProxy serves on,
 // and the lab waits until it is ready.
 func (r *run) MidPlanWriter(_ context.Context, kills int) (world.Writer, error) {
-	reps := r.plane.Replicas()
+	reps := r.Plane.Replicas()
 	d := reps[kills%len(reps)]
 	p := d.Process()
 	return world.Writer{
@@ -157,10 +157,10 @@ func (r *run) MidPlanWriter(_ context.Context, kills int) (world.Writer, error) 
 			case <-time.After(30 * time.Second):
 				return fmt.Errorf("replica %d's zerodrop process did not end", d.Index())
 			}
-			if err := r.plane.StartProcess(ctx, d); err != nil {
+			if err := r.Plane.StartProcess(ctx, d); err != nil {
 				return err
 			}
-			r.env.Mark("replica %d: zerodrop process ready", d.Index())
+			r.Env.Mark("replica %d: zerodrop process ready", d.Index())
 			return nil
 		},
 	}, nil
