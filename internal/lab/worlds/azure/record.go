@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,9 +61,16 @@ func figuresOf(calls []azurearm.Call) recordFigures {
 }
 
 // writeDiffs summarises what writes changed: backend addresses removed
-// (an address that served no longer in its pool) and changes to a probe or
-// a load-balancing rule.
+// (an address that served no longer in its pool: an IP-based pool's
+// address, or a NIC-based pool's member — a scale-set instance's or a NIC's
+// ipconfig that no longer names the pool) and changes to a probe or a
+// load-balancing rule.
 type writeDiffs struct{ removedBackends, probeOrRule int }
+
+// memberKinds are the compute writes that change a NIC-based pool's
+// membership (a scale set's model reaches the pools only through its
+// instances' updates).
+var memberKinds = []string{"virtualMachineScaleSetVM", "networkInterface"}
 
 func diffsOf(calls []azurearm.Call) writeDiffs {
 	var d writeDiffs
@@ -71,6 +79,9 @@ func diffsOf(calls []azurearm.Call) writeDiffs {
 			continue
 		}
 		removed := map[string]bool{}
+		if slices.Contains(memberKinds, c.Kind) {
+			d.removedBackends += poolsLeft(c.Changes)
+		}
 		for _, ch := range c.Changes {
 			path := changePath(ch)
 			if strings.HasPrefix(ch, "- ") && strings.Contains(path, "loadBalancerBackendAddresses[") && strings.HasSuffix(path, ".properties.ipAddress") {
@@ -83,6 +94,48 @@ func diffsOf(calls []azurearm.Call) writeDiffs {
 		d.removedBackends += len(removed)
 	}
 	return d
+}
+
+// poolsLeft counts the pools an ipconfig stopped naming in one write: per
+// ipconfig, the pool IDs its loadBalancerBackendAddressPools held before
+// (removed or replaced entries) that it does not hold after (added or
+// replacing entries). The record keys these references by index, so a
+// pool that only moved in the list is old at one index and new at
+// another: not counted.
+func poolsLeft(changes []string) int {
+	type sides struct{ before, after map[string]bool }
+	byIPConfig := map[string]*sides{}
+	for _, ch := range changes {
+		path := changePath(ch)
+		i := strings.Index(path, ".loadBalancerBackendAddressPools[")
+		if i < 0 || !strings.HasSuffix(path, "].id") {
+			continue
+		}
+		sd := byIPConfig[path[:i]]
+		if sd == nil {
+			sd = &sides{before: map[string]bool{}, after: map[string]bool{}}
+			byIPConfig[path[:i]] = sd
+		}
+		rest := ch[2+len(path):]
+		switch ch[0] {
+		case '-':
+			sd.before[strings.ToLower(strings.TrimPrefix(rest, " = "))] = true
+		case '+':
+			sd.after[strings.ToLower(strings.TrimPrefix(rest, " = "))] = true
+		case '~':
+			old, next, _ := strings.Cut(strings.TrimPrefix(rest, ": "), " -> ")
+			sd.before[strings.ToLower(old)], sd.after[strings.ToLower(next)] = true, true
+		}
+	}
+	n := 0
+	for _, sd := range byIPConfig {
+		for id := range sd.before {
+			if !sd.after[id] {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // changePath is the path of a Call.Changes line.
