@@ -69,7 +69,7 @@ test: deps fmt-check
 	$(GO) test $(GOTESTFLAGS) -skip 'TestLabDataPlane|TestLabFromChart' ./...
 	# The upstream service controller races with itself (see
 	# internal/lab/upstream/upstream_test.go): its tests run without -race.
-	$(GO) test -count=1 -timeout 10m -run 'TestUpstreamServiceController|TestLabUpstream|TestLabRestartIdle' ./internal/lab/ ./internal/lab/upstream/
+	$(GO) test -count=1 -timeout 10m -run 'TestUpstreamServiceController|TestLabUpstream|TestLabRestartIdle|TestLabMaintenance' ./internal/lab/ ./internal/lab/upstream/
 	# The state endpoint's flood test asserts a time bound (the gate opens
 	# within its unflooded time plus 2 s) and the relay's flood test the
 	# relay process' memory (it is the test binary), which the race

@@ -168,7 +168,7 @@ var figureAllowList = []allowed{
 		"its whole 2 s timeout", "**100 ms after its slot**", "more than 100 ms late", "Timeout 2 s for the whole request",
 		"answer in 2 s)", "its 1 s turn-around", "within the 2 s", "Every 200 ms a", "2 s or is not the message sent",
 		"tries again 200 ms", "stop for over 100 ms", "any 250 ms sample", "250 ms samples of HAProxy's state",
-		"every 250 ms.", "its default 15 s lease",
+		"every 250 ms.", "its default 15 s lease", "(default 5 min;", "resyncs every 100 s",
 		"every 50 ms", "every 500 ms", "1 s before its containers get SIGTERM", "default 1 s,", "wait 2 s)",
 		"than 100 ms after its slot", "at most 10 minutes", "the lab's 2 s timeout",
 	}},

@@ -104,7 +104,7 @@ type flags struct {
 	rate, dataPlane, idleRestarts                                              int
 	az                                                                         azureFlags
 	recipe                                                                     scenarios.Recipe
-	gracePeriod                                                                time.Duration
+	gracePeriod, maintenanceWait                                               time.Duration
 	chaos                                                                      scenarios.ChaosOptions
 }
 
@@ -120,7 +120,8 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	jsonPath := fs.String("json", "", "write the JSON report to `FILE`")
 	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE` (default: "+defaultHTML+" in the repository)")
 	dryRun := fs.Bool("dry-run", false, "check the flags and scenarios and print the runs the lab would make and what it would not run, with why; start nothing")
-	idleRestarts := fs.Int("idle-restarts", scenarios.DefaultIdleRestarts, "restart-idle: how often to restart the load balancer's writer (SIGKILL and SIGTERM in turn)")
+	idleRestarts := fs.Int("idle-restarts", scenarios.DefaultIdleRestarts, "restart-idle and maintenance: how often to restart the load balancer's writer (SIGKILL and SIGTERM in turn)")
+	maintenanceWait := fs.Duration("maintenance-wait", scenarios.DefaultMaintenanceWait, "maintenance: how long the tainted node stays, nothing else changed, before the first restart")
 	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
 	dir := fs.String("dir", "", "work directory (default: a new temporary one); kept")
 	rate := fs.Int("rate", traffic.DefaultRate, "open-loop requests per `second` (each on a fresh connection)")
@@ -161,14 +162,14 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
 		return flags{}, 2, false
 	}
-	if chaos.MidPlanKills < 0 || chaos.APIServerOutage < time.Second || *idleRestarts < 1 {
-		fmt.Fprintln(stderr, "zerodrop lab: --kills must be 1 or more (0: its default), --idle-restarts at least 1 and --apiserver-outage at least 1s")
+	if chaos.MidPlanKills < 0 || chaos.APIServerOutage < time.Second || *idleRestarts < 1 || *maintenanceWait < time.Second {
+		fmt.Fprintln(stderr, "zerodrop lab: --kills must be 1 or more (0: its default), --idle-restarts at least 1, --apiserver-outage and --maintenance-wait at least 1s")
 		return flags{}, 2, false
 	}
 	return flags{scenario: *scenario, mode: *mode, backend: *backend, policy: *policy, jsonPath: *jsonPath, htmlPath: *htmlPath,
 		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, az: az,
 		fromChart: *fromChart, dataPlane: *dataPlane, prov: *prov, dryRun: *dryRun, idleRestarts: *idleRestarts,
-		gracePeriod: *gracePeriod}, 0, true
+		gracePeriod: *gracePeriod, maintenanceWait: *maintenanceWait}, 0, true
 }
 
 // options checks the flags of the HAProxy lab and turns them into the
@@ -198,7 +199,7 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, bool) {
 		return scenarios.Options{}, nil, false
 	}
 	opts := scenarios.Options{KeepDir: f.keep, Dir: f.dir, Progress: stderr, Rate: f.rate, Recipe: f.recipe, Chaos: f.chaos,
-		IdleRestarts: f.idleRestarts, GracePeriod: f.gracePeriod}
+		IdleRestarts: f.idleRestarts, GracePeriod: f.gracePeriod, MaintenanceWait: f.maintenanceWait}
 	switch f.appSigterm {
 	case traffic.AppSigtermGraceful:
 	case traffic.AppSigtermExit:

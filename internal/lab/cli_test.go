@@ -9,6 +9,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 func TestParseModes(t *testing.T) {
@@ -31,9 +32,9 @@ func TestParseModes(t *testing.T) {
 }
 
 // TestDryRunNamesWhatItSkips: with --dry-run nothing starts; on the chart's
-// install `all` runs every scenario (restart-idle, kill-mid-plan and
-// apiserver-down included), and what a mode or the flags leave out is named
-// with why; a scenario named that cannot run with the flags exits 2 saying
+// install `all` runs every scenario of its world (restart-idle,
+// kill-mid-plan and apiserver-down included), and what a mode, the world
+// or the flags leave out is named with why; a scenario named that cannot run with the flags exits 2 saying
 // why.
 func TestDryRunNamesWhatItSkips(t *testing.T) {
 	run := func(args ...string) (int, string, string) {
@@ -45,10 +46,13 @@ func TestDryRunNamesWhatItSkips(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("--scenario all on the chart: exit %d: %s", code, errOut)
 	}
-	for _, sc := range scenarios.All {
-		if !strings.Contains(out, "\n  "+sc.Name+" ") {
-			t.Errorf("--scenario all on the chart does not run %s:\n%s", sc.Name, out)
+	for _, name := range scenarios.NamesIn(world.Chart) {
+		if !strings.Contains(out, "\n  "+name+" ") {
+			t.Errorf("--scenario all on the chart does not run %s:\n%s", name, out)
 		}
+	}
+	if !strings.Contains(out, "not run: scenario maintenance does not run on the chart's install") {
+		t.Errorf("maintenance is not named as not run on the chart:\n%s", out)
 	}
 	if !strings.Contains(out, "not run: restart-idle in recipe mode: ") {
 		t.Errorf("restart-idle's recipe run is not named as not run:\n%s", out)

@@ -58,6 +58,13 @@ type Result struct {
 	// entry per restart: those counted at HAProxy's sockets from that
 	// restart to the next.
 	WritesPerRestart []int64 `json:"writes_per_restart,omitempty"`
+	// FailedPerRestart and BrokenPerRestart are the requests failed and
+	// long connections broken from each of restart-idle's (and
+	// maintenance's) restarts to the next (the last: to the act's end).
+	FailedPerRestart []int64 `json:"failed_requests_per_restart,omitempty"`
+	BrokenPerRestart []int64 `json:"broken_long_conns_per_restart,omitempty"`
+	// Maintenance holds the maintenance scenario's own figures.
+	Maintenance *MaintenanceFigures `json:"maintenance,omitempty"`
 	// DuplicateBackendSamples counts the state samples (every 250 ms) in
 	// which HAProxy had one address and port twice among the Service's
 	// first port's backends.
@@ -251,6 +258,14 @@ func writeNotes(w io.Writer, results []Result) {
 		if len(r.WritesPerRestart) > 0 {
 			fmt.Fprintf(w, "%s %s: writes per restart %v; WebSockets ended %d (%d closed, %d broken)\n",
 				r.row(), r.column(), r.WritesPerRestart, r.LongConnsClosed+r.LongConnsBroken, r.LongConnsClosed, r.LongConnsBroken)
+		}
+		if len(r.FailedPerRestart) > 0 {
+			fmt.Fprintf(w, "%s %s: failed requests per restart %v, broken WebSockets per restart %v\n",
+				r.row(), r.column(), r.FailedPerRestart, r.BrokenPerRestart)
+		}
+		if m := r.Maintenance; m != nil {
+			fmt.Fprintf(w, "%s %s: %s tainted, then %.0fs with nothing else changed: %d writes, %d failed requests, %d broken WebSockets\n",
+				r.row(), r.column(), m.Node, m.WaitSeconds, m.WritesDuringWait, m.FailedDuringWait, m.BrokenDuringWait)
 		}
 		if c := r.Chaos; c != nil && c.Kills > 0 {
 			fmt.Fprintf(w, "%s %s: %d kills in %d rolling updates, at %v; backend doubled in %d samples\n",

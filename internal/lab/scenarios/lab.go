@@ -63,9 +63,12 @@ type Options struct {
 	GracePeriod time.Duration
 	// Chaos tunes the chaos scenarios (kill-mid-plan, apiserver-down).
 	Chaos ChaosOptions
-	// IdleRestarts is how often restart-idle restarts the writer (default
-	// DefaultIdleRestarts).
+	// IdleRestarts is how often restart-idle (and maintenance) restarts
+	// the writer (default DefaultIdleRestarts).
 	IdleRestarts int
+	// MaintenanceWait is how long maintenance leaves its tainted node
+	// before the first restart (default DefaultMaintenanceWait).
+	MaintenanceWait time.Duration
 	// AppExitOnSIGTERM makes the workload an app without SIGTERM handling:
 	// it exits at SIGTERM and every connection it holds is closed as a
 	// process exit closes it (podServer.exit; the default is a graceful

@@ -60,8 +60,8 @@ func Plan(opts Options) ([]Planned, []NotRun, error) {
 				notRun = append(notRun, NotRun{Scenario: sc.Name, Mode: mode, Reason: where.Why})
 				continue
 			}
-			if mode == report.ModeRecipe && sc.Name == scenarioRestartIdle {
-				notRun = append(notRun, NotRun{Scenario: sc.Name, Mode: mode, Reason: "nothing changes but the controller, which the recipe leaves as upstream has it: its upstream run is the recipe's"})
+			if why := recipeIsUpstream(sc.Name); mode == report.ModeRecipe && why != "" {
+				notRun = append(notRun, NotRun{Scenario: sc.Name, Mode: mode, Reason: why})
 			}
 		}
 		all := variants(opts.Backends, opts.TrafficPolicies)
@@ -80,7 +80,7 @@ func Plan(opts Options) ([]Planned, []NotRun, error) {
 					// (--backend is zerodrop's): it runs once per traffic
 					// policy, in the first variant of that policy.
 					k := string(mode) + "/" + sc.Name + "/" + v.policy
-					if seenNode[k] || mode == report.ModeRecipe && sc.Name == scenarioRestartIdle {
+					if seenNode[k] || mode == report.ModeRecipe && recipeIsUpstream(sc.Name) != "" {
 						continue
 					}
 					seenNode[k] = true
@@ -104,8 +104,23 @@ func Runs(scenario string, k world.Kind) error {
 		return fmt.Errorf("scenario %s needs --data-plane-replicas 2 or more", scenario)
 	case k == world.Chart && !in(scenario, world.Chart):
 		return fmt.Errorf("scenario %s does not run on the chart's install", scenario)
+	case k == world.Replicas && !in(scenario, world.Replicas) && !in(scenario, world.Chart):
+		return fmt.Errorf("scenario %s does not run with --data-plane-replicas: it restarts the writer of the one HAProxy the leader writes, which the lab's own replicas have not", scenario)
 	case k == world.Replicas && !in(scenario, world.Replicas):
 		return fmt.Errorf("scenario %s does not run with --data-plane-replicas without --from-chart: it restarts or cuts off the writer of the one HAProxy the leader writes, which the lab's own replicas have not; with --from-chart it kills the chart's controller and data-plane processes", scenario)
 	}
 	return nil
+}
+
+// recipeIsUpstream says why scenario's recipe run would be its upstream
+// run ("": it is not): no pod is replaced in it, and the recipe changes
+// nothing but how pods are replaced.
+func recipeIsUpstream(scenario string) string {
+	switch scenario {
+	case scenarioRestartIdle:
+		return "nothing changes but the controller, which the recipe leaves as upstream has it: its upstream run is the recipe's"
+	case scenarioMaintenance:
+		return "no pod is replaced (a node is tainted, the controller restarted), and the recipe changes only how pods are replaced: its upstream run is the recipe's"
+	}
+	return ""
 }

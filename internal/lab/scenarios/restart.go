@@ -67,8 +67,10 @@ func actRestartIdle(ctx context.Context, r *run) error {
 	if w, ok := r.world.(world.WriterRestarter); ok && w.RestartsWriter() {
 		once = func(ctx context.Context, i int) (int64, error) { return r.restartIdleWorld(ctx, w, i) }
 	}
-	var at []int64
+	var at, failed, broken []int64
 	for i := range r.lab.opts.idleRestarts() {
+		s := r.rec.Snapshot()
+		failed, broken = append(failed, s.Failed), append(broken, s.LongBroken)
 		n, err := once(ctx, i)
 		if err != nil {
 			return fmt.Errorf("restart %d: %w", i+1, err)
@@ -84,7 +86,10 @@ func actRestartIdle(ctx context.Context, r *run) error {
 	}
 	at = append(at, n)
 	r.restartWrites = writesBetween(at)
-	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
+	err = r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
+	s := r.rec.Snapshot()
+	r.restartFailed, r.restartBroken = writesBetween(append(failed, s.Failed)), writesBetween(append(broken, s.LongBroken))
+	return err
 }
 
 // restartIdlePod is restart i of restart-idle on the leading controller
@@ -137,8 +142,8 @@ func (r *run) restartIdleWorld(ctx context.Context, w world.WriterRestarter, i i
 	return at, landedErr
 }
 
-// writesBetween turns the landed-write counts read at each restart (and
-// once at the end) into the writes of each restart.
+// writesBetween turns the landed-write counts (or the failures) read at
+// each restart (and once at the end) into the writes of each restart.
 func writesBetween(at []int64) []int64 {
 	var out []int64
 	for i := 1; i < len(at); i++ {

@@ -62,9 +62,13 @@ type run struct {
 	addr     string // the load balancer's ingress address
 	rec      *traffic.Recorder
 	cordoned []string
+	tainted  []string // maintenance's node
 	// restartWrites are restart-idle's and kill-mid-plan's writes per
-	// restart.
-	restartWrites []int64
+	// restart; restartFailed and restartBroken restart-idle's requests
+	// failed and long connections broken per restart.
+	restartWrites                []int64
+	restartFailed, restartBroken []int64
+	maintenance                  *report.MaintenanceFigures
 	// replicaFigures are lb-replica-restart's figures by phase.
 	replicaFigures *report.ReplicaFigures
 	chaos          *report.ChaosFigures // the chaos scenarios' own figures

@@ -27,12 +27,15 @@ func (r *run) actTimeout(sc scenario) time.Duration {
 	d := r.steadyTimeout(max(sc.replicas, 4)) + 30*time.Second
 	slow, _ := r.world.(world.SlowRestarts)
 	switch sc.Name {
-	case scenarioRestartIdle:
+	case scenarioRestartIdle, scenarioMaintenance:
 		per := 40 * time.Second
 		if slow != nil {
 			per = slow.IdleRestart()
 		}
 		d += time.Duration(r.lab.opts.idleRestarts()) * per
+		if sc.Name == scenarioMaintenance {
+			d += r.lab.opts.maintenanceWait()
+		}
 	case report.ScenarioKillMidPlan:
 		// A lease to expire, a replacement to start, a rollout to resume.
 		kills := r.lab.midPlanKills()
@@ -165,6 +168,8 @@ func (r *run) figures(res *report.Result, snap traffic.Snapshot, base ctrlmetric
 	res.HookFailures = l.hookFailures(r.ns)
 	res.DrainRelayRetries = l.relayRetries(r.ns)
 	res.WritesPerRestart = r.restartWrites
+	res.FailedPerRestart, res.BrokenPerRestart = r.restartFailed, r.restartBroken
+	res.Maintenance = r.maintenance
 	res.DataPlaneReplicas = r.dataPlaneReplicas()
 	res.ReplicaDisruption = r.replicaFigures
 	res.Chaos = r.chaos

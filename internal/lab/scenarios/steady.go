@@ -128,7 +128,7 @@ func (r *run) backendsSteady(ctx context.Context, v world.View, want int32) (boo
 	wantUp := int(want)
 	switch {
 	case local:
-		if wantUp, err = r.podNodes(ctx); err != nil {
+		if wantUp, err = r.servingNodes(ctx); err != nil {
 			return false, err.Error()
 		}
 	case r.backend == BackendNode:

@@ -45,6 +45,9 @@ var Table = []Where{
 	// processes.
 	{Scenario: scenarioRestartIdle, Worlds: []world.Kind{world.OneHAProxy, world.Chart, world.Azure}},
 	{Scenario: report.ScenarioAPIServerDown, Worlds: []world.Kind{world.OneHAProxy, world.Chart}},
+	// maintenance is restart-idle after a node's deletion taint: where
+	// the writer is the one HAProxy's leader or a cloud's.
+	{Scenario: scenarioMaintenance, Worlds: []world.Kind{world.OneHAProxy, world.Azure}},
 	{Scenario: ScenarioLBReplicaRestart, Worlds: []world.Kind{world.Replicas, world.Chart}, Modes: []report.Mode{report.ModeZerodrop},
 		Why: "it disrupts zerodrop's data plane of replicas, which the other modes have not"},
 }

@@ -31,4 +31,9 @@ func (r *run) teardown() {
 	for _, n := range r.cordoned {
 		_ = r.lab.setUnschedulable(ctx, n, false)
 	}
+	for _, n := range r.tainted {
+		if err := r.lab.setDeletionTaint(ctx, n, false); err != nil {
+			r.lab.logf("%s: untaint %s: %v", r.name(), n, err)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"syscall"
@@ -65,10 +66,18 @@ func (r *run) waitControllersReady(ctx context.Context, old string) error {
 	})
 }
 
-// podNodes counts the nodes the run's pods run on.
-func (r *run) podNodes(ctx context.Context) (int, error) {
+// servingNodes counts the nodes a Local Service's load balancer should
+// send to: those with a pod of the run (podNodes) but a node the run
+// tainted for deletion (maintenance), which every writer takes out.
+func (r *run) servingNodes(ctx context.Context) (int, error) {
 	nodes, err := r.podNodeNames(ctx)
-	return len(nodes), err
+	n := 0
+	for _, node := range nodes {
+		if !slices.Contains(r.tainted, node) {
+			n++
+		}
+	}
+	return n, err
 }
 
 // podNodeNames lists, sorted, the nodes the run's pods that are not

@@ -1,0 +1,54 @@
+// The upstream service controller has a data race of its own (see
+// upstream_lab_test.go): `make test` runs this test without the race
+// detector.
+
+//go:build !race
+
+package lab
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/report"
+)
+
+// TestLabMaintenance runs the maintenance scenario in the world of one
+// HAProxy, shortened (a 5 s wait, one restart): with the real upstream
+// service controller the deletion taint alone writes nothing, and the
+// restart after it removes the tainted node (its first sync drops it, by
+// the controller's stable-node predicates); zerodrop in node mode drains
+// the tainted node when it is tainted, writes nothing at the restart and
+// fails no request (a WebSocket held through the tainted node ends at the
+// drain timeout, when zerodrop removes the node: reported, not asserted).
+func TestLabMaintenance(t *testing.T) {
+	doc := runLab(t, 10*time.Minute, "--scenario", "maintenance", "--mode", "upstream,zerodrop", "--backend", "node",
+		"--idle-restarts", "1", "--maintenance-wait", "5s")
+	if len(doc) != 2 {
+		t.Fatalf("want 2 runs (upstream, zerodrop), got %d", len(doc))
+	}
+	for _, s := range doc {
+		name := fmt.Sprint(s["scenario"], " ", s["mode"], " ", s["backend"], "/", s["external_traffic_policy"])
+		m, _ := s["maintenance"].(map[string]any)
+		perRestart, _ := s["writes_per_restart"].([]any)
+		if m == nil || len(perRestart) != 1 {
+			t.Errorf("%s: maintenance %v, writes_per_restart %v; want its figures and 1 restart", name, s["maintenance"], s["writes_per_restart"])
+			continue
+		}
+		during, atRestart := m["writes_during_wait"].(float64), perRestart[0].(float64)
+		switch s["mode"] {
+		case string(report.ModeUpstream):
+			if during != 0 || atRestart < 1 {
+				t.Errorf("%s: %v writes after the taint, %v at the restart; want none after the taint and the tainted node removed at the restart",
+					name, during, atRestart)
+			}
+		case string(report.ModeZerodrop):
+			failed, stalled := s["failed_requests"].(float64), s["requests_late_client_stall"].(float64)
+			if during < 1 || atRestart != 0 || failed-stalled != 0 {
+				t.Errorf("%s: %v writes after the taint, %v at the restart, %v failed requests (%v by a client stall); want the node drained at the taint, nothing written at the restart, no request failed",
+					name, during, atRestart, failed, stalled)
+			}
+		}
+	}
+}

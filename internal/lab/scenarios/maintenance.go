@@ -1,0 +1,120 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/model"
+)
+
+// scenarioMaintenance is a node's maintenance as the incident's cluster
+// may have had it (cloud-provider-azure #10224): the cluster autoscaler's
+// deletion taint on a node that serves the workload, and nothing else
+// changed for longer than the upstream service controller's node resync
+// (its Node informer's 100 s, nodeSyncPeriod in k8s.io/cloud-provider's
+// controllers/service/controller.go, whose update handler syncs only what
+// shouldSyncUpdatedNode names, which a taint is not); then the writer
+// restarted as restart-idle restarts it. The controller's own comment
+// there says a tainted node is dropped at the next sync anything else
+// causes, without connection draining: a restart is such a sync.
+const scenarioMaintenance = "maintenance"
+
+// DefaultMaintenanceWait is how long maintenance leaves the tainted node
+// before the first restart (Options.MaintenanceWait): three node resyncs.
+const DefaultMaintenanceWait = 5 * time.Minute
+
+// maintenanceWait is Options.MaintenanceWait, or its default.
+func (o Options) maintenanceWait() time.Duration {
+	if o.MaintenanceWait > 0 {
+		return o.MaintenanceWait
+	}
+	return DefaultMaintenanceWait
+}
+
+// actMaintenance taints the node of the workload's first pod (by name)
+// ToBeDeletedByClusterAutoscaler with the NoSchedule effect, as the
+// cluster autoscaler does before it drains a node, waits maintenanceWait
+// counting what that costs, and then restarts the writer as restart-idle
+// does. The teardown takes the taint off again.
+func actMaintenance(ctx context.Context, r *run) error {
+	node, err := r.firstPodNode(ctx)
+	if err != nil {
+		return err
+	}
+	if err := r.lab.setDeletionTaint(ctx, node, true); err != nil {
+		return fmt.Errorf("taint %s: %w", node, err)
+	}
+	r.tainted = append(r.tainted, node)
+	r.mark("%s tainted %s:NoSchedule", node, model.TaintToBeDeletedByClusterAutoscaler)
+	before, err := r.landed()
+	if err != nil {
+		return err
+	}
+	snap := r.rec.Snapshot()
+	wait := r.lab.opts.maintenanceWait()
+	if !traffic.SleepCtx(ctx, wait) {
+		return ctx.Err()
+	}
+	after, err := r.landed()
+	if err != nil {
+		return err
+	}
+	now := r.rec.Snapshot()
+	r.maintenance = &report.MaintenanceFigures{Node: node, WaitSeconds: wait.Seconds(), WritesDuringWait: after - before,
+		FailedDuringWait: now.Failed - snap.Failed, BrokenDuringWait: now.LongBroken - snap.LongBroken}
+	r.mark("%s of nothing else changing: %d writes", wait, after-before)
+	return actRestartIdle(ctx, r)
+}
+
+// firstPodNode is the node of the workload's first running pod, by name.
+func (r *run) firstPodNode(ctx context.Context) (string, error) {
+	pods, err := r.lab.cp.Client.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + appName})
+	if err != nil {
+		return "", err
+	}
+	first := ""
+	node := ""
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && (first == "" || p.Name < first) {
+			first, node = p.Name, p.Spec.NodeName
+		}
+	}
+	if node == "" {
+		return "", fmt.Errorf("no running pod of %s", r.key())
+	}
+	return node, nil
+}
+
+// setDeletionTaint puts the cluster autoscaler's deletion taint on node
+// (its value the time, as the autoscaler writes it), or takes it off.
+func (l *lab) setDeletionTaint(ctx context.Context, node string, on bool) error {
+	nodes := l.cp.Client.CoreV1().Nodes()
+	// The agent updates the Node's status meanwhile: a conflict is retried.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := nodes.Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var taints []corev1.Taint
+		for _, t := range n.Spec.Taints {
+			if t.Key != model.TaintToBeDeletedByClusterAutoscaler {
+				taints = append(taints, t)
+			}
+		}
+		if on {
+			taints = append(taints, corev1.Taint{Key: model.TaintToBeDeletedByClusterAutoscaler,
+				Value: strconv.FormatInt(time.Now().Unix(), 10), Effect: corev1.TaintEffectNoSchedule})
+		}
+		n.Spec.Taints = taints
+		_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
