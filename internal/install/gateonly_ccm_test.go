@@ -22,6 +22,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/testutil"
+	"zerodrop.dev/zerodrop/internal/testutil/ccmworld"
 )
 
 // The cluster's Azure resources on the emulator, as the CCM's cloud config
@@ -46,7 +47,7 @@ const (
 // zerodrop writes nothing to ARM and nothing on the Service. Here the CCM
 // runs the lab's configuration: pools of node IPs (nodeIP).
 func TestChartGateOnlyWithRealCCM(t *testing.T) {
-	gateOnlyWithRealCCM(t, func(t *testing.T, w *ccm.World) (string, string) {
+	gateOnlyWithRealCCM(t, func(t *testing.T, w *ccmworld.World) (string, string) {
 		w.Node(t, "in-pool", "10.1.0.4", nil)
 		w.Node(t, "excluded", "10.1.0.9", map[string]string{corev1.LabelNodeExcludeBalancers: ""})
 		return "in-pool", "excluded"
@@ -56,7 +57,7 @@ func TestChartGateOnlyWithRealCCM(t *testing.T) {
 // gateOnlyWithRealCCM is TestChartGateOnlyWithRealCCM's run on the cluster
 // nodes makes: it returns the node the CCM puts in its pool and the one it
 // leaves out.
-func gateOnlyWithRealCCM(t *testing.T, nodes func(t *testing.T, w *ccm.World) (inPool, excluded string)) {
+func gateOnlyWithRealCCM(t *testing.T, nodes func(t *testing.T, w *ccmworld.World) (inPool, excluded string)) {
 	d := typed[appsv1.Deployment](t, find(t, render(t,
 		"azure.subscriptionID="+gateOnlySub, "azure.resourceGroup="+gateOnlyGroup,
 		"azure.loadBalancers={zerodrop}", "azure.subnetID="+gateOnlySubnet,
@@ -68,7 +69,7 @@ func gateOnlyWithRealCCM(t *testing.T, nodes func(t *testing.T, w *ccm.World) (i
 		t.Fatalf("--azure-gate-only-load-balancers %q from the chart, want kubernetes-internal", cfg.Azure.GateOnlyLoadBalancers)
 	}
 
-	w := ccm.NewWorld(t, ccm.Resources{SubscriptionID: gateOnlySub, ResourceGroup: gateOnlyGroup, Location: "westeurope",
+	w := ccmworld.New(t, ccm.Resources{SubscriptionID: gateOnlySub, ResourceGroup: gateOnlyGroup, Location: "westeurope",
 		VNet: "vnet", Subnet: "nodes", SecurityGroup: "nsg"})
 	inPool, excluded := nodes(t, w)
 	cs, emu := w.CS, w.Emu

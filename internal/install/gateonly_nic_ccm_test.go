@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"zerodrop.dev/zerodrop/internal/emulated/azurecompute"
-	"zerodrop.dev/zerodrop/internal/lab/ccm"
+	"zerodrop.dev/zerodrop/internal/testutil/ccmworld"
 )
 
 // TestChartGateOnlyWithRealCCMNICPools is TestChartGateOnlyWithRealCCM
@@ -20,7 +20,7 @@ import (
 // second, labelled excluded, so the pool names ipconfigs and no address,
 // and the gate opens only through zerodrop's reads of the NIC lists.
 func TestChartGateOnlyWithRealCCMNICPools(t *testing.T) {
-	gateOnlyWithRealCCM(t, func(t *testing.T, w *ccm.World) (string, string) {
+	gateOnlyWithRealCCM(t, func(t *testing.T, w *ccmworld.World) (string, string) {
 		w.Base.Extra = map[string]any{"vmType": nil, "loadBalancerBackendPoolConfigurationType": nil}
 		c := azurecompute.New(azurecompute.Options{Location: "westeurope"})
 		w.Emu.AttachCompute(c)

@@ -24,6 +24,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 // TestMain lets the test binary stand in for the zerodrop binary: the lab
@@ -203,7 +204,7 @@ func TestLabInterruptLeavesNothing(t *testing.T) {
 
 func rootState(t *testing.T) map[string]string {
 	t.Helper()
-	s, err := netlab.RootState()
+	s, err := testutil.RootState(netlab.NamePrefix)
 	if err != nil {
 		t.Fatal(err)
 	}

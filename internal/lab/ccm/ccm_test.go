@@ -17,6 +17,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/emulated/azurecompute"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
+	"zerodrop.dev/zerodrop/internal/testutil/ccmworld"
 )
 
 const (
@@ -24,16 +25,16 @@ const (
 	group = "rg-cluster"
 )
 
-// world is ccm.World with the Services this test makes and the compute
+// world is ccmworld.World with the Services this test makes and the compute
 // side of the case's emulator, if it has one.
 type world struct {
-	*ccm.World
+	*ccmworld.World
 	cmp *azurecompute.Compute
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	return &world{World: ccm.NewWorld(t, ccm.Resources{SubscriptionID: sub, ResourceGroup: group, Location: "westeurope",
+	return &world{World: ccmworld.New(t, ccm.Resources{SubscriptionID: sub, ResourceGroup: group, Location: "westeurope",
 		VNet: "vnet", Subnet: "nodes", SecurityGroup: "nsg"})}
 }
 

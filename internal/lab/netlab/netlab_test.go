@@ -1,7 +1,6 @@
 package netlab
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,23 +10,20 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 // The test binary doubles as the processes the tests start in namespaces:
 // NETLAB_HELPER=http serves HTTP on NETLAB_ADDR answering the caller's
-// address; NETLAB_HELPER=lab builds a lab, prints its prefix and waits for a
-// signal (the Ctrl-C test).
+// address.
 func TestMain(m *testing.M) {
-	switch os.Getenv("NETLAB_HELPER") {
-	case "http":
+	if os.Getenv("NETLAB_HELPER") == "http" {
 		helperHTTP()
-	case "lab":
-		helperLab()
 	}
 	os.Exit(m.Run())
 }
@@ -43,26 +39,6 @@ func helperHTTP() {
 	}))
 	fmt.Fprintln(os.Stderr, err)
 	os.Exit(2)
-}
-
-func helperLab() {
-	l, err := New(context.Background(), Config{Nodes: 2})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	l.CloseOnSignal()
-	p, err := l.AddPod(context.Background(), l.Nodes[0])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	if _, err := startHTTP(l, p.Netns, "0.0.0.0:8080"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	fmt.Println(l.Prefix)
-	select {}
 }
 
 // startHTTP starts the HTTP helper inside ns.
@@ -177,7 +153,7 @@ type snapshot map[string]string
 
 func takeSnapshot(t *testing.T) snapshot {
 	t.Helper()
-	s, err := RootState()
+	s, err := testutil.RootState(NamePrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,64 +230,6 @@ func TestTeardownLeavesNothing(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestTeardownOnSignal: a lab process interrupted with SIGINT removes its
-// namespaces and processes before it exits.
-func TestTeardownOnSignal(t *testing.T) {
-	requireRoot(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), "NETLAB_HELPER=lab")
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	prefix, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("lab helper: %v", err)
-	}
-	prefix = strings.TrimSpace(prefix)
-	if names := namespacesWith(t, prefix); len(names) == 0 {
-		t.Fatalf("lab helper %s made no namespaces", prefix)
-	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	err = cmd.Wait()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGINT {
-		t.Errorf("lab helper ended with %v, want death by SIGINT (the signal's default course)", err)
-	}
-	if names := namespacesWith(t, prefix); len(names) != 0 {
-		t.Errorf("namespaces left after SIGINT: %v", names)
-	}
-	if out, _ := exec.Command("pgrep", "-f", prefix).Output(); len(out) != 0 {
-		t.Errorf("processes left after SIGINT: %s", out)
-	}
-}
-
-func namespacesWith(t *testing.T, prefix string) []string {
-	t.Helper()
-	entries, err := os.ReadDir("/run/netns")
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), prefix+"-") {
-			out = append(out, e.Name())
-		}
-	}
-	return out
 }
 
 // TestRemoveStale: namespaces of a run whose process is gone are removed;

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,36 +43,6 @@ func (l *Lab) Start(ns *Netns, stdout, stderr io.Writer, name string, args ...st
 		return nil, fmt.Errorf("start %s in netns %s: %w", name, ns.Name, err)
 	}
 	return p, nil
-}
-
-// CloseOnSignal closes the lab on SIGINT or SIGTERM and then lets the signal
-// take its default course (the process exits as it would have). The returned
-// stop undoes the hook; call it after a normal Close.
-func (l *Lab) CloseOnSignal() (stop func()) {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	quit := make(chan struct{})
-	var once sync.Once
-	go func() {
-		select {
-		case sig := <-ch:
-			if err := l.Close(); err != nil {
-				fmt.Fprintf(os.Stderr, "netlab: teardown on %v: %v\n", sig, err)
-			}
-			signal.Stop(ch)
-			signal.Reset(sig)
-			if s, ok := sig.(syscall.Signal); ok {
-				_ = syscall.Kill(os.Getpid(), s)
-			}
-		case <-quit:
-		}
-	}()
-	return func() {
-		once.Do(func() {
-			signal.Stop(ch)
-			close(quit)
-		})
-	}
 }
 
 // RemoveStale deletes namespaces left by earlier runs whose process is gone

@@ -1,4 +1,4 @@
-package netlab
+package testutil
 
 import (
 	"context"
@@ -15,9 +15,11 @@ import (
 // namespace's namespaces list, links, routes, nftables ruleset and the
 // sysctls a lab could be tempted to set, and the processes this process
 // started or that name one of its namespaces. Teardown tests compare it
-// before and after. Namespaces of other live lab runs (another test
-// package running at the same time) are left out of the list.
-func RootState() (map[string]string, error) {
+// before and after. prefix starts the names of the lab's namespaces
+// (netlab.NamePrefix, followed by a run's process ID); namespaces of other
+// live lab runs (another test package running at the same time) are left
+// out of the list.
+func RootState(prefix string) (map[string]string, error) {
 	s := map[string]string{}
 	for _, c := range [][]string{
 		{"ip", "netns", "list"},
@@ -32,7 +34,7 @@ func RootState() (map[string]string, error) {
 		}
 		text := string(out)
 		if c[1] == "netns" {
-			text = withoutOtherRuns(text)
+			text = withoutOtherRuns(text, prefix)
 		}
 		s[strings.Join(c, " ")] = text
 	}
@@ -47,16 +49,16 @@ func RootState() (map[string]string, error) {
 		}
 		s["sysctl "+k] = strings.TrimSpace(string(b))
 	}
-	s["processes"] = strings.Join(labProcesses(), "\n")
+	s["processes"] = strings.Join(labProcesses(prefix), "\n")
 	return s, nil
 }
 
 // withoutOtherRuns drops `ip netns list` lines of other processes' lab runs.
-func withoutOtherRuns(list string) string {
-	mine := fmt.Sprintf("%s-%d-", NamePrefix, os.Getpid())
+func withoutOtherRuns(list, prefix string) string {
+	mine := fmt.Sprintf("%s-%d-", prefix, os.Getpid())
 	var keep []string
 	for _, line := range strings.Split(list, "\n") {
-		if strings.HasPrefix(line, NamePrefix+"-") && !strings.HasPrefix(line, mine) {
+		if strings.HasPrefix(line, prefix+"-") && !strings.HasPrefix(line, mine) {
 			continue
 		}
 		keep = append(keep, line)
@@ -66,8 +68,8 @@ func withoutOtherRuns(list string) string {
 
 // labProcesses lists this process's children (zombies too) and any process
 // whose command line names one of this process's lab namespaces.
-func labProcesses() []string {
-	mine := fmt.Sprintf("%s-%d-", NamePrefix, os.Getpid())
+func labProcesses(prefix string) []string {
+	mine := fmt.Sprintf("%s-%d-", prefix, os.Getpid())
 	var out []string
 	for _, p := range supervisor.Processes() {
 		cmd := strings.Join(p.Args, " ")

@@ -1,4 +1,9 @@
-package ccm
+// Package ccmworld is what a test of the real cloud-controller-manager of
+// cloud-provider-azure (internal/lab/ccm) needs around it: a control plane,
+// the ARM emulator on HTTPS and the CCM's processes, all stopped at the
+// test's end. TestRealCCM and internal/install's tests of the chart with
+// the real CCM share it; the lab itself does not use it.
+package ccmworld
 
 import (
 	"context"
@@ -16,6 +21,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
+	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 )
 
@@ -28,15 +34,15 @@ type World struct {
 	REST *rest.Config
 	CS   *kubernetes.Clientset
 	Emu  *azurearm.Emulator
-	Base Config
+	Base ccm.Config
 }
 
-// NewWorld builds (or reuses) the CCM binary and starts the world, its
+// New builds (or reuses) the CCM binary and starts the world, its
 // resources named by res (VNet, Subnet and SecurityGroup are seeded in the
 // emulator).
-func NewWorld(t testing.TB, res Resources) *World {
+func New(t testing.TB, res ccm.Resources) *World {
 	t.Helper()
-	bin, err := Binary()
+	bin, err := ccm.Binary()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +53,7 @@ func NewWorld(t testing.TB, res Resources) *World {
 		t.Fatal(err)
 	}
 	w := &World{REST: env.Config, CS: kubernetes.NewForConfigOrDie(env.Config),
-		Base: Config{Binary: bin, Dir: dir, Kubeconfig: kc, Resources: res}}
+		Base: ccm.Config{Binary: bin, Dir: dir, Kubeconfig: kc, Resources: res}}
 	w.NewEmulator(t)
 	return w
 }
@@ -104,7 +110,7 @@ func (w *World) Start(t testing.TB, identity string) (stop func()) {
 	t.Helper()
 	c := w.Base
 	c.Identity = identity
-	p, err := Start(c, identity)
+	p, err := ccm.Start(c, identity)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +118,7 @@ func (w *World) Start(t testing.TB, identity string) (stop func()) {
 	t.Cleanup(func() {
 		stop()
 		if t.Failed() {
-			b, _ := os.ReadFile(LogPath(c.Dir, identity))
+			b, _ := os.ReadFile(ccm.LogPath(c.Dir, identity))
 			if len(b) > 4000 {
 				b = b[len(b)-4000:]
 			}
