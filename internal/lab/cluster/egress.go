@@ -9,8 +9,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/netlab"
 )
 
 // The API server calls a Service-referenced webhook at the Service's
@@ -47,13 +48,9 @@ egressSelections:
 // selector: every CONNECT target is dialed with dial (from a node's
 // namespace).
 type EgressProxy struct {
-	ln   net.Listener
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	logf func(string, ...any)
-	wg   sync.WaitGroup
-
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	stop func()
 }
 
 // serveEgress listens on socket and serves CONNECT requests until close.
@@ -63,45 +60,12 @@ func ServeEgress(socket string, dial func(ctx context.Context, network, addr str
 	if err != nil {
 		return nil, fmt.Errorf("egress proxy: %w", err)
 	}
-	p := &EgressProxy{ln: ln, dial: dial, logf: logf, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				p.serve(c)
-			}()
-		}
-	}()
+	p := &EgressProxy{dial: dial, logf: logf}
+	p.stop = netlab.Serve(ln, p.serve)
 	return p, nil
 }
 
-func (p *EgressProxy) track(c net.Conn, add bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conns == nil {
-		return false
-	}
-	if add {
-		p.conns[c] = struct{}{}
-	} else {
-		delete(p.conns, c)
-	}
-	return true
-}
-
-func (p *EgressProxy) serve(c net.Conn) {
-	defer c.Close()
-	if !p.track(c, true) {
-		return
-	}
-	defer p.track(c, false)
+func (p *EgressProxy) serve(c net.Conn, track func(net.Conn) bool) {
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(c)
 	req, err := http.ReadRequest(br)
@@ -120,11 +84,9 @@ func (p *EgressProxy) serve(c net.Conn) {
 		_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
 		return
 	}
-	defer up.Close()
-	if !p.track(up, true) {
+	if !track(up) {
 		return
 	}
-	defer p.track(up, false)
 	_ = c.SetReadDeadline(time.Time{})
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
@@ -150,14 +112,4 @@ func (p *EgressProxy) serve(c net.Conn) {
 }
 
 // close stops listening, ends every proxied connection and waits.
-func (p *EgressProxy) Close() {
-	_ = p.ln.Close()
-	p.mu.Lock()
-	conns := p.conns
-	p.conns = nil
-	p.mu.Unlock()
-	for c := range conns {
-		_ = c.Close()
-	}
-	p.wg.Wait()
-}
+func (p *EgressProxy) Close() { p.stop() }

@@ -86,23 +86,75 @@ func (l *Lab) Forward(ns *Netns, listenAddr, target string) (net.Addr, func(), e
 	if err != nil {
 		return nil, nil, err
 	}
+	stop := Serve(ln, func(in net.Conn, track func(net.Conn) bool) {
+		out, err := net.DialTimeout("tcp", target, 10*time.Second)
+		if err == nil && track(out) {
+			pipe(in, out)
+		}
+	})
+	if err := l.onClose("forwarder "+ln.Addr().String()+" in "+ns.Name, func() error { stop(); return nil }); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return ln.Addr(), stop, nil
+}
+
+// Serve hands every connection ln accepts to handle, each on a goroutine of
+// its own, until the returned stop (idempotent), which closes ln and every
+// connection in progress and waits for the handlers. A handler's
+// connection, and those it passes to track, are closed when it returns;
+// track is false once stop has begun (the connection is closed then).
+func Serve(ln net.Listener, handle func(c net.Conn, track func(net.Conn) bool)) (stop func()) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	conns := map[net.Conn]struct{}{}
-	track := func(c net.Conn, add bool) {
+	stopped := false
+	track := func(c net.Conn) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		if add {
-			conns[c] = struct{}{}
-		} else {
-			delete(conns, c)
+		if stopped {
+			c.Close()
+			return false
 		}
+		conns[c] = struct{}{}
+		return true
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var mine []net.Conn
+				own := func(c net.Conn) bool {
+					mine = append(mine, c)
+					return track(c)
+				}
+				defer func() {
+					mu.Lock()
+					for _, c := range mine {
+						delete(conns, c)
+						c.Close()
+					}
+					mu.Unlock()
+				}()
+				if own(c) {
+					handle(c, own)
+				}
+			}()
+		}
+	}()
 	var once sync.Once
-	stop := func() {
+	return func() {
 		once.Do(func() {
 			ln.Close()
 			mu.Lock()
+			stopped = true
 			for c := range conns {
 				c.Close()
 			}
@@ -110,34 +162,6 @@ func (l *Lab) Forward(ns *Netns, listenAddr, target string) (net.Addr, func(), e
 			wg.Wait()
 		})
 	}
-	if err := l.onClose("forwarder "+ln.Addr().String()+" in "+ns.Name, func() error { stop(); return nil }); err != nil {
-		ln.Close()
-		return nil, nil, err
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out, err := net.DialTimeout("tcp", target, 10*time.Second)
-				if err != nil {
-					in.Close()
-					return
-				}
-				track(in, true)
-				track(out, true)
-				defer func() { track(in, false); track(out, false) }()
-				pipe(in, out)
-			}()
-		}
-	}()
-	return ln.Addr(), stop, nil
 }
 
 // pipe copies both ways until either side ends, then closes both.
