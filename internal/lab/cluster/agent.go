@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -199,7 +200,7 @@ func (a *Agent) sync(ctx context.Context, key string) error {
 	if pod.Spec.NodeName == "" {
 		return a.bind(ctx, pod)
 	}
-	if !a.ours(pod.Spec.NodeName) {
+	if !slices.Contains(a.nodes, pod.Spec.NodeName) {
 		return nil
 	}
 	a.mu.Lock()
@@ -300,15 +301,6 @@ func (a *Agent) forget(key string) {
 	a.mu.Lock()
 	delete(a.runtimes, key)
 	a.mu.Unlock()
-}
-
-func (a *Agent) ours(node string) bool {
-	for _, n := range a.nodes {
-		if n == node {
-			return true
-		}
-	}
-	return false
 }
 
 // deleteNow is the kubelet's final delete once the containers are gone.

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
@@ -110,21 +111,10 @@ func (cp *ControlPlane) startKCM(dir string) error {
 
 // waitNamespace waits for a namespace the API server creates itself.
 func (cp *ControlPlane) waitNamespace(ctx context.Context, name string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	return traffic.WaitFor(ctx, 30*time.Second, "namespace "+name, func() (bool, string) {
 		_, err := cp.Client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("namespace %s: %w", name, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 }
 
 // kcmAlive reports an error when kube-controller-manager has exited.

@@ -154,32 +154,29 @@ func startPodRuntime(pod *corev1.Pod, netPod *netlab.Pod, env podEnv, notify fun
 // to the API server on the namespace's loopback (its kubeconfig names it).
 // When the process exits, the pod has finished.
 func (r *podRuntime) startProcess(c *corev1.Container) error {
-	_, stop, err := r.env.lab.Forward(r.netPod.Netns, APIServerInNetns, r.env.apiserver)
-	if err != nil {
-		return err
-	}
+	forwards := [][2]string{{APIServerInNetns, r.env.apiserver}} // listen, target
 	if r.env.forwards != nil {
-		stops := []func(){stop}
 		for _, addr := range r.env.forwards() {
-			_, s, err := r.env.lab.Forward(r.netPod.Netns, addr, addr)
-			if err != nil {
-				for _, f := range stops {
-					f()
-				}
-				return err
-			}
-			stops = append(stops, s)
-		}
-		stop = func() {
-			for _, f := range stops {
-				f()
-			}
+			forwards = append(forwards, [2]string{addr, addr})
 		}
 	}
-	r.stopFwd = stop
+	var stops []func()
+	r.stopFwd = func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
+	for _, f := range forwards {
+		_, stop, err := r.env.lab.Forward(r.netPod.Netns, f[0], f[1])
+		if err != nil {
+			r.stopFwd()
+			return err
+		}
+		stops = append(stops, stop)
+	}
 	p, err := r.startContainerProcess(c, "controller", r.pod.Namespace+"_"+r.pod.Name+".log")
 	if err != nil {
-		stop()
+		r.stopFwd()
 		return err
 	}
 	r.proc = p
@@ -266,7 +263,7 @@ func (r *podRuntime) probe(ctx context.Context, c *corev1.Container, p *corev1.P
 		if err != nil {
 			return false
 		}
-		code, err := httpGet(ctx, r.client, u, p.HTTPGet.HTTPHeaders)
+		code, _, err := httpGetDetail(ctx, r.client, u, p.HTTPGet.HTTPHeaders)
 		return err == nil && code >= 200 && code < 400
 	case p.TCPSocket != nil:
 		port, err := containerPort(c, p.TCPSocket.Port)

@@ -62,22 +62,9 @@ func sleepCommand(cmd []string) (time.Duration, bool) {
 	return time.Duration(f * float64(time.Second)), true
 }
 
-func httpGet(ctx context.Context, hookClient *http.Client, u string, headers []corev1.HTTPHeader) (int, error) {
-	req, err := newHookRequest(ctx, u, headers)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := hookClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, nil
-}
-
-// httpGetDetail is httpGet that also returns what the answer said: the
-// drain endpoint's result header, or the first line of an error body.
+// httpGetDetail sends an httpGet probe's or hook's request and returns the
+// answer's status and what it said: the drain endpoint's result header, or
+// the first line of an error body.
 func httpGetDetail(ctx context.Context, hookClient *http.Client, u string, headers []corev1.HTTPHeader) (int, string, error) {
 	req, err := newHookRequest(ctx, u, headers)
 	if err != nil {

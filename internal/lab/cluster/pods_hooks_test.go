@@ -28,7 +28,7 @@ func TestHookSendsHTTPHeaders(t *testing.T) {
 	if got.Get("X-Zerodrop-Relay-Token") != "t0ken" || host != "drain.example" {
 		t.Errorf("the hook sent headers %v to host %q; want the action's token header, to host drain.example", got, host)
 	}
-	if code, err := httpGet(context.Background(), srv.Client(), srv.URL+"/ready", headers[:1]); err != nil || code != http.StatusOK {
+	if code, _, err := httpGetDetail(context.Background(), srv.Client(), srv.URL+"/ready", headers[:1]); err != nil || code != http.StatusOK {
 		t.Fatalf("probe: %d %v", code, err)
 	}
 	if got.Get("X-Zerodrop-Relay-Token") != "t0ken" {

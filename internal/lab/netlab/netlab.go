@@ -161,17 +161,7 @@ func (l *Lab) addNode(ctx context.Context, i int) (*Node, error) {
 	}
 	gw := n.PodCIDR.Addr().Next()
 	err = l.step(ctx, fmt.Sprintf("node %d links", i), func() error {
-		// The veth is made in the fabric with its peer created straight in the
-		// node: it never exists in the root namespace, and deleting either
-		// namespace removes both ends.
-		link := "n" + strconv.Itoa(i)
-		if err := ip(ctx, "-n", l.Fabric.Name, "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns.Name); err != nil {
-			return err
-		}
-		if err := ipAll(ctx, l.Fabric, "link set "+link+" master br0", "link set "+link+" up"); err != nil {
-			return err
-		}
-		return ipAll(ctx, ns,
+		return veth(ctx, l.Fabric, "br0", "n"+strconv.Itoa(i), ns,
 			"link set lo up",
 			"addr add "+netip.PrefixFrom(n.IP, fabricNet.Bits()).String()+" dev eth0",
 			"link set eth0 up",
@@ -215,14 +205,7 @@ func (l *Lab) AddPod(ctx context.Context, n *Node) (*Pod, error) {
 	p := &Pod{Netns: ns, Node: n, IP: netip.AddrFrom4([4]byte{198, 19, byte(n.Index), byte(host)}), lab: l}
 	gw := n.PodCIDR.Addr().Next()
 	err = l.step(ctx, fmt.Sprintf("pod %d links", seq), func() error {
-		link := "p" + strconv.Itoa(seq)
-		if err := ip(ctx, "-n", n.Name, "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns.Name); err != nil {
-			return err
-		}
-		if err := ipAll(ctx, n.Netns, "link set "+link+" master cbr0", "link set "+link+" up"); err != nil {
-			return err
-		}
-		return ipAll(ctx, ns,
+		return veth(ctx, n.Netns, "cbr0", "p"+strconv.Itoa(seq), ns,
 			"link set lo up",
 			"addr add "+netip.PrefixFrom(p.IP, n.PodCIDR.Bits()).String()+" dev eth0",
 			"link set eth0 up",
@@ -266,18 +249,11 @@ func (l *Lab) AddHost(ctx context.Context, name string) (*Host, error) {
 	}
 	h := &Host{Netns: ns, IP: netip.AddrFrom4([4]byte{198, 18, 1, byte(idx + 1)})}
 	err = l.step(ctx, "host "+name+" links", func() error {
-		link := "h" + strconv.Itoa(seq)
-		if err := ip(ctx, "-n", l.Fabric.Name, "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns.Name); err != nil {
-			return err
-		}
-		if err := ipAll(ctx, l.Fabric, "link set "+link+" master br0", "link set "+link+" up"); err != nil {
-			return err
-		}
 		cmds := []string{"link set lo up", "addr add " + netip.PrefixFrom(h.IP, fabricNet.Bits()).String() + " dev eth0", "link set eth0 up"}
 		for _, n := range l.Nodes {
 			cmds = append(cmds, "route add "+n.PodCIDR.String()+" via "+n.IP.String())
 		}
-		return ipAll(ctx, ns, cmds...)
+		return veth(ctx, l.Fabric, "br0", "h"+strconv.Itoa(seq), ns, cmds...)
 	})
 	if err != nil {
 		return nil, err
@@ -365,6 +341,20 @@ func deleteNetns(name string) error {
 		return fmt.Errorf("delete netns %s: %w", name, err)
 	}
 	return nil
+}
+
+// veth links ns to the bridge of parent (the fabric's br0, a node's cbr0):
+// a veth made in parent, named link there, with its peer created straight
+// in ns as eth0 — it never exists in the root namespace, and deleting
+// either namespace removes both ends — then runs cmds in ns (ipAll).
+func veth(ctx context.Context, parent *Netns, bridge, link string, ns *Netns, cmds ...string) error {
+	if err := ip(ctx, "-n", parent.Name, "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns.Name); err != nil {
+		return err
+	}
+	if err := ipAll(ctx, parent, "link set "+link+" master "+bridge, "link set "+link+" up"); err != nil {
+		return err
+	}
+	return ipAll(ctx, ns, cmds...)
 }
 
 // ipAll runs `ip -n NS <cmd>` for each command, stopping at the first error.

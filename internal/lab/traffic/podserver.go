@@ -164,29 +164,23 @@ func (s *PodServer) openConns() int {
 }
 
 // kill is SIGKILL: every connection is closed at once, with a reset.
-func (s *PodServer) Kill() {
-	s.mu.Lock()
-	for c := range s.conns {
-		resetConn(c)
-	}
-	for c := range s.ws {
-		resetConn(c.nc)
-	}
-	s.mu.Unlock()
-	_ = s.srv.Close()
-}
+func (s *PodServer) Kill() { s.end(resetConn) }
 
 // exit is the process exiting at SIGTERM without handling it: every socket
 // closed as the kernel closes them at exit — a FIN, or a reset where data
 // was unread — with no close frame on a WebSocket and no answer to a request
 // in flight.
-func (s *PodServer) Exit() {
+func (s *PodServer) Exit() { s.end(func(c net.Conn) { _ = c.Close() }) }
+
+// end closes every connection (a WebSocket's too) with closeConn, then the
+// server.
+func (s *PodServer) end(closeConn func(net.Conn)) {
 	s.mu.Lock()
 	for c := range s.conns {
-		_ = c.Close()
+		closeConn(c)
 	}
 	for c := range s.ws {
-		_ = c.nc.Close()
+		closeConn(c.nc)
 	}
 	s.mu.Unlock()
 	_ = s.srv.Close()

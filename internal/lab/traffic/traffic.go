@@ -136,15 +136,11 @@ func (r *Recorder) QuietFor(d time.Duration) bool {
 	return time.Since(r.Start) >= d && time.Since(r.lastFail) >= d
 }
 
-func (r *Recorder) longOpened() {
+// count adds one to the recorder's figure n (longConns, exchanges,
+// longClosed).
+func (r *Recorder) count(n *int64) {
 	r.mu.Lock()
-	r.longConns++
-	r.mu.Unlock()
-}
-
-func (r *Recorder) longExchange() {
-	r.mu.Lock()
-	r.exchanges++
+	*n++
 	r.mu.Unlock()
 }
 
@@ -153,12 +149,6 @@ func (r *Recorder) longBreak(kind, detail string) {
 	defer r.mu.Unlock()
 	r.longBroken++
 	r.fail("long", kind, detail)
-}
-
-func (r *Recorder) longClose() {
-	r.mu.Lock()
-	r.longClosed++
-	r.mu.Unlock()
 }
 
 func (r *Recorder) reconnected(d time.Duration) {

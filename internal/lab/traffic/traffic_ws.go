@@ -33,7 +33,7 @@ func longClient(ctx context.Context, dial dialer, addr string, rec *Recorder) {
 			}
 			return
 		}
-		rec.longOpened()
+		rec.count(&rec.longConns)
 		if err != nil {
 			rec.longBreak(classify(err), "handshake: "+err.Error())
 			SleepCtx(ctx, longPeriod)
@@ -126,7 +126,7 @@ type wsSession struct {
 func (s *wsSession) ended(err error, waiting string) {
 	switch status := websocket.CloseStatus(err); {
 	case status == websocket.StatusGoingAway:
-		s.rec.longClose()
+		s.rec.count(&s.rec.longClosed)
 	case status != -1:
 		s.rec.longBreak(KindClose, fmt.Sprintf("close frame with status %d%s", status, waiting))
 	case s.ctx.Err() != nil:
@@ -177,7 +177,7 @@ func (s *wsSession) exchange(want string) bool {
 			s.rec.longBreak(KindLost, fmt.Sprintf("sent message %s, got %q back", want, m.data))
 			return false
 		}
-		s.rec.longExchange()
+		s.rec.count(&s.rec.exchanges)
 		return true
 	case <-timer.C:
 		s.rec.longBreak(KindLost, fmt.Sprintf("message %s not echoed within %s", want, IOTimeout))

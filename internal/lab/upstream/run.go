@@ -22,9 +22,7 @@ const ClusterName = "kubernetes"
 // worker (--concurrent-service-syncs). The informers resync as
 // kube-controller-manager's do not matter here: the service controller
 // re-syncs Services on node changes and on its own retry schedule.
-func Run(ctx context.Context, cfg *rest.Config, cloud *Cloud) error { return run(ctx, cfg, cloud) }
-
-func run(ctx context.Context, cfg *rest.Config, cloud cloudprovider.Interface) error {
+func Run(ctx context.Context, cfg *rest.Config, cloud cloudprovider.Interface) error {
 	cs, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
 	if err != nil {
 		return fmt.Errorf("upstream service controller: client: %w", err)

@@ -224,7 +224,7 @@ func TestUpstreamServiceController(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			if err := run(cctx, env.Config, counted{NewCloud(h, pool), &ensured}); err != nil {
+			if err := Run(cctx, env.Config, counted{NewCloud(h, pool), &ensured}); err != nil {
 				t.Error(err)
 			}
 		}()
