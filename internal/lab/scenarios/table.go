@@ -61,12 +61,6 @@ func WhereIs(scenario string) (Where, bool) {
 	return Table[i], true
 }
 
-// RunsIn reports whether scenario runs in world k, and in mode m.
-func RunsIn(scenario string, k world.Kind, m report.Mode) bool {
-	w, ok := WhereIs(scenario)
-	return ok && slices.Contains(w.Worlds, k) && (w.Modes == nil || slices.Contains(w.Modes, m))
-}
-
 // NamesIn are the scenarios that run in world k, in Table's order.
 func NamesIn(k world.Kind) []string {
 	var out []string
