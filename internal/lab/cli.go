@@ -91,10 +91,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, n := range notRun {
 		fmt.Fprintf(stderr, "zerodrop lab: not run: %s\n", n)
 	}
-	if len(points) > 0 {
-		return executeSweep(ctx, opts, points, notRun, f.jsonPath, htmlPath, stdout, stderr)
-	}
-	return execute(ctx, opts, notRun, f.jsonPath, htmlPath, stdout, stderr)
+	return execute(ctx, opts, points, notRun, f.jsonPath, htmlPath, stdout, stderr)
 }
 
 // flags are `zerodrop lab`'s command line, parsed.
@@ -261,18 +258,19 @@ func (f flags) addScenarios(opts *scenarios.Options, stderr io.Writer) (notRun [
 	return notRun, true
 }
 
-// execute runs the lab with opts, prints the table, writes the reports and
-// ends with the verdict (notRun: what was asked for and is not run, with
-// why); it returns the exit status.
-func execute(ctx context.Context, opts scenarios.Options, notRun []string, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
+// execute runs the lab with opts (on emulated Azure, once per point of the
+// sweep: executeSweep), prints the table, writes the reports and ends with
+// the verdict (notRun: what was asked for and is not run, with why); it
+// returns the exit status.
+func execute(ctx context.Context, opts scenarios.Options, points []azure.Options, notRun []string, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
 	start := time.Now()
-	results, err := scenarios.Execute(ctx, opts)
-	return finish(start, opts, results, err, notRun, jsonPath, htmlPath, stdout, stderr)
-}
-
-// finish prints the table of results, writes the reports and ends with the
-// verdict; it returns the exit status.
-func finish(start time.Time, opts scenarios.Options, results []report.Result, err error, notRun []string, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
+	var results []report.Result
+	var err error
+	if len(points) > 0 {
+		results, err = executeSweep(ctx, opts, points, stderr)
+	} else {
+		results, err = scenarios.Execute(ctx, opts)
+	}
 	if len(results) > 0 {
 		fmt.Fprintln(stdout)
 		report.WriteTable(stdout, results, opts.Modes)
@@ -372,9 +370,9 @@ func writePlan(w io.Writer, plan []scenarios.Planned, notRun []string, htmlPath,
 func writeWorld(w io.Writer, wd world.World, points int) {
 	if points > 1 {
 		fmt.Fprintf(w, "world: %s, options: each sweep point above\n", wd.Name())
-		return
+	} else if v, ok := wd.(world.Variant); ok {
+		fmt.Fprintf(w, "world: %s, options: %s\n", wd.Name(), v.Variant())
 	}
-	writeVariant(w, wd)
 }
 
 // haproxyKind is the HAProxy world the flags choose.
@@ -397,11 +395,4 @@ func (f flags) haproxyWorld() world.World {
 		return replicas.New(replicas.Options{Replicas: f.dataPlane})
 	}
 	return haproxy.New(haproxy.Options{LoadBalancers: f.dataPlane})
-}
-
-// writeVariant is writeWorld's line for a world that says its options.
-func writeVariant(w io.Writer, wd world.World) {
-	if v, ok := wd.(world.Variant); ok {
-		fmt.Fprintf(w, "world: %s, options: %s\n", wd.Name(), v.Variant())
-	}
 }

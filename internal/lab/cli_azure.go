@@ -166,12 +166,10 @@ func runsAt(mode report.Mode, p, first azure.Options) bool {
 }
 
 // executeSweep runs the lab once per point of the sweep, each with its own
-// control plane, and reports every run together; a point runs the modes
-// runsAt allows there.
-func executeSweep(ctx context.Context, opts scenarios.Options, points []azure.Options, notRun []string, jsonPath, htmlPath string, stdout, stderr io.Writer) int {
-	start := time.Now()
+// control plane, and returns every run's result together; a point runs the
+// modes runsAt allows there.
+func executeSweep(ctx context.Context, opts scenarios.Options, points []azure.Options, stderr io.Writer) ([]report.Result, error) {
 	var results []report.Result
-	var err error
 	for i := range points {
 		o := opts
 		o.World = azure.New(points[i])
@@ -180,14 +178,13 @@ func executeSweep(ctx context.Context, opts scenarios.Options, points []azure.Op
 			continue
 		}
 		fmt.Fprintf(stderr, "zerodrop lab: sweep point %d of %d: %s\n", i+1, len(points), points[i].Clock())
-		var rs []report.Result
-		rs, err = scenarios.Execute(ctx, o)
+		rs, err := scenarios.Execute(ctx, o)
 		results = append(results, rs...)
 		if err != nil {
-			break
+			return results, err
 		}
 	}
-	return finish(start, opts, results, err, notRun, jsonPath, htmlPath, stdout, stderr)
+	return results, nil
 }
 
 // writeAzureFigures prints, after the table, what the world of emulated
