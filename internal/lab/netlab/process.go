@@ -101,7 +101,8 @@ func (l *Lab) Forward(ns *Netns, listenAddr, target string) (net.Addr, func(), e
 
 // Serve hands every connection ln accepts to handle, each on a goroutine of
 // its own, until the returned stop (idempotent), which closes ln and every
-// connection in progress and waits for the handlers. A handler's
+// connection in progress and waits for the handlers (an error of Accept
+// other than ln's close is waited out). A handler's
 // connection, and those it passes to track, are closed when it returns;
 // track is false once stop has begun (the connection is closed then).
 func Serve(ln net.Listener, handle func(c net.Conn, track func(net.Conn) bool)) (stop func()) {
@@ -124,8 +125,14 @@ func Serve(ln net.Listener, handle func(c net.Conn, track func(net.Conn) bool)) 
 		defer wg.Done()
 		for {
 			c, err := ln.Accept()
-			if err != nil {
+			if errors.Is(err, net.ErrClosed) {
 				return
+			}
+			if err != nil {
+				// Out of file descriptors and the like: the client
+				// retries; pause rather than spin on the same error.
+				time.Sleep(10 * time.Millisecond)
+				continue
 			}
 			wg.Add(1)
 			go func() {

@@ -20,6 +20,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/netlab"
 )
 
 // Counts are the commands a Proxy has seen, by kind.
@@ -42,15 +44,12 @@ type Counts struct {
 type Proxy struct {
 	path   string
 	target string
-	ln     *net.UnixListener
 	info   os.FileInfo // the socket file this proxy created
+	stop   func()      // netlab.Serve's: ends every connection and waits
 
 	mu     sync.Mutex
 	counts Counts
-	conns  map[net.Conn]struct{}
 	closed bool
-
-	wg sync.WaitGroup
 
 	// aside is where Interpose moved HAProxy's socket; Close moves it back.
 	aside string
@@ -127,10 +126,8 @@ func Listen(path, target string) (*Proxy, error) {
 		ln.Close()
 		return nil, fmt.Errorf("sockcount: %w", err)
 	}
-	p := &Proxy{path: path, target: target, ln: ln, info: info,
-		conns: map[net.Conn]struct{}{}, counts: Counts{WriteVerbs: map[string]int{}}}
-	p.wg.Add(1)
-	go p.serve()
+	p := &Proxy{path: path, target: target, info: info, counts: Counts{WriteVerbs: map[string]int{}}}
+	p.stop = netlab.Serve(ln, func(c net.Conn, track func(net.Conn) bool) { p.handle(c.(*net.UnixConn), track) })
 	return p, nil
 }
 
@@ -187,18 +184,13 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	p.closed = true
-	for c := range p.conns {
-		c.Close()
-	}
 	p.mu.Unlock()
-	err := p.ln.Close()
-	p.wg.Wait()
+	p.stop()
+	var err error
 	info, serr := os.Stat(p.path)
 	ours := serr == nil && os.SameFile(info, p.info)
 	if ours {
-		if rerr := os.Remove(p.path); rerr != nil && err == nil {
-			err = rerr
-		}
+		err = os.Remove(p.path)
 	}
 	if p.aside != "" && (ours || errors.Is(serr, os.ErrNotExist)) {
 		if rerr := os.Rename(p.aside, p.path); rerr != nil && err == nil {
@@ -211,50 +203,9 @@ func (p *Proxy) Close() error {
 	return nil
 }
 
-func (p *Proxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.AcceptUnix()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and the like: the client retries;
-			// pause rather than spin on the same error.
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		if !p.track(c) {
-			c.Close()
-			return
-		}
-		p.wg.Add(1)
-		go p.handle(c)
-	}
-}
-
-// track registers c for Close; false once the proxy is closed.
-func (p *Proxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *Proxy) untrack(cs ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		delete(p.conns, c)
-		c.Close()
-	}
-}
-
-func (p *Proxy) handle(client *net.UnixConn) {
-	defer p.wg.Done()
+// handle forwards one client's connection to HAProxy's socket; netlab.Serve
+// closes both when it returns.
+func (p *Proxy) handle(client *net.UnixConn, track func(net.Conn) bool) {
 	server, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: p.target, Net: "unix"})
 	if err != nil {
 		// Nothing the client sends reaches HAProxy, so nothing is counted.
@@ -265,12 +216,9 @@ func (p *Proxy) handle(client *net.UnixConn) {
 		p.mu.Unlock()
 		_ = client.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = fmt.Fprintf(client, "sockcount: HAProxy socket unreachable: %v\n", err)
-		p.untrack(client)
 		return
 	}
-	if !p.track(server) {
-		server.Close()
-		p.untrack(client)
+	if !track(server) {
 		return
 	}
 	done := make(chan struct{})
@@ -283,7 +231,6 @@ func (p *Proxy) handle(client *net.UnixConn) {
 	}()
 	p.forward(client, server)
 	<-done
-	p.untrack(client, server)
 }
 
 // forward copies client → HAProxy. Each chunk is classified before it is
