@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -142,6 +143,24 @@ func ConditionStatus(pod *corev1.Pod, typ corev1.PodConditionType) corev1.Condit
 		}
 	}
 	return corev1.ConditionUnknown
+}
+
+// ProcessKey names the process container runs in p now: the pod's UID and
+// the container's restarts (the lab's kubelet starts a container again in
+// place, and its new process counts from zero).
+func ProcessKey(p *corev1.Pod, container string) string {
+	return fmt.Sprintf("%s/%d", p.UID, ContainerRestarts(p, container))
+}
+
+// ContainerRestartsOf is the restart count of container name of the pod
+// key (namespace/name), from the agent's cache (0: not there).
+func (a *Agent) ContainerRestartsOf(key, name string) int32 {
+	ns, pod, _ := strings.Cut(key, "/")
+	p, err := a.Pods.Pods(ns).Get(pod)
+	if err != nil {
+		return 0
+	}
+	return ContainerRestarts(p, name)
 }
 
 // ContainerRestarts is the restart count of container name of p, by its

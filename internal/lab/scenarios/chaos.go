@@ -215,7 +215,7 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	leaderRestarts := r.containerRestarts(leader)
+	leaderRestarts := r.lab.agent.ContainerRestartsOf(ctrlNamespace+"/"+leader, world.ControllerContainer)
 	r.mark("kube-apiserver stopped for %s", outage)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("stop kube-apiserver: %w", err)
@@ -265,7 +265,7 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 	// The lab's kubelet replaces a pod of the runner's Deployment whose
 	// process ended, and starts a world's pod's container (the chart's)
 	// again in place.
-	fig.LeaderExited = r.lab.agent.Finished(ctrlNamespace+"/"+leader) || r.containerRestarts(leader) > leaderRestarts
+	fig.LeaderExited = r.lab.agent.Finished(ctrlNamespace+"/"+leader) || r.lab.agent.ContainerRestartsOf(ctrlNamespace+"/"+leader, world.ControllerContainer) > leaderRestarts
 	return r.waitSteady(ctx, replicas, r.steadyTimeout(replicas))
 }
 
@@ -353,14 +353,4 @@ func lossless(res report.Result) error {
 		return nil
 	}
 	return fmt.Errorf("%s: zerodrop must lose nothing: %s", res.Scenario, strings.Join(bad, "; "))
-}
-
-// containerRestarts is the restart count of the controller container of
-// the controller pod named pod, from the agent's cache.
-func (r *run) containerRestarts(pod string) int32 {
-	p, err := r.lab.agent.Pods.Pods(ctrlNamespace).Get(pod)
-	if err != nil {
-		return 0
-	}
-	return cluster.ContainerRestarts(p, world.ControllerContainer)
 }

@@ -196,7 +196,7 @@ func (cs *controllers) scrapePod(p *corev1.Pod) { cs.scrapeAt(cs.scrapeKey(p), p
 // same pod), whose new process counts from zero and is a leader candidate
 // of its own.
 func (cs *controllers) scrapeKey(p *corev1.Pod) types.UID {
-	return types.UID(fmt.Sprintf("%s/%d", p.UID, cluster.ContainerRestarts(p, world.ControllerContainer)))
+	return types.UID(cluster.ProcessKey(p, world.ControllerContainer))
 }
 
 // scrapeAt reads the metrics at ip into the figures kept under key.

@@ -49,10 +49,12 @@ func actMaintenance(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	if err := r.lab.setDeletionTaint(ctx, node, true); err != nil {
+	addr, err := r.lab.setDeletionTaint(ctx, node, true)
+	if err != nil {
 		return fmt.Errorf("taint %s: %w", node, err)
 	}
 	r.tainted = append(r.tainted, node)
+	r.taintedAddrs[addr] = true
 	r.mark("%s tainted %s:NoSchedule", node, model.TaintToBeDeletedByClusterAutoscaler)
 	before, err := r.landed()
 	if err != nil {
@@ -94,11 +96,12 @@ func (r *run) firstPodNode(ctx context.Context) (string, error) {
 }
 
 // setDeletionTaint puts the cluster autoscaler's deletion taint on node
-// (its value the time, as the autoscaler writes it), or takes it off.
-func (l *lab) setDeletionTaint(ctx context.Context, node string, on bool) error {
+// (its value the time, as the autoscaler writes it), or takes it off, and
+// returns the node's address.
+func (l *lab) setDeletionTaint(ctx context.Context, node string, on bool) (addr string, err error) {
 	nodes := l.cp.Client.CoreV1().Nodes()
 	// The agent updates the Node's status meanwhile: a conflict is retried.
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := nodes.Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -114,7 +117,9 @@ func (l *lab) setDeletionTaint(ctx context.Context, node string, on bool) error 
 				Value: strconv.FormatInt(time.Now().Unix(), 10), Effect: corev1.TaintEffectNoSchedule})
 		}
 		n.Spec.Taints = taints
+		addr = model.NodeAddress(n)
 		_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
+	return addr, err
 }

@@ -62,7 +62,10 @@ type run struct {
 	addr     string // the load balancer's ingress address
 	rec      *traffic.Recorder
 	cordoned []string
-	tainted  []string // maintenance's node
+	// tainted is maintenance's node, taintedAddrs its address (the
+	// steady check leaves its backend out).
+	tainted      []string
+	taintedAddrs map[string]bool
 	// restartWrites are restart-idle's and kill-mid-plan's writes per
 	// restart; restartFailed and restartBroken restart-idle's requests
 	// failed and long connections broken per restart.

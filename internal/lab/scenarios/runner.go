@@ -53,7 +53,7 @@ func (r *run) actTimeout(sc scenario) time.Duration {
 // and reports what the clients saw.
 func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode report.Mode) (report.Result, error) {
 	l.runs++
-	r := &run{lab: l, id: l.runs, scenario: sc.Name, mode: mode, backend: v.backend, policy: v.policy,
+	r := &run{lab: l, id: l.runs, scenario: sc.Name, mode: mode, backend: v.backend, policy: v.policy, taintedAddrs: map[string]bool{},
 		ns:    fmt.Sprintf("lab-%d-%s-%s", l.runs, sc.Name, mode),
 		class: fmt.Sprintf("zerodrop.dev/lab-%d", l.runs),
 		dir:   fmt.Sprintf("%s/haproxy-%d", l.dir, l.runs)}

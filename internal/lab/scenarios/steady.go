@@ -113,13 +113,9 @@ func (r *run) backendsSteady(ctx context.Context, v world.View, want int32) (boo
 	}
 	local := r.backend == BackendNode && r.policy == PolicyLocal
 	drains := local && r.mode == report.ModeZerodrop
-	tainted, err := r.taintedAddresses(ctx)
-	if err != nil {
-		return false, err.Error()
-	}
 	active, up := 0, 0
 	for _, b := range bs {
-		if local && tainted[b.Address] {
+		if local && r.taintedAddrs[b.Address] {
 			// A node the run tainted for deletion (maintenance): one
 			// writer takes it out, another keeps it (NIC-based pools
 			// on Azure), and either is steady.

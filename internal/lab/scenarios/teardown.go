@@ -32,7 +32,7 @@ func (r *run) teardown() {
 		_ = r.lab.setUnschedulable(ctx, n, false)
 	}
 	for _, n := range r.tainted {
-		if err := r.lab.setDeletionTaint(ctx, n, false); err != nil {
+		if _, err := r.lab.setDeletionTaint(ctx, n, false); err != nil {
 			r.lab.logf("%s: untaint %s: %v", r.name(), n, err)
 		}
 	}

@@ -16,7 +16,6 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/world"
-	"zerodrop.dev/zerodrop/internal/model"
 )
 
 // restartController deletes the controller pod that writes (the leader), as
@@ -69,8 +68,8 @@ func (r *run) waitControllersReady(ctx context.Context, old string) error {
 
 // servingNodes counts the nodes a Local Service's load balancer must send
 // to: those with a pod of the run but a node the run tainted for deletion
-// (maintenance), which some writers take out and others keep
-// (taintedAddresses).
+// (maintenance), which some writers take out and others keep (the steady
+// check leaves its backend out).
 func (r *run) servingNodes(ctx context.Context) (int, error) {
 	nodes, err := r.podNodeNames(ctx)
 	n := 0
@@ -80,20 +79,6 @@ func (r *run) servingNodes(ctx context.Context) (int, error) {
 		}
 	}
 	return n, err
-}
-
-// taintedAddresses are the addresses of the nodes the run tainted for
-// deletion.
-func (r *run) taintedAddresses(ctx context.Context) (map[string]bool, error) {
-	out := map[string]bool{}
-	for _, name := range r.tainted {
-		n, err := r.lab.cp.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, err
-		}
-		out[model.NodeAddress(n)] = true
-	}
-	return out, nil
 }
 
 // podNodeNames lists, sorted, the nodes the run's pods that are not

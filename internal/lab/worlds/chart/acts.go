@@ -152,11 +152,7 @@ func leaseExpired(l *coordinationv1.Lease, now time.Time) bool {
 // containerRestarts is the restart count of the controller container of
 // pod (in world.ControllerNamespace), from the agent's cache.
 func (r *run) containerRestarts(pod string) int32 {
-	p, err := r.w.Lab.Agent.Pods.Pods(world.ControllerNamespace).Get(pod)
-	if err != nil {
-		return 0
-	}
-	return cluster.ContainerRestarts(p, world.ControllerContainer)
+	return r.w.Lab.Agent.ContainerRestartsOf(world.ControllerNamespace+"/"+pod, world.ControllerContainer)
 }
 
 // waitContainerRestarted waits until the controller container of the

@@ -242,5 +242,5 @@ func podScrape(p *corev1.Pod) (world.Scrape, bool) {
 		return world.Scrape{}, false
 	}
 	restarts := cluster.ContainerRestarts(p, world.ControllerContainer)
-	return world.Scrape{Key: fmt.Sprintf("%s/%d", p.UID, restarts), Name: fmt.Sprintf("%s/%d", p.Name, restarts), IP: p.Status.PodIP}, true
+	return world.Scrape{Key: cluster.ProcessKey(p, world.ControllerContainer), Name: fmt.Sprintf("%s/%d", p.Name, restarts), IP: p.Status.PodIP}, true
 }
