@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // This file is the cloud's own HAProxy writer and reader. It shares nothing
@@ -143,20 +145,14 @@ func (h *HAProxy) Apply(ctx context.Context, st State) (bool, error) {
 	if _, err := cli(ctx, h.MasterSocket, "reload"); err != nil {
 		return true, fmt.Errorf("reload HAProxy: %w", err)
 	}
-	deadline := time.Now().Add(h.ReloadTimeout)
-	for {
-		if running, err = h.Running(ctx); err == nil && running == want {
-			return true, nil
-		}
-		if time.Now().After(deadline) {
-			return true, fmt.Errorf("HAProxy runs configuration %q %s after a reload, want %q (%v)", running, h.ReloadTimeout, want, err)
-		}
-		select {
-		case <-ctx.Done():
-			return true, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, h.ReloadTimeout, true, func(ctx context.Context) (bool, error) {
+		running, last = h.Running(ctx)
+		return last == nil && running == want, nil
+	}); err != nil {
+		return true, fmt.Errorf("HAProxy runs configuration %q %s after a reload, want %q (%v): %w", running, h.ReloadTimeout, want, last, err)
 	}
+	return true, nil
 }
 
 // saveServerStates writes the server-state file the next worker loads: the

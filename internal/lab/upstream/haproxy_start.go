@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
@@ -41,25 +43,23 @@ func StartHAProxy(ctx context.Context, dir, binary string) (*HAProxyProcess, err
 	if err != nil {
 		return nil, fmt.Errorf("start the cloud's HAProxy: %w", err)
 	}
-	hp := &HAProxyProcess{proc: p}
-	want := description(cfg)
-	ctx, cancel := context.WithTimeout(ctx, h.ReloadTimeout)
-	defer cancel()
-	for {
-		running, err := h.Running(ctx)
-		if err == nil && running == want {
-			return hp, nil
-		}
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, h.ReloadTimeout, true, func(ctx context.Context) (bool, error) {
 		select {
 		case <-p.Done():
 			log, _ := os.ReadFile(filepath.Join(dir, "haproxy.log"))
-			return nil, fmt.Errorf("the cloud's HAProxy exited at start: %s", strings.TrimSpace(string(log)))
-		case <-ctx.Done():
-			_ = p.Stop()
-			return nil, fmt.Errorf("the cloud's HAProxy not ready: %w (last: %v)", ctx.Err(), err)
-		case <-time.After(20 * time.Millisecond):
+			return false, fmt.Errorf("the cloud's HAProxy exited at start: %s", strings.TrimSpace(string(log)))
+		default:
 		}
+		running, err := h.Running(ctx)
+		last = err
+		return err == nil && running == description(cfg), nil
+	})
+	if err != nil {
+		_ = p.Stop()
+		return nil, fmt.Errorf("the cloud's HAProxy not ready: %w (last: %v)", err, last)
 	}
+	return &HAProxyProcess{proc: p}, nil
 }
 
 // Stop stops the master and its workers.
