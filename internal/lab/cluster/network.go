@@ -83,13 +83,13 @@ func StartNetwork(ctx context.Context, dir string, nodes, lbHosts int, cfg *rest
 	if err := n.addLBHosts(ctx, lbHosts); err != nil {
 		return n, err
 	}
-	if n.Kubeconfig, err = writeNetnsKubeconfig(cfg, filepath.Join(dir, "kubeconfig-netns")); err != nil {
+	if n.Kubeconfig, err = WriteKubeconfig(cfg, "https://"+APIServerInNetns, filepath.Join(dir, "kubeconfig-netns")); err != nil {
 		return n, err
 	}
 	// A data-plane replica's zerodrop process runs in its host's namespace.
 	if lbHosts > 1 {
 		for _, h := range n.LBs {
-			if _, _, err := nl.Forward(h.Netns, APIServerInNetns, n.apiserver); err != nil {
+			if _, err := nl.Forward(h.Netns, APIServerInNetns, n.apiserver); err != nil {
 				return n, fmt.Errorf("%s: API server forwarder: %w", h.Name, err)
 			}
 		}
@@ -128,14 +128,7 @@ func (n *Network) addLBHosts(ctx context.Context, lbHosts int) error {
 	if err := n.Client.Run(ctx, "sysctl", "-qw", "net.ipv4.fib_multipath_hash_policy=1"); err != nil {
 		return err
 	}
-	if err := n.Client.Run(ctx, "ip", "nexthop", "add", "id", strconv.Itoa(frontendGroup), "group", "1",
-		"type", "resilient", "buckets", "64"); err != nil {
-		return err
-	}
-	if err := n.Client.Run(ctx, "ip", "route", "add", FrontendNet, "nhid", strconv.Itoa(frontendGroup)); err != nil {
-		return err
-	}
-	return nil
+	return n.addFrontendGroup(ctx, []int{0})
 }
 
 // startKubeProxies starts the real kube-proxy on every node, each reaching
@@ -151,7 +144,7 @@ func (n *Network) startKubeProxies(ctx context.Context, dir string) error {
 		if err := node.Run(ctx, "ip", "route", "add", serviceCIDR, "dev", "eth0"); err != nil {
 			return err
 		}
-		if _, _, err := n.Net.Forward(node.Netns, APIServerInNetns, n.apiserver); err != nil {
+		if _, err := n.Net.Forward(node.Netns, APIServerInNetns, n.apiserver); err != nil {
 			return fmt.Errorf("node %d: API server forwarder: %w", node.Index, err)
 		}
 		logFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("kube-proxy-%s.log", NodeName(node.Index))))
@@ -218,13 +211,8 @@ const frontendGroup = 100
 // member added gets only buckets idle for the group's idle timer (120 s),
 // so no established flow moves.
 func (n *Network) RouteTo(ctx context.Context, fresh bool, members ...int) error {
-	ids := make([]string, len(members))
-	for k, i := range members {
-		ids[k] = strconv.Itoa(i + 1)
-	}
-	group := []string{"id", strconv.Itoa(frontendGroup), "group", strings.Join(ids, "/"), "type", "resilient", "buckets", "64"}
 	if !fresh {
-		return n.Client.Run(ctx, "ip", append([]string{"nexthop", "replace"}, group...)...)
+		return n.nexthopGroup(ctx, "replace", members)
 	}
 	if err := n.Client.Run(ctx, "ip", "route", "del", FrontendNet); err != nil {
 		return err
@@ -232,21 +220,31 @@ func (n *Network) RouteTo(ctx context.Context, fresh bool, members ...int) error
 	if err := n.Client.Run(ctx, "ip", "nexthop", "del", "id", strconv.Itoa(frontendGroup)); err != nil {
 		return err
 	}
-	if err := n.Client.Run(ctx, "ip", append([]string{"nexthop", "add"}, group...)...); err != nil {
+	return n.addFrontendGroup(ctx, members)
+}
+
+// addFrontendGroup makes the client's group over members and routes the
+// frontend range through it.
+func (n *Network) addFrontendGroup(ctx context.Context, members []int) error {
+	if err := n.nexthopGroup(ctx, "add", members); err != nil {
 		return err
 	}
 	return n.Client.Run(ctx, "ip", "route", "add", FrontendNet, "nhid", strconv.Itoa(frontendGroup))
 }
 
+// nexthopGroup runs `ip nexthop verb` for the client's resilient group over
+// the load balancers lbs[i] for i in members (nexthop i+1, addLBHosts).
+func (n *Network) nexthopGroup(ctx context.Context, verb string, members []int) error {
+	ids := make([]string, len(members))
+	for k, i := range members {
+		ids[k] = strconv.Itoa(i + 1)
+	}
+	return n.Client.Run(ctx, "ip", "nexthop", verb, "id", strconv.Itoa(frontendGroup), "group", strings.Join(ids, "/"), "type", "resilient", "buckets", "64")
+}
+
 // frontendPool is run k's frontend address pool.
 func FrontendPool(k int) string {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(128 + k%100), 0}), 24).String()
-}
-
-// writeNetnsKubeconfig writes cfg's credentials for the API server as lab
-// namespaces reach it.
-func writeNetnsKubeconfig(cfg *rest.Config, path string) (string, error) {
-	return WriteKubeconfig(cfg, "https://"+APIServerInNetns, path)
 }
 
 // writeKubeconfig writes cfg's credentials for the API server at server.

@@ -167,7 +167,7 @@ func (r *podRuntime) startProcess(c *corev1.Container) error {
 		}
 	}
 	for _, f := range forwards {
-		_, stop, err := r.env.lab.Forward(r.netPod.Netns, f[0], f[1])
+		stop, err := r.env.lab.Forward(r.netPod.Netns, f[0], f[1])
 		if err != nil {
 			r.stopFwd()
 			return err
@@ -343,45 +343,43 @@ func (r *podRuntime) terminate(grace time.Duration) {
 		cancel()
 		// The kubelet gives the container at least 2 s after a preStop
 		// hook that used up the grace period.
-		remaining := max(time.Until(deadline), 2*time.Second)
-		if len(r.containers) > 0 {
-			code := r.stopContainers(remaining)
-			r.logf("pod %s stopped (exit %d) %s after deletion", r.key, code, time.Since(start).Round(time.Millisecond))
-			r.finish(code)
-			return
-		}
-		if r.proc != nil {
-			r.proc.Signal(syscall.SIGTERM)
-			select {
-			case <-r.proc.Done():
-			case <-time.After(remaining):
-				r.proc.Signal(syscall.SIGKILL)
-			}
-			<-r.done
-			r.logf("pod %s stopped (exit %d) %s after deletion", r.key, r.exitCode, time.Since(start).Round(time.Millisecond))
-			return
-		}
-		if r.exitOnSIGTERM {
-			r.server.Exit()
-			r.logf("pod %s stopped (exit 143: no SIGTERM handling) %s after deletion", r.key, time.Since(start).Round(time.Millisecond))
-			r.stopSidecars(max(time.Until(deadline), 2*time.Second))
-			r.finish(143)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), remaining)
-		err := r.server.Shutdown(ctx)
-		cancel()
-		code := int32(0)
-		if err != nil {
-			r.server.Kill()
-			code = 137
-		}
+		code := r.stopWorkload(max(time.Until(deadline), 2*time.Second))
 		r.logf("pod %s stopped (exit %d) %s after deletion", r.key, code, time.Since(start).Round(time.Millisecond))
-		// Sidecars last, with what is left of the grace period (the
-		// kubelet's minimum of 2 s).
+		// A web pod's sidecars last, with what is left of the grace period
+		// (the kubelet's minimum of 2 s).
 		r.stopSidecars(max(time.Until(deadline), 2*time.Second))
-		r.finish(code)
+		r.finish(code) // a controller pod's process has finished it already
 	}()
+}
+
+// stopWorkload stops what the pod runs — a chart pod's containers, a
+// controller pod's process, or a web pod's app — with SIGTERM and grace
+// before the kill, and returns its exit code.
+func (r *podRuntime) stopWorkload(grace time.Duration) int32 {
+	switch {
+	case len(r.containers) > 0:
+		return r.stopContainers(grace)
+	case r.proc != nil:
+		r.proc.Signal(syscall.SIGTERM)
+		select {
+		case <-r.proc.Done():
+		case <-time.After(grace):
+			r.proc.Signal(syscall.SIGKILL)
+		}
+		<-r.done
+		return r.exitCode
+	case r.exitOnSIGTERM:
+		r.logf("pod %s: its app has no SIGTERM handling: it exits at once", r.key)
+		r.server.Exit()
+		return 143
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := r.server.Shutdown(ctx); err != nil {
+		r.server.Kill()
+		return 137
+	}
+	return 0
 }
 
 // kill ends the pod at once (the lab's teardown, or a pod that vanished).

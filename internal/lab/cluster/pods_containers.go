@@ -137,7 +137,7 @@ func (r *podRuntime) startContainers(ctx context.Context) error {
 	}
 	// A host-network pod shares its node's forwarder (network.go).
 	if !r.env.host {
-		_, stop, err := r.env.lab.Forward(r.netPod.Netns, APIServerInNetns, r.env.apiserver)
+		stop, err := r.env.lab.Forward(r.netPod.Netns, APIServerInNetns, r.env.apiserver)
 		if err != nil {
 			return err
 		}

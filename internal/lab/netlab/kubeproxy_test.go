@@ -69,7 +69,7 @@ func TestKubeProxyHealthCheckNodePort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.Forward(node.Netns, "127.0.0.1:6443", api.Host); err != nil {
+	if _, err := l.Forward(node.Netns, "127.0.0.1:6443", api.Host); err != nil {
 		t.Fatal(err)
 	}
 	kubeconfig := writeKubeconfig(t, env.Config, "https://127.0.0.1:6443")

@@ -176,7 +176,7 @@ func build(ctx context.Context, hook func(string) error) (*Lab, error) {
 			return l, err
 		}
 	}
-	if _, _, err := l.Forward(l.Nodes[0].Netns, "127.0.0.1:0", "127.0.0.1:1"); err != nil {
+	if _, err := l.Forward(l.Nodes[0].Netns, "127.0.0.1:0", "127.0.0.1:1"); err != nil {
 		return l, err
 	}
 	if _, err := l.AddHost(ctx, "client"); err != nil {

@@ -81,12 +81,12 @@ func RemoveStale() error {
 // process in a lab namespace reaches something that listens on the root
 // namespace's loopback (the test control plane). The returned stop closes
 // it early (a pod that ends); Lab.Close closes whatever is left.
-func (l *Lab) Forward(ns *Netns, listenAddr, target string) (net.Addr, func(), error) {
+func (l *Lab) Forward(ns *Netns, listenAddr, target string) (stop func(), err error) {
 	ln, err := ns.Listen("tcp", listenAddr)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	stop := Serve(ln, func(in net.Conn, track func(net.Conn) bool) {
+	stop = Serve(ln, func(in net.Conn, track func(net.Conn) bool) {
 		out, err := net.DialTimeout("tcp", target, 10*time.Second)
 		if err == nil && track(out) {
 			pipe(in, out)
@@ -94,9 +94,9 @@ func (l *Lab) Forward(ns *Netns, listenAddr, target string) (net.Addr, func(), e
 	})
 	if err := l.onClose("forwarder "+ln.Addr().String()+" in "+ns.Name, func() error { stop(); return nil }); err != nil {
 		stop()
-		return nil, nil, err
+		return nil, err
 	}
-	return ln.Addr(), stop, nil
+	return stop, nil
 }
 
 // Serve hands every connection ln accepts to handle, each on a goroutine of
