@@ -469,7 +469,7 @@ func (d *DataPlane) teardown() error {
 	if err := d.restoreSysctls(); err != nil {
 		errs = append(errs, err)
 	}
-	return joinErrs(errs)
+	return errors.Join(errs...)
 }
 
 func (d *DataPlane) logf(format string, args ...any) {
@@ -477,5 +477,3 @@ func (d *DataPlane) logf(format string, args ...any) {
 		d.cfg.Logf(format, args...)
 	}
 }
-
-func joinErrs(errs []error) error { return errors.Join(errs...) }

@@ -3,6 +3,7 @@ package azuredp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -91,7 +92,7 @@ func (d *DataPlane) restoreSysctls() error {
 				errs = append(errs, fmt.Errorf("restore %s: %w", s[0], err))
 			}
 		}
-		return joinErrs(errs)
+		return errors.Join(errs...)
 	})
 	d.oldSysctls = nil
 	return err
@@ -121,7 +122,7 @@ func (d *DataPlane) syncAddresses(ctx context.Context, want []netip.Addr) error 
 		}
 		d.addrs[a] = true
 	}
-	return joinErrs(errs)
+	return errors.Join(errs...)
 }
 
 // nextHop is where a floating-IP packet for addr goes: addr itself when it

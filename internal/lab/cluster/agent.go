@@ -166,9 +166,7 @@ func (a *Agent) processNext(ctx context.Context) bool {
 func (a *Agent) sync(ctx context.Context, key string) error {
 	ns, name, _ := strings.Cut(key, "/")
 	pod, err := a.Pods.Pods(ns).Get(name)
-	a.mu.Lock()
-	rt := a.runtimes[key]
-	a.mu.Unlock()
+	rt := a.runtime(key)
 	if apierrors.IsNotFound(err) {
 		if rt != nil {
 			rt.kill()
@@ -376,9 +374,7 @@ func (a *Agent) Counts(ns string) (running, terminating int) {
 // as its process exits, and its ReplicaSet replaces it (the lab's kubelet
 // does not restart containers in place).
 func (a *Agent) Signal(key string, sig syscall.Signal) error {
-	a.mu.Lock()
-	rt := a.runtimes[key]
-	a.mu.Unlock()
+	rt := a.runtime(key)
 	if rt == nil || rt.proc == nil {
 		return fmt.Errorf("no process runs for pod %s", key)
 	}
@@ -390,9 +386,7 @@ func (a *Agent) Signal(key string, sig syscall.Signal) error {
 // signalContainer sends sig to the process group of container name of the
 // chart pod key; the lab's kubelet starts it again as the kubelet would.
 func (a *Agent) SignalContainer(key, name string, sig syscall.Signal) error {
-	a.mu.Lock()
-	rt := a.runtimes[key]
-	a.mu.Unlock()
+	rt := a.runtime(key)
 	if rt == nil {
 		return fmt.Errorf("no pod %s runs", key)
 	}
@@ -403,9 +397,7 @@ func (a *Agent) SignalContainer(key, name string, sig syscall.Signal) error {
 // finished reports whether the process of the pod key has ended (or the
 // agent no longer runs the pod).
 func (a *Agent) Finished(key string) bool {
-	a.mu.Lock()
-	rt := a.runtimes[key]
-	a.mu.Unlock()
+	rt := a.runtime(key)
 	if rt == nil {
 		return true
 	}
@@ -415,6 +407,13 @@ func (a *Agent) Finished(key string) bool {
 	default:
 		return false
 	}
+}
+
+// runtime is the runtime of the pod key, nil when the agent runs none.
+func (a *Agent) runtime(key string) *podRuntime {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.runtimes[key]
 }
 
 func (a *Agent) killAll() {

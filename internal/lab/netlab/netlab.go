@@ -25,13 +25,11 @@ import (
 const NamePrefix = "zdlab"
 
 // Addresses: the RFC 2544 benchmarking range, which nothing real uses; and it
-// only ever exists inside lab-made namespaces.
-var (
-	fabricNet = netip.MustParsePrefix("198.18.0.0/16") // node and host IPs
-	podNet    = netip.MustParsePrefix("198.19.0.0/16") // pod CIDRs, a /24 per node
-)
+// only ever exists inside lab-made namespaces. Node and host IPs are in
+// fabricNet, pod CIDRs in 198.19.0.0/16 (a /24 per node: addNode).
+var fabricNet = netip.MustParsePrefix("198.18.0.0/16")
 
-// MaxNodes is bounded by the /24 pod CIDRs in podNet and node IPs in 198.18.0.0/24.
+// MaxNodes is bounded by the /24 pod CIDRs in 198.19.0.0/16 and node IPs in 198.18.0.0/24.
 const MaxNodes = 200
 
 // Config is the topology New makes.

@@ -86,7 +86,7 @@ func (w *World) MidPlanKills() int { return DefaultKills }
 // pods' service account directories, the load-balancer hosts as data-plane
 // Nodes, and the agent's container runtime.
 func (w *World) Prepare(ctx context.Context, lab world.Lab) error {
-	if err := w.PrepareBase(ctx, lab); err != nil {
+	if err := w.WorldBase.Prepare(ctx, lab); err != nil {
 		return err
 	}
 	lab.Progressf("building the production zerodrop for the chart's images")

@@ -165,8 +165,8 @@ func (w *WorldBase) LoadBalancerHosts() int { return w.N }
 // Clock: none.
 func (w *WorldBase) Clock(report.Mode, time.Duration) *report.AzureClock { return nil }
 
-// PrepareBase keeps the lab for the runs.
-func (w *WorldBase) PrepareBase(ctx context.Context, lab world.Lab) error {
+// Prepare keeps the lab for the runs.
+func (w *WorldBase) Prepare(ctx context.Context, lab world.Lab) error {
 	w.Lab = lab
 	return w.One.Prepare(ctx, lab)
 }

@@ -44,9 +44,6 @@ var (
 // Name names the world.
 func (w *World) Name() string { return string(world.Replicas) }
 
-// Prepare keeps the lab for the runs.
-func (w *World) Prepare(ctx context.Context, lab world.Lab) error { return w.PrepareBase(ctx, lab) }
-
 // NewRun is a data plane of replicas in zerodrop mode, one HAProxy in the
 // others.
 func (w *World) NewRun(env world.Env) world.Run {
