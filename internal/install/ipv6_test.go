@@ -180,11 +180,15 @@ func TestChartIPv6DataPlane(t *testing.T) {
 		err := getOK(plain, "http://"+net.JoinHostPort(v6HostIP, fmt.Sprint(probes))+"/healthz")
 		return err == nil, fmt.Sprint(err)
 	})
-	if conn, err := node.DialContext(ctx, "tcp", net.JoinHostPort(v6HostIP, fmt.Sprint(metricsPort))); err != nil {
-		t.Errorf("the metrics port on the node's address: %v", err)
-	} else {
-		conn.Close()
-	}
+	// The metrics server is a runnable of its own (a secure one makes its
+	// certificate first): it may listen after the probes do.
+	testutil.Eventually(t, 30*time.Second, "the metrics port on the node's address", func() (bool, string) {
+		conn, err := node.DialContext(ctx, "tcp", net.JoinHostPort(v6HostIP, fmt.Sprint(metricsPort)))
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil, fmt.Sprint(err)
+	})
 	for _, other := range []string{v6OtherIP, "127.0.0.1", "::1"} {
 		for name, port := range map[string]int{"probes": probes, "metrics": metricsPort, "state": portOf(t, zc, "state")} {
 			addr := net.JoinHostPort(other, fmt.Sprint(port))
