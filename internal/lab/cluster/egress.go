@@ -92,21 +92,16 @@ func (p *EgressProxy) serve(c net.Conn, track func(net.Conn) bool) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go func() {
-		// What the client sent after the request line is in br's buffer.
-		_, _ = io.Copy(up, br)
-		if cw, ok := up.(interface{ CloseWrite() error }); ok {
+	cp := func(dst net.Conn, src io.Reader) {
+		_, _ = io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
 		done <- struct{}{}
-	}()
-	go func() {
-		_, _ = io.Copy(c, up)
-		if cw, ok := c.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		}
-		done <- struct{}{}
-	}()
+	}
+	// What the client sent after the request line is in br's buffer.
+	go cp(up, br)
+	go cp(c, up)
 	<-done
 	<-done
 }
