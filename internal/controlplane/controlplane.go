@@ -70,6 +70,21 @@ func runControlPlaneScript(which string) (string, error) {
 	return dir, nil
 }
 
+// DefaultK8sVersion is the Kubernetes release hack/control-plane.sh builds
+// when ZERODROP_K8S_VERSION names none (TestK8sVersionIsTheScripts keeps
+// the two the same).
+const DefaultK8sVersion = "v1.37.2"
+
+// K8sVersion is the Kubernetes release of the control plane that
+// hack/control-plane.sh builds for this process: ZERODROP_K8S_VERSION's,
+// else DefaultK8sVersion.
+func K8sVersion() string {
+	if v := os.Getenv("ZERODROP_K8S_VERSION"); v != "" {
+		return v
+	}
+	return DefaultK8sVersion
+}
+
 // Build runs the build script hack/<script> with args and returns the path
 // it prints: what it built, or found in the cache (hack/lib/cache.sh: the
 // cache directory, and a lock so that two processes do not build the same

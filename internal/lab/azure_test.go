@@ -81,6 +81,8 @@ func TestAzureEmulatorLabUsage(t *testing.T) {
 		{"--provider", "azure-emulator", "--scenario", "restart-idle", "--azure-idle-change", "node-joins"},
 		{"--provider", "azure-emulator", "--scenario", "restart", "--azure-ccm-lbs", "three"},
 		{"--provider", "azure-emulator", "--scenario", "restart", "--azure-shared-lb", "--azure-ccm-lbs", "multiple"},
+		{"--provider", "azure-emulator", "--scenario", "maintenance", "--azure-ccm-version", "1.33"},
+		{"--provider", "azure-emulator", "--scenario", "maintenance", "--maintenance-signal", "cordon"},
 		{"--provider", "gce"},
 	} {
 		var stdout, stderr bytes.Buffer

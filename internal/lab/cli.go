@@ -96,13 +96,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // flags are `zerodrop lab`'s command line, parsed.
 type flags struct {
-	scenario, mode, backend, policy, jsonPath, htmlPath, dir, appSigterm, prov string
-	keep, fromChart, dryRun                                                    bool
-	rate, dataPlane, idleRestarts                                              int
-	az                                                                         azureFlags
-	recipe                                                                     scenarios.Recipe
-	gracePeriod, maintenanceWait                                               time.Duration
-	chaos                                                                      scenarios.ChaosOptions
+	scenario, mode, backend, policy, jsonPath, htmlPath, dir, appSigterm, prov, maintenanceSignal string
+	keep, fromChart, dryRun                                                                       bool
+	rate, dataPlane, idleRestarts                                                                 int
+	az                                                                                            azureFlags
+	recipe                                                                                        scenarios.Recipe
+	gracePeriod, maintenanceWait                                                                  time.Duration
+	chaos                                                                                         scenarios.ChaosOptions
 }
 
 // parseFlags parses args; ok false: exit with code (0 for -help, 2 for a
@@ -119,6 +119,9 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	dryRun := fs.Bool("dry-run", false, "check the flags and scenarios and print the runs the lab would make and what it would not run, with why; start nothing")
 	idleRestarts := fs.Int("idle-restarts", scenarios.DefaultIdleRestarts, "restart-idle and maintenance: how often to restart the load balancer's writer (SIGKILL and SIGTERM in turn)")
 	maintenanceWait := fs.Duration("maintenance-wait", scenarios.DefaultMaintenanceWait, "maintenance: how long the tainted node stays, nothing else changed, before the first restart")
+	maintenanceSignal := fs.String("maintenance-signal", scenarios.MaintenanceTaint, "maintenance: how the node is marked leaving: "+
+		scenarios.MaintenanceTaint+" (the cluster autoscaler's ToBeDeletedByClusterAutoscaler taint) or "+scenarios.MaintenanceExcludeLabel+
+		" (the node.kubernetes.io/exclude-from-external-load-balancers label)")
 	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
 	dir := fs.String("dir", "", "work directory (default: a new temporary one); kept")
 	rate := fs.Int("rate", traffic.DefaultRate, "open-loop requests per `second` (each on a fresh connection)")
@@ -159,6 +162,10 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
 		return flags{}, 2, false
 	}
+	if !slices.Contains(scenarios.MaintenanceSignals, *maintenanceSignal) {
+		fmt.Fprintf(stderr, "zerodrop lab: --maintenance-signal %q: want %s\n", *maintenanceSignal, strings.Join(scenarios.MaintenanceSignals, " or "))
+		return flags{}, 2, false
+	}
 	if chaos.MidPlanKills < 0 || chaos.APIServerOutage < time.Second || *idleRestarts < 1 || *maintenanceWait < time.Second {
 		fmt.Fprintln(stderr, "zerodrop lab: --kills must be 1 or more (0: its default), --idle-restarts at least 1, --apiserver-outage and --maintenance-wait at least 1s")
 		return flags{}, 2, false
@@ -166,7 +173,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	return flags{scenario: *scenario, mode: *mode, backend: *backend, policy: *policy, jsonPath: *jsonPath, htmlPath: *htmlPath,
 		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, az: az,
 		fromChart: *fromChart, dataPlane: *dataPlane, prov: *prov, dryRun: *dryRun, idleRestarts: *idleRestarts,
-		gracePeriod: *gracePeriod, maintenanceWait: *maintenanceWait}, 0, true
+		gracePeriod: *gracePeriod, maintenanceWait: *maintenanceWait, maintenanceSignal: *maintenanceSignal}, 0, true
 }
 
 // options checks the flags of the HAProxy lab and turns them into the
@@ -196,7 +203,7 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, bool) {
 		return scenarios.Options{}, nil, false
 	}
 	opts := scenarios.Options{KeepDir: f.keep, Dir: f.dir, Progress: stderr, Rate: f.rate, Recipe: f.recipe, Chaos: f.chaos,
-		IdleRestarts: f.idleRestarts, GracePeriod: f.gracePeriod, MaintenanceWait: f.maintenanceWait}
+		IdleRestarts: f.idleRestarts, GracePeriod: f.gracePeriod, MaintenanceWait: f.maintenanceWait, MaintenanceSignal: f.maintenanceSignal}
 	switch f.appSigterm {
 	case traffic.AppSigtermGraceful:
 	case traffic.AppSigtermExit:

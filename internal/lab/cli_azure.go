@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -31,7 +32,7 @@ type azureFlags struct {
 	services                             int
 	sharedLB                             bool
 	ccmLBs, idleChange                   string
-	ccmConfig, poolFlows                 string
+	ccmConfig, poolFlows, ccmVersion     string
 	armLatency, lbPropagation, healthLag string
 }
 
@@ -66,6 +67,9 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]azure.O
 	case az.ccmConfig == ccm.ConfigVMSS && az.ccmLBs != azure.CCMSingleLB:
 		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-lbs %s places nodes by availability set: not with --azure-ccm-config %s\n", az.ccmLBs, az.ccmConfig)
 		return nil, false
+	case !releaseTag.MatchString(az.ccmVersion):
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-version %q: want a release tag of cloud-provider-azure (%s, say)\n", az.ccmVersion, ccm.DefaultVersion)
+		return nil, false
 	case !slices.Contains(azuredp.PoolFlowOptions, az.poolFlows):
 		fmt.Fprintf(stderr, "zerodrop lab: --azure-pool-flows %q: want %s\n", az.poolFlows, strings.Join(azuredp.PoolFlowOptions, " or "))
 		return nil, false
@@ -89,7 +93,7 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]azure.O
 	var bin string
 	if !f.dryRun && (az.sharedLB || slices.ContainsFunc(opts.Modes, report.Mode.NodeBacked)) {
 		var err error
-		if bin, err = ccm.Binary(); err != nil {
+		if bin, err = ccm.BinaryVersion(az.ccmVersion); err != nil {
 			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
 			return nil, false
 		}
@@ -100,12 +104,15 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]azure.O
 			for _, h := range lists["health-lag"] {
 				points = append(points, azure.Options{ARMLatency: a, LBPropagation: p, HealthLag: h, CCMBinary: bin,
 					Services: az.services, FaultRate: az.faultRate, CCMLoadBalancers: az.ccmLBs, SharedLB: az.sharedLB, IdleChange: az.idleChange,
-					CCMConfig: az.ccmConfig, PoolFlows: az.poolFlows})
+					CCMConfig: az.ccmConfig, PoolFlows: az.poolFlows, CCMVersion: az.ccmVersion})
 			}
 		}
 	}
 	return points, true
 }
+
+// releaseTag is a release's tag, as hack/cloud-provider-azure.sh takes it.
+var releaseTag = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`)
 
 // declareConfigFlags declares the flags of the CCM's configuration and of the
 // data plane's flows (issue 48).
@@ -115,6 +122,9 @@ func (az *azureFlags) declareConfigFlags(fs *flag.FlagSet) {
 		ccm.ConfigStandard+" (the nodes VMs in an availability set, NIC-based pools)")
 	fs.StringVar(&az.poolFlows, "azure-pool-flows", azuredp.PoolFlowsKeep, "with --provider "+ProviderAzureEmulator+": what the data plane does with an established flow whose address leaves a pool: "+
 		azuredp.PoolFlowsKeep+" (it continues) or "+azuredp.PoolFlowsReset+" (its next packet is answered with a TCP reset); no public source says which Azure does")
+	fs.StringVar(&az.ccmVersion, "azure-ccm-version", ccm.DefaultVersion, "with --provider "+ProviderAzureEmulator+": the release of cloud-provider-azure whose CCM runs ("+
+		ccm.DefaultVersion+", or "+ccm.Version133+" of the minor the #10224 incident ran, say), built on first use and cached; the control plane is "+
+		"ZERODROP_K8S_VERSION's (see the report's control plane line): run a release against a control plane of its own minor")
 }
 
 // durations parses a comma-separated list of durations, each 0 or more,
@@ -209,6 +219,18 @@ func writeAzureFigures(w io.Writer, results []report.Result) {
 			}
 			fmt.Fprintf(w, "%s%s: stops %v; writes %v, that changed something %v, backend addresses removed %v, probe or rule changes %v\n",
 				name, conf, a.Stops, r.WritesPerRestart, a.ChangedPerRestart, a.RemovedBackendsPerRestart, a.ProbeRuleChangesPerRestart)
+		}
+		if a.CCMRelease != "" {
+			fmt.Fprintf(w, "%s: cloud-provider-azure %s, control plane %s\n", name, a.CCMRelease, a.ControlPlane)
+		}
+		for _, d := range a.WriteDiffs {
+			fmt.Fprintf(w, "%s: write after stop %d: %s\n", name, d.AfterStop, d.Call)
+			for _, ch := range d.Changes {
+				fmt.Fprintf(w, "    %s\n", ch)
+			}
+			if d.Omitted > 0 {
+				fmt.Fprintf(w, "    (%d more changes)\n", d.Omitted)
+			}
 		}
 		for _, wf := range a.Writers {
 			fmt.Fprintf(w, "%s: %s: %d writes, %d 412s, %d 409s, %d superseded, %d Warning Events, removed of the other writer's: %v\n",

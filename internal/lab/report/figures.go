@@ -156,10 +156,34 @@ type AzureFigures struct {
 	// restart-idle changed while the writer was down, if anything.
 	CCMLoadBalancers string `json:"ccm_load_balancers,omitempty"`
 	IdleChange       string `json:"idle_change,omitempty"`
+	// CCMRelease is the release of cloud-provider-azure that ran, and
+	// ControlPlane the Kubernetes release of the lab's control plane, where
+	// the real CCM wrote (the version skew between them is the run's).
+	CCMRelease   string `json:"ccm_release,omitempty"`
+	ControlPlane string `json:"control_plane,omitempty"`
+	// WriteDiffs are the act's writes that changed a stored document, each
+	// with what it changed (a body diff), in the order they landed.
+	WriteDiffs []WriteDiff `json:"write_diffs,omitempty"`
 	// Writers (shared-lb): each writer's figures on the load balancer they
 	// share.
 	Writers []WriterFigures `json:"writers,omitempty"`
 }
+
+// WriteDiff is one write that changed a stored document: the stop of the
+// writer it followed (1 for the first; 0 before any), the call (who, what,
+// which resource, the answer) and the leaves it changed, at most
+// MaxWriteDiffLines of them ("+ path = value", "- path = value",
+// "~ path: old -> new"), with Omitted the ones left out.
+type WriteDiff struct {
+	AfterStop int      `json:"after_stop"`
+	Call      string   `json:"call"`
+	Changes   []string `json:"changes"`
+	Omitted   int      `json:"omitted,omitempty"`
+}
+
+// MaxWriteDiffLines bounds a WriteDiff's Changes: a pool PUT that adds
+// thirty Services' addresses says enough in its first lines.
+const MaxWriteDiffLines = 40
 
 // WriterFigures are one writer's figures on a shared load balancer.
 type WriterFigures struct {

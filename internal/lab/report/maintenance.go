@@ -7,6 +7,7 @@ package report
 // Failed/BrokenPerRestart.
 type MaintenanceFigures struct {
 	Node             string  `json:"node"`
+	Signal           string  `json:"signal"` // taint or exclude-label
 	WaitSeconds      float64 `json:"wait_seconds"`
 	WritesDuringWait int64   `json:"writes_during_wait"`
 	FailedDuringWait int64   `json:"failed_requests_during_wait"`

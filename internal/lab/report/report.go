@@ -264,8 +264,12 @@ func writeNotes(w io.Writer, results []Result) {
 				r.row(), r.column(), r.FailedPerRestart, r.BrokenPerRestart)
 		}
 		if m := r.Maintenance; m != nil {
-			fmt.Fprintf(w, "%s %s: %s tainted, then %.0fs with nothing else changed: %d writes, %d failed requests, %d broken WebSockets\n",
-				r.row(), r.column(), m.Node, m.WaitSeconds, m.WritesDuringWait, m.FailedDuringWait, m.BrokenDuringWait)
+			marked := "tainted"
+			if m.Signal == "exclude-label" {
+				marked = "labelled to be excluded from load balancers"
+			}
+			fmt.Fprintf(w, "%s %s: %s %s, then %.0fs with nothing else changed: %d writes, %d failed requests, %d broken WebSockets\n",
+				r.row(), r.column(), m.Node, marked, m.WaitSeconds, m.WritesDuringWait, m.FailedDuringWait, m.BrokenDuringWait)
 		}
 		if c := r.Chaos; c != nil && c.Kills > 0 {
 			fmt.Fprintf(w, "%s %s: %d kills in %d rolling updates, at %v; backend doubled in %d samples\n",

@@ -69,6 +69,9 @@ type Options struct {
 	// MaintenanceWait is how long maintenance leaves its tainted node
 	// before the first restart (default DefaultMaintenanceWait).
 	MaintenanceWait time.Duration
+	// MaintenanceSignal is how maintenance marks its node leaving
+	// (MaintenanceSignals; default MaintenanceTaint).
+	MaintenanceSignal string
 	// AppExitOnSIGTERM makes the workload an app without SIGTERM handling:
 	// it exits at SIGTERM and every connection it holds is closed as a
 	// process exit closes it (podServer.exit; the default is a graceful

@@ -31,6 +31,14 @@ const scenarioMaintenance = "maintenance"
 // before the first restart (Options.MaintenanceWait): three node resyncs.
 const DefaultMaintenanceWait = 5 * time.Minute
 
+// maintenanceSignal is Options.MaintenanceSignal, or its default.
+func (o Options) maintenanceSignal() string {
+	if o.MaintenanceSignal != "" {
+		return o.MaintenanceSignal
+	}
+	return MaintenanceTaint
+}
+
 // maintenanceWait is Options.MaintenanceWait, or its default.
 func (o Options) maintenanceWait() time.Duration {
 	if o.MaintenanceWait > 0 {
@@ -39,23 +47,43 @@ func (o Options) maintenanceWait() time.Duration {
 	return DefaultMaintenanceWait
 }
 
-// actMaintenance taints the node of the workload's first pod (by name)
-// ToBeDeletedByClusterAutoscaler with the NoSchedule effect, as the
-// cluster autoscaler does before it drains a node, waits maintenanceWait
-// counting what that costs, and then restarts the writer as restart-idle
-// does. The teardown takes the taint off again.
+// The signals maintenance gives that a node leaves (Options.MaintenanceSignal).
+const (
+	// MaintenanceTaint: the cluster autoscaler's deletion taint, which
+	// starts no sync of the upstream service controller (the default).
+	MaintenanceTaint = "taint"
+	// MaintenanceExcludeLabel: the node.kubernetes.io/exclude-from-external-load-balancers
+	// label, on which the service controller syncs at once
+	// (shouldSyncUpdatedNode): a drain as an operator starts it.
+	MaintenanceExcludeLabel = "exclude-label"
+)
+
+// MaintenanceSignals are Options.MaintenanceSignal's values, the default first.
+var MaintenanceSignals = []string{MaintenanceTaint, MaintenanceExcludeLabel}
+
+// actMaintenance marks the node of the workload's first pod (by name) as
+// leaving — tainted ToBeDeletedByClusterAutoscaler with the NoSchedule
+// effect, as the cluster autoscaler does before it drains a node, or
+// labelled to be excluded from load balancers (Options.MaintenanceSignal)
+// — waits maintenanceWait counting what that costs, and then restarts the
+// writer as restart-idle does. The teardown takes the mark off again.
 func actMaintenance(ctx context.Context, r *run) error {
 	node, err := r.firstPodNode(ctx)
 	if err != nil {
 		return err
 	}
-	addr, err := r.lab.setDeletionTaint(ctx, node, true)
+	signal := r.lab.opts.maintenanceSignal()
+	addr, err := r.lab.setLeaving(ctx, node, signal, true)
 	if err != nil {
-		return fmt.Errorf("taint %s: %w", node, err)
+		return fmt.Errorf("mark %s leaving (%s): %w", node, signal, err)
 	}
 	r.tainted = append(r.tainted, node)
 	r.taintedAddrs[addr] = true
-	r.mark("%s tainted %s:NoSchedule", node, model.TaintToBeDeletedByClusterAutoscaler)
+	if signal == MaintenanceExcludeLabel {
+		r.mark("%s labelled %s", node, model.LabelExcludeFromLB)
+	} else {
+		r.mark("%s tainted %s:NoSchedule", node, model.TaintToBeDeletedByClusterAutoscaler)
+	}
 	before, err := r.landed()
 	if err != nil {
 		return err
@@ -70,7 +98,7 @@ func actMaintenance(ctx context.Context, r *run) error {
 		return err
 	}
 	now := r.rec.Snapshot()
-	r.maintenance = &report.MaintenanceFigures{Node: node, WaitSeconds: wait.Seconds(), WritesDuringWait: after - before,
+	r.maintenance = &report.MaintenanceFigures{Node: node, Signal: signal, WaitSeconds: wait.Seconds(), WritesDuringWait: after - before,
 		FailedDuringWait: now.Failed - snap.Failed, BrokenDuringWait: now.LongBroken - snap.LongBroken}
 	r.mark("%s of nothing else changing: %d writes", wait, after-before)
 	return actRestartIdle(ctx, r)
@@ -95,10 +123,11 @@ func (r *run) firstPodNode(ctx context.Context) (string, error) {
 	return node, nil
 }
 
-// setDeletionTaint puts the cluster autoscaler's deletion taint on node
-// (its value the time, as the autoscaler writes it), or takes it off, and
+// setLeaving puts the signal that node leaves on it — the cluster
+// autoscaler's deletion taint (its value the time, as the autoscaler
+// writes it) or the exclusion label — or takes both off (on false), and
 // returns the node's address.
-func (l *lab) setDeletionTaint(ctx context.Context, node string, on bool) (addr string, err error) {
+func (l *lab) setLeaving(ctx context.Context, node, signal string, on bool) (addr string, err error) {
 	nodes := l.cp.Client.CoreV1().Nodes()
 	// The agent updates the Node's status meanwhile: a conflict is retried.
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -112,7 +141,14 @@ func (l *lab) setDeletionTaint(ctx context.Context, node string, on bool) (addr 
 				taints = append(taints, t)
 			}
 		}
-		if on {
+		delete(n.Labels, model.LabelExcludeFromLB)
+		switch {
+		case on && signal == MaintenanceExcludeLabel:
+			if n.Labels == nil {
+				n.Labels = map[string]string{}
+			}
+			n.Labels[model.LabelExcludeFromLB] = "true"
+		case on:
 			taints = append(taints, corev1.Taint{Key: model.TaintToBeDeletedByClusterAutoscaler,
 				Value: strconv.FormatInt(time.Now().Unix(), 10), Effect: corev1.TaintEffectNoSchedule})
 		}

@@ -32,8 +32,8 @@ func (r *run) teardown() {
 		_ = r.lab.setUnschedulable(ctx, n, false)
 	}
 	for _, n := range r.tainted {
-		if _, err := r.lab.setDeletionTaint(ctx, n, false); err != nil {
-			r.lab.logf("%s: untaint %s: %v", r.name(), n, err)
+		if _, err := r.lab.setLeaving(ctx, n, "", false); err != nil {
+			r.lab.logf("%s: take the leaving mark off %s: %v", r.name(), n, err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package azure
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
+	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/report"
@@ -85,9 +87,11 @@ func (a *run) ActEnd(ctx context.Context, res *report.Result) error {
 	if a.w.opts.IdleChange != IdleChangeNone && a.w.opts.IdleChange != "" && len(a.act.stops) > 0 {
 		fig.IdleChange = a.w.opts.IdleChange
 	}
-	if a.w.opts.CCMLoadBalancers != "" && a.env.Mode.NodeBacked() {
+	if a.env.Mode.NodeBacked() {
 		fig.CCMLoadBalancers = a.w.opts.CCMLoadBalancers
+		fig.CCMRelease, fig.ControlPlane = cmp.Or(a.w.opts.CCMVersion, ccm.DefaultVersion), controlplane.K8sVersion()
 	}
+	fig.WriteDiffs = writeDiffsOf(calls, a.act.mark, a.act.stops)
 	var lines []string
 	fig.ErrorLogLines, lines = errorLogLines(a.ccmLogs(), a.act.logs)
 	for _, l := range lines {

@@ -63,6 +63,9 @@ type Options struct {
 	// PoolFlows is what the data plane does with an established flow whose
 	// address leaves a pool (azuredp.PoolFlowOptions; default keep).
 	PoolFlows string
+	// CCMVersion is the release of cloud-provider-azure whose CCM writes
+	// (ccm.BinaryVersion; "" is ccm.DefaultVersion).
+	CCMVersion string
 }
 
 // Clock is the options' clocks as the report names them (no grace period:
@@ -136,6 +139,9 @@ func (w *World) Variant() string {
 	}
 	if o.PoolFlows != "" && o.PoolFlows != azuredp.PoolFlowsKeep {
 		v += ", established flows of an address that leaves a pool " + o.PoolFlows
+	}
+	if o.CCMVersion != "" && o.CCMVersion != ccm.DefaultVersion {
+		v += ", CCM release " + o.CCMVersion
 	}
 	return v
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
+	"zerodrop.dev/zerodrop/internal/lab/report"
 )
 
 // What a stretch of the emulator's record says about the writers: writes
@@ -94,6 +95,26 @@ func diffsOf(calls []azurearm.Call) writeDiffs {
 		d.removedBackends += len(removed)
 	}
 	return d
+}
+
+// writeDiffsOf are the writes among calls (the record from mark on) that
+// changed a stored document, each with the stop it followed and its
+// changes.
+func writeDiffsOf(calls []azurearm.Call, mark int, stops []stopAt) []report.WriteDiff {
+	var out []report.WriteDiff
+	for i, c := range calls {
+		if !c.Write() || len(c.Changes) == 0 {
+			continue
+		}
+		after := 0
+		for after < len(stops) && stops[after].mark <= mark+i {
+			after++
+		}
+		shown := c.Changes[:min(len(c.Changes), report.MaxWriteDiffLines)]
+		out = append(out, report.WriteDiff{AfterStop: after, Call: c.String(), Changes: slices.Clone(shown),
+			Omitted: len(c.Changes) - len(shown)})
+	}
+	return out
 }
 
 // poolsLeft counts the pools an ipconfig stopped naming in one write: per

@@ -1,11 +1,13 @@
 package azure
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"testing"
 
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
+	"zerodrop.dev/zerodrop/internal/lab/report"
 )
 
 // TestIsKlogError: the CCM's error log lines are klog's of severity E only.
@@ -58,5 +60,36 @@ func TestRecordFigures(t *testing.T) {
 	}
 	if len(ws[0].RemovedOthers) != 0 || !slices.Equal(ws[1].RemovedOthers, []string{"zd-a.b.tcp-80"}) {
 		t.Errorf("removed of the other's: zerodrop %v, CCM %v; want none, and zerodrop's rule", ws[0].RemovedOthers, ws[1].RemovedOthers)
+	}
+}
+
+// TestWriteDiffsOf: each write that changed a document is kept with the
+// stop it followed and its changes, cut at report.MaxWriteDiffLines; reads,
+// refused writes and writes that changed nothing are not.
+func TestWriteDiffsOf(t *testing.T) {
+	long := make([]string, report.MaxWriteDiffLines+3)
+	for i := range long {
+		long[i] = fmt.Sprintf("+ properties.x[%d] = 1", i)
+	}
+	pool := azurearm.Call{Method: http.MethodPut, Kind: "backendAddressPool", Resource: "rg/lb/pool", Status: http.StatusOK,
+		Changes: []string{"- properties.loadBalancerBackendAddresses[node-1].properties.ipAddress = 10.0.0.1"}}
+	calls := []azurearm.Call{
+		{Method: http.MethodPut, Kind: "loadBalancer", Resource: "rg/lb", Status: http.StatusOK, Changes: long}, // before any stop
+		{Method: http.MethodGet, Kind: "loadBalancer", Resource: "rg/lb", Status: http.StatusOK},
+		{Method: http.MethodPut, Kind: "loadBalancer", Resource: "rg/lb", Status: http.StatusPreconditionFailed, Changes: []string{"+ x = 1"}},
+		{Method: http.MethodPut, Kind: "loadBalancer", Resource: "rg/lb", Status: http.StatusOK}, // changed nothing
+		pool, // after the second stop
+	}
+	// The act's stretch starts at record index 10; the stops were sent at
+	// indexes 11 and 13.
+	got := writeDiffsOf(calls, 10, []stopAt{{name: "SIGKILL", mark: 11}, {name: "SIGTERM", mark: 13}})
+	if len(got) != 2 {
+		t.Fatalf("writeDiffsOf = %d diffs, want 2: %+v", len(got), got)
+	}
+	if got[0].AfterStop != 0 || len(got[0].Changes) != report.MaxWriteDiffLines || got[0].Omitted != 3 {
+		t.Errorf("first diff: after stop %d, %d changes, %d omitted; want 0, %d, 3", got[0].AfterStop, len(got[0].Changes), got[0].Omitted, report.MaxWriteDiffLines)
+	}
+	if got[1].AfterStop != 2 || !slices.Equal(got[1].Changes, pool.Changes) || got[1].Call != pool.String() {
+		t.Errorf("second diff = %+v, want after stop 2 with the pool PUT's changes", got[1])
 	}
 }
