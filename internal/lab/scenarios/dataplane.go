@@ -17,24 +17,6 @@ func (r *run) dataPlane() world.DataPlane {
 	return dp
 }
 
-// dataPlaneReplicas is the number of replicas the run's data plane has
-// (0: none).
-func (r *run) dataPlaneReplicas() int {
-	if dp := r.dataPlane(); dp != nil {
-		return dp.Replicas()
-	}
-	return 0
-}
-
-// dataPlaneSessions are the connections each replica's HAProxy accepted;
-// none without a data plane.
-func (r *run) dataPlaneSessions() []int64 {
-	if dp := r.dataPlane(); dp != nil {
-		return dp.Sessions()
-	}
-	return nil
-}
-
 // scrapeDataPlane reads every running data-plane process's metrics (writes
 // and conflicts it reports itself), keyed by process.
 func (cs *controllers) scrapeDataPlane() {

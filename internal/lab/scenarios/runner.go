@@ -112,7 +112,9 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 	stopTraffic()
 	lanes := trafficDone()
 	res.TrafficEnd = report.Timestamp(time.Now())
-	res.DataPlaneSessions = r.dataPlaneSessions()
+	if dp := r.dataPlane(); dp != nil {
+		res.DataPlaneSessions = dp.Sessions()
+	}
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -170,7 +172,9 @@ func (r *run) figures(res *report.Result, snap traffic.Snapshot, base ctrlmetric
 	res.WritesPerRestart = r.restartWrites
 	res.FailedPerRestart, res.BrokenPerRestart = r.restartFailed, r.restartBroken
 	res.Maintenance = r.maintenance
-	res.DataPlaneReplicas = r.dataPlaneReplicas()
+	if dp := r.dataPlane(); dp != nil {
+		res.DataPlaneReplicas = dp.Replicas()
+	}
 	res.ReplicaDisruption = r.replicaFigures
 	res.Chaos = r.chaos
 	res.DuplicateBackendSamples = r.dupSamples.Load()

@@ -99,6 +99,16 @@ type Run interface {
 	SteadyTimeout(n int32) time.Duration
 }
 
+// Defaults, embedded in a Run, are the answers of a world that adds nothing
+// to the workload's Service, forwards nothing to the controller pods and
+// adds nothing to the steady timeout.
+type Defaults struct{}
+
+func (Defaults) Service(*corev1.Service)           {}
+func (Defaults) ServiceCreated(*corev1.Service)    {}
+func (Defaults) Forwards() []string                { return nil }
+func (Defaults) SteadyTimeout(int32) time.Duration { return 0 }
+
 // WriteWatcher is a Run whose writes can be watched as they land:
 // kill-mid-plan kills the writer from inside its first write of a plan.
 type WriteWatcher interface {

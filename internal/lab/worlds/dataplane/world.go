@@ -108,21 +108,10 @@ func HostDown(agent *cluster.Agent, d *Replica) bool {
 // other (the lab's own, the chart's): embedded, it answers the world.Run
 // and world.DataPlane questions whose answer is the plane's.
 type RunBase struct {
+	world.Defaults
 	Env   world.Env
 	Plane *Plane
 }
-
-// Service: nothing to add.
-func (b *RunBase) Service(*corev1.Service) {}
-
-// ServiceCreated: nothing to learn.
-func (b *RunBase) ServiceCreated(*corev1.Service) {}
-
-// Forwards: none.
-func (b *RunBase) Forwards() []string { return nil }
-
-// SteadyTimeout: nothing more.
-func (b *RunBase) SteadyTimeout(int32) time.Duration { return 0 }
 
 // Backends are the first replica's (which lb-replica-restart never
 // replaces).

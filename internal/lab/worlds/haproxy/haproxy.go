@@ -60,6 +60,8 @@ func (w *World) Clock(report.Mode, time.Duration) *report.AzureClock { return ni
 // run is a run's HAProxy: zerodrop's provider's view of it (gated modes)
 // or the cloud's process (the others), and the counting proxies.
 type run struct {
+	world.Defaults // all but ServiceCreated, below
+
 	w   *World
 	env world.Env
 
@@ -179,17 +181,8 @@ func (h *run) ControllerArgs(base []string) []string {
 	return append(base, "--haproxy-dir="+h.env.Dir, "--haproxy-binary="+h.wrapper())
 }
 
-// Service: nothing to add.
-func (h *run) Service(*corev1.Service) {}
-
 // ServiceCreated learns the cloud's name of the Service's load balancer.
 func (h *run) ServiceCreated(svc *corev1.Service) { h.lb = upstream.LoadBalancerName(svc) }
-
-// Forwards: none.
-func (h *run) Forwards() []string { return nil }
-
-// SteadyTimeout: nothing more.
-func (h *run) SteadyTimeout(int32) time.Duration { return 0 }
 
 // Writes are the HAProxy runtime API writes (commands and reloads) counted
 // at its sockets, and an error when a socket's proxy was bypassed.
