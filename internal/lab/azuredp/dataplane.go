@@ -8,28 +8,11 @@
 // from the probe documents and run from the namespace, one goroutine per
 // backend address on its own phase.
 //
-// Azure's behaviour it models, and where each is documented (the doc page
-// docs/azure-dataplane.md has the full list, and what is not modelled):
-//
-//   - New flows go only to backends whose probe is up; a probe going down
-//     stops new flows only, established TCP flows continue; with every probe
-//     down a Standard load balancer sends no new flows and lets established
-//     ones continue (learn.microsoft.com/azure/load-balancer/load-balancer-custom-probe-overview,
-//     "Probe down behavior").
-//   - probeThreshold consecutive failures take a backend out, the same number
-//     of consecutive successes put it back; a backend never up goes up on
-//     its first success (network REST spec, ProbePropertiesFormat.probeThreshold;
-//     load-balancer-custom-probe-overview, "Probe up behavior").
-//   - Admin state Down: no new connections whatever the probe, established
-//     TCP connections persist; Up: new connections whatever the probe; both
-//     only on rules with a probe (learn.microsoft.com/azure/load-balancer/admin-state-overview).
-//   - noHealthyBackendsBehavior AllProbedUp sends new flows to every
-//     backend when all are probed down; AllProbedDown (default) to none
-//     (armnetwork ProbeNoHealthyBackendsBehavior; Azure/azure-cli#29136).
-//   - Distribution by a 5-tuple hash, or 2- and 3-tuple with session
-//     persistence (learn.microsoft.com/azure/load-balancer/distribution-mode-concepts).
-//   - Floating IP delivers the packet with its destination still the
-//     frontend address and port (learn.microsoft.com/azure/load-balancer/load-balancer-floating-ip).
+// Azure's behaviour it models — new flows only to backends probed up,
+// established flows kept when a probe goes down, probeThreshold both ways,
+// admin state, noHealthyBackendsBehavior, 5-, 3- and 2-tuple distribution,
+// floating IP — is listed with each behaviour's public source, and what is
+// not modelled, in docs/azure-dataplane.md.
 //
 // A pool's members are its addresses (an IP-based pool, as the CCM's
 // nodeIP configuration writes) or its backendIPConfigurations (a NIC-based

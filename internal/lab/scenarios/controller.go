@@ -201,7 +201,7 @@ func (cs *controllers) scrapeKey(p *corev1.Pod) types.UID {
 
 // scrapeAt reads the metrics at ip into the figures kept under key.
 func (cs *controllers) scrapeAt(key types.UID, name, ip string) {
-	c, leader, err := cs.fetch(ip)
+	c, leader, err := ctrlmetrics.FetchMetrics(cs.client, fmt.Sprintf("http://%s:%d/metrics", ip, metricsPort))
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	s := cs.scrape[key]
@@ -283,9 +283,4 @@ func (cs *controllers) leaderSince(name string, t time.Time) bool {
 		}
 	}
 	return false
-}
-
-// fetch reads the provider counters and the leader status of the pod at ip.
-func (cs *controllers) fetch(ip string) (ctrlmetrics.Counters, bool, error) {
-	return ctrlmetrics.FetchMetrics(cs.client, fmt.Sprintf("http://%s:%d/metrics", ip, metricsPort))
 }
