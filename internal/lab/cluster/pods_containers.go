@@ -20,27 +20,11 @@ import (
 // The chart's pods (zerodrop's images) are run as a container runtime and
 // the kubelet would run them, as far as the lab goes: every container is a
 // process in the pod's network namespace (the node's for a host-network
-// pod) and a mount namespace of its own, where
-//   - /run is a fresh tmpfs, and the "image" — the production zerodrop
-//     build as /run/image/zerodrop (the images' /zerodrop) and, for the data
-//     plane image, HAProxy on PATH — is mounted at /run/image;
-//   - each emptyDir volume is a directory of the pod's, bind-mounted at its
-//     mountPath in every container that mounts it (so a pod's containers
-//     share it, and it lives as long as the pod), through /run/.lab;
-//   - the pod's ServiceAccount token (a TokenRequest bound to the pod), the
-//     API server's CA and the namespace are at
-//     /var/run/secrets/kubernetes.io/serviceaccount, and
-//     KUBERNETES_SERVICE_HOST/PORT name the API server's forwarder on the
-//     namespace's loopback — so each process authenticates as its pod's
-//     ServiceAccount and the chart's RBAC is what it may do;
-//   - the environment is the container's (values, and fieldRef to the pod's
-//     name, namespace, uid, node and IPs), $(VAR) references in args and
-//     values are expanded as the kubelet does, and HOSTNAME is the pod's name.
-// A container whose process exits while the pod runs is started again
-// (restartPolicy Always) after the kubelet's back-off (10 s, doubling, at
-// most 5 min). What is not done: the image's root filesystem (the process
-// sees the host's, /run and the mounts aside), securityContext (users,
-// capabilities, read-only root), resources and cgroups.
+// pod) and a mount namespace of its own (mountScript: a fresh /run, the
+// "image" at /run/image, the emptyDir volumes and the ServiceAccount
+// token), with the container's environment (containerEnvVars), started
+// again after the kubelet's back-off when it exits (supervise). What is
+// done and what is not: docs/lab.md, "Installed from the chart".
 
 // containerEnv is what running the chart's containers needs from the lab.
 type ContainerEnv struct {
