@@ -9,35 +9,19 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 )
 
-// The ruleset, in two tables of the load-balancer namespace, both named
-// azuredp:
-//
-//   - netdev azuredp, on the ingress of the namespace's device: floating-IP
-//     rules. A new flow (a SYN) is hashed onto the rule's eligible
-//     addresses; its choice goes into the flows map, keyed by the 4-tuple
-//     (the protocol is always TCP), with the rule's idle timeout, refreshed
-//     by every packet; every packet of the flow is forwarded unchanged (its
-//     destination still the frontend address and port) to the backend's
-//     next hop (`fwd`). The backend answers the client directly, so the
-//     replies never pass here: conntrack, which needs both directions,
-//     cannot track these flows, the flows map does, as Azure's own flow
-//     table does. A packet of no known flow that is not a SYN is dropped,
-//     as Azure drops a flow's packets after its idle timeout.
-//   - ip azuredp, in the IP stack with conntrack: rules without floating
-//     IP. A new connection is hashed onto the eligible addresses and
-//     DNATed to address:backendPort; conntrack keeps an established one on
-//     its backend whatever the rules become. Traffic to a frontend address
-//     that no rule takes is dropped, as Azure answers nothing there.
-//
-// Each programming replaces every chain, rule and element in one nft
-// transaction, so a packet sees either the old ruleset or the new one; the
-// flows map and conntrack are never flushed, which is what keeps
-// established flows on their backend. With Config.PoolFlows reset, a
-// rule's chain first answers an established flow whose backend is no
-// longer in the rule's pools with a TCP reset (`reject with tcp reset`,
-// from the frontend's address, at the flow's next packet from the client;
-// the flows map forgets it); a backend whose probe is down or whose admin
-// state is Down is still in the pools, and its flows continue.
+// The ruleset (docs/azure-dataplane.md describes it in full), in two
+// tables of the load-balancer namespace, both named azuredp: netdev
+// azuredp, on the device's ingress, for floating-IP rules — the backend
+// answers the client directly, so conntrack, which needs both directions,
+// cannot track these flows: a flows map keyed by the 4-tuple with the
+// rule's idle timeout does, as Azure's flow table does, and each packet is
+// forwarded unchanged (`fwd`); and ip azuredp, with conntrack, which DNATs
+// the rules without floating IP. Each programming replaces every chain,
+// rule and element in one nft transaction and never flushes the flows map
+// or conntrack: that is what keeps established flows on their backend.
+// With Config.PoolFlows reset, an established flow whose backend left the
+// rule's pools is answered with a TCP reset at its next packet (a backend
+// probed down or admin Down is still in the pools: its flows continue).
 
 const (
 	table    = "azuredp"
