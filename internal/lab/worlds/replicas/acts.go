@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/netlab"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/sockcount"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
@@ -102,13 +103,8 @@ func (r *run) restartFirstReplicaProcess(ctx context.Context, act world.Act, d *
 		p := d.Process()
 		act.Mark("replica 0: %s its zerodrop process", sig)
 		p.Signal(sig)
-		select {
-		case <-p.Done():
-		case <-time.After(30 * time.Second):
-			return fmt.Errorf("replica 0's zerodrop process did not end after %s", sig)
-		}
-		if err := r.Plane.StartProcess(ctx, d); err != nil {
-			return err
+		if err := r.startAgain(ctx, d, p); err != nil {
+			return fmt.Errorf("after %s: %w", sig, err)
 		}
 		act.Mark("replica 0: zerodrop process ready")
 		if !traffic.SleepCtx(ctx, world.IdleVerify) {
@@ -152,16 +148,22 @@ func (r *run) MidPlanWriter(_ context.Context, kills int) (world.Writer, error) 
 		OnWrite: func(f func(string)) { sockcount.OnWriteAll(d.Socks(), f) },
 		Kill:    func() { p.Signal(syscall.SIGKILL) },
 		Recover: func(ctx context.Context) error {
-			select {
-			case <-p.Done():
-			case <-time.After(30 * time.Second):
-				return fmt.Errorf("replica %d's zerodrop process did not end", d.Index())
-			}
-			if err := r.Plane.StartProcess(ctx, d); err != nil {
+			if err := r.startAgain(ctx, d, p); err != nil {
 				return err
 			}
 			r.Env.Mark("replica %d: zerodrop process ready", d.Index())
 			return nil
 		},
 	}, nil
+}
+
+// startAgain waits (30 s at most) until p, d's zerodrop process, has ended,
+// and starts d's next one, its HAProxy serving throughout.
+func (r *run) startAgain(ctx context.Context, d *dataplane.Replica, p *netlab.Process) error {
+	select {
+	case <-p.Done():
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("replica %d's zerodrop process did not end", d.Index())
+	}
+	return r.Plane.StartProcess(ctx, d)
 }
