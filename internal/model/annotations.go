@@ -20,7 +20,7 @@ var ServiceAnnotations = []AnnotationDoc{
 	{AnnotationHealthCheckInterval, "Service", DefaultHealthCheckInterval.String(),
 		"Interval of the load balancer's health checks of each backend, 100ms to 1m. HAProxy: every data-plane replica checks every backend of every port, so the controller stretches it (by powers of two, a Warning Event `HealthChecksStretched`) for a Service over `--service-check-limit` checks a second, or past what older Services leave of `--node-check-budget` (docs/haproxy.md)."},
 	{AnnotationDrainTimeout, "Service", DefaultDrainTimeout.String(),
-		"How long a leaving backend stays in drain (no new connections) before it is removed with connections still open, 0 to 1h."},
+		"How long a leaving backend stays in drain (no new connections) before it is removed with connections still open, 0 to 1h. A node labelled or tainted to leave waits for its connections instead while its Node stands."},
 	{AnnotationMaxUnavailable, "Service", DefaultMaxUnavailable.String(),
 		"The share (`25%`) or count (`2`) of serving backends one step of a change may remove."},
 	{AnnotationAddress, "Service", "allocated from the pool",

@@ -186,6 +186,25 @@ func NodeExcluded(n *corev1.Node) bool {
 	return false
 }
 
+// StayingNodes are the backend addresses (mapped as Desired maps them) of
+// the nodes NodeExcluded takes out whose Node is not being deleted: marked
+// leaving by the exclusion label or the cluster autoscaler's deletion
+// taint, they still run kube-proxy and forward established connections
+// (StepOptions.Stays). The autoscaler drains such a node's pods and then
+// deletes it; a drain timeout cutting its connections first would break
+// what the node still carries.
+func StayingNodes(nodes []*corev1.Node, mappings []AddressMapping) map[string]bool {
+	out := map[string]bool{}
+	for _, n := range nodes {
+		if NodeExcluded(n) && n.DeletionTimestamp == nil {
+			if ip := NodeAddress(n); ip != "" {
+				out[MapAddress(mappings, ip)] = true
+			}
+		}
+	}
+	return out
+}
+
 // NodeAddress is the address a load balancer reaches a node on.
 func NodeAddress(n *corev1.Node) string {
 	for _, want := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {

@@ -28,6 +28,14 @@ type StepOptions struct {
 	// reports no ready local endpoint) and the step is pending. Nil: unknown,
 	// no such hold.
 	Up func(listener string, b Backend) bool
+	// Stays reports a draining backend desired no longer has that still
+	// forwards its established connections for as long as it stands: a
+	// node marked leaving (NodeExcluded) whose Node is not being deleted.
+	// Until Drained says it may go (its connections ended), it is kept
+	// drained without being pending: its drain ends with the Node, whose
+	// deletion (an event) takes it out of Stays, not with a clock. Nil
+	// means none.
+	Stays func(listener string, b Backend) bool
 }
 
 // StepResult says whether the step held anything back.
@@ -151,6 +159,9 @@ func stepListener(o, l *Listener, opts StepOptions) bool {
 			pending = true
 		case drained(ob):
 			// Draining and drained: remove (not appended).
+		case opts.Stays != nil && opts.Stays(l.Name, ob):
+			// A leaving node that still forwards: kept drained.
+			out = append(out, ob)
 		default:
 			out = append(out, ob)
 			pending = true

@@ -175,6 +175,28 @@ func TestStep(t *testing.T) {
 			want:     []string{"10.0.0.1:80=draining", "10.0.0.2:80=active"},
 		},
 		{
+			name:     "kept listener: a staying node whose connections have not ended stays drained, not pending",
+			observed: lbOf(listener("a", 80, drainingBe("10.0.0.1"), be("10.0.0.2", 80))),
+			desired:  lbOf(listener("a", 80, be("10.0.0.2", 80))),
+			opts:     StepOptions{Drained: none, Keep: func(string) bool { return true }, Stays: only("10.0.0.1:80")},
+			want:     []string{"10.0.0.1:80=draining", "10.0.0.2:80=active"},
+		},
+		{
+			name:     "kept listener: a staying node whose connections ended goes",
+			observed: lbOf(listener("a", 80, drainingBe("10.0.0.1"), be("10.0.0.2", 80))),
+			desired:  lbOf(listener("a", 80, be("10.0.0.2", 80))),
+			opts:     StepOptions{Drained: all, Keep: func(string) bool { return true }, Stays: only("10.0.0.1:80")},
+			want:     []string{"10.0.0.2:80=active"},
+		},
+		{
+			name:     "kept listener: an active node that leaves drains first, staying or not",
+			observed: lbOf(listener("a", 80, be("10.0.0.1", 80), be("10.0.0.2", 80))),
+			desired:  lbOf(listener("a", 80, be("10.0.0.2", 80))),
+			opts:     StepOptions{Drained: all, Keep: func(string) bool { return true }, Stays: only("10.0.0.1:80")},
+			want:     []string{"10.0.0.1:80=draining", "10.0.0.2:80=active"},
+			pending:  true,
+		},
+		{
 			name:     "weight changes of staying backends pass",
 			observed: lbOf(listener("a", 80, be("10.0.0.1", 80))),
 			desired:  lbOf(listener("a", 80, Backend{Address: "10.0.0.1", Port: 80, Weight: 10})),

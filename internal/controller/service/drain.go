@@ -60,9 +60,11 @@ func drainID(lbKey, listener string, b model.Backend) string {
 
 // step turns desired into the next safe state (model.Step): removed backends
 // drain first and go once their connections reach zero or their drain timeout
-// passes; one step takes at most max-unavailable of a pool out of service.
-// It reports whether more steps are to come.
-func (c *Controller) step(ctx context.Context, key string, st *state, observed, desired *model.LoadBalancer) (*model.LoadBalancer, bool, error) {
+// passes; a node marked leaving that still stands (staying) goes only once
+// its connections reach zero, or with its Node; one step takes at most
+// max-unavailable of a pool out of service. It reports whether more steps
+// are to come.
+func (c *Controller) step(ctx context.Context, key string, st *state, observed, desired *model.LoadBalancer, staying map[string]bool) (*model.LoadBalancer, bool, error) {
 	if observed == nil || desired == nil {
 		return desired, false, nil
 	}
@@ -115,17 +117,22 @@ func (c *Controller) step(ctx context.Context, key string, st *state, observed, 
 		}
 	}
 	now := time.Now()
+	stays := func(listener string, b model.Backend) bool { return staying[b.Address] && keep(listener) }
 	next, res := model.Step(observed, desired, model.StepOptions{
 		Drained: func(listener string, b model.Backend) bool {
 			since := c.drains.started(drainID(key, listener, b), now)
 			if n, ok := conns[listener+"|"+b.ID()]; ok && n == 0 {
 				return true
 			}
-			return now.Sub(since) >= configOf(listener).DrainTimeout
+			// A staying node's connections are not the drain timeout's to
+			// cut (where the provider counts none, -1, it stays drained
+			// until its Node goes).
+			return !stays(listener, b) && now.Sub(since) >= configOf(listener).DrainTimeout
 		},
 		MaxUnavailable: func(listener string) intstr.IntOrString { return configOf(listener).MaxUnavailable },
 		Keep:           keep,
 		Up:             upFunc(up),
+		Stays:          stays,
 	})
 	c.drains.keep(key, next)
 	return next, res.Pending, nil

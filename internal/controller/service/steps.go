@@ -29,6 +29,10 @@ type pass struct {
 	plan     model.Plan
 	// pending: more steps are to come (a drain in progress).
 	pending bool
+	// staying are the backend addresses of nodes marked leaving that still
+	// stand (model.StayingNodes): their drain waits for their connections,
+	// not for a drain timeout.
+	staying map[string]bool
 }
 
 // observeKey reads key's Services from the caches and its load balancer from
@@ -92,6 +96,7 @@ func (c *Controller) desire(ctx context.Context, p *pass) error {
 		return err
 	}
 	dopts := c.desiredOptions(ctx, nodes)
+	p.staying = model.StayingNodes(nodes, dopts.AddressMap)
 	desired, warnings := model.Desired(st.key, st.active, dopts)
 	// Only the backends of held Services' listeners are taken from here
 	// (keepInvalid); their warnings are not reported, ConfigValid is False.
@@ -118,7 +123,7 @@ func (c *Controller) desire(ctx context.Context, p *pass) error {
 func (c *Controller) planStep(ctx context.Context, p *pass) error {
 	st := p.st
 	if !c.opts.ImmediateRemoval {
-		desired, pending, err := c.step(ctx, st.key, st, p.observed, p.desired)
+		desired, pending, err := c.step(ctx, st.key, st, p.observed, p.desired, p.staying)
 		if err != nil {
 			return err
 		}
