@@ -85,7 +85,7 @@ func (l *lab) startShared(ctx context.Context) (err error) {
 	if err := l.startDrainService(ctx); err != nil {
 		return err
 	}
-	if l.hook, err = startWebhook(ctx, l.cp.Config); err != nil {
+	if l.hook, err = startWebhook(ctx, l.cp); err != nil {
 		return err
 	}
 	l.progressf("control plane up: %d nodes (%s), webhook, drain Service %s:%d", labNodes, l.net.Net.Prefix, cluster.DrainClusterIP, drainPort)

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -36,7 +35,7 @@ type webhookServer struct {
 
 const labWebhookConfiguration = "zerodrop-lab"
 
-func startWebhook(ctx context.Context, cfg *rest.Config) (*webhookServer, error) {
+func startWebhook(ctx context.Context, cp *cluster.ControlPlane) (*webhookServer, error) {
 	ca, err := certs.NewCA("zerodrop-lab-ca", time.Now(), 24*time.Hour)
 	if err != nil {
 		return nil, err
@@ -49,7 +48,7 @@ func startWebhook(ctx context.Context, cfg *rest.Config) (*webhookServer, error)
 	if err != nil {
 		return nil, err
 	}
-	reader, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	reader, err := client.New(cp.Config, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		return nil, err
 	}
@@ -99,12 +98,7 @@ func startWebhook(ctx context.Context, cfg *rest.Config) (*webhookServer, error)
 			TimeoutSeconds: ptr.To[int32](5),
 		}},
 	}
-	cs, err := clientFor(cfg)
-	if err != nil {
-		w.close()
-		return nil, err
-	}
-	_, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{})
+	_, err = cp.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		w.close()
 		return nil, fmt.Errorf("webhook configuration: %w", err)
