@@ -18,25 +18,13 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
 )
 
-// DisruptReplicas is lb-replica-restart on the chart's data plane; its
-// three phases, each done as it happens to the chart's pods:
-//  1. replica 0's controller container (its zerodrop process) is sent
-//     SIGKILL, and after the lab's kubelet started it again (its back-off)
-//     and it is ready, SIGTERM: its HAProxy container serves on; each
-//     restart's writes at that HAProxy's sockets, from the signal to
-//     world.IdleVerify after the container is ready, are recorded;
-//  2. the DaemonSet is updated (a new pod-template annotation, as
-//     `kubectl rollout restart` does): its controller replaces the pods one
-//     at a time (maxUnavailable 1), each leaving pod's route withdrawn as it
-//     starts terminating and each new pod's announced once it is Ready;
-//  3. replica 1's node fails (the agent's FailNode: both containers
-//     killed, no heartbeats), its route is withdrawn dataplane.HardDetect
-//     later, the lab waits until the node's Lease has expired (the control
-//     role then stops counting the replica) and the workload is steady,
-//     then the node comes back: its kubelet starts the pod's containers
-//     again, from the pod's volume (the configuration and server-state file
-//     the zerodrop process last wrote), and the route is announced once
-//     the pod is Ready.
+// DisruptReplicas is lb-replica-restart on the chart's data plane, each of
+// its three phases done as it happens to the chart's pods (docs/lab.md,
+// "Installed from the chart", describes them): (1) replica 0's controller
+// container restarted in place (restartFirstControllerContainer); (2) the
+// DaemonSet updated (updateDaemonSet); (3) replica 1's node failed, its
+// Lease left to expire, and the node back, its kubelet starting the pod's
+// containers again from the pod's volume.
 func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.ReplicaFigures) error {
 	n := r.w.N
 	agent := r.w.Lab.Agent

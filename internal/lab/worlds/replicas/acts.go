@@ -17,21 +17,12 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
 )
 
-// DisruptReplicas is lb-replica-restart: nothing changes in the workload
-// while the data plane is disrupted three times; the figures of each phase
-// go to fig. (1) Replica 0's zerodrop process is restarted, SIGKILL and
-// then SIGTERM, as a crash or an upgrade of its container does, while its
-// HAProxy serves on: each restart's writes counted at that HAProxy's
-// sockets go to the act's restart writes (nothing changed: 0 expected).
-// (2) Replica 1 is replaced as a DaemonSet update replaces its pod: its
-// route is withdrawn (its flows move to the other replica, which has no
-// state for the established ones), it is stopped and its Pod deleted; a
-// new replica starts from an empty state directory, builds its HAProxy
-// from the Services, and its route is announced again. (3) Replica 1 fails
-// hard, as its node does: HAProxy and zerodrop SIGKILLed, its route
-// withdrawn dataplane.HardDetect later, its Pod deleted (standing for the
-// node's Lease expiring, which ends its counting); then a new replica
-// comes up and is announced. What (2) and (3) cost is measured, not
+// DisruptReplicas is lb-replica-restart on the lab's replicas, its three
+// phases as docs/lab.md's table of scenarios describes them: (1) replica
+// 0's zerodrop process restarted (SIGKILL, then SIGTERM) while its HAProxy
+// serves, each restart's writes recorded; (2) replica 1 replaced as a
+// DaemonSet update would; (3) replica 1 failed hard, as its node would.
+// fig gets each phase's figures; what (2) and (3) cost is measured, not
 // asserted.
 func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.ReplicaFigures) error {
 	reps := r.Plane.Replicas()
