@@ -22,19 +22,12 @@ import (
 )
 
 // The lab's own arrangement of a data plane of replicas (--data-plane-replicas
-// N, zerodrop mode, not --from-chart): the arrangement the chart's
-// provider=haproxy installs, made by the lab. Replica i runs on
-// load-balancer host lbs[i] (its own network namespace, every frontend
-// address local, as on a data-plane node): an HAProxy the lab starts there
-// (standing for the pod's haproxy container, with the lab's counting
-// proxies at its sockets) and the replica's own `zerodrop controller
-// --role=data-plane` process attached to it, the only writer of that
-// HAProxy. A Pod object in the controllers' namespace, bound to no lab node
-// (the lab's kubelet leaves it alone) and given the host's address as its
-// IP by the lab, is how the control role finds the replica. The controller
-// pods run with --role=control (ControlArgs). The client reaches the
-// replicas through a resilient nexthop group hashed on the 5-tuple
-// (cluster.Network.RouteTo).
+// N, zerodrop mode, not --from-chart), the one the chart's provider=haproxy
+// installs, made by the lab (docs/lab.md, "An HAProxy data plane of
+// replicas", has its parts): replica i is an HAProxy and its own
+// `zerodrop controller --role=data-plane` process on load-balancer host
+// lbs[i], and a Pod object, bound to no lab node, by which the control role
+// (ControlArgs) finds it.
 const (
 	// labelDataPlane marks a run's data-plane replica Pods (value: run id).
 	labelDataPlane = "lab.zerodrop.dev/data-plane"
