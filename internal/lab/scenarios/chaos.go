@@ -45,17 +45,11 @@ func (o ChaosOptions) outage() time.Duration {
 	return report.DefaultAPIServerOutage
 }
 
-// actKillMidPlan SIGKILLs the writer (the leader; with a data plane of
-// replicas, a replica's own zerodrop process, the replicas in turn;
-// installed from the chart, a data-plane pod's controller container) at the
-// first write of a plan it sends HAProxy, as an OOM kill or a node failure
-// would, until it has done so MidPlanKills times; rolling updates of the
-// workload make the plans, a new one whenever the last is done. The socket
-// proxy holds that write until the signal is sent (sockcount.Proxy.OnWrite):
-// it lands, and the rest of its plan is never sent. After each kill the lab
-// waits until there is a writer again (writer.recover). Writes counted from
-// one kill to the next are that restart's: the new writer finishing the
-// interrupted plan and carrying on the rollout.
+// actKillMidPlan is kill-mid-plan (docs/lab.md's table of scenarios): the
+// writer — the leader, or the world's (world.MidPlanWriters) — SIGKILLed
+// from inside the first write of a plan (killAtFirstWrite: the write
+// lands, the rest of its plan never does), MidPlanKills times, each kill
+// recovered from (world.Writer.Recover); writes are counted per kill.
 func actKillMidPlan(ctx context.Context, r *run) error {
 	next := r.leaderWriter
 	if w, ok := r.world.(world.MidPlanWriters); ok {
