@@ -79,6 +79,7 @@ func TestAzureEmulatorLabUsage(t *testing.T) {
 		{"--provider", "azure-emulator", "--scenario", "churn", "--azure-fault-rate", "1.5"},
 		{"--provider", "azure-emulator", "--scenario", "churn", "--azure-services", "-1"},
 		{"--provider", "azure-emulator", "--scenario", "restart-idle", "--azure-idle-change", "node-joins"},
+		{"--provider", "azure-emulator", "--scenario", "restart-idle", "--azure-idle-change", "pool-drift"}, // nodeip pools
 		{"--provider", "azure-emulator", "--scenario", "restart", "--azure-ccm-lbs", "three"},
 		{"--provider", "azure-emulator", "--scenario", "restart", "--azure-shared-lb", "--azure-ccm-lbs", "multiple"},
 		{"--provider", "azure-emulator", "--scenario", "maintenance", "--azure-ccm-version", "1.33"},

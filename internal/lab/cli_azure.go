@@ -64,6 +64,9 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]azure.O
 	case !slices.Contains(ccm.Configs, az.ccmConfig):
 		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-config %q: want %s\n", az.ccmConfig, strings.Join(ccm.Configs, " or "))
 		return nil, false
+	case az.idleChange == azure.IdleChangePoolDrift && az.ccmConfig == ccm.ConfigNodeIP:
+		fmt.Fprintf(stderr, "zerodrop lab: --azure-idle-change %s takes a node out of NIC-based pools: it needs --azure-ccm-config vmss or standard, not %s\n", az.idleChange, az.ccmConfig)
+		return nil, false
 	case az.ccmConfig == ccm.ConfigVMSS && az.ccmLBs != azure.CCMSingleLB:
 		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-lbs %s places nodes by availability set: not with --azure-ccm-config %s\n", az.ccmLBs, az.ccmConfig)
 		return nil, false

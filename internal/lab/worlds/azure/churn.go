@@ -1,6 +1,7 @@
 package azure
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -29,7 +30,8 @@ import (
 //
 // restart-idle (Options.IdleChange endpoints-move): every Local other
 // Service's endpoints move to other nodes while no writer leads, so that
-// the new leader's first pass meets the change.
+// the new leader's first pass meets the change. With pool-drift one node
+// leaves the NIC-based pools out of band instead (drift.go).
 
 const (
 	churnEndpointTick = 50 * time.Millisecond
@@ -41,10 +43,11 @@ const (
 const (
 	IdleChangeNone          = "none"
 	IdleChangeEndpointsMove = "endpoints-move"
+	IdleChangePoolDrift     = "pool-drift"
 )
 
 // IdleChanges are the values of Options.IdleChange, the default first.
-var IdleChanges = []string{IdleChangeNone, IdleChangeEndpointsMove}
+var IdleChanges = []string{IdleChangeNone, IdleChangeEndpointsMove, IdleChangePoolDrift}
 
 var (
 	_ world.Outage  = (*run)(nil)
@@ -52,8 +55,17 @@ var (
 )
 
 // DuringOutage moves every Local other Service's endpoints
-// (IdleChangeEndpointsMove).
+// (IdleChangeEndpointsMove), or takes a node out of the pools
+// (IdleChangePoolDrift).
 func (a *run) DuringOutage(ctx context.Context, i int) error {
+	if a.w.opts.IdleChange == IdleChangePoolDrift {
+		node, err := driftPool(ctx, a.served, a.w.opts.CCMConfig)
+		if err != nil {
+			return err
+		}
+		a.env.Mark("pool drift: %s", cmp.Or(node, "none (no node in a pool)"))
+		return nil
+	}
 	if a.w.opts.IdleChange != IdleChangeEndpointsMove {
 		return nil
 	}

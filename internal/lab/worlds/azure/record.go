@@ -17,7 +17,8 @@ import (
 // by kind, what they changed, 412s, 409s and superseded operations, and
 // the writers' error log lines.
 
-// recordFigures are the writes and reads in a stretch of the record.
+// recordFigures are the writers' writes and reads in a stretch of the
+// record (the pool drift's are not theirs).
 type recordFigures struct {
 	// writes are the PUTs and DELETEs sent (attempts: a 412 counts), of
 	// which lbPuts, poolPuts and deletes by kind, and changed those that
@@ -32,6 +33,8 @@ func figuresOf(calls []azurearm.Call) recordFigures {
 	var f recordFigures
 	for _, c := range calls {
 		switch {
+		case c.Client == driftIdentity: // not a writer's (drift.go)
+			continue
 		case c.Superseded():
 			f.superseded++
 			continue
@@ -76,7 +79,7 @@ var memberKinds = []string{"virtualMachineScaleSetVM", "networkInterface"}
 func diffsOf(calls []azurearm.Call) writeDiffs {
 	var d writeDiffs
 	for _, c := range calls {
-		if !c.Write() {
+		if !c.Write() || c.Client == driftIdentity { // not a writer's (drift.go)
 			continue
 		}
 		removed := map[string]bool{}
@@ -99,7 +102,7 @@ func diffsOf(calls []azurearm.Call) writeDiffs {
 
 // writeDiffsOf are the writes among calls (the record from mark on) that
 // changed a stored document, each with the stop it followed and its
-// changes.
+// changes; the pool drift's among them, named by driftIdentity.
 func writeDiffsOf(calls []azurearm.Call, mark int, stops []stopAt) []report.WriteDiff {
 	var out []report.WriteDiff
 	for i, c := range calls {
