@@ -52,16 +52,13 @@ func (o Options) idleRestarts() int {
 	return DefaultIdleRestarts
 }
 
-// actRestartIdle kills the process that writes the load balancer (the
-// leader: zerodrop's controller, or the upstream service controller's
-// cloud-controller-manager) idleRestarts times, with SIGKILL and SIGTERM in
-// turn (world.IdleStop), as the kubelet or an OOM kill would, and each time
-// waits for another replica to take the lease (the killed pod's ReplicaSet
-// replaces it) and idleVerify more. Every write counted from one kill to
-// the next (the last: to the end of the act) is that restart's. Who is
-// restarted is the world's writer where the world runs it
-// (restartIdleWorld: emulated Azure's CCM, the chart's processes), or the
-// leading controller pod (restartIdlePod).
+// actRestartIdle is restart-idle (docs/lab.md's table of scenarios): the
+// writer stopped idleRestarts times (world.IdleStop), each time followed
+// by idleVerify once another process leads; every write counted from one
+// stop to the next (the last: to the end of the act) is that restart's.
+// The writer is the world's where the world runs it (restartIdleWorld:
+// emulated Azure's CCM, the chart's processes), or the leading controller
+// pod (restartIdlePod).
 func actRestartIdle(ctx context.Context, r *run) error {
 	once := r.restartIdlePod
 	if w, ok := r.world.(world.WriterRestarter); ok && w.RestartsWriter() {
