@@ -111,9 +111,6 @@ type Replica struct {
 // Index is the replica's load-balancer host, lbs[Index].
 func (d *Replica) Index() int { return d.index }
 
-// Host is the replica's load-balancer host.
-func (d *Replica) Host() *netlab.Host { return d.host }
-
 // Dir is the replica's HAProxy directory.
 func (d *Replica) Dir() string { return d.dir }
 
@@ -215,11 +212,17 @@ func (p *Plane) addSocks(s ...*sockcount.Proxy) {
 	p.mu.Unlock()
 }
 
-// Socks are the counting proxies of every replica not retired.
-func (p *Plane) Socks() []*sockcount.Proxy {
+// CloseSocks closes the counting proxies in front of every replica's
+// sockets (after the replicas stopped).
+func (p *Plane) CloseSocks() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.socks)
+	socks := slices.Clone(p.socks)
+	p.mu.Unlock()
+	for _, s := range socks {
+		if err := s.Close(); err != nil {
+			p.cfg.Logf("%s: %v", p.cfg.Name, err)
+		}
+	}
 }
 
 // Landed is the writes counted at every replica's HAProxy sockets, retired

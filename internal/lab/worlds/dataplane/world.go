@@ -73,19 +73,9 @@ func (p *Plane) ProcessScrapes() []world.Scrape {
 		default:
 		}
 		name := fmt.Sprintf("%s/%d", d.Pod(), n)
-		out = append(out, world.Scrape{Key: "process:" + name, Name: name, IP: d.Host().IP.String()})
+		out = append(out, world.Scrape{Key: "process:" + name, Name: name, IP: d.host.IP.String()})
 	}
 	return out
-}
-
-// CloseSocks closes the counting proxies in front of every replica's
-// sockets (after the replicas stopped).
-func (p *Plane) CloseSocks() {
-	for _, s := range p.Socks() {
-		if err := s.Close(); err != nil {
-			p.cfg.Logf("%s: %v", p.cfg.Name, err)
-		}
-	}
 }
 
 // OtherMembers are the route members of reps but d.
