@@ -9,38 +9,12 @@
 // (imports_test.go keeps it so), so the baseline does not move with the
 // system it is compared with.
 //
-// What it copies from cloud-provider-azure (sigs.k8s.io/cloud-provider-azure,
-// pkg/provider; docs/lab.md cites the same), and only that:
-//   - a load-balancing rule per Service port, named <lb>-<protocol>-<port>
-//     (getLoadBalancerRuleName), <lb> being the upstream default name "a" and
-//     the Service's UID (GetLoadBalancerName: cloudprovider.DefaultLoadBalancerName);
-//   - the backend pool is every node the service controller passes, by its
-//     InternalIP (backendPoolTypeNodeIP.EnsureHostsInPool, getNodePrivateIPAddress;
-//     for either traffic policy), at the port's nodePort (the rule's backend
-//     port with floating IP disabled, getExpectedLBRules: HAProxy, a proxy,
-//     cannot take the frontend address as Azure's floating IP does, and
-//     kube-proxy treats both alike); a node the service controller no longer
-//     passes leaves the pool at once (EnsureHostsInPool deletes it, no drain);
-//   - the health probe: when the Service needs a health check
-//     (externalTrafficPolicy Local, servicehelpers.NeedsHealthCheck), HTTP GET
-//     on its health-check node port and path for every rule
-//     (getExpectedLBRules, nodeEndpointHealthprobe); otherwise TCP on the
-//     port's nodePort (buildHealthProbeRulesForPort: the default
-//     "servicenodeport" mode); every 5 s, 2 consecutive results to change
-//     state (consts.HealthProbeDefaultProbeInterval,
-//     HealthProbeDefaultNumOfProbe; the probe API's probeThreshold);
-//   - the rule's data path: Default load distribution (a 5-tuple hash; SourceIP
-//     for sessionAffinity ClientIP) and a 4-minute idle timeout
-//     (getExpectedLoadBalancingRulePropertiesForPort); no retry on another
-//     backend;
-//   - a load balancer is written only when it differs from what is there:
-//     EnsureLoadBalancer reads the load balancer, compares and writes only
-//     when something changed (reconcileLoadBalancer's dirtyLb, EnsureHostsInPool's
-//     changed), so a restart with nothing changed writes nothing;
-//   - UpdateLoadBalancer (a node change) is the same reconcile
-//     (reconcileService), and the load balancer is deleted with its Service
-//     (EnsureLoadBalancerDeleted); reconciles are serialised
-//     (serviceReconcileLock).
+// What it copies from cloud-provider-azure (pkg/provider, pkg/consts), and
+// only that — a rule per Service port, every node in the pool at its
+// nodePort, the health probe per traffic policy, the probe's interval and
+// threshold, the rule's distribution and idle timeout, and a write only
+// where the load balancer differs — is docs/lab.md's table of Azure
+// behaviours, each with the function it comes from.
 package upstream
 
 import (
