@@ -20,22 +20,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// This file is the cloud's own HAProxy writer and reader. It shares nothing
-// with zerodrop's HAProxy provider: it renders one complete configuration
-// for all of its load balancers, and when that differs from what HAProxy
-// runs it writes the file and reloads HAProxy through the master CLI. That
-// is its only write: one `reload` on the master socket. It never changes a
-// server through the runtime API.
-//
-// The configuration, and the load balancers it is rendered from, are
-// haproxy_config.go's.
-//
-// A reload starts a new HAProxy worker, whose health checks would start
-// afresh: before it, the running worker's server states are saved to the
-// server-state file the configuration names (`show servers state`, the way
-// HAProxy's management guide keeps states across reloads), so a backend the
-// probe holds out of rotation stays out. A backend new to a rule gets a
-// state line of its own: out of rotation until probeThreshold probes pass.
+// This file is the cloud's own HAProxy writer and reader, sharing nothing
+// with zerodrop's HAProxy provider (docs/lab.md, "How it writes HAProxy"):
+// one complete configuration (haproxy_config.go's) for all its load
+// balancers, written and reloaded through the master CLI only when it
+// differs from what HAProxy runs — its only write; before the reload, the
+// server states are saved (saveServerStates) so that the new worker's
+// checks do not start afresh.
 
 // HAProxy is the writer of one HAProxy instance in master-worker mode,
 // which someone else started (the lab) with the configuration file Config,

@@ -36,15 +36,10 @@ const (
 //
 // It does what k8s.io/cloud-provider/app (the cloud-controller-manager every
 // out-of-tree cloud, cloud-provider-azure among them, is built on) does
-// around that controller, and nothing more:
-//   - leader election on a Lease with the default settings above, identity
-//     hostname + "_" + a UUID (controllermanager.go, Run);
-//   - leaderElectAndRun runs with context.TODO() and no ReleaseOnCancel, and
-//     the command runs until wait.NeverStop (sample/basic_main.go): SIGTERM
-//     ends the process without releasing the lease, as SIGKILL does, so a
-//     successor waits for the lease to expire. This process installs no
-//     signal handler either;
-//   - losing the lease exits with status 1 (OnStoppedLeading).
+// around that controller, and nothing more — leader election with the
+// default settings above; SIGTERM ends it with the lease held, as SIGKILL
+// does; losing the lease exits 1 — docs/lab.md's table of
+// cloud-controller-manager behaviours has each with its source.
 //
 // It serves leader_election_master_status on --metrics-bind-address, the
 // gauge kube-controller-manager exports, so that the lab finds the leader as
