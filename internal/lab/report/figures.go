@@ -123,26 +123,11 @@ type AzureFigures struct {
 	Conflicts  int `json:"conflicts_409"`
 	Superseded int `json:"superseded"`
 	// ErrorLogLines (churn) are the lines of severity error the writer's
-	// processes logged; StaleLocalPools the upstream Local Services whose
-	// own pool (multiple standard load balancers) disagreed with their
-	// endpoints' nodes once the churn was over.
-	ErrorLogLines   int `json:"error_log_lines"`
-	StaleLocalPools int `json:"stale_local_pools"`
-	// Misplaced (churn, upstream) are the Services that asked to move to
-	// another load balancer and were not on it once the churn was over.
-	Misplaced int `json:"misplaced_services"`
+	// processes logged.
+	ErrorLogLines int `json:"error_log_lines"`
 	// Changes made to Services and EndpointSlices (churn), or restarts.
 	Changes  int `json:"changes"`
 	Restarts int `json:"restarts"`
-	// ConvergeSeconds: churn, from the last change until the load balancers
-	// hold what the Services ask for; restart, the longest time from stopping
-	// the writer until a new one has verified every load balancer.
-	ConvergeSeconds float64 `json:"converge_seconds"`
-	// kill-mid-plan, per kill: the writes that changed the load balancers
-	// from the new leader's takeover until they converged, and the range
-	// the diff at takeover called for (azureWriteBounds).
-	WritesLanded    []int    `json:"writes_landed_per_kill,omitempty"`
-	WritesCalledFor [][2]int `json:"writes_called_for_per_kill,omitempty"`
 	// restart-idle, per restart: how the writer was stopped (SIGKILL,
 	// SIGTERM), and of the writes that followed, those that changed
 	// something, the backend addresses they removed from a pool and their
