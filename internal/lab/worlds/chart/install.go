@@ -209,13 +209,11 @@ func prepareImages(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("haproxy: %w (hack/setup-haproxy.sh installs it)", err)
 	}
-	return os.WriteFile(filepath.Join(dir, "haproxy"), []byte(haproxyImageWrapper(real)), 0o755)
+	// The data-plane image's `haproxy`: the distribution's behind the lab's
+	// wrapper, which moves the master CLI socket to where the lab's
+	// counting proxy forwards.
+	return os.WriteFile(filepath.Join(dir, "haproxy"), []byte(cluster.HAProxyWrapper(cluster.ShellQuote(real))), 0o755)
 }
-
-// haproxyImageWrapper is the data-plane image's `haproxy` in the lab: the
-// distribution's HAProxy (at real) behind haproxyWrapper, which moves the
-// master CLI socket to where the lab's counting proxy forwards.
-func haproxyImageWrapper(real string) string { return cluster.HAProxyWrapper(cluster.ShellQuote(real)) }
 
 // WaitAdmission waits until the chart's webhook answers the API server:
 // probe, a pod of the workload, created as a dry run (the webhook's side
