@@ -23,7 +23,8 @@ import (
 // NoExecute taint the pod does not tolerate. When it does not fit, reason
 // says why.
 func fits(pod *corev1.Pod, node *corev1.Node) (ok bool, reason string) {
-	if node.Spec.Unschedulable && !tolerates(pod, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}) {
+	unschedulable := &corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
+	if node.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(klog.Background(), pod.Spec.Tolerations, unschedulable, false) {
 		return false, "unschedulable"
 	}
 	match, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)
@@ -41,10 +42,6 @@ func fits(pod *corev1.Pod, node *corev1.Node) (ok bool, reason string) {
 		return false, fmt.Sprintf("untolerated taint %s", taint.ToString())
 	}
 	return true, ""
-}
-
-func tolerates(pod *corev1.Pod, taint corev1.Taint) bool {
-	return corev1helpers.TolerationsTolerateTaint(klog.Background(), pod.Spec.Tolerations, &taint, false)
 }
 
 // bind schedules a pod on the node with the fewest pods of its namespace
