@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"zerodrop.dev/zerodrop/internal/lab/ctrlmetrics"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/world"
@@ -99,9 +98,6 @@ func (r *run) mark(format string, args ...any) {
 	r.mu.Unlock()
 	r.lab.logf("%s: %s at %.1fs", r.name(), label, at.Seconds())
 }
-
-// counters sums the provider figures of every controller pod of the run.
-func (r *run) counters() ctrlmetrics.Counters { return r.ctrls.counters() }
 
 // landed is the writes the run's load balancer accepted, as its world
 // counts them (HAProxy: the runtime API writes counted at its sockets; an

@@ -82,7 +82,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 			return res, err
 		}
 	}
-	base := r.counters()
+	base := r.ctrls.counters()
 	landedBase, err := r.landed()
 	if err != nil {
 		return res, err
@@ -159,7 +159,7 @@ func (r *run) runTraffic(tctx context.Context, landedBase int64) (wait func() []
 // landedBase; the error is the sockets' (a proxy bypassed).
 func (r *run) figures(res *report.Result, snap traffic.Snapshot, base ctrlmetrics.Counters, landedBase int64, lanes []report.BackendLane) error {
 	l := r.lab
-	c := r.counters().Sub(base)
+	c := r.ctrls.counters().Sub(base)
 	res.Requests, res.FailedRequests, res.RequestsLate = snap.Requests, snap.Failed, snap.Late
 	res.RequestsLateStall = snap.LateStall
 	res.LongConns, res.LongConnsClosed, res.LongConnsBroken = snap.LongConns, snap.LongClosed, snap.LongBroken

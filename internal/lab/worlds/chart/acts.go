@@ -250,12 +250,10 @@ func (r *run) IdleRestart() time.Duration { return 90 * time.Second }
 // of the replicas' containers killed in turn (10 s, doubling with each
 // restart of the same container, at most 5 min): what kill-mid-plan waits
 // for on top of each kill's own recovery.
-func (r *run) KillsBackoff(kills int) time.Duration { return backoffs(kills, r.w.N) }
-
-func backoffs(kills, n int) time.Duration {
+func (r *run) KillsBackoff(kills int) time.Duration {
 	var d time.Duration
 	for k := range kills {
-		d += min(10*time.Second<<(k/max(n, 1)), 5*time.Minute)
+		d += min(10*time.Second<<(k/max(r.w.N, 1)), 5*time.Minute)
 	}
 	return d
 }
