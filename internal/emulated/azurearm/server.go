@@ -21,8 +21,11 @@ import (
 // ServeHTTP is the only way in: ClientOptions hands it requests in memory,
 // Handler serves it on a listener.
 
-// Network API versions the emulator answers: armnetwork v7's and v9's.
-var networkVersions = []string{"2025-01-01", "2025-05-01"}
+// Network API versions the emulator answers: armnetwork v7's and v9's, and
+// v6.2.0's 2024-05-01, which cloud-provider-azure v1.33.2 sends (its
+// pkg/azclient v0.8.5 requires armnetwork v6.2.0; loadbalancers_client.go
+// sets that api-version), a subset of v7's documents for what is stored.
+var networkVersions = []string{"2024-05-01", "2025-01-01", "2025-05-01"}
 
 // target is what a request's path names.
 type target struct {
