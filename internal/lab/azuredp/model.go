@@ -1,6 +1,7 @@
 package azuredp
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -115,10 +116,7 @@ func buildModel(lbs []*armnetwork.LoadBalancer, ipconfigs map[string]netip.Addr,
 		m.addLB(lb)
 	}
 	slices.SortFunc(m.rules, func(a, b rule) int {
-		if c := strings.Compare(a.key().lb, b.key().lb); c != 0 {
-			return c
-		}
-		return strings.Compare(a.key().rule, b.key().rule)
+		return cmp.Or(strings.Compare(a.key().lb, b.key().lb), strings.Compare(a.key().rule, b.key().rule))
 	})
 	return m
 }

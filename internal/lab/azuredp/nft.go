@@ -2,6 +2,7 @@ package azuredp
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -148,31 +149,23 @@ func render(rs ruleset, old chainSet) (string, chainSet) {
 	for _, c := range []string{"netdev " + table + " ingress", "ip " + table + " pre", "ip " + table + " nat_pre"} {
 		fmt.Fprintf(&b, "flush chain %s\n", c)
 	}
-	for _, c := range old.netdev {
-		fmt.Fprintf(&b, "flush chain netdev %s %s\n", table, c)
-	}
-	for _, c := range old.ip {
-		fmt.Fprintf(&b, "flush chain ip %s %s\n", table, c)
-	}
-	for _, c := range old.netdev {
-		if !slices.Contains(made.netdev, c) {
-			fmt.Fprintf(&b, "delete chain netdev %s %s\n", table, c)
-		}
-	}
-	for _, c := range old.ip {
-		if !slices.Contains(made.ip, c) {
-			fmt.Fprintf(&b, "delete chain ip %s %s\n", table, c)
+	families := []struct {
+		name      string
+		old, made []string
+	}{{"netdev", old.netdev, made.netdev}, {"ip", old.ip, made.ip}}
+	for _, verb := range []string{"flush", "delete"} {
+		for _, f := range families {
+			for _, c := range f.old {
+				if verb == "flush" || !slices.Contains(f.made, c) {
+					fmt.Fprintf(&b, "%s chain %s %s %s\n", verb, f.name, table, c)
+				}
+			}
 		}
 	}
 	fmt.Fprintf(&b, "flush map netdev %s %s\n", table, nexthops)
 	if len(rs.nexthops) > 0 {
-		marks := make([]uint32, 0, len(rs.nexthops))
-		for m := range rs.nexthops {
-			marks = append(marks, m)
-		}
-		slices.Sort(marks)
 		var elems []string
-		for _, m := range marks {
+		for _, m := range slices.Sorted(maps.Keys(rs.nexthops)) {
 			elems = append(elems, fmt.Sprintf("0x%x : %s", m, rs.nexthops[m]))
 		}
 		fmt.Fprintf(&b, "add element netdev %s %s { %s }\n", table, nexthops, strings.Join(elems, ", "))
@@ -187,11 +180,10 @@ func render(rs ruleset, old chainSet) (string, chainSet) {
 	if len(vips) > 0 {
 		fmt.Fprintf(&b, "add element ip %s %s { %s }\n", table, vipSet, strings.Join(vips, ", "))
 	}
-	for _, c := range made.netdev {
-		fmt.Fprintf(&b, "add chain netdev %s %s\n", table, c)
-	}
-	for _, c := range made.ip {
-		fmt.Fprintf(&b, "add chain ip %s %s\n", table, c)
+	for _, f := range families {
+		for _, c := range f.made {
+			fmt.Fprintf(&b, "add chain %s %s %s\n", f.name, table, c)
+		}
 	}
 	if len(ingressMap) > 0 {
 		fmt.Fprintf(&b, "add rule netdev %s ingress ip protocol tcp ip daddr . tcp dport vmap { %s }\n", table, strings.Join(ingressMap, ", "))

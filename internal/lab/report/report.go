@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -298,18 +298,12 @@ func Kinds(t *Timeline) string {
 		return ""
 	}
 	count := map[string]int{}
-	var order []string
 	for _, f := range t.Failures {
-		k := f.Source + "/" + f.Kind
-		if count[k] == 0 {
-			order = append(order, k)
-		}
-		count[k]++
+		count[f.Source+"/"+f.Kind]++
 	}
-	sort.Strings(order)
-	parts := make([]string, len(order))
-	for i, k := range order {
-		parts[i] = fmt.Sprintf("%s %d", k, count[k])
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(count)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, count[k]))
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
 }

@@ -3,9 +3,9 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
-	"sort"
 	"strconv"
 	"syscall"
 	"time"
@@ -94,12 +94,7 @@ func (r *run) podNodeNames(ctx context.Context) ([]string, error) {
 			nodes[p.Spec.NodeName] = true
 		}
 	}
-	out := make([]string, 0, len(nodes))
-	for n := range nodes {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out, nil
+	return slices.Sorted(maps.Keys(nodes)), nil
 }
 
 // drainReachable connects to the drain Service's ClusterIP from every node.
