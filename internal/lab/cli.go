@@ -110,44 +110,42 @@ type flags struct {
 func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenario := fs.String("scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down, lb-replica-restart (with --data-plane-replicas), or all")
-	mode := fs.String("mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator, upstream and recipe are the real cloud-provider-azure, and gates is that CCM with zerodrop's gates only)")
-	backend := fs.String("backend", scenarios.BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
-	policy := fs.String("traffic-policy", scenarios.PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
-	jsonPath := fs.String("json", "", "write the JSON report to `FILE`")
-	htmlPath := fs.String("html", "", "write an HTML report with timelines to `FILE` (default: "+defaultHTML+" in the repository)")
-	dryRun := fs.Bool("dry-run", false, "check the flags and scenarios and print the runs the lab would make and what it would not run, with why; start nothing")
-	idleRestarts := fs.Int("idle-restarts", scenarios.DefaultIdleRestarts, "restart-idle and maintenance: how often to restart the load balancer's writer (SIGKILL and SIGTERM in turn)")
-	maintenanceWait := fs.Duration("maintenance-wait", scenarios.DefaultMaintenanceWait, "maintenance: how long the tainted node stays, nothing else changed, before the first restart")
-	maintenanceSignal := fs.String("maintenance-signal", scenarios.MaintenanceTaint, "maintenance: how the node is marked leaving: "+
+	fs.StringVar(&f.scenario, "scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down, lb-replica-restart (with --data-plane-replicas), or all")
+	fs.StringVar(&f.mode, "mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator, upstream and recipe are the real cloud-provider-azure, and gates is that CCM with zerodrop's gates only)")
+	fs.StringVar(&f.backend, "backend", scenarios.BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
+	fs.StringVar(&f.policy, "traffic-policy", scenarios.PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
+	fs.StringVar(&f.jsonPath, "json", "", "write the JSON report to `FILE`")
+	fs.StringVar(&f.htmlPath, "html", "", "write an HTML report with timelines to `FILE` (default: "+defaultHTML+" in the repository)")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "check the flags and scenarios and print the runs the lab would make and what it would not run, with why; start nothing")
+	fs.IntVar(&f.idleRestarts, "idle-restarts", scenarios.DefaultIdleRestarts, "restart-idle and maintenance: how often to restart the load balancer's writer (SIGKILL and SIGTERM in turn)")
+	fs.DurationVar(&f.maintenanceWait, "maintenance-wait", scenarios.DefaultMaintenanceWait, "maintenance: how long the tainted node stays, nothing else changed, before the first restart")
+	fs.StringVar(&f.maintenanceSignal, "maintenance-signal", scenarios.MaintenanceTaint, "maintenance: how the node is marked leaving: "+
 		scenarios.MaintenanceTaint+" (the cluster autoscaler's ToBeDeletedByClusterAutoscaler taint) or "+scenarios.MaintenanceExcludeLabel+
 		" (the node.kubernetes.io/exclude-from-external-load-balancers label)")
-	keep := fs.Bool("keep", false, "keep the work directory (logs of every process) and print its path")
-	dir := fs.String("dir", "", "work directory (default: a new temporary one); kept")
-	rate := fs.Int("rate", traffic.DefaultRate, "open-loop requests per `second` (each on a fresh connection)")
-	gracePeriod := fs.Duration("grace-period", scenarios.DefaultGracePeriod, "the workload pods' terminationGracePeriodSeconds in every mode but recipe (whole seconds, at least 1s): the gates' bound is this minus the shutdown budget")
-	recipe := scenarios.DefaultRecipe
-	fs.DurationVar(&recipe.PreStopSleep, "recipe-prestop-sleep", scenarios.DefaultRecipe.PreStopSleep, "recipe mode: the pods' preStop sleep")
-	fs.DurationVar(&recipe.GracePeriod, "recipe-grace-period", scenarios.DefaultRecipe.GracePeriod, "recipe mode: terminationGracePeriodSeconds")
-	fs.DurationVar(&recipe.MinReady, "recipe-min-ready", scenarios.DefaultRecipe.MinReady, "recipe mode: the Deployment's minReadySeconds")
-	var chaos scenarios.ChaosOptions
-	fs.IntVar(&chaos.MidPlanKills, "kills", 0, fmt.Sprintf("kill-mid-plan: how often to SIGKILL the writer at a plan's first write (default %d; %d with --from-chart, where each kill waits out the kubelet's back-off)",
+	fs.BoolVar(&f.keep, "keep", false, "keep the work directory (logs of every process) and print its path")
+	fs.StringVar(&f.dir, "dir", "", "work directory (default: a new temporary one); kept")
+	fs.IntVar(&f.rate, "rate", traffic.DefaultRate, "open-loop requests per `second` (each on a fresh connection)")
+	fs.DurationVar(&f.gracePeriod, "grace-period", scenarios.DefaultGracePeriod, "the workload pods' terminationGracePeriodSeconds in every mode but recipe (whole seconds, at least 1s): the gates' bound is this minus the shutdown budget")
+	f.recipe = scenarios.DefaultRecipe
+	fs.DurationVar(&f.recipe.PreStopSleep, "recipe-prestop-sleep", scenarios.DefaultRecipe.PreStopSleep, "recipe mode: the pods' preStop sleep")
+	fs.DurationVar(&f.recipe.GracePeriod, "recipe-grace-period", scenarios.DefaultRecipe.GracePeriod, "recipe mode: terminationGracePeriodSeconds")
+	fs.DurationVar(&f.recipe.MinReady, "recipe-min-ready", scenarios.DefaultRecipe.MinReady, "recipe mode: the Deployment's minReadySeconds")
+	fs.IntVar(&f.chaos.MidPlanKills, "kills", 0, fmt.Sprintf("kill-mid-plan: how often to SIGKILL the writer at a plan's first write (default %d; %d with --from-chart, where each kill waits out the kubelet's back-off)",
 		report.DefaultMidPlanKills, chart.DefaultKills))
-	fs.DurationVar(&chaos.APIServerOutage, "apiserver-outage", report.DefaultAPIServerOutage, "apiserver-down: how long kube-apiserver stays stopped")
-	appSigterm := fs.String("app-sigterm", traffic.AppSigtermGraceful, "graceful|exit: the workload's SIGTERM handling — a graceful shutdown, or none (exit at once, every connection closed without a word)")
-	var az azureFlags
-	fs.Float64Var(&az.faultRate, "azure-fault-rate", 0, "with --provider "+ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) during each scenario's act, e.g. 0.2")
-	fs.StringVar(&az.idleChange, "azure-idle-change", azure.IdleChangeNone, "with --provider "+ProviderAzureEmulator+": what restart-idle changes while the writer is down: "+strings.Join(azure.IdleChanges, " or ")+" (endpoints-move: every Local other Service's endpoints move to other nodes, see --azure-services; pool-drift: one node's machine is rewritten out of band without the NIC-based pool, as infrastructure code would)")
-	fs.StringVar(&az.ccmLBs, "azure-ccm-lbs", azure.CCMSingleLB, "with --provider "+ProviderAzureEmulator+": cloud-provider-azure with one Standard load balancer ("+azure.CCMSingleLB+") or "+azure.CCMMultipleLBs+" (multipleStandardLoadBalancerConfigurations: two, nodes placed by availability set)")
-	az.declareConfigFlags(fs)
-	fs.IntVar(&az.services, "azure-services", 0, "with --provider "+ProviderAzureEmulator+": `N` other Services beside the workload's, node-backed, half of them Local, without traffic (their endpoints written by the lab): the load balancer's other tenants")
-	fs.BoolVar(&az.sharedLB, "azure-shared-lb", false, "with --provider "+ProviderAzureEmulator+": zerodrop mode writes the CCM's internal load balancer, with the CCM running beside it and writing the other Services (--azure-services)")
-	fs.StringVar(&az.armLatency, "arm-latency", azure.DefaultARMLatency.String(), "with --provider "+ProviderAzureEmulator+": how long an ARM write's operation takes (a GET shows Updating until then); a comma-separated list sweeps")
-	fs.StringVar(&az.lbPropagation, "lb-propagation", "0s", "with --provider "+ProviderAzureEmulator+": how long after ARM's operation ends the data plane applies a write (no client can see it); a list sweeps")
-	fs.StringVar(&az.healthLag, "health-lag", "0s", "with --provider "+ProviderAzureEmulator+": how old the rule-health operation's answer is (zerodrop mode reads it); a list sweeps")
-	fromChart := fs.Bool("from-chart", false, "zerodrop mode: install zerodrop from the repository's chart (helm template, applied per run; the data plane a DaemonSet on the load-balancer hosts), with --data-plane-replicas")
-	dataPlane := fs.Int("data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
-	prov := fs.String("provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: the scenarios with traffic through an emulated Azure load balancer, written by the real cloud-provider-azure or by zerodrop; see docs/azure.md)")
+	fs.DurationVar(&f.chaos.APIServerOutage, "apiserver-outage", report.DefaultAPIServerOutage, "apiserver-down: how long kube-apiserver stays stopped")
+	fs.StringVar(&f.appSigterm, "app-sigterm", traffic.AppSigtermGraceful, "graceful|exit: the workload's SIGTERM handling — a graceful shutdown, or none (exit at once, every connection closed without a word)")
+	fs.Float64Var(&f.az.faultRate, "azure-fault-rate", 0, "with --provider "+ProviderAzureEmulator+": the share of ARM requests that fail (412, 429, 500, slow) during each scenario's act, e.g. 0.2")
+	fs.StringVar(&f.az.idleChange, "azure-idle-change", azure.IdleChangeNone, "with --provider "+ProviderAzureEmulator+": what restart-idle changes while the writer is down: "+strings.Join(azure.IdleChanges, " or ")+" (endpoints-move: every Local other Service's endpoints move to other nodes, see --azure-services; pool-drift: one node's machine is rewritten out of band without the NIC-based pool, as infrastructure code would)")
+	fs.StringVar(&f.az.ccmLBs, "azure-ccm-lbs", azure.CCMSingleLB, "with --provider "+ProviderAzureEmulator+": cloud-provider-azure with one Standard load balancer ("+azure.CCMSingleLB+") or "+azure.CCMMultipleLBs+" (multipleStandardLoadBalancerConfigurations: two, nodes placed by availability set)")
+	f.az.declareConfigFlags(fs)
+	fs.IntVar(&f.az.services, "azure-services", 0, "with --provider "+ProviderAzureEmulator+": `N` other Services beside the workload's, node-backed, half of them Local, without traffic (their endpoints written by the lab): the load balancer's other tenants")
+	fs.BoolVar(&f.az.sharedLB, "azure-shared-lb", false, "with --provider "+ProviderAzureEmulator+": zerodrop mode writes the CCM's internal load balancer, with the CCM running beside it and writing the other Services (--azure-services)")
+	fs.StringVar(&f.az.armLatency, "arm-latency", azure.DefaultARMLatency.String(), "with --provider "+ProviderAzureEmulator+": how long an ARM write's operation takes (a GET shows Updating until then); a comma-separated list sweeps")
+	fs.StringVar(&f.az.lbPropagation, "lb-propagation", "0s", "with --provider "+ProviderAzureEmulator+": how long after ARM's operation ends the data plane applies a write (no client can see it); a list sweeps")
+	fs.StringVar(&f.az.healthLag, "health-lag", "0s", "with --provider "+ProviderAzureEmulator+": how old the rule-health operation's answer is (zerodrop mode reads it); a list sweeps")
+	fs.BoolVar(&f.fromChart, "from-chart", false, "zerodrop mode: install zerodrop from the repository's chart (helm template, applied per run; the data plane a DaemonSet on the load-balancer hosts), with --data-plane-replicas")
+	fs.IntVar(&f.dataPlane, "data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
+	fs.StringVar(&f.prov, "provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: the scenarios with traffic through an emulated Azure load balancer, written by the real cloud-provider-azure or by zerodrop; see docs/azure.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down,lb-replica-restart|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator [--arm-latency LIST] [--lb-propagation LIST] [--health-lag LIST]] [--rate N] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
@@ -162,18 +160,15 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
 		return flags{}, 2, false
 	}
-	if !slices.Contains(scenarios.MaintenanceSignals, *maintenanceSignal) {
-		fmt.Fprintf(stderr, "zerodrop lab: --maintenance-signal %q: want %s\n", *maintenanceSignal, strings.Join(scenarios.MaintenanceSignals, " or "))
+	if !slices.Contains(scenarios.MaintenanceSignals, f.maintenanceSignal) {
+		fmt.Fprintf(stderr, "zerodrop lab: --maintenance-signal %q: want %s\n", f.maintenanceSignal, strings.Join(scenarios.MaintenanceSignals, " or "))
 		return flags{}, 2, false
 	}
-	if chaos.MidPlanKills < 0 || chaos.APIServerOutage < time.Second || *idleRestarts < 1 || *maintenanceWait < time.Second {
+	if f.chaos.MidPlanKills < 0 || f.chaos.APIServerOutage < time.Second || f.idleRestarts < 1 || f.maintenanceWait < time.Second {
 		fmt.Fprintln(stderr, "zerodrop lab: --kills must be 1 or more (0: its default), --idle-restarts at least 1, --apiserver-outage and --maintenance-wait at least 1s")
 		return flags{}, 2, false
 	}
-	return flags{scenario: *scenario, mode: *mode, backend: *backend, policy: *policy, jsonPath: *jsonPath, htmlPath: *htmlPath,
-		keep: *keep, dir: *dir, rate: *rate, recipe: recipe, chaos: chaos, appSigterm: *appSigterm, az: az,
-		fromChart: *fromChart, dataPlane: *dataPlane, prov: *prov, dryRun: *dryRun, idleRestarts: *idleRestarts,
-		gracePeriod: *gracePeriod, maintenanceWait: *maintenanceWait, maintenanceSignal: *maintenanceSignal}, 0, true
+	return f, 0, true
 }
 
 // options checks the flags of the HAProxy lab and turns them into the

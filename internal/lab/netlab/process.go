@@ -156,19 +156,16 @@ func Serve(ln net.Listener, handle func(c net.Conn, track func(net.Conn) bool)) 
 			}()
 		}
 	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			ln.Close()
-			mu.Lock()
-			stopped = true
-			for c := range conns {
-				c.Close()
-			}
-			mu.Unlock()
-			wg.Wait()
-		})
-	}
+	return sync.OnceFunc(func() {
+		ln.Close()
+		mu.Lock()
+		stopped = true
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
 }
 
 // pipe copies both ways until either side ends, then closes both.

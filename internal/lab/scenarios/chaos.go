@@ -214,13 +214,7 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("stop kube-apiserver: %w", err)
 	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}
+	resume := sync.OnceFunc(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	// Resumed on every way out: the lab's own clients need it.
 	defer resume()
 	start := time.Now()
