@@ -86,15 +86,15 @@ func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.Re
 // controller container sent SIGKILL, then SIGTERM, each time waited for
 // until the kubelet has started it again and it is ready.
 func (r *run) restartFirstControllerContainer(ctx context.Context, act world.Act, d *dataplane.Replica) error {
-	key := world.ControllerNamespace + "/" + d.PodName()
+	key := world.ControllerNamespace + "/" + d.Pod()
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		before := d.Landed()
-		restarts := r.containerRestarts(d.PodName())
+		restarts := r.containerRestarts(d.Pod())
 		act.Mark("replica 0: %s its controller container", sig)
 		if err := r.w.Lab.Agent.SignalContainer(key, world.ControllerContainer, sig); err != nil {
 			return err
 		}
-		if err := r.waitContainerRestarted(ctx, d.PodName(), restarts); err != nil {
+		if err := r.waitContainerRestarted(ctx, d.Pod(), restarts); err != nil {
 			return err
 		}
 		act.Mark("replica 0: controller container ready again")
@@ -187,13 +187,13 @@ func (r *run) RestartWriter(ctx context.Context, sig syscall.Signal, atKill func
 	if d == nil {
 		return fmt.Errorf("no data-plane pod on %s", cluster.HostNodeName(i))
 	}
-	targets := []string{leader, d.PodName()}
+	targets := []string{leader, d.Pod()}
 	before := make([]int32, len(targets))
 	for j, pod := range targets {
 		before[j] = r.containerRestarts(pod)
 	}
 	atKill(fmt.Sprintf("%s (the leader) and %s (data-plane replica %d): their %s containers",
-		world.ShortPod(leader), world.ShortPod(d.PodName()), i, world.ControllerContainer))
+		world.ShortPod(leader), world.ShortPod(d.Pod()), i, world.ControllerContainer))
 	// The leader's process is no leader candidate from here on; its
 	// container's next process is scraped under a key of its own (by its
 	// restarts), so it may take the lease again.
@@ -228,7 +228,7 @@ func (r *run) MidPlanWriter(_ context.Context, kills int) (world.Writer, error) 
 	if d == nil {
 		return world.Writer{}, fmt.Errorf("no data-plane pod on %s", cluster.HostNodeName(i))
 	}
-	pod := d.PodName()
+	pod := d.Pod()
 	before := r.containerRestarts(pod)
 	return world.Writer{
 		Name:    fmt.Sprintf("%s (data-plane replica %d)'s %s container", world.ShortPod(pod), i, world.ControllerContainer),

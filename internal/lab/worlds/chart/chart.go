@@ -185,7 +185,6 @@ func (r *run) Stop() {
 		r.Env.Logf("%s: uninstall the chart: %v", r.Env.Name, err)
 	}
 	r.Plane.Stop(ctx)
-	r.Plane.CloseSocks()
 }
 
 // OwnsWriters: the chart's controllers and data plane are the writers.

@@ -216,9 +216,7 @@ func (p *Plane) retireReplica(d *Replica) {
 	d.mu.Lock()
 	p.retireSocks(d, func(*sockcount.Proxy) bool { return true })
 	d.mu.Unlock()
-	p.mu.Lock()
-	p.replicas = slices.DeleteFunc(p.replicas, func(o *Replica) bool { return o == d })
-	p.mu.Unlock()
+	p.DropReplica(d)
 	p.cfg.Logf("%s: data-plane pod %s retired (replica %d)", p.cfg.Name, d.Pod(), d.index)
 }
 

@@ -114,9 +114,6 @@ func (d *Replica) Index() int { return d.index }
 // Dir is the replica's HAProxy directory.
 func (d *Replica) Dir() string { return d.dir }
 
-// PodName is the DaemonSet pod's name of a replica installed from the chart.
-func (d *Replica) PodName() string { return d.podName }
-
 // Pod is the name of the replica's Pod.
 func (d *Replica) Pod() string {
 	if d.podName != "" {
@@ -210,19 +207,6 @@ func (p *Plane) addSocks(s ...*sockcount.Proxy) {
 	p.mu.Lock()
 	p.socks = append(p.socks, s...)
 	p.mu.Unlock()
-}
-
-// CloseSocks closes the counting proxies in front of every replica's
-// sockets (after the replicas stopped).
-func (p *Plane) CloseSocks() {
-	p.mu.Lock()
-	socks := slices.Clone(p.socks)
-	p.mu.Unlock()
-	for _, s := range socks {
-		if err := s.Close(); err != nil {
-			p.cfg.Logf("%s: %v", p.cfg.Name, err)
-		}
-	}
 }
 
 // Landed is the writes counted at every replica's HAProxy sockets, retired

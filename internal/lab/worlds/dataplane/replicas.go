@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -225,9 +226,10 @@ func (p *Plane) StopReplica(ctx context.Context, d *Replica) error {
 }
 
 // Stop ends every replica of the lab's arrangement (the chart's are
-// retired and uninstalled by then: RetireAll) and routes the client to the
+// retired and uninstalled by then: RetireAll), routes the client to the
 // first load balancer only, as runs without a data plane of replicas
-// expect.
+// expect, and closes the counting proxies in front of every replica's
+// sockets.
 func (p *Plane) Stop(ctx context.Context) {
 	if !p.cfg.FromChart {
 		for _, d := range p.Replicas() {
@@ -238,6 +240,14 @@ func (p *Plane) Stop(ctx context.Context) {
 	}
 	if err := p.cfg.Net.RouteTo(ctx, true, 0); err != nil {
 		p.cfg.Logf("%s: route to the first load balancer: %v", p.cfg.Name, err)
+	}
+	p.mu.Lock()
+	socks := slices.Clone(p.socks)
+	p.mu.Unlock()
+	for _, s := range socks {
+		if err := s.Close(); err != nil {
+			p.cfg.Logf("%s: %v", p.cfg.Name, err)
+		}
 	}
 }
 

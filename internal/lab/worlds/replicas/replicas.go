@@ -68,7 +68,6 @@ func (r *run) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	r.Plane.Stop(ctx)
-	r.Plane.CloseSocks()
 }
 
 // OwnsWriters: the controllers' control role is the runner's pods.
