@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 )
 
@@ -38,12 +40,8 @@ func (d *DataPlane) LaggedRuleHealth(lag time.Duration) (azurearm.RuleHealth, fu
 	var mu sync.Mutex
 	var samples []lagSample
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(lagPeriod)
-		defer t.Stop()
-		for {
+	wg.Go(func() {
+		wait.NonSlidingUntilWithContext(ctx, func(context.Context) {
 			s := lagSample{at: time.Now(), rules: d.allRuleHealth()}
 			mu.Lock()
 			// Keep what covers lag, and one sample older than it.
@@ -53,13 +51,8 @@ func (d *DataPlane) LaggedRuleHealth(lag time.Duration) (azurearm.RuleHealth, fu
 			}
 			samples = append(samples[cut:], s)
 			mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+		}, lagPeriod)
+	})
 	f := func(resourceGroup, loadBalancer, rule string) ([]azurearm.BackendHealth, error) {
 		if !strings.EqualFold(resourceGroup, d.cfg.ResourceGroup) {
 			return nil, fmt.Errorf("%w: resource group %s is not %s", ErrUnknownRule, resourceGroup, d.cfg.ResourceGroup)

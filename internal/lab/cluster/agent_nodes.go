@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/model"
 )
 
@@ -106,14 +107,7 @@ func HostNodeName(i int) string { return fmt.Sprintf("lab-lb-%d", i+1) }
 // heartbeats renew each node's Lease and Ready condition every 10 s, as the
 // kubelet does, so that the node lifecycle controller keeps the nodes Ready.
 func (a *Agent) heartbeats(ctx context.Context) {
-	t := time.NewTicker(10 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	for traffic.SleepCtx(ctx, 10*time.Second) {
 		for _, name := range a.nodes {
 			if a.NodeDown(name) {
 				continue

@@ -329,15 +329,13 @@ func (r *podRuntime) terminate(grace time.Duration) {
 			if c.Lifecycle == nil || c.Lifecycle.PreStop == nil {
 				continue
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				res, failed := r.preStop(hookCtx, c)
 				r.logf("pod %s container %s preStop: %s after %s", r.key, c.Name, res, time.Since(start).Round(time.Millisecond))
 				if r.env.hookDone != nil {
 					r.env.hookDone(r.pod, failed)
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		cancel()

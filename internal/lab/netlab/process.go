@@ -120,9 +120,7 @@ func Serve(ln net.Listener, handle func(c net.Conn, track func(net.Conn) bool)) 
 		conns[c] = struct{}{}
 		return true
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if errors.Is(err, net.ErrClosed) {
@@ -134,9 +132,7 @@ func Serve(ln net.Listener, handle func(c net.Conn, track func(net.Conn) bool)) 
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				var mine []net.Conn
 				own := func(c net.Conn) bool {
 					mine = append(mine, c)
@@ -153,9 +149,9 @@ func Serve(ln net.Listener, handle func(c net.Conn, track func(net.Conn) bool)) 
 				if own(c) {
 					handle(c, own)
 				}
-			}()
+			})
 		}
-	}()
+	})
 	return sync.OnceFunc(func() {
 		ln.Close()
 		mu.Lock()

@@ -60,11 +60,9 @@ func actDrainNode(ctx context.Context, r *run) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(byNode[node]))
 	for _, name := range byNode[node] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			errs <- r.evict(ctx, name)
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

@@ -22,34 +22,29 @@ func actChurn(ctx context.Context, r *run) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
-	wg.Add(2)
 	if c, ok := r.world.(world.Churner); ok {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := c.Churn(cctx); err != nil {
 				errs <- err
 			}
-		}()
+		})
 	}
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		for i := 0; traffic.SleepCtx(cctx, 1500*time.Millisecond); i++ {
 			if err := r.scale(ctx, []int32{5, 2, 4, 3, 5, 2, 4, 3, 5, 2}[i%10]); err != nil {
 				errs <- err
 				return
 			}
 		}
-	}()
-	go func() {
-		defer wg.Done()
+	})
+	wg.Go(func() {
 		for i := 0; traffic.SleepCtx(cctx, 2*time.Second); i++ {
 			if err := r.flipService(ctx, i); err != nil {
 				errs <- err
 				return
 			}
 		}
-	}()
+	})
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {

@@ -141,13 +141,9 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 func (r *run) runTraffic(tctx context.Context, landedBase int64) (wait func() []report.BackendLane) {
 	var wg sync.WaitGroup
 	var lanes []report.BackendLane
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		traffic.RunTraffic(tctx, r.lab.net.Client.DialContext, r.addr, r.lab.opts.Rate, r.rec)
-	}()
-	go func() { defer wg.Done(); r.lab.progress(tctx, r, landedBase) }()
-	go func() { defer wg.Done(); lanes = r.sampleStates(tctx, r.rec.Start) }()
+	wg.Go(func() { traffic.RunTraffic(tctx, r.lab.net.Client.DialContext, r.addr, r.lab.opts.Rate, r.rec) })
+	wg.Go(func() { r.lab.progress(tctx, r, landedBase) })
+	wg.Go(func() { lanes = r.sampleStates(tctx, r.rec.Start) })
 	return func() []report.BackendLane {
 		wg.Wait()
 		return lanes

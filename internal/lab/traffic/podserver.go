@@ -130,8 +130,7 @@ func (s *PodServer) Shutdown(ctx context.Context) error {
 	var wsDone sync.WaitGroup
 	s.mu.Lock()
 	for c := range s.ws {
-		wsDone.Add(1)
-		go func() { defer wsDone.Done(); c.goAway() }()
+		wsDone.Go(c.goAway)
 	}
 	s.mu.Unlock()
 	wait, cancel := context.WithTimeout(ctx, announceWait)

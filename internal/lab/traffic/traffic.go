@@ -220,16 +220,13 @@ func (e *statusError) Error() string { return fmt.Sprintf("status %d", e.code) }
 // WebSocket clients.
 func RunTraffic(ctx context.Context, dial dialer, addr string, rate int, rec *Recorder) {
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); openLoop(ctx, dial, addr, rate, poolSize(rate), rec) }()
+	wg.Go(func() { openLoop(ctx, dial, addr, rate, poolSize(rate), rec) })
 	for i := range LongConns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if SleepCtx(ctx, time.Duration(i)*longPeriod/LongConns) {
 				longClient(ctx, dial, addr, rec)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
@@ -272,9 +269,7 @@ func openLoop(ctx context.Context, dial dialer, addr string, rate, workers int, 
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				i := next.Add(1) - 1
 				if i >= slots {
@@ -298,7 +293,7 @@ func openLoop(ctx context.Context, dial dialer, addr string, rate, workers int, 
 				began, err := send(context.WithoutCancel(ctx), client, url, i%2 == 1)
 				rec.request(err, max(began.Sub(slot)-lateAfter, 0), why)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
