@@ -66,41 +66,27 @@ func newControllers(r *run) *controllers {
 // recipe modes runs: the lab's cloud-controller-manager (upstream.Main).
 const UpstreamCommand = "upstream-controller"
 
-// zerodropArgs are the controller's leader-election and endpoint flags with
-// the run's own class and pool, and its world's load balancer (the webhook
-// runs in the lab process: see docs/lab.md).
-func (cs *controllers) zerodropArgs() []string {
+// args are the mode's controller flags: zerodrop's controller with the
+// run's own class and pool, its world's load balancer, its endpoints and
+// leader election (the webhook runs in the lab process: see docs/lab.md),
+// or in the upstream and recipe modes the upstream service controller in
+// its own cloud-controller-manager process (upstream.Main), with that
+// component's default lease settings, attached to the run's HAProxy.
+func (cs *controllers) args() []string {
 	r := cs.run
-	args := []string{
-		"controller",
-		"--kubeconfig=" + r.lab.net.Kubeconfig,
-		"--load-balancer-class=" + r.class,
-		"--address-pool=" + cluster.FrontendPool(r.id),
+	kubeconfig, pool := "--kubeconfig="+r.lab.net.Kubeconfig, "--address-pool="+cluster.FrontendPool(r.id)
+	if !r.mode.Gated() {
+		args := r.world.ControllerArgs([]string{"lab", UpstreamCommand, kubeconfig, pool})
+		return append(args, fmt.Sprintf("--metrics-bind-address=:%d", metricsPort),
+			"--leader-election-namespace="+ctrlNamespace, "--leader-election-id=cloud-controller-manager-lab-"+strconv.Itoa(r.id))
 	}
-	args = r.world.ControllerArgs(args)
+	args := r.world.ControllerArgs([]string{"controller", kubeconfig, "--load-balancer-class=" + r.class, pool})
 	return append(args,
 		fmt.Sprintf("--metrics-bind-address=:%d", metricsPort),
 		fmt.Sprintf("--health-probe-bind-address=:%d", probesPort),
 		fmt.Sprintf("--drain-bind-address=:%d", drainPort),
 		"--leader-election-namespace="+ctrlNamespace,
 		"--leader-election-id=zerodrop-lab-"+strconv.Itoa(r.id),
-	)
-}
-
-// upstreamArgs run the upstream service controller in its own
-// cloud-controller-manager process (upstream.Main), with that component's
-// default lease settings, attached to the run's HAProxy.
-func (cs *controllers) upstreamArgs() []string {
-	r := cs.run
-	args := r.world.ControllerArgs([]string{
-		"lab", UpstreamCommand,
-		"--kubeconfig=" + r.lab.net.Kubeconfig,
-		"--address-pool=" + cluster.FrontendPool(r.id),
-	})
-	return append(args,
-		fmt.Sprintf("--metrics-bind-address=:%d", metricsPort),
-		"--leader-election-namespace="+ctrlNamespace,
-		"--leader-election-id=cloud-controller-manager-lab-"+strconv.Itoa(r.id),
 	)
 }
 
@@ -150,10 +136,11 @@ const controllerReplicas = 2
 // start creates the mode's controller Deployment.
 func (cs *controllers) start(ctx context.Context) error {
 	r := cs.run
-	d := cs.deployment("zerodrop", controllerReplicas, cs.zerodropArgs())
+	name := "zerodrop"
 	if !r.mode.Gated() {
-		d = cs.deployment("upstream", controllerReplicas, cs.upstreamArgs())
+		name = "upstream"
 	}
+	d := cs.deployment(name, controllerReplicas, cs.args())
 	if _, err := r.lab.cp.Client.AppsV1().Deployments(ctrlNamespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("controller deployment %s: %w", d.Name, err)
 	}

@@ -59,9 +59,6 @@ func Main(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.leaseNS, "leader-election-namespace", "kube-system", "namespace of the leader Lease")
 	fs.StringVar(&o.leaseName, "leader-election-id", "cloud-controller-manager", "name of the leader Lease")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "where leader_election_master_status is served")
-	fs.DurationVar(&o.leaseDuration, "lease-duration", DefaultLeaseDuration, "leader lease duration")
-	fs.DurationVar(&o.renewDeadline, "renew-deadline", DefaultRenewDeadline, "leader renew deadline")
-	fs.DurationVar(&o.retryPeriod, "retry-period", DefaultRetryPeriod, "leader retry period")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -80,7 +77,6 @@ func Main(args []string, stderr io.Writer) int {
 type mainOptions struct {
 	kubeconfig, dir, binary, leaseNS, leaseName, metricsAddr string
 	pool                                                     netip.Prefix
-	leaseDuration, renewDeadline, retryPeriod                time.Duration
 }
 
 // runManager starts the cloud-controller-manager and returns only on a
@@ -125,12 +121,12 @@ func runManager(o mainOptions, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "upstream-controller: %s contends for lease %s/%s (%s/%s/%s)\n", id, o.leaseNS, o.leaseName,
-		o.leaseDuration, o.renewDeadline, o.retryPeriod)
+		DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod)
 	leaderelection.RunOrDie(context.TODO(), leaderelection.LeaderElectionConfig{
 		Lock:          lock,
-		LeaseDuration: o.leaseDuration,
-		RenewDeadline: o.renewDeadline,
-		RetryPeriod:   o.retryPeriod,
+		LeaseDuration: DefaultLeaseDuration,
+		RenewDeadline: DefaultRenewDeadline,
+		RetryPeriod:   DefaultRetryPeriod,
 		Name:          o.leaseName,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
