@@ -342,12 +342,7 @@ func (a *Agent) Abandon(match func(*corev1.Pod) bool) {
 func (a *Agent) isAbandoned(pod *corev1.Pod) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, m := range a.abandoned {
-		if m(pod) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(a.abandoned, func(match func(*corev1.Pod) bool) bool { return match(pod) })
 }
 
 // counts reports a namespace's pod processes: running and terminating.

@@ -49,15 +49,7 @@ var chartImages = []string{"zerodrop", "zerodrop-dataplane"}
 // chartPod reports whether every container of pod runs one of zerodrop's
 // images (and none is the lab's own controller image).
 func chartPod(pod *corev1.Pod) bool {
-	if len(pod.Spec.Containers) == 0 {
-		return false
-	}
-	for _, c := range pod.Spec.Containers {
-		if !chartImage(c.Image) {
-			return false
-		}
-	}
-	return true
+	return len(pod.Spec.Containers) > 0 && !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return !chartImage(c.Image) })
 }
 
 func chartImage(image string) bool {

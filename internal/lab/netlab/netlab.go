@@ -274,15 +274,14 @@ func (l *Lab) addNetns(ctx context.Context, suffix string) (*Netns, error) {
 
 // step runs one setup step, after the test hook (which may fail it).
 func (l *Lab) step(ctx context.Context, what string, fn func() error) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("netlab: %s: %w", what, err)
+	err := ctx.Err()
+	if err == nil && l.hook != nil {
+		err = l.hook(what)
 	}
-	if l.hook != nil {
-		if err := l.hook(what); err != nil {
-			return fmt.Errorf("netlab: %s: %w", what, err)
-		}
+	if err == nil {
+		err = fn()
 	}
-	if err := fn(); err != nil {
+	if err != nil {
 		return fmt.Errorf("netlab: %s: %w", what, err)
 	}
 	return nil

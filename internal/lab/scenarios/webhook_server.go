@@ -30,7 +30,6 @@ import (
 // readiness gate and the drain preStop hook exactly as in a cluster.
 type webhookServer struct {
 	srv *http.Server
-	ln  net.Listener
 }
 
 const labWebhookConfiguration = "zerodrop-lab"
@@ -72,7 +71,7 @@ func startWebhook(ctx context.Context, cp *cluster.ControlPlane) (*webhookServer
 	if err != nil {
 		return nil, err
 	}
-	w := &webhookServer{ln: ln, srv: &http.Server{
+	w := &webhookServer{srv: &http.Server{
 		Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12},
 	}}

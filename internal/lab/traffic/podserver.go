@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,14 +98,9 @@ const (
 )
 
 func ExitsOnSIGTERM(pod *corev1.Pod) bool {
-	for _, c := range pod.Spec.Containers {
-		for _, e := range c.Env {
-			if e.Name == AppSigtermEnv && e.Value == AppSigtermExit {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool {
+		return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == AppSigtermEnv && e.Value == AppSigtermExit })
+	})
 }
 
 // announceWait bounds how long a stopping pod waits for its keep-alive
