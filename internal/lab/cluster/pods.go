@@ -225,10 +225,7 @@ func (r *podRuntime) probeLoop(ctx context.Context, c *corev1.Container) {
 	p := c.ReadinessProbe
 	period := secondsOr(p.PeriodSeconds, 10)
 	timeout := secondsOr(p.TimeoutSeconds, 1)
-	success, failure := int(p.SuccessThreshold), int(p.FailureThreshold)
-	if success <= 0 {
-		success = 1
-	}
+	success, failure := max(int(p.SuccessThreshold), 1), int(p.FailureThreshold)
 	if failure <= 0 {
 		failure = 3
 	}

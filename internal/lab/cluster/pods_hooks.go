@@ -62,13 +62,22 @@ func sleepCommand(cmd []string) (time.Duration, bool) {
 	return time.Duration(f * float64(time.Second)), true
 }
 
-// httpGetDetail sends an httpGet probe's or hook's request and returns the
-// answer's status and what it said: the drain endpoint's result header, or
-// the first line of an error body.
+// httpGetDetail sends an httpGet probe's or hook's request, the GET the
+// kubelet sends, with the action's httpHeaders (a Host header sets the
+// request's host) as the kubelet's lifecycle and prober handlers add them,
+// and returns the answer's status and what it said: the drain endpoint's
+// result header, or the first line of an error body.
 func httpGetDetail(ctx context.Context, hookClient *http.Client, u string, headers []corev1.HTTPHeader) (int, string, error) {
-	req, err := newHookRequest(ctx, u, headers)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return 0, "", err
+	}
+	for _, h := range headers {
+		if http.CanonicalHeaderKey(h.Name) == "Host" {
+			req.Host = h.Value
+			continue
+		}
+		req.Header.Add(h.Name, h.Value)
 	}
 	resp, err := hookClient.Do(req)
 	if err != nil {
@@ -81,22 +90,4 @@ func httpGetDetail(ctx context.Context, hookClient *http.Client, u string, heade
 		return resp.StatusCode, r + ": " + line, nil
 	}
 	return resp.StatusCode, line, nil
-}
-
-// newHookRequest is the GET the kubelet sends for an httpGet hook or probe:
-// with the action's httpHeaders (a Host header sets the request's host), as
-// the kubelet's lifecycle and prober handlers add them.
-func newHookRequest(ctx context.Context, u string, headers []corev1.HTTPHeader) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	for _, h := range headers {
-		if http.CanonicalHeaderKey(h.Name) == "Host" {
-			req.Host = h.Value
-			continue
-		}
-		req.Header.Add(h.Name, h.Value)
-	}
-	return req, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -87,8 +88,7 @@ func (r *podRuntime) stopSidecars(grace time.Duration) {
 	list := r.sidecars
 	r.sidecars = nil
 	r.mu.Unlock()
-	for i := len(list) - 1; i >= 0; i-- {
-		p := list[i]
+	for _, p := range slices.Backward(list) {
 		if grace > 0 {
 			p.Signal(syscall.SIGTERM)
 			select {
