@@ -99,10 +99,14 @@ type Run interface {
 	SteadyTimeout(n int32) time.Duration
 }
 
-// Defaults, embedded in a Run, are the answers of a world that adds nothing
+// Defaults, embedded in a Run, are the answers of a world whose writers
+// are the runner's controller pods, which adds no flags to theirs, nothing
 // to the workload's Service, forwards nothing to the controller pods and
 // adds nothing to the steady timeout.
 type Defaults struct{}
+
+func (Defaults) OwnsWriters() bool                     { return false }
+func (Defaults) ControllerArgs(base []string) []string { return base }
 
 func (Defaults) Service(*corev1.Service)           {}
 func (Defaults) ServiceCreated(*corev1.Service)    {}

@@ -190,9 +190,6 @@ func (r *run) Stop() {
 // OwnsWriters: the chart's controllers and data plane are the writers.
 func (r *run) OwnsWriters() bool { return true }
 
-// ControllerArgs: the chart's (the runner starts no controller pods).
-func (r *run) ControllerArgs(base []string) []string { return base }
-
 // ControllerSelector are the chart's controller pods.
 func (r *run) ControllerSelector() map[string]string {
 	return map[string]string{dataplane.LabelAppName: r.name}

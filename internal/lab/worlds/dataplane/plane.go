@@ -127,13 +127,6 @@ func (d *Replica) Replacement() *Replica {
 	return &Replica{index: d.index, gen: d.gen + 1, runID: d.runID, host: d.host}
 }
 
-// Process is the replica's zerodrop process (the lab's arrangement).
-func (d *Replica) Process() *netlab.Process {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.proc
-}
-
 // ProcessRun is the replica's zerodrop process and how many were started,
 // the last one included.
 func (d *Replica) ProcessRun() (*netlab.Process, int) {

@@ -212,7 +212,7 @@ func (p *Plane) replicaPod(ctx context.Context, d *Replica) error {
 // StopReplica ends a replica: its zerodrop process, its HAProxy, its Pod.
 func (p *Plane) StopReplica(ctx context.Context, d *Replica) error {
 	var errs []error
-	if proc := d.Process(); proc != nil {
+	if proc, _ := d.ProcessRun(); proc != nil {
 		_ = proc.Stop()
 	}
 	if d.prov != nil {

@@ -173,9 +173,6 @@ func (h *run) Stop() {
 	}
 }
 
-// OwnsWriters: the writers are the runner's controller pods.
-func (h *run) OwnsWriters() bool { return false }
-
 // ControllerArgs point either controller at the run's HAProxy.
 func (h *run) ControllerArgs(base []string) []string {
 	return append(base, "--haproxy-dir="+h.env.Dir, "--haproxy-binary="+h.wrapper())

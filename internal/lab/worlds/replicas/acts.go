@@ -60,7 +60,7 @@ func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.Re
 
 	old = r.Plane.Replicas()[1]
 	act.Mark("replica 1: HAProxy and zerodrop SIGKILLed")
-	if p := old.Process(); p != nil {
+	if p, _ := old.ProcessRun(); p != nil {
 		p.Signal(syscall.SIGKILL)
 	}
 	cluster.KillByArg(filepath.Join(old.Dir(), "haproxy.cfg"))
@@ -91,7 +91,7 @@ func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.Re
 func (r *run) restartFirstReplicaProcess(ctx context.Context, act world.Act, d *dataplane.Replica) error {
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		before := d.Landed()
-		p := d.Process()
+		p, _ := d.ProcessRun()
 		act.Mark("replica 0: %s its zerodrop process", sig)
 		p.Signal(sig)
 		if err := r.startAgain(ctx, d, p); err != nil {
@@ -133,7 +133,7 @@ func (r *run) replaceReplica(ctx context.Context, act world.Act, old *dataplane.
 func (r *run) MidPlanWriter(_ context.Context, kills int) (world.Writer, error) {
 	reps := r.Plane.Replicas()
 	d := reps[kills%len(reps)]
-	p := d.Process()
+	p, _ := d.ProcessRun()
 	return world.Writer{
 		Name:    fmt.Sprintf("replica %d's zerodrop process", d.Index()),
 		OnWrite: func(f func(string)) { sockcount.OnWriteAll(d.Socks(), f) },

@@ -70,9 +70,6 @@ func (r *run) Stop() {
 	r.Plane.Stop(ctx)
 }
 
-// OwnsWriters: the controllers' control role is the runner's pods.
-func (r *run) OwnsWriters() bool { return false }
-
 // ControllerArgs make the controllers the replicas' control role.
 func (r *run) ControllerArgs(base []string) []string { return append(base, r.Plane.ControlArgs()...) }
 
