@@ -57,8 +57,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, ProviderAzureEmulator)
 		return 2
 	}
-	opts, notRun, ok := f.options(stderr)
-	if !ok {
+	opts, notRun, err := f.options(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
 		return 2
 	}
 	var points []azure.Options
@@ -172,30 +173,25 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 }
 
 // options checks the flags of the HAProxy lab and turns them into the
-// scenarios' Options, with the scenarios `all` leaves out and why; false: a
-// usage error, reported on stderr.
-func (f flags) options(stderr io.Writer) (scenarios.Options, []string, bool) {
+// scenarios' Options (progress on stderr), with the scenarios `all` leaves
+// out and why; an error is a usage error.
+func (f flags) options(stderr io.Writer) (scenarios.Options, []string, error) {
 	if f.rate <= 0 || f.rate > 2000 {
-		fmt.Fprintf(stderr, "zerodrop lab: --rate %d: want 1 to 2000 requests per second\n", f.rate)
-		return scenarios.Options{}, nil, false
+		return scenarios.Options{}, nil, fmt.Errorf("--rate %d: want 1 to 2000 requests per second", f.rate)
 	}
 	for _, d := range []time.Duration{f.recipe.PreStopSleep, f.recipe.GracePeriod, f.recipe.MinReady} {
 		if d < 0 || d%time.Second != 0 {
-			fmt.Fprintf(stderr, "zerodrop lab: recipe durations are whole seconds, not %s\n", d)
-			return scenarios.Options{}, nil, false
+			return scenarios.Options{}, nil, fmt.Errorf("recipe durations are whole seconds, not %s", d)
 		}
 	}
 	if f.gracePeriod < time.Second || f.gracePeriod%time.Second != 0 {
-		fmt.Fprintf(stderr, "zerodrop lab: --grace-period %s: want whole seconds, at least 1s\n", f.gracePeriod)
-		return scenarios.Options{}, nil, false
+		return scenarios.Options{}, nil, fmt.Errorf("--grace-period %s: want whole seconds, at least 1s", f.gracePeriod)
 	}
 	if f.dataPlane != 0 && (f.dataPlane < 2 || f.dataPlane > dataplane.MaxReplicas) {
-		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas %d: want 0, or 2 to %d\n", f.dataPlane, dataplane.MaxReplicas)
-		return scenarios.Options{}, nil, false
+		return scenarios.Options{}, nil, fmt.Errorf("--data-plane-replicas %d: want 0, or 2 to %d", f.dataPlane, dataplane.MaxReplicas)
 	}
 	if f.fromChart && f.dataPlane == 0 {
-		fmt.Fprintf(stderr, "zerodrop lab: --from-chart installs the chart's HAProxy data plane: give --data-plane-replicas 2 to %d\n", dataplane.MaxReplicas)
-		return scenarios.Options{}, nil, false
+		return scenarios.Options{}, nil, fmt.Errorf("--from-chart installs the chart's HAProxy data plane: give --data-plane-replicas 2 to %d", dataplane.MaxReplicas)
 	}
 	opts := scenarios.Options{KeepDir: f.keep, Dir: f.dir, Progress: stderr, Rate: f.rate, Recipe: f.recipe, Chaos: f.chaos,
 		IdleRestarts: f.idleRestarts, GracePeriod: f.gracePeriod, MaintenanceWait: f.maintenanceWait, MaintenanceSignal: f.maintenanceSignal}
@@ -204,37 +200,33 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, bool) {
 	case traffic.AppSigtermExit:
 		opts.AppExitOnSIGTERM = true
 	default:
-		fmt.Fprintf(stderr, "zerodrop lab: --app-sigterm %q: want %s or %s\n", f.appSigterm, traffic.AppSigtermGraceful, traffic.AppSigtermExit)
-		return scenarios.Options{}, nil, false
+		return scenarios.Options{}, nil, fmt.Errorf("--app-sigterm %q: want %s or %s", f.appSigterm, traffic.AppSigtermGraceful, traffic.AppSigtermExit)
 	}
-	notRun, ok := f.addScenarios(&opts, stderr)
-	if !ok {
-		return scenarios.Options{}, nil, false
+	notRun, err := f.addScenarios(&opts)
+	if err != nil {
+		return scenarios.Options{}, nil, err
 	}
 	if opts.Modes = parseModes(f.mode); opts.Modes == nil {
-		fmt.Fprintf(stderr, "zerodrop lab: --mode %q: want upstream, recipe, zerodrop (comma-separated; gates with --provider %s) or all\n", f.mode, ProviderAzureEmulator)
-		return scenarios.Options{}, nil, false
+		return scenarios.Options{}, nil, fmt.Errorf("--mode %q: want upstream, recipe, zerodrop (comma-separated; gates with --provider %s) or all", f.mode, ProviderAzureEmulator)
 	}
 	if slices.Contains(opts.Modes, report.ModeGates) && f.prov != ProviderAzureEmulator {
-		fmt.Fprintf(stderr, "zerodrop lab: --mode gates keeps the cloud's own writer and adds zerodrop's gates: it runs with --provider %s only\n", ProviderAzureEmulator)
-		return scenarios.Options{}, nil, false
+		return scenarios.Options{}, nil, fmt.Errorf("--mode gates keeps the cloud's own writer and adds zerodrop's gates: it runs with --provider %s only", ProviderAzureEmulator)
 	}
+	var ok bool
 	if opts.Backends, ok = oneOrBoth(f.backend, scenarios.BackendIP, scenarios.BackendNode); !ok {
-		fmt.Fprintf(stderr, "zerodrop lab: --backend %q: want ip, node or both\n", f.backend)
-		return scenarios.Options{}, nil, false
+		return scenarios.Options{}, nil, fmt.Errorf("--backend %q: want ip, node or both", f.backend)
 	}
 	if opts.TrafficPolicies, ok = oneOrBoth(f.policy, scenarios.PolicyCluster, scenarios.PolicyLocal); !ok {
-		fmt.Fprintf(stderr, "zerodrop lab: --traffic-policy %q: want cluster, local or both\n", f.policy)
-		return scenarios.Options{}, nil, false
+		return scenarios.Options{}, nil, fmt.Errorf("--traffic-policy %q: want cluster, local or both", f.policy)
 	}
-	return opts, notRun, true
+	return opts, notRun, nil
 }
 
 // addScenarios adds the scenarios --scenario names to opts: "all" adds
 // every scenario that runs with the data plane and install asked for and
 // returns the others, each with why it does not run; a scenario named that
-// cannot run is a usage error, reported on stderr with why (false).
-func (f flags) addScenarios(opts *scenarios.Options, stderr io.Writer) (notRun []string, ok bool) {
+// cannot run is a usage error, which says why.
+func (f flags) addScenarios(opts *scenarios.Options) (notRun []string, err error) {
 	for _, name := range strings.Split(f.scenario, ",") {
 		name = strings.TrimSpace(name)
 		if name == "all" {
@@ -252,12 +244,11 @@ func (f flags) addScenarios(opts *scenarios.Options, stderr io.Writer) (notRun [
 			continue
 		}
 		if err := scenarios.Runs(name, f.haproxyKind()); err != nil {
-			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
-			return nil, false
+			return nil, err
 		}
 		opts.Scenarios = append(opts.Scenarios, name)
 	}
-	return notRun, true
+	return notRun, nil
 }
 
 // execute runs the lab with opts (on emulated Azure, once per point of the
