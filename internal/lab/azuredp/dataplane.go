@@ -137,8 +137,7 @@ type DataPlane struct {
 	tables     bool // the nft tables exist
 
 	unsubscribe func()
-	closeOnce   sync.Once
-	closeErr    error
+	close       func() error // teardown, once
 }
 
 // change is the stored state right after one write: the load balancers
@@ -181,6 +180,7 @@ func New(ctx context.Context, cfg Config) (_ *DataPlane, err error) {
 		seed: rand.Uint32(),
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.close = sync.OnceValue(d.teardown)
 	defer func() {
 		if err != nil {
 			close(d.done) // the loop never started
@@ -235,16 +235,14 @@ func (d *DataPlane) onWrite() {
 		d.pending = append(d.pending, c)
 	}
 	d.mu.Unlock()
-	select {
-	case d.queued <- struct{}{}:
-	default:
-	}
+	wake(d.queued)
 }
 
-// kick asks the loop to re-program after a probe state change.
-func (d *DataPlane) kick() {
+// wake signals the loop on ch (queued or kicked), a channel of one slot,
+// unless a signal waits there already.
+func wake(ch chan struct{}) {
 	select {
-	case d.kicked <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -423,8 +421,7 @@ func (d *DataPlane) Err() error {
 // Close stops following the emulator, stops every probe and removes every
 // table, address and sysctl change the data plane made. Idempotent.
 func (d *DataPlane) Close() error {
-	d.closeOnce.Do(func() { d.closeErr = d.teardown() })
-	return d.closeErr
+	return d.close()
 }
 
 // teardown undoes whatever exists, each step even when another fails.

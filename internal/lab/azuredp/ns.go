@@ -86,8 +86,7 @@ func (d *DataPlane) restoreSysctls() error {
 	}
 	err := d.ns.Do(func() error {
 		var errs []error
-		for i := len(d.oldSysctls) - 1; i >= 0; i-- {
-			s := d.oldSysctls[i]
+		for _, s := range slices.Backward(d.oldSysctls) {
 			if err := os.WriteFile(s[0], []byte(s[1]), 0o644); err != nil {
 				errs = append(errs, fmt.Errorf("restore %s: %w", s[0], err))
 			}

@@ -137,7 +137,7 @@ func (d *DataPlane) report(t target, spec probeSpec, ok bool, detail string) {
 	d.mu.Unlock()
 	if changed {
 		d.logf("azuredp: probe %s/%s %s: up=%t (%s)", t.probe.lb, t.probe.probe, t.addr, up, detail)
-		d.kick()
+		wake(d.kicked) // the loop re-programs
 	}
 }
 
