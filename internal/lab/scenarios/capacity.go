@@ -1,11 +1,15 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
-	"sync"
+	"maps"
+	"slices"
+	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,38 +42,24 @@ func actDrainNode(ctx context.Context, r *run) error {
 			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p.Name)
 		}
 	}
-	nodes := make([]string, 0, len(byNode))
-	for n := range byNode {
-		nodes = append(nodes, n)
-	}
-	if len(nodes) == 0 {
+	if len(byNode) == 0 {
 		return fmt.Errorf("no scheduled pods")
 	}
-	sort.Slice(nodes, func(i, j int) bool {
-		if len(byNode[nodes[i]]) != len(byNode[nodes[j]]) {
-			return len(byNode[nodes[i]]) > len(byNode[nodes[j]])
-		}
-		return nodes[i] < nodes[j]
+	// The node with the most pods, the first by name among equals.
+	node := slices.MinFunc(slices.Collect(maps.Keys(byNode)), func(a, b string) int {
+		return cmp.Or(cmp.Compare(len(byNode[b]), len(byNode[a])), strings.Compare(a, b))
 	})
-	node := nodes[0]
 	r.mark("cordon %s", node)
 	r.cordoned = append(r.cordoned, node)
 	if err := r.lab.setUnschedulable(ctx, node, true); err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, len(byNode[node]))
+	var g errgroup.Group
 	for _, name := range byNode[node] {
-		wg.Go(func() {
-			errs <- r.evict(ctx, name)
-		})
+		g.Go(func() error { return r.evict(ctx, name) })
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	return r.waitSteady(ctx, 4, r.steadyTimeout(4))
 }

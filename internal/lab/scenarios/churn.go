@@ -2,8 +2,9 @@ package scenarios
 
 import (
 	"context"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -20,34 +21,27 @@ import (
 func actChurn(ctx context.Context, r *run) error {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	var g errgroup.Group
 	if c, ok := r.world.(world.Churner); ok {
-		wg.Go(func() {
-			if err := c.Churn(cctx); err != nil {
-				errs <- err
-			}
-		})
+		g.Go(func() error { return c.Churn(cctx) })
 	}
-	wg.Go(func() {
+	g.Go(func() error {
 		for i := 0; traffic.SleepCtx(cctx, 1500*time.Millisecond); i++ {
 			if err := r.scale(ctx, []int32{5, 2, 4, 3, 5, 2, 4, 3, 5, 2}[i%10]); err != nil {
-				errs <- err
-				return
+				return err
 			}
 		}
+		return nil
 	})
-	wg.Go(func() {
+	g.Go(func() error {
 		for i := 0; traffic.SleepCtx(cctx, 2*time.Second); i++ {
 			if err := r.flipService(ctx, i); err != nil {
-				errs <- err
-				return
+				return err
 			}
 		}
+		return nil
 	})
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	if err := r.scale(ctx, replicas); err != nil {
