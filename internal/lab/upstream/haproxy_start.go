@@ -13,11 +13,6 @@ import (
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
-// HAProxyProcess is the cloud's HAProxy, started by StartHAProxy.
-type HAProxyProcess struct {
-	proc *supervisor.Process
-}
-
 // StartHAProxy starts the cloud's HAProxy of dir (NewHAProxy's layout) in
 // master-worker mode through binary, with the configuration of no load
 // balancers, and waits until its worker answers on the admin socket. The
@@ -25,8 +20,8 @@ type HAProxyProcess struct {
 // lab's upstream and recipe modes zerodrop's HAProxy provider has no part in
 // the baseline. binary may be a wrapper (the lab's runs HAProxy in the load
 // balancer's network namespace and moves the master socket behind its
-// counting proxy).
-func StartHAProxy(ctx context.Context, dir, binary string) (*HAProxyProcess, error) {
+// counting proxy). Its Stop stops the master and its workers.
+func StartHAProxy(ctx context.Context, dir, binary string) (*supervisor.Process, error) {
 	h := NewHAProxy(dir, binary)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -59,8 +54,5 @@ func StartHAProxy(ctx context.Context, dir, binary string) (*HAProxyProcess, err
 		_ = p.Stop()
 		return nil, fmt.Errorf("the cloud's HAProxy not ready: %w (last: %v)", err, last)
 	}
-	return &HAProxyProcess{proc: p}, nil
+	return p, nil
 }
-
-// Stop stops the master and its workers.
-func (p *HAProxyProcess) Stop() error { return p.proc.Stop() }

@@ -27,6 +27,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	hprov "zerodrop.dev/zerodrop/internal/provider/haproxy"
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // Options are the world's variants.
@@ -65,9 +66,9 @@ type run struct {
 	w   *World
 	env world.Env
 
-	prov  *hprov.Provider          // gated modes
-	cloud *upstream.HAProxyProcess // upstream and recipe modes
-	lb    string                   // the cloud's name of the Service's load balancer
+	prov  *hprov.Provider     // gated modes
+	cloud *supervisor.Process // the cloud's HAProxy (upstream and recipe modes)
+	lb    string              // the cloud's name of the Service's load balancer
 
 	mu    sync.Mutex // socks: Writes reads them from the progress lines' goroutine
 	socks []*sockcount.Proxy
