@@ -29,24 +29,22 @@ func (n *Netns) Do(fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		fail := func(err error) { runtime.UnlockOSThread(); done <- err }
 		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("open this thread's netns: %w", err)
+			fail(fmt.Errorf("open this thread's netns: %w", err))
 			return
 		}
 		defer unix.Close(orig)
 		fd, err := unix.Open(filepath.Join("/run/netns", n.Name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("open netns %s: %w", n.Name, err)
+			fail(fmt.Errorf("open netns %s: %w", n.Name, err))
 			return
 		}
 		err = unix.Setns(fd, unix.CLONE_NEWNET)
 		unix.Close(fd)
 		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("enter netns %s: %w", n.Name, err)
+			fail(fmt.Errorf("enter netns %s: %w", n.Name, err))
 			return
 		}
 		err = fn()
