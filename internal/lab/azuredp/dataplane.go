@@ -46,8 +46,6 @@ import (
 type Config struct {
 	// NS is the load-balancer namespace; only it is changed.
 	NS *netlab.Netns
-	// Device is NS's interface toward clients and backends (default eth0).
-	Device string
 	// Emulator and ResourceGroup: every load balancer of the group is
 	// programmed.
 	Emulator      *azurearm.Emulator
@@ -154,9 +152,6 @@ func New(ctx context.Context, cfg Config) (_ *DataPlane, err error) {
 	if cfg.NS == nil || cfg.Emulator == nil || cfg.ResourceGroup == "" {
 		return nil, errors.New("azuredp: Config needs NS, Emulator and ResourceGroup")
 	}
-	if cfg.Device == "" {
-		cfg.Device = "eth0"
-	}
 	if cfg.ProbeScale == 0 {
 		cfg.ProbeScale = 1
 	}
@@ -192,7 +187,7 @@ func New(ctx context.Context, cfg Config) (_ *DataPlane, err error) {
 	if err := d.setSysctls(); err != nil {
 		return nil, fmt.Errorf("azuredp: %w", err)
 	}
-	if err := d.nft(ctx, setupScript(cfg.Device)); err != nil {
+	if err := d.nft(ctx, setupScript()); err != nil {
 		return nil, fmt.Errorf("azuredp: create tables: %w", err)
 	}
 	d.tables = true
@@ -320,7 +315,7 @@ func (d *DataPlane) apply(ctx context.Context, lbs []*armnetwork.LoadBalancer, i
 func (d *DataPlane) program(ctx context.Context) error {
 	m := d.want
 	d.mu.Lock()
-	rs := ruleset{rules: m.rules, seed: d.seed, device: d.cfg.Device, resetRemoved: d.cfg.PoolFlows == PoolFlowsReset}
+	rs := ruleset{rules: m.rules, seed: d.seed, resetRemoved: d.cfg.PoolFlows == PoolFlowsReset}
 	for _, r := range m.rules {
 		rs.eligible = append(rs.eligible, m.eligible(r, func(t target) bool {
 			h := d.health[t]

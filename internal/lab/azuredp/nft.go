@@ -31,12 +31,14 @@ const (
 	vipSet   = "vips"
 	// maxFlows bounds the flows map; a new flow beyond it is dropped.
 	maxFlows = 65536
+	// device is the namespace's interface toward clients and backends.
+	device = "eth0"
 )
 
 // setupScript creates both tables with their base chains, maps and sets;
 // `create` fails if a table of that name exists (another data plane in the
 // namespace).
-func setupScript(device string) string {
+func setupScript() string {
 	return fmt.Sprintf(`create table netdev %[1]s
 add map netdev %[1]s %[2]s { type ipv4_addr . inet_service . ipv4_addr . inet_service : mark; flags dynamic,timeout; size %[4]d; }
 add map netdev %[1]s %[3]s { type mark : ipv4_addr; }
@@ -62,7 +64,6 @@ type ruleset struct {
 	marks    map[netip.Addr]uint32
 	nexthops map[uint32]netip.Addr
 	seed     uint32
-	device   string
 	// resetRemoved: an established flow whose backend is no longer in the
 	// rule's pools is answered with a TCP reset (Config.PoolFlows).
 	resetRemoved bool
@@ -87,7 +88,7 @@ func render(rs ruleset, old chainSet) (string, chainSet) {
 			ingressMap = append(ingressMap, key+" : jump "+c)
 			remember := fmt.Sprintf("update @%s { ip saddr . tcp sport . ip daddr . tcp dport timeout %ds : meta mark }",
 				flowsMap, int(r.Idle.Seconds()))
-			fwd := fmt.Sprintf("fwd ip to meta mark map @%s device %q", nexthops, rs.device)
+			fwd := fmt.Sprintf("fwd ip to meta mark map @%s device %q", nexthops, device)
 			body = append(body, fmt.Sprintf("add rule netdev %s %s tcp flags & (syn | ack) == syn goto %s", table, c, cNew))
 			if rs.resetRemoved {
 				// A flow whose backend left the pools: forgotten, and its

@@ -27,7 +27,7 @@ var sysctls = []struct{ key, value string }{
 	// around the reverse translation. send_redirects is on when either the
 	// "all" or the interface's value is: both go off.
 	{"net/ipv4/conf/all/send_redirects", "0"},
-	{"net/ipv4/conf/%s/send_redirects", "0"},
+	{"net/ipv4/conf/" + device + "/send_redirects", "0"},
 }
 
 // nft runs an nft script inside the namespace as one transaction. The
@@ -65,7 +65,7 @@ func (d *DataPlane) ip(ctx context.Context, args ...string) ([]byte, error) {
 func (d *DataPlane) setSysctls() error {
 	return d.ns.Do(func() error {
 		for _, s := range sysctls {
-			path := filepath.Join("/proc/sys", strings.ReplaceAll(s.key, "%s", d.cfg.Device))
+			path := filepath.Join("/proc/sys", s.key)
 			old, err := os.ReadFile(path)
 			if err != nil {
 				return fmt.Errorf("read %s: %w", path, err)
@@ -139,8 +139,8 @@ func (d *DataPlane) nextHop(ctx context.Context, addr netip.Addr) (netip.Addr, e
 	if err := json.Unmarshal(out, &routes); err != nil || len(routes) == 0 {
 		return netip.Addr{}, fmt.Errorf("route to %s in netns %s: %q", addr, d.ns.Name, out)
 	}
-	if routes[0].Dev != d.cfg.Device {
-		return netip.Addr{}, fmt.Errorf("route to %s in netns %s leaves by %s, not %s", addr, d.ns.Name, routes[0].Dev, d.cfg.Device)
+	if routes[0].Dev != device {
+		return netip.Addr{}, fmt.Errorf("route to %s in netns %s leaves by %s, not %s", addr, d.ns.Name, routes[0].Dev, device)
 	}
 	if routes[0].Gateway == "" {
 		return addr, nil
