@@ -17,6 +17,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/sockcount"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
@@ -37,7 +38,7 @@ const LabelAppName = "app.kubernetes.io/name"
 // BeforeContainer is the agent's containerEnv.beforeStart for a pod of the
 // chart's data plane: see above.
 func (p *Plane) BeforeContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, hostPath func(string) (string, bool)) error {
-	if pod.Namespace != p.cfg.Namespace || pod.Labels[LabelAppName] != p.cfg.DaemonSet || len(c.Args) == 0 {
+	if pod.Namespace != world.ControllerNamespace || pod.Labels[LabelAppName] != p.cfg.DaemonSet || len(c.Args) == 0 {
 		return nil
 	}
 	d := p.chartReplica(pod)
@@ -163,7 +164,7 @@ func (p *Plane) chartReplica(pod *corev1.Pod) *Replica {
 func (p *Plane) StartChart(ctx, runCtx context.Context) error {
 	n := p.cfg.Replicas
 	err := traffic.WaitFor(ctx, 120*time.Second, "the chart's data plane ready", func() (bool, string) {
-		ds, err := p.cfg.Client.AppsV1().DaemonSets(p.cfg.Namespace).Get(ctx, p.cfg.DaemonSet, metav1.GetOptions{})
+		ds, err := p.cfg.Client.AppsV1().DaemonSets(world.ControllerNamespace).Get(ctx, p.cfg.DaemonSet, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}

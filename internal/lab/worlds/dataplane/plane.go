@@ -43,17 +43,11 @@ type Config struct {
 	// LogDir receives the replicas' process logs; Dir is the run's
 	// directory, under which each replica has its own.
 	LogDir, Dir string
-	// Namespace is the controllers' namespace, where the replicas' Pods are.
-	Namespace string
-	RunID     int
-	Class     string // the run's load-balancer class
-	Replicas  int    // --data-plane-replicas
-	// FromChart: the chart's DaemonSet (named DaemonSet) is the data plane.
-	FromChart bool
+	RunID       int
+	Class       string // the run's load-balancer class
+	Replicas    int    // --data-plane-replicas
+	// DaemonSet, when set, names the chart's DaemonSet: the data plane.
 	DaemonSet string
-	// MetricsPort and ProbesPort are the controllers' ports, a replica's
-	// process's too.
-	MetricsPort, ProbesPort int
 	// Name is the run's, for log lines.
 	Name string
 	Logf func(format string, args ...any)

@@ -20,6 +20,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // The lab's own arrangement of a data plane of replicas (--data-plane-replicas
@@ -46,7 +47,7 @@ const dataPlaneImage = "lab/zerodrop-dataplane:dev"
 
 // account makes labDataPlaneServiceAccount, if missing.
 func (p *Plane) account(ctx context.Context) error {
-	cs, ns := p.cfg.Client, p.cfg.Namespace
+	cs, ns := p.cfg.Client, world.ControllerNamespace
 	_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: labDataPlaneServiceAccount}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -117,15 +118,15 @@ func (p *Plane) replicaArgs(d *Replica) []string {
 		"--load-balancer-class=" + p.cfg.Class,
 		"--role=data-plane",
 		"--pod-name=" + d.Pod(),
-		"--pod-namespace=" + p.cfg.Namespace,
+		"--pod-namespace=" + world.ControllerNamespace,
 		"--pod-uid=" + string(d.labPodUID),
 		"--haproxy-socket=" + filepath.Join(d.dir, "admin.sock"),
 		"--haproxy-master-socket=" + filepath.Join(d.dir, "master.sock"),
 		"--haproxy-config=" + filepath.Join(d.dir, "haproxy.cfg"),
 		"--haproxy-binary=" + d.dir + ".sh",
 		fmt.Sprintf("--state-bind-address=:%d", StatePort),
-		fmt.Sprintf("--metrics-bind-address=:%d", p.cfg.MetricsPort),
-		fmt.Sprintf("--health-probe-bind-address=:%d", p.cfg.ProbesPort),
+		fmt.Sprintf("--metrics-bind-address=:%d", world.MetricsPort),
+		fmt.Sprintf("--health-probe-bind-address=:%d", world.ProbesPort),
 	}
 }
 
@@ -153,7 +154,7 @@ func (p *Plane) StartProcess(ctx context.Context, d *Replica) error {
 	d.proc = proc
 	d.mu.Unlock()
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: p.cfg.Net.Admin.DialContext}}
-	url := fmt.Sprintf("http://%s:%d/readyz", d.host.IP, p.cfg.ProbesPort)
+	url := fmt.Sprintf("http://%s:%d/readyz", d.host.IP, world.ProbesPort)
 	return traffic.WaitFor(ctx, 60*time.Second, fmt.Sprintf("data-plane replica %d's zerodrop process ready", d.index), func() (bool, string) {
 		select {
 		case <-proc.Done():
@@ -170,9 +171,9 @@ func (p *Plane) StartProcess(ctx context.Context, d *Replica) error {
 // replicaPod is the replica's Pod object, as its DaemonSet pod would be
 // reported: running, with its host's address (host network).
 func (p *Plane) replicaPod(ctx context.Context, d *Replica) error {
-	pods := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace)
+	pods := p.cfg.Client.CoreV1().Pods(world.ControllerNamespace)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: d.Pod(), Namespace: p.cfg.Namespace,
+		ObjectMeta: metav1.ObjectMeta{Name: d.Pod(), Namespace: world.ControllerNamespace,
 			Labels: map[string]string{labelDataPlane: strconv.Itoa(p.cfg.RunID)}},
 		Spec: corev1.PodSpec{
 			// No lab node: the lab's kubelet runs nothing for it.
@@ -218,7 +219,7 @@ func (p *Plane) StopReplica(ctx context.Context, d *Replica) error {
 	if d.prov != nil {
 		errs = append(errs, p.stopHAProxy(d.prov, d.dir))
 	}
-	err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).Delete(ctx, d.Pod(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	err := p.cfg.Client.CoreV1().Pods(world.ControllerNamespace).Delete(ctx, d.Pod(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, err)
 	}
@@ -231,7 +232,7 @@ func (p *Plane) StopReplica(ctx context.Context, d *Replica) error {
 // expect, and closes the counting proxies in front of every replica's
 // sockets.
 func (p *Plane) Stop(ctx context.Context) {
-	if !p.cfg.FromChart {
+	if p.cfg.DaemonSet == "" {
 		for _, d := range p.Replicas() {
 			if err := p.StopReplica(ctx, d); err != nil {
 				p.cfg.Logf("%s: stop data-plane replica %d: %v", p.cfg.Name, d.index, err)
@@ -255,7 +256,7 @@ func (p *Plane) Stop(ctx context.Context) {
 func (p *Plane) ControlArgs() []string {
 	return []string{
 		"--role=control",
-		"--data-plane-namespace=" + p.cfg.Namespace,
+		"--data-plane-namespace=" + world.ControllerNamespace,
 		"--data-plane-selector=" + labelDataPlane + "=" + strconv.Itoa(p.cfg.RunID),
 		fmt.Sprintf("--data-plane-state-port=%d", StatePort),
 	}

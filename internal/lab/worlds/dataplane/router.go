@@ -10,6 +10,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // The router stand-in of a data plane installed from the chart (the
@@ -53,7 +54,7 @@ func (p *Plane) serving() []int {
 		if !viewed || p.cfg.Agent.NodeDown(cluster.HostNodeName(d.index)) {
 			continue
 		}
-		pod, err := p.cfg.Agent.Pods.Pods(p.cfg.Namespace).Get(d.podName)
+		pod, err := p.cfg.Agent.Pods.Pods(world.ControllerNamespace).Get(d.podName)
 		if err != nil || pod.DeletionTimestamp != nil || !readySince(pod, since) {
 			continue
 		}
@@ -89,7 +90,7 @@ func (p *Plane) Withdraw(ctx context.Context, index int) error {
 // terminating, before its containers are stopped: a data-plane pod's route
 // is withdrawn, and the stop waits WithdrawSettle.
 func (p *Plane) Stopping(pod *corev1.Pod) {
-	if !p.cfg.FromChart || pod.Labels[LabelAppName] != p.cfg.DaemonSet {
+	if p.cfg.DaemonSet == "" || pod.Labels[LabelAppName] != p.cfg.DaemonSet {
 		return
 	}
 	i := p.hostIndex(pod.Spec.NodeName)

@@ -26,10 +26,8 @@ const HardDetect = 3 * time.Second
 func ForRun(lab world.Lab, env world.Env, n int, daemonSet string) *Plane {
 	return New(Config{
 		Client: lab.CP.Client, REST: lab.CP.Config, Net: lab.Net, Agent: lab.Agent, Token: ServiceAccountToken(lab.CP.Client),
-		Executable: lab.Executable, LogDir: lab.Dir, Dir: env.Dir, Namespace: world.ControllerNamespace,
-		RunID: env.ID, Class: env.Class, Replicas: n,
-		FromChart: daemonSet != "", DaemonSet: daemonSet,
-		MetricsPort: world.MetricsPort, ProbesPort: world.ProbesPort,
+		Executable: lab.Executable, LogDir: lab.Dir, Dir: env.Dir,
+		RunID: env.ID, Class: env.Class, Replicas: n, DaemonSet: daemonSet,
 		Name: env.Name, Logf: env.Logf, Mark: env.Mark,
 	})
 }
