@@ -112,20 +112,8 @@ func (cs *controllers) deployment(name string, replicas int32, args []string) *a
 		// taking drain requests (deploy/ does the same).
 		c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 5}}}
 	}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, r.id), Namespace: ctrlNamespace, Labels: labels},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To[int64](30),
-					Containers:                    []corev1.Container{c},
-				},
-			},
-		},
-	}
+	meta := metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, r.id), Namespace: ctrlNamespace, Labels: labels}
+	return deploymentOf(meta, labels, replicas, corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](30), Containers: []corev1.Container{c}})
 }
 
 // controllerReplicas is how many controller replicas every mode runs:

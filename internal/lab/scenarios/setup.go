@@ -145,27 +145,17 @@ func (r *run) steadyTimeout(n int32) time.Duration {
 // zerodrop's rollout settings.
 func (r *run) deployment(n int32) *appsv1.Deployment {
 	labels := map[string]string{"app": appName}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: appName, Namespace: r.ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(n),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To(int64(r.lab.gracePeriod() / time.Second)),
-					Containers: []corev1.Container{{
-						Name:  "app",
-						Image: "lab/web:1",
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: podPort, Protocol: corev1.ProtocolTCP}},
-						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
-							HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")},
-						}},
-					}},
-				},
-			},
-		},
-	}
+	d := deploymentOf(metav1.ObjectMeta{Name: appName, Namespace: r.ns}, labels, n, corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr.To(int64(r.lab.gracePeriod() / time.Second)),
+		Containers: []corev1.Container{{
+			Name:  "app",
+			Image: "lab/web:1",
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: podPort, Protocol: corev1.ProtocolTCP}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+				HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")},
+			}},
+		}},
+	})
 	if r.lab.opts.AppExitOnSIGTERM {
 		d.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: traffic.AppSigtermEnv, Value: traffic.AppSigtermExit}}
 	}
@@ -182,6 +172,16 @@ func (r *run) deployment(n int32) *appsv1.Deployment {
 		d.Spec.MinReadySeconds = int32(rc.MinReady / time.Second)
 	}
 	return d
+}
+
+// deploymentOf is a Deployment of n pods of spec, which carry labels and
+// are selected by them.
+func deploymentOf(meta metav1.ObjectMeta, labels map[string]string, n int32, spec corev1.PodSpec) *appsv1.Deployment {
+	return &appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To(n),
+		Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
+	}}
 }
 
 // gracePeriod is Options.GracePeriod, or its default.
