@@ -3,7 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -85,8 +85,7 @@ func (a *Agent) bind(ctx context.Context, pod *corev1.Pod) error {
 		}
 	}
 	a.mu.Unlock()
-	sort.SliceStable(candidates, func(i, j int) bool { return count[candidates[i]] < count[candidates[j]] })
-	target := candidates[0]
+	target := slices.MinFunc(candidates, func(x, y string) int { return count[x] - count[y] })
 	err = a.client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: target},

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -170,14 +170,12 @@ type Snapshot struct {
 func (r *Recorder) Snapshot() Snapshot {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := Snapshot{
+	return Snapshot{
 		Requests: r.requests, Failed: r.failed, Late: r.late, LateStall: r.lateStall, LongConns: r.longConns, LongBroken: r.longBroken,
 		LongClosed: r.longClosed, Exchanges: r.exchanges,
-		Reconnects: append([]time.Duration(nil), r.reconnects...),
+		Reconnects: slices.Sorted(slices.Values(r.reconnects)),
 		Seconds:    append([]Bucket(nil), r.seconds...), Failures: append([]Failure(nil), r.failures...),
 	}
-	sort.Slice(s.Reconnects, func(i, j int) bool { return s.Reconnects[i] < s.Reconnects[j] })
-	return s
 }
 
 // reconnectStats is the median and the longest reconnect, 0 without any.
