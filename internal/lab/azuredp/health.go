@@ -47,15 +47,14 @@ func (d *DataPlane) Health(loadBalancer, ruleName string) ([]Backend, error) {
 		if r.key() != k {
 			continue
 		}
-		up := func(t target) bool { h := d.health[t]; return h != nil && h.up }
 		elig := d.elig[k]
 		var out []Backend
 		for _, b := range r.Backends {
 			x := Backend{Addr: b.Addr, Admin: b.Admin, ProbeUp: true, Eligible: slices.Contains(elig, b.Addr), Detail: "no probe", IPConfig: b.IPConfig}
 			if r.Probe != "" {
-				t := target{r.probeKey(), b.Addr}
-				x.ProbeUp = up(t)
-				if h := d.health[t]; h != nil {
+				h := d.health[target{r.probeKey(), b.Addr}]
+				x.ProbeUp = h != nil && h.up
+				if h != nil {
 					x.Detail = h.last
 				}
 			}
