@@ -50,10 +50,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	switch f.prov {
-	case "haproxy":
-	case ProviderAzureEmulator:
-	default:
+	if f.prov != "haproxy" && f.prov != ProviderAzureEmulator {
 		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, ProviderAzureEmulator)
 		return 2
 	}

@@ -169,10 +169,8 @@ func Finish(stderr io.Writer, results []Result, err error, jsonPath string) int 
 		fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
 		code = 1
 	}
-	for _, r := range results {
-		if r.Err != nil {
-			code = 1
-		}
+	if slices.ContainsFunc(results, func(r Result) bool { return r.Err != nil }) {
+		code = 1
 	}
 	if jsonPath != "" {
 		if err := WriteJSON(jsonPath, Report{Scenarios: results}); err != nil {

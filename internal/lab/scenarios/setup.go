@@ -39,12 +39,12 @@ func (r *run) setup(ctx context.Context, want int32) error {
 	// A world may run the mode's writer itself (on emulated Azure the
 	// upstream and recipe modes' CCM; the chart's install zerodrop with
 	// its own drain Service), started with the load balancer.
-	if r.mode.Gated() && !r.world.OwnsWriters() {
-		if err := r.lab.selectDrainReplicas(ctx, r.id); err != nil {
-			return err
-		}
-	}
 	if !r.world.OwnsWriters() {
+		if r.mode.Gated() {
+			if err := r.lab.selectDrainReplicas(ctx, r.id); err != nil {
+				return err
+			}
+		}
 		if err := r.ctrls.start(ctx); err != nil {
 			return err
 		}
