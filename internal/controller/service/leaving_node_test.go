@@ -29,15 +29,7 @@ func TestNodeModeLeavingNodeKeepsItsConnections(t *testing.T) {
 	prov := memory.New(provider.Hooks{})
 	const ns = "default"
 	ips := map[string]string{"n1": "192.0.2.21", "n2": "192.0.2.22", "n3": "192.0.2.23"}
-	for _, name := range []string{"n1", "n2", "n3"} {
-		if err := c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-			t.Fatal(err)
-		}
-		updateNode(t, c, name, func(n *corev1.Node) {
-			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ips[name]}}
-			setReady(n, corev1.ConditionTrue)
-		})
-	}
+	createReadyNodes(t, c, ips)
 	const drainTimeout = time.Second
 	svc := lbService(ns, "leaving", "zerodrop.dev/memory", map[string]string{model.AnnotationBackendMode: string(model.NodeMode),
 		model.AnnotationDrainTimeout: drainTimeout.String()})

@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -44,6 +45,21 @@ func setReady(n *corev1.Node, st corev1.ConditionStatus) {
 		LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()}}
 }
 
+// createReadyNodes creates a Ready Node per name of ips, with that
+// internal address.
+func createReadyNodes(t *testing.T, c client.Client, ips map[string]string) {
+	t.Helper()
+	for _, name := range slices.Sorted(maps.Keys(ips)) {
+		if err := c.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+		updateNode(t, c, name, func(n *corev1.Node) {
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ips[name]}}
+			setReady(n, corev1.ConditionTrue)
+		})
+	}
+}
+
 // drainedThenRemoved reports whether the writes drained the backend (an
 // update to draining) before removing it.
 func drainedThenRemoved(writes []string, backend string) bool {
@@ -68,15 +84,7 @@ func TestNodeModeKeepsNotReadyNodes(t *testing.T) {
 	prov := memory.New(provider.Hooks{})
 	const ns = "default"
 	ips := map[string]string{"n1": "192.0.2.11", "n2": "192.0.2.12", "n3": "192.0.2.13"}
-	for _, name := range []string{"n1", "n2", "n3"} {
-		if err := c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-			t.Fatal(err)
-		}
-		updateNode(t, c, name, func(n *corev1.Node) {
-			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ips[name]}}
-			setReady(n, corev1.ConditionTrue)
-		})
-	}
+	createReadyNodes(t, c, ips)
 	svc := lbService(ns, "nodes", "zerodrop.dev/memory", map[string]string{model.AnnotationBackendMode: string(model.NodeMode)})
 	if err := c.Create(ctx, svc); err != nil {
 		t.Fatal(err)
