@@ -117,8 +117,8 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.BoolVar(&f.dryRun, "dry-run", false, "check the flags and scenarios and print the runs the lab would make and what it would not run, with why; start nothing")
 	fs.IntVar(&f.idleRestarts, "idle-restarts", scenarios.DefaultIdleRestarts, "restart-idle and maintenance: how often to restart the load balancer's writer (SIGKILL and SIGTERM in turn)")
 	fs.DurationVar(&f.maintenanceWait, "maintenance-wait", scenarios.DefaultMaintenanceWait, "maintenance: how long the tainted node stays, nothing else changed, before the first restart")
-	fs.StringVar(&f.maintenanceSignal, "maintenance-signal", scenarios.MaintenanceTaint, "maintenance: how the node is marked leaving: "+
-		scenarios.MaintenanceTaint+" (the cluster autoscaler's ToBeDeletedByClusterAutoscaler taint) or "+scenarios.MaintenanceExcludeLabel+
+	fs.StringVar(&f.maintenanceSignal, "maintenance-signal", report.SignalTaint, "maintenance: how the node is marked leaving: "+
+		report.SignalTaint+" (the cluster autoscaler's ToBeDeletedByClusterAutoscaler taint) or "+report.SignalExcludeLabel+
 		" (the node.kubernetes.io/exclude-from-external-load-balancers label)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the work directory (logs of every process) and print its path")
 	fs.StringVar(&f.dir, "dir", "", "work directory (default: a new temporary one); kept")
@@ -158,8 +158,8 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
 		return flags{}, 2, false
 	}
-	if !slices.Contains(scenarios.MaintenanceSignals, f.maintenanceSignal) {
-		fmt.Fprintf(stderr, "zerodrop lab: --maintenance-signal %q: want %s\n", f.maintenanceSignal, strings.Join(scenarios.MaintenanceSignals, " or "))
+	if !slices.Contains(report.MaintenanceSignals, f.maintenanceSignal) {
+		fmt.Fprintf(stderr, "zerodrop lab: --maintenance-signal %q: want %s\n", f.maintenanceSignal, strings.Join(report.MaintenanceSignals, " or "))
 		return flags{}, 2, false
 	}
 	if f.chaos.MidPlanKills < 0 || f.chaos.APIServerOutage < time.Second || f.idleRestarts < 1 || f.maintenanceWait < time.Second {

@@ -263,7 +263,7 @@ func writeNotes(w io.Writer, results []Result) {
 		}
 		if m := r.Maintenance; m != nil {
 			marked := "tainted"
-			if m.Signal == "exclude-label" {
+			if m.Signal == SignalExcludeLabel {
 				marked = "labelled to be excluded from load balancers"
 			}
 			fmt.Fprintf(w, "%s %s: %s %s, then %.0fs with nothing else changed: %d writes, %d failed requests, %d broken WebSockets\n",

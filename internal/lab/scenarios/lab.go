@@ -68,7 +68,7 @@ type Options struct {
 	// before the first restart (default DefaultMaintenanceWait).
 	MaintenanceWait time.Duration
 	// MaintenanceSignal is how maintenance marks its node leaving
-	// (MaintenanceSignals; default MaintenanceTaint).
+	// (report.MaintenanceSignals; default report.SignalTaint).
 	MaintenanceSignal string
 	// AppExitOnSIGTERM makes the workload an app without SIGTERM handling:
 	// it exits at SIGTERM and every connection it holds is closed as a

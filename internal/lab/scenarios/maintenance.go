@@ -36,7 +36,7 @@ func (o Options) maintenanceSignal() string {
 	if o.MaintenanceSignal != "" {
 		return o.MaintenanceSignal
 	}
-	return MaintenanceTaint
+	return report.SignalTaint
 }
 
 // maintenanceWait is Options.MaintenanceWait, or its default.
@@ -46,20 +46,6 @@ func (o Options) maintenanceWait() time.Duration {
 	}
 	return DefaultMaintenanceWait
 }
-
-// The signals maintenance gives that a node leaves (Options.MaintenanceSignal).
-const (
-	// MaintenanceTaint: the cluster autoscaler's deletion taint, which
-	// starts no sync of the upstream service controller (the default).
-	MaintenanceTaint = "taint"
-	// MaintenanceExcludeLabel: the node.kubernetes.io/exclude-from-external-load-balancers
-	// label, on which the service controller syncs at once
-	// (shouldSyncUpdatedNode): a drain as an operator starts it.
-	MaintenanceExcludeLabel = "exclude-label"
-)
-
-// MaintenanceSignals are Options.MaintenanceSignal's values, the default first.
-var MaintenanceSignals = []string{MaintenanceTaint, MaintenanceExcludeLabel}
 
 // actMaintenance marks the node of the workload's first pod (by name) as
 // leaving — tainted ToBeDeletedByClusterAutoscaler with the NoSchedule
@@ -79,7 +65,7 @@ func actMaintenance(ctx context.Context, r *run) error {
 	}
 	r.tainted = append(r.tainted, node)
 	r.taintedAddrs[addr] = true
-	if signal == MaintenanceExcludeLabel {
+	if signal == report.SignalExcludeLabel {
 		r.mark("%s labelled %s", node, model.LabelExcludeFromLB)
 	} else {
 		r.mark("%s tainted %s:NoSchedule", node, model.TaintToBeDeletedByClusterAutoscaler)
@@ -143,7 +129,7 @@ func (l *lab) setLeaving(ctx context.Context, node, signal string, on bool) (add
 		}
 		delete(n.Labels, model.LabelExcludeFromLB)
 		switch {
-		case on && signal == MaintenanceExcludeLabel:
+		case on && signal == report.SignalExcludeLabel:
 			if n.Labels == nil {
 				n.Labels = map[string]string{}
 			}
