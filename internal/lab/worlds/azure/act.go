@@ -112,6 +112,12 @@ func (a *run) ActEnd(ctx context.Context, res *report.Result) error {
 		fig.ProbeRuleChangesPerRestart = append(fig.ProbeRuleChangesPerRestart, sd.probeOrRule)
 	}
 	res.Azure = fig
+	// kill-mid-plan's bound on writes: the new leader finishes what the
+	// killed one left, and a write that sends what is already stored (the
+	// killed leader's landed write, sent again) is one too many.
+	if res.Scenario == report.ScenarioKillMidPlan && len(f.rewrites) > 0 {
+		return fmt.Errorf("kill-mid-plan: %d accepted writes changed nothing, the first %s", len(f.rewrites), f.rewrites[0])
+	}
 	events, err := a.serviceEvents(ctx)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -86,7 +87,7 @@ func TestDriftPool(t *testing.T) {
 			if len(writes) != 1 || len(writes[0].Changes) == 0 {
 				t.Fatalf("drift writes %v, want one that changed something", writes)
 			}
-			if f, d := figuresOf(calls), diffsOf(calls); f != (recordFigures{}) || d != (writeDiffs{}) {
+			if f, d := figuresOf(calls), diffsOf(calls); !reflect.DeepEqual(f, recordFigures{}) || d != (writeDiffs{}) {
 				t.Errorf("the drift counted among the writers' figures: %+v %+v", f, d)
 			}
 			if wd := writeDiffsOf(calls, mark, nil); len(wd) != 1 || !strings.HasPrefix(wd[0].Call, driftIdentity+" PUT") {

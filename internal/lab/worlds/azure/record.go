@@ -27,6 +27,9 @@ type recordFigures struct {
 	// conflicts are 409 answers; superseded the writes whose operation a
 	// later write to the same load balancer superseded.
 	conflicts, superseded int
+	// rewrites are the writes ARM accepted that changed nothing stored:
+	// a writer sending what is already there (kill-mid-plan fails on one).
+	rewrites []azurearm.Call
 }
 
 func figuresOf(calls []azurearm.Call) recordFigures {
@@ -59,6 +62,8 @@ func figuresOf(calls []azurearm.Call) recordFigures {
 		}
 		if len(c.Changes) > 0 {
 			f.changed++
+		} else if c.Write() {
+			f.rewrites = append(f.rewrites, c)
 		}
 	}
 	return f

@@ -45,10 +45,14 @@ func TestRecordFigures(t *testing.T) {
 		{Client: "zerodrop", Method: http.MethodPut, Kind: "loadBalancer", Status: 200, Changes: []string{
 			"- properties.loadBalancingRules[zd-own].name = zd-own",
 		}},
+		{Client: "zerodrop", Method: http.MethodPut, Kind: "backendAddressPool", Resource: "rg/lb/pool", Status: 200},
 	}
 	f := figuresOf(calls)
-	if f.writes != 4 || f.lbPuts != 3 || f.poolPuts != 1 || f.changed != 3 || f.gets != 1 || f.preconditionFailed != 1 {
-		t.Errorf("figures %+v: want 4 writes (3 LB PUTs, 1 pool PUT), 3 changed, 1 read, 1 412", f)
+	if f.writes != 5 || f.lbPuts != 3 || f.poolPuts != 2 || f.changed != 3 || f.gets != 1 || f.preconditionFailed != 1 {
+		t.Errorf("figures %+v: want 5 writes (3 LB PUTs, 2 pool PUTs), 3 changed, 1 read, 1 412", f)
+	}
+	if len(f.rewrites) != 1 || f.rewrites[0].Resource != "rg/lb/pool" {
+		t.Errorf("rewrites %v: want the accepted pool PUT that changed nothing (not the 412)", f.rewrites)
 	}
 	d := diffsOf(calls)
 	if d.removedBackends != 1 || d.probeOrRule != 3 {
