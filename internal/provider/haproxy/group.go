@@ -13,8 +13,8 @@ import (
 // errRejected marks a configuration HAProxy refused (render, `haproxy -c`,
 // or the new worker failing to start, e.g. a port already taken) while the
 // previous one keeps serving. In a group reload it means one member's input
-// may be bad: the members are then reloaded one at a time, so that the bad
-// one fails alone.
+// may be bad: the members are then reloaded in halves (reloadHalves), so
+// that the bad one fails alone.
 var errRejected = errors.New("configuration rejected")
 
 // reloadGroup is group commit for reloads and mirrors. A reload costs the
@@ -207,14 +207,8 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 		after, err = p.reloadAll(ctx, reloads)
 		switch {
 		case err != nil && len(reloads) > 1 && errors.Is(err, errRejected):
-			// One member's listener may be what HAProxy refused: reload each
-			// alone, so the others are served and only the bad one fails.
-			p.log.Info("group reload rejected, reloading its members one by one", "members", len(reloads), "err", err.Error())
-			for _, m := range reloads {
-				if _, err := p.reloadAll(ctx, []*reloadMember{m}); err != nil {
-					m.err = err
-				}
-			}
+			p.log.Info("group reload rejected, reloading its members in halves", "members", len(reloads), "err", err.Error())
+			p.reloadHalves(ctx, reloads)
 		case err != nil:
 			for _, m := range reloads {
 				m.err = err
@@ -242,6 +236,28 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 		}
 	}
 	p.markClean()
+}
+
+// reloadHalves reloads members, which HAProxy refused together, in two
+// halves, and splits a refused half again, so that the others are served
+// and only a bad member fails: one bad listener among n costs about
+// 2·log2(n) reloads, where reloading each member alone cost n — at
+// thousands of members, each reload validating the whole configuration,
+// hours.
+func (p *Provider) reloadHalves(ctx context.Context, members []*reloadMember) {
+	half := len(members) / 2
+	for _, part := range [][]*reloadMember{members[:half], members[half:]} {
+		_, err := p.reloadAll(ctx, part)
+		switch {
+		case err == nil:
+		case len(part) > 1 && errors.Is(err, errRejected):
+			p.reloadHalves(ctx, part)
+		default:
+			for _, m := range part {
+				m.err = err
+			}
+		}
+	}
 }
 
 // reloadAll renders the configuration with every member's target and every
