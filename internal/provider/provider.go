@@ -97,6 +97,17 @@ type Validator interface {
 	Invalid(key string, desired *model.LoadBalancer) map[string]error
 }
 
+// Grouper is implemented by providers that join concurrent writes into one
+// (HAProxy's group reload: a reload costs the same for one listener as for
+// a thousand, and carries every call waiting for it). How many calls can
+// join is how many run at once, so the controller reconciles the backlog it
+// starts with — every load balancer, all to be built when a data-plane
+// replica starts from nothing — with up to GroupWidth workers instead of
+// its usual few; then it goes back to those.
+type Grouper interface {
+	GroupWidth() int
+}
+
 // ErrConflict means the load balancer changed between Observe and Apply:
 // re-read, re-plan and retry.
 var ErrConflict = errors.New("load balancer changed since it was observed")

@@ -284,7 +284,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err := c.seedChecks(ctx); err != nil {
 		return fmt.Errorf("service controller: health-check demands: %w", err)
 	}
-	log.Info("leading: reconciling load balancers", "sync", c.opts.Sync, "workers", c.opts.Workers)
+	log.Info("leading: reconciling load balancers", "sync", c.opts.Sync, "workers", c.opts.Workers, "firstPassWorkers", c.firstPassWorkers())
 	first := map[string]bool{}
 	for _, key := range c.enqueueAll(ctx) {
 		first[key] = true
@@ -302,6 +302,18 @@ func (c *Controller) Start(ctx context.Context) error {
 			}
 		}()
 	}
+	// A provider whose writes join into one (provider.Grouper) gets the
+	// backlog — the first pass — worked through wide: more workers, each
+	// leaving once the queue is empty (or after one more key, when another
+	// took the last), so that later work has the usual few.
+	for i := c.opts.Workers; i < c.firstPassWorkers(); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.queue.Len() > 0 && c.processNext(ctx) {
+			}
+		}()
+	}
 	ticker := time.NewTicker(c.opts.ResyncPeriod)
 	defer ticker.Stop()
 	for {
@@ -314,6 +326,15 @@ func (c *Controller) Start(ctx context.Context) error {
 			c.enqueueAll(ctx)
 		}
 	}
+}
+
+// firstPassWorkers is how many workers reconcile the backlog Start begins
+// with: Workers, or the provider's GroupWidth when wider.
+func (c *Controller) firstPassWorkers() int {
+	if g, ok := c.opts.Provider.(provider.Grouper); ok {
+		return max(c.opts.Workers, g.GroupWidth())
+	}
+	return c.opts.Workers
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {
