@@ -48,40 +48,33 @@ func (f flags) azureOptions(opts scenarios.Options, stderr io.Writer) ([]azure.O
 		}
 	}
 	az := f.az
+	var bad string
 	switch {
 	case az.faultRate < 0 || az.faultRate >= 1:
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-fault-rate %v: want a share from 0 to below 1\n", az.faultRate)
-		return nil, false
+		bad = fmt.Sprintf("--azure-fault-rate %v: want a share from 0 to below 1", az.faultRate)
 	case !slices.Contains(azure.CCMLayouts, az.ccmLBs):
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-lbs %q: want %s\n", az.ccmLBs, strings.Join(azure.CCMLayouts, " or "))
-		return nil, false
+		bad = fmt.Sprintf("--azure-ccm-lbs %q: want %s", az.ccmLBs, strings.Join(azure.CCMLayouts, " or "))
 	case !slices.Contains(azure.IdleChanges, az.idleChange):
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-idle-change %q: want %s\n", az.idleChange, strings.Join(azure.IdleChanges, " or "))
-		return nil, false
+		bad = fmt.Sprintf("--azure-idle-change %q: want %s", az.idleChange, strings.Join(azure.IdleChanges, " or "))
 	case az.services < 0 || az.services > azure.MaxServices:
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-services %d: want 0 to %d\n", az.services, azure.MaxServices)
-		return nil, false
+		bad = fmt.Sprintf("--azure-services %d: want 0 to %d", az.services, azure.MaxServices)
 	case !slices.Contains(ccm.Configs, az.ccmConfig):
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-config %q: want %s\n", az.ccmConfig, strings.Join(ccm.Configs, " or "))
-		return nil, false
+		bad = fmt.Sprintf("--azure-ccm-config %q: want %s", az.ccmConfig, strings.Join(ccm.Configs, " or "))
 	case az.idleChange == azure.IdleChangePoolDrift && az.ccmConfig == ccm.ConfigNodeIP:
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-idle-change %s takes a node out of NIC-based pools: it needs --azure-ccm-config vmss or standard, not %s\n", az.idleChange, az.ccmConfig)
-		return nil, false
+		bad = fmt.Sprintf("--azure-idle-change %s takes a node out of NIC-based pools: it needs --azure-ccm-config vmss or standard, not %s", az.idleChange, az.ccmConfig)
 	case az.ccmConfig == ccm.ConfigVMSS && az.ccmLBs != azure.CCMSingleLB:
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-lbs %s places nodes by availability set: not with --azure-ccm-config %s\n", az.ccmLBs, az.ccmConfig)
-		return nil, false
+		bad = fmt.Sprintf("--azure-ccm-lbs %s places nodes by availability set: not with --azure-ccm-config %s", az.ccmLBs, az.ccmConfig)
 	case !releaseTag.MatchString(az.ccmVersion):
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-ccm-version %q: want a release tag of cloud-provider-azure (%s, say)\n", az.ccmVersion, ccm.DefaultVersion)
-		return nil, false
+		bad = fmt.Sprintf("--azure-ccm-version %q: want a release tag of cloud-provider-azure (%s, say)", az.ccmVersion, ccm.DefaultVersion)
 	case !slices.Contains(azuredp.PoolFlowOptions, az.poolFlows):
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-pool-flows %q: want %s\n", az.poolFlows, strings.Join(azuredp.PoolFlowOptions, " or "))
-		return nil, false
+		bad = fmt.Sprintf("--azure-pool-flows %q: want %s", az.poolFlows, strings.Join(azuredp.PoolFlowOptions, " or "))
 	case az.sharedLB && az.ccmLBs != azure.CCMSingleLB:
-		fmt.Fprintf(stderr, "zerodrop lab: --azure-shared-lb shares the CCM's one internal load balancer: not with --azure-ccm-lbs %s\n", az.ccmLBs)
-		return nil, false
+		bad = fmt.Sprintf("--azure-shared-lb shares the CCM's one internal load balancer: not with --azure-ccm-lbs %s", az.ccmLBs)
+	case f.dataPlane != 0 || f.fromChart:
+		bad = fmt.Sprintf("--data-plane-replicas and --from-chart are the HAProxy data plane's, not --provider %s's", ProviderAzureEmulator)
 	}
-	if f.dataPlane != 0 || f.fromChart {
-		fmt.Fprintf(stderr, "zerodrop lab: --data-plane-replicas and --from-chart are the HAProxy data plane's, not --provider %s's\n", ProviderAzureEmulator)
+	if bad != "" {
+		fmt.Fprintf(stderr, "zerodrop lab: %s\n", bad)
 		return nil, false
 	}
 	lists := map[string][]time.Duration{}
