@@ -119,15 +119,10 @@ func (cp *ControlPlane) waitNamespace(ctx context.Context, name string) error {
 
 // kcmAlive reports an error when kube-controller-manager has exited.
 func (cp *ControlPlane) KCMAlive() error {
-	if cp.kcm == nil {
-		return nil
-	}
-	select {
-	case <-cp.kcm.Done():
+	if cp.kcm != nil && cp.kcm.Exited() {
 		return errors.New("kube-controller-manager exited (see kube-controller-manager.log)")
-	default:
-		return nil
 	}
+	return nil
 }
 
 // stop stops kube-controller-manager, then kube-apiserver and etcd.

@@ -197,10 +197,8 @@ func (r *podRuntime) status() (ready map[string]bool, finished time.Time, exitCo
 		ready[k] = v && r.finishedAt.IsZero()
 	}
 	for _, cp := range r.containers {
-		select {
-		case <-cp.proc.Done():
+		if cp.proc.Exited() {
 			ready[cp.c.Name] = false
-		default:
 		}
 	}
 	return ready, r.finishedAt, r.exitCode

@@ -219,12 +219,7 @@ func (r *podRuntime) running(name string) bool {
 	defer r.mu.Unlock()
 	for _, cp := range r.containers {
 		if cp.c.Name == name {
-			select {
-			case <-cp.proc.Done():
-				return false
-			default:
-				return true
-			}
+			return !cp.proc.Exited()
 		}
 	}
 	return r.finishedAt.IsZero()

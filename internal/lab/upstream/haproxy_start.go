@@ -40,11 +40,9 @@ func StartHAProxy(ctx context.Context, dir, binary string) (*supervisor.Process,
 	}
 	var last error
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, h.ReloadTimeout, true, func(ctx context.Context) (bool, error) {
-		select {
-		case <-p.Done():
+		if p.Exited() {
 			log, _ := os.ReadFile(filepath.Join(dir, "haproxy.log"))
 			return false, fmt.Errorf("the cloud's HAProxy exited at start: %s", strings.TrimSpace(string(log)))
-		default:
 		}
 		running, err := h.Running(ctx)
 		last = err

@@ -156,10 +156,8 @@ func (p *Plane) StartProcess(ctx context.Context, d *Replica) error {
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: p.cfg.Net.Admin.DialContext}}
 	url := fmt.Sprintf("http://%s:%d/readyz", d.host.IP, world.ProbesPort)
 	return traffic.WaitFor(ctx, 60*time.Second, fmt.Sprintf("data-plane replica %d's zerodrop process ready", d.index), func() (bool, string) {
-		select {
-		case <-proc.Done():
+		if proc.Exited() {
 			return false, "exited (log " + logPath + ")"
-		default:
 		}
 		if err := traffic.Get(client, url); err != nil {
 			return false, err.Error()

@@ -62,13 +62,8 @@ func (p *Plane) ProcessScrapes() []world.Scrape {
 	var out []world.Scrape
 	for _, d := range p.Replicas() {
 		proc, n := d.ProcessRun()
-		if proc == nil {
+		if proc == nil || proc.Exited() {
 			continue
-		}
-		select {
-		case <-proc.Done():
-			continue
-		default:
 		}
 		name := fmt.Sprintf("%s/%d", d.Pod(), n)
 		out = append(out, world.Scrape{Key: "process:" + name, Name: name, IP: d.host.IP.String()})
