@@ -112,6 +112,15 @@ type Grouper interface {
 // re-read, re-plan and retry.
 var ErrConflict = errors.New("load balancer changed since it was observed")
 
+// ErrRefused means the load balancer refused the desired state itself
+// (HAProxy's configuration check failing on this load balancer's listeners,
+// a port another process holds), while what it served before goes on: the
+// same input fails the same way until it or its cause changes. The
+// controller retries it with back-off like any error, but a data-plane
+// replica's readiness does not wait for it: one tenant's refused Service
+// must not hold a replica out of service for every other.
+var ErrRefused = errors.New("refused by the load balancer")
+
 // RetryAfterError asks the caller to retry no sooner than After (throttling).
 type RetryAfterError struct {
 	After time.Duration

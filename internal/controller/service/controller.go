@@ -346,7 +346,9 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	// writer of that load balancer. The provider is called outside any lock.
 	defer c.queue.Done(key)
 	again, err := c.reconcileKey(ctx, key)
-	if err == nil {
+	// A load balancer the provider refuses leaves the first pass as done:
+	// the replica serves the others, and is ready (provider.ErrRefused).
+	if err == nil || errors.Is(err, provider.ErrRefused) {
 		c.mu.Lock()
 		delete(c.first, key)
 		c.mu.Unlock()
@@ -405,8 +407,9 @@ func (c *Controller) enqueueAll(ctx context.Context) []string {
 }
 
 // Synced reports whether every load balancer of Start's first pass has been
-// reconciled once without error: a data-plane replica then serves what the
-// Services ask (its readiness, so that a DaemonSet update waits for it).
+// reconciled once without error (or refused by the provider, ErrRefused): a
+// data-plane replica then serves what the Services ask (its readiness, so
+// that a DaemonSet update waits for it).
 // False before Start and while the caches sync.
 func (c *Controller) Synced() bool {
 	c.mu.Lock()

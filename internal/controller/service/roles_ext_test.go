@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -9,12 +10,14 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/metrics"
+	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
 )
@@ -47,24 +50,7 @@ func TestDataPlaneSynced(t *testing.T) {
 		}
 		<-release
 	}
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := manager.New(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: testr.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ctl, err := service.New(rctx, mgr, service.Options{Provider: prov, Role: service.RoleDataPlane, Metrics: m, Logger: testr.New(t),
-		AddressPool: netip.MustParsePrefix("127.0.101.0/24"), ResyncPeriod: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(rctx) }()
-	defer func() { cancel(); <-done }()
+	ctl := startDataPlane(t, cfg, prov)
 	if ctl.Synced() {
 		t.Fatal("synced before it started")
 	}
@@ -84,4 +70,73 @@ func TestDataPlaneSynced(t *testing.T) {
 	if lb, _ := prov.Observe(ctx, ns+"/"+name); lb == nil || len(lb.Listeners) != 1 || lb.Listeners[0].Address != "127.0.101.7" {
 		t.Fatalf("load balancer %+v: want the listener at the status address", lb)
 	}
+}
+
+// startDataPlane runs a data-plane replica's Service controller with prov
+// until the test ends.
+func startDataPlane(t *testing.T, cfg *rest.Config, prov provider.Provider) *service.Controller {
+	t.Helper()
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := manager.New(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ctl, err := service.New(ctx, mgr, service.Options{Provider: prov, Role: service.RoleDataPlane, Metrics: m, Logger: testr.New(t),
+		AddressPool: netip.MustParsePrefix("127.0.101.0/24"), ResyncPeriod: time.Hour})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ctl
+}
+
+// refusingProvider refuses every write to one load balancer, as HAProxy
+// refuses a listener whose port another process holds.
+type refusingProvider struct {
+	*memory.Provider
+	refused string
+}
+
+func (p refusingProvider) Apply(ctx context.Context, plan model.Plan) error {
+	if plan.Key == p.refused {
+		return fmt.Errorf("apply %s: port taken: %w", plan.Key, provider.ErrRefused)
+	}
+	return p.Provider.Apply(ctx, plan)
+}
+
+// TestDataPlaneSyncedBesideARefusedService: one Service whose load balancer
+// the provider refuses (provider.ErrRefused) does not keep a data-plane
+// replica from being Synced once the others are served: one tenant's bad
+// Service must not hold the replica out of every gate and rollout.
+func TestDataPlaneSyncedBesideARefusedService(t *testing.T) {
+	cfg := controlplane.Start(t)
+	c := newClient(t, cfg)
+	ctx := context.Background()
+	const ns = "default"
+	for i, name := range []string{"good", "bad"} {
+		svc := lbService(ns, name, "zerodrop.dev/memory", nil)
+		if err := c.Create(ctx, svc); err != nil {
+			t.Fatal(err)
+		}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fmt.Sprintf("127.0.101.%d", 10+i)}}
+		if err := c.Status().Update(ctx, svc); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Create(ctx, slice(ns, name, 8080, fmt.Sprintf("198.18.66.%d", 1+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prov := refusingProvider{Provider: memory.New(provider.Hooks{}), refused: ns + "/bad"}
+	ctl := startDataPlane(t, cfg, prov)
+	eventually(t, 60*time.Second, "synced with the good load balancer built", func() (bool, string) {
+		lb, _ := prov.Observe(ctx, ns+"/good")
+		return ctl.Synced() && len(backendsOf(lb)) == 1, fmt.Sprintf("synced %v, good %+v", ctl.Synced(), lb)
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
 )
 
 // errRejected marks a configuration HAProxy refused (render, `haproxy -c`,
@@ -15,7 +16,7 @@ import (
 // previous one keeps serving. In a group reload it means one member's input
 // may be bad: the members are then reloaded in halves (reloadHalves), so
 // that the bad one fails alone.
-var errRejected = errors.New("configuration rejected")
+var errRejected = fmt.Errorf("configuration rejected: %w", provider.ErrRefused)
 
 // reloadGroup is group commit for reloads and mirrors. A reload costs the
 // same whether it changes one listener or a hundred (`haproxy -c`, a new

@@ -2,6 +2,7 @@ package haproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
 )
 
 // groupOp is one concurrent call of a group test: create key's load
@@ -115,8 +117,8 @@ func TestGroupReload(t *testing.T) {
 			for i, op := range ops {
 				isBad := op.lb != nil && i-1 == tc.bad
 				switch {
-				case isBad && errs[i] == nil:
-					t.Errorf("%s: applied although its port is taken", op.key)
+				case isBad && !errors.Is(errs[i], provider.ErrRefused):
+					t.Errorf("%s: %v, want provider.ErrRefused: its port is taken", op.key, errs[i])
 				case !isBad && errs[i] != nil:
 					t.Errorf("%s: %v", op.key, errs[i])
 				}
