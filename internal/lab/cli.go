@@ -266,7 +266,7 @@ func execute(ctx context.Context, opts scenarios.Options, points []azure.Options
 		report.WriteTable(stdout, results, opts.Modes)
 		writeAzureFigures(stdout, results)
 		report.WriteErrors(stderr, results)
-		fmt.Fprintf(stdout, "\n%d runs in %s\n", len(results), report.FormatDuration(time.Since(start)))
+		fmt.Fprintf(stdout, "\n%d runs in %s\n", len(results), time.Since(start).Round(100*time.Millisecond))
 	}
 	code := report.Finish(stderr, results, err, jsonPath)
 	if htmlPath != "" && len(results) > 0 {

@@ -311,10 +311,6 @@ func Timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.
 
 func Milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func FormatDuration(d time.Duration) string {
-	return d.Round(100 * time.Millisecond).String()
-}
-
 // AzureClock is what a traffic run on emulated Azure took its time from
 // (--arm-latency, --lb-propagation, --health-lag) and the grace period the
 // run's pods had.

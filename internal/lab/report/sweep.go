@@ -138,7 +138,8 @@ func sweepSVG(g *sweepGroup, cols []string, value func(Result) float64) string {
 		fmt.Fprintf(&b, `<text transform="translate(%.0f,%d) rotate(40)">%s</text>`, x(i), h-bottom+12, html.EscapeString(p))
 	}
 	for k, c := range cols {
-		colour := modeColours[modeOf(c)]
+		mode, _, _ := strings.Cut(c, "/") // "zerodrop/ip" → "zerodrop"
+		colour := modeColours[mode]
 		if colour == "" {
 			colour = "#000"
 		}
@@ -165,12 +166,6 @@ func sweepSVG(g *sweepGroup, cols []string, value func(Result) float64) string {
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
-}
-
-// modeOf is the mode of a column ("zerodrop/ip" → "zerodrop").
-func modeOf(col string) string {
-	mode, _, _ := strings.Cut(col, "/")
-	return mode
 }
 
 // promiseCell says what the mode's published bound promises at the point.

@@ -98,19 +98,15 @@ func (a *run) createOther(ctx context.Context, i int) error {
 	return nil
 }
 
-// othersTimeout bounds the wait for the other Services' addresses: each
-// write may take the ARM latency, and the CCM writes one Service at a
-// time.
-func (a *run) othersTimeout() time.Duration {
-	return 2*time.Minute + time.Duration(a.w.opts.Services)*2*(a.w.opts.ARMLatency+a.w.opts.LBPropagation)
-}
-
 // waitOthers waits until every other Service of the run has its address.
 func (a *run) waitOthers(ctx context.Context) error {
 	if a.othersErr != nil || a.w.opts.Services == 0 {
 		return a.othersErr
 	}
-	return traffic.WaitFor(ctx, a.othersTimeout(), "every other Service to have its address", func() (bool, string) {
+	// Each write may take the ARM latency, and the CCM writes one Service
+	// at a time.
+	timeout := 2*time.Minute + time.Duration(a.w.opts.Services)*2*(a.w.opts.ARMLatency+a.w.opts.LBPropagation)
+	return traffic.WaitFor(ctx, timeout, "every other Service to have its address", func() (bool, string) {
 		list, err := a.env.CP.Client.CoreV1().Services(a.env.NS).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()

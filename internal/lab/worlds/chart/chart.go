@@ -198,7 +198,7 @@ func (r *run) ControllerSelector() map[string]string {
 // Views are the replicas' HAProxy instances but one on a failed node
 // (lb-replica-restart): no traffic reaches it.
 func (r *run) Views() []world.View {
-	return r.Plane.Views(r.Env.Key, func(d *dataplane.Replica) bool { return dataplane.HostDown(r.w.Lab.Agent, d) })
+	return r.Plane.Views(r.Env.Key, func(d *dataplane.Replica) bool { return r.w.Lab.Agent.NodeDown(cluster.HostNodeName(d.Index())) })
 }
 
 // pods lists the run's pods of the chart object called name (its

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/haproxy"
@@ -80,11 +79,6 @@ func OtherMembers(reps []*Replica, d *Replica) []int {
 		}
 	}
 	return out
-}
-
-// HostDown reports whether replica d's load-balancer host's node failed.
-func HostDown(agent *cluster.Agent, d *Replica) bool {
-	return agent.NodeDown(cluster.HostNodeName(d.Index()))
 }
 
 // RunBase is what a world's run of replicas has in common with every

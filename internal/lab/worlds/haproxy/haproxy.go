@@ -219,7 +219,7 @@ func (h *run) cloudBackends(ctx context.Context) ([]provider.BackendStatus, erro
 	if err != nil {
 		return nil, err
 	}
-	ns, name := splitKey(h.env.Key)
+	ns, name, _ := strings.Cut(h.env.Key, "/")
 	out := make([]provider.BackendStatus, 0, len(bs))
 	for _, b := range bs {
 		state := model.Active
@@ -237,12 +237,6 @@ func (h *run) cloudBackends(ctx context.Context) ([]provider.BackendStatus, erro
 		})
 	}
 	return out, nil
-}
-
-// splitKey splits namespace/name.
-func splitKey(key string) (ns, name string) {
-	ns, name, _ = strings.Cut(key, "/")
-	return ns, name
 }
 
 var (
