@@ -68,7 +68,7 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 		if err != nil {
 			return err
 		}
-		n, err := r.landed()
+		n, err := r.world.Writes()
 		if err != nil {
 			return err
 		}
@@ -84,7 +84,7 @@ func actKillMidPlan(ctx context.Context, r *run) error {
 	if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
 		return err
 	}
-	n, err := r.landed()
+	n, err := r.world.Writes()
 	if err != nil {
 		return err
 	}
@@ -205,7 +205,7 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	n0, err := r.landed()
+	n0, err := r.world.Writes()
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 			fig.PoolChanges++
 		}
 	}
-	n1, err := r.landed()
+	n1, err := r.world.Writes()
 	if err != nil {
 		return err
 	}
@@ -245,7 +245,7 @@ func actAPIServerDown(ctx context.Context, r *run) error {
 	if !traffic.SleepCtx(ctx, idleVerify) {
 		return ctx.Err()
 	}
-	n2, err := r.landed()
+	n2, err := r.world.Writes()
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func actMaintenance(ctx context.Context, r *run) error {
 	} else {
 		r.mark("%s tainted %s:NoSchedule", node, model.TaintToBeDeletedByClusterAutoscaler)
 	}
-	before, err := r.landed()
+	before, err := r.world.Writes()
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func actMaintenance(ctx context.Context, r *run) error {
 	if !traffic.SleepCtx(ctx, wait) {
 		return ctx.Err()
 	}
-	after, err := r.landed()
+	after, err := r.world.Writes()
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ func actRestartIdle(ctx context.Context, r *run) error {
 			return ctx.Err()
 		}
 	}
-	n, err := r.landed()
+	n, err := r.world.Writes()
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (r *run) restartIdlePod(ctx context.Context, i int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	at, err := r.landed()
+	at, err := r.world.Writes()
 	if err != nil {
 		return 0, err
 	}
@@ -130,7 +130,7 @@ func (r *run) restartIdleWorld(ctx context.Context, w world.WriterRestarter, i i
 	sig, name := world.IdleStop(i)
 	var landedErr error
 	if err := w.RestartWriter(ctx, sig, func(leader string) {
-		at, landedErr = r.landed()
+		at, landedErr = r.world.Writes()
 		r.mark("%s %s", name, leader)
 		r.stopping(i, name)
 	}); err != nil {

@@ -99,11 +99,6 @@ func (r *run) mark(format string, args ...any) {
 	r.lab.logf("%s: %s at %.1fs", r.name(), label, at.Seconds())
 }
 
-// landed is the writes the run's load balancer accepted, as its world
-// counts them (HAProxy: the runtime API writes counted at its sockets; an
-// error when a socket's proxy was bypassed).
-func (r *run) landed() (int64, error) { return r.world.Writes() }
-
 // stopping tells the world (world.RestartObserver) that the writer's stop
 // i is being sent.
 func (r *run) stopping(i int, stop string) {

@@ -83,7 +83,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 		}
 	}
 	base := r.ctrls.counters()
-	landedBase, err := r.landed()
+	landedBase, err := r.world.Writes()
 	if err != nil {
 		return res, err
 	}
@@ -174,7 +174,7 @@ func (r *run) figures(res *report.Result, snap traffic.Snapshot, base ctrlmetric
 	res.ReplicaDisruption = r.replicaFigures
 	res.Chaos = r.chaos
 	res.DuplicateBackendSamples = r.dupSamples.Load()
-	landed, lerr := r.landed()
+	landed, lerr := r.world.Writes()
 	res.ProviderWrites = landed - landedBase
 	res.DurationSeconds = float64(time.Since(r.rec.Start).Milliseconds()) / 1000
 	res.Timeline = &report.Timeline{Seconds: snap.Seconds, Failures: snap.Failures, Markers: r.markers,
@@ -202,7 +202,7 @@ func (l *lab) logFailures(r *run, snap traffic.Snapshot) {
 func (l *lab) progress(ctx context.Context, r *run, landedBase int64) {
 	for traffic.SleepCtx(ctx, 5*time.Second) {
 		s := r.rec.Snapshot()
-		landed, _ := r.landed()
+		landed, _ := r.world.Writes()
 		l.progressf("%-10s %-13s %-8s %4.0fs  requests %5d  failed %4d (late %d)  long %3d (closed %d, broken %d)  writes %d",
 			r.scenario, r.backend+"/"+r.policy, r.mode, time.Since(r.rec.Start).Seconds(), s.Requests, s.Failed, s.Late, s.LongConns,
 			s.LongClosed, s.LongBroken, landed-landedBase)
