@@ -19,13 +19,6 @@ import (
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
-// Binary builds (or reuses from the cache) the cloud-controller-manager and
-// returns its path. It is built on demand, by what runs it (a lab run whose
-// world has the CCM write, TestRealCCM), not by `make lab`: the HAProxy lab
-// never runs it. The build (hack/cloud-provider-azure.sh, minutes on a cold
-// cache) shows its progress on stderr; a second caller waits on its lock.
-func Binary() (string, error) { return BinaryVersion("") }
-
 // The releases of sigs.k8s.io/cloud-provider-azure the lab knows: the
 // default (hack/cloud-provider-azure.sh's too), and a release of the minor
 // the #10224 incident's cluster ran (Kubernetes 1.33), the one issue 48
@@ -35,10 +28,14 @@ const (
 	Version133     = "v1.33.2"
 )
 
-// BinaryVersion is Binary for a release of sigs.k8s.io/cloud-provider-azure
-// (a tag, v1.33.2 say; "" is DefaultVersion, or what
-// ZERODROP_CCM_AZURE_VERSION names), each built into a cache directory of
-// its own.
+// BinaryVersion builds (or reuses from the cache) the cloud-controller-manager
+// of a release of sigs.k8s.io/cloud-provider-azure (a tag, v1.33.2 say; "" is
+// DefaultVersion, or what ZERODROP_CCM_AZURE_VERSION names), each release
+// into a cache directory of its own, and returns its path. It is built on
+// demand, by what runs it (a lab run whose world has the CCM write,
+// TestRealCCM), not by `make lab`: the HAProxy lab never runs it. The build
+// (hack/cloud-provider-azure.sh, minutes on a cold cache) shows its progress
+// on stderr; a second caller waits on its lock.
 func BinaryVersion(version string) (string, error) {
 	var args []string
 	if version != "" {

@@ -42,7 +42,7 @@ type World struct {
 // emulator).
 func New(t testing.TB, res ccm.Resources) *World {
 	t.Helper()
-	bin, err := ccm.Binary()
+	bin, err := ccm.BinaryVersion("")
 	if err != nil {
 		t.Fatal(err)
 	}
