@@ -172,20 +172,6 @@ func withDefaults(opts Options) (Options, error) {
 	return opts, nil
 }
 
-// scenariosNamed finds every scenario of names, before anything starts: a
-// misspelt name fails at once, not after the runs before it.
-func scenariosNamed(names []string) ([]scenario, error) {
-	var scs []scenario
-	for _, name := range names {
-		sc, ok := ScenarioNamed(name)
-		if !ok {
-			return nil, fmt.Errorf("unknown scenario %q", name)
-		}
-		scs = append(scs, sc)
-	}
-	return scs, nil
-}
-
 // klogToLog sends klog's output (the upstream service controller,
 // client-go) to the lab's log, not among the progress lines (errors still
 // reach stderr), until the function it returns is called. SetOutput and

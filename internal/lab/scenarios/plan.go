@@ -46,14 +46,14 @@ func (n NotRun) String() string {
 // scenarios and modes asked for it does not run, with why. It starts
 // nothing: `zerodrop lab --dry-run` prints it, and runAll runs it.
 func Plan(opts Options) ([]Planned, []NotRun, error) {
-	scs, err := scenariosNamed(opts.Scenarios)
-	if err != nil {
-		return nil, nil, err
-	}
 	var runs []Planned
 	var notRun []NotRun
 	seenNode := map[string]bool{}
-	for _, sc := range scs {
+	for _, name := range opts.Scenarios {
+		sc, ok := ScenarioNamed(name)
+		if !ok {
+			return nil, nil, fmt.Errorf("unknown scenario %q", name)
+		}
 		where, _ := WhereIs(sc.Name)
 		for _, mode := range opts.Modes {
 			if where.Modes != nil && !slices.Contains(where.Modes, mode) {
