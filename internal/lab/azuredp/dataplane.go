@@ -432,7 +432,8 @@ func (d *DataPlane) teardown() error {
 	defer cancel()
 	var errs []error
 	if d.tables {
-		if err := d.nft(ctx, teardownScript()); err != nil {
+		// Both tables, and with them every chain, map and element.
+		if err := d.nft(ctx, fmt.Sprintf("delete table netdev %[1]s\ndelete table ip %[1]s\n", table)); err != nil {
 			errs = append(errs, err)
 		} else {
 			d.tables = false

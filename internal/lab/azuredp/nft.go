@@ -51,12 +51,6 @@ add chain ip %[1]s nat_post { type nat hook postrouting priority srcnat; policy 
 `, table, flowsMap, nexthops, maxFlows, device, vipSet)
 }
 
-// teardownScript deletes both tables (and with them every chain, map and
-// element).
-func teardownScript() string {
-	return fmt.Sprintf("delete table netdev %[1]s\ndelete table ip %[1]s\n", table)
-}
-
 // ruleset is one programming's input.
 type ruleset struct {
 	rules    []rule
