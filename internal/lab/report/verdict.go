@@ -50,7 +50,8 @@ func WriteVerdict(w io.Writer, results []Result, notRun []string, htmlPath strin
 // writeVerdictLine is one run's line of the verdict.
 func writeVerdictLine(tw io.Writer, r Result) {
 	if r.Err != nil {
-		fmt.Fprintf(tw, "    %s\tdid not complete: %s\n", r.column(), firstLine(r.Err.Error()))
+		first, _, _ := strings.Cut(r.Err.Error(), "\n")
+		fmt.Fprintf(tw, "    %s\tdid not complete: %s\n", r.column(), first)
 		return
 	}
 	failed := fmt.Sprintf("%s of %s requests failed", Thousands(r.FailedRequests), Thousands(r.Requests))
@@ -73,11 +74,6 @@ func verdictTitle(r Result) string {
 		return r.Scenario + ", externalTrafficPolicy Cluster"
 	}
 	return r.Scenario
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
 }
 
 // Thousands formats n with commas between groups of three digits.
