@@ -163,13 +163,17 @@ func (a *run) OwnsWriters() bool { return a.env.Mode.NodeBacked() && !a.env.Mode
 // emulator's endpoint and credential, and production defaults otherwise.
 func (a *run) ControllerArgs([]string) []string {
 	env := a.env
+	lb := azLB // the load balancer zerodrop's controllers write
+	if a.w.opts.SharedLB {
+		lb = ccmLB
+	}
 	args := []string{
 		"lab", Command, "--emulator=" + a.served.URL, "--emulator-ca=" + a.served.CAFile,
 		"--provider=azure",
 		"--kubeconfig=" + env.Net.Kubeconfig,
 		"--load-balancer-class=" + env.Class,
 		"--azure-subscription-id=" + azSub, "--azure-resource-group=" + azGroup,
-		"--azure-load-balancers=" + a.zerodropLB(), "--azure-subnet-id=" + azSubnetID(), "--azure-location=" + azLocation,
+		"--azure-load-balancers=" + lb, "--azure-subnet-id=" + azSubnetID(), "--azure-location=" + azLocation,
 	}
 	if env.Mode == report.ModeGates {
 		// The gates read the CCM's load balancer for the run's

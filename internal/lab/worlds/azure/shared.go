@@ -27,14 +27,6 @@ func (a *run) ccmRuns() bool {
 	return a.env.Mode.NodeBacked() || a.w.opts.SharedLB
 }
 
-// zerodropLB is the load balancer zerodrop's controllers write.
-func (a *run) zerodropLB() string {
-	if a.w.opts.SharedLB {
-		return ccmLB
-	}
-	return azLB
-}
-
 // writerFigures splits a stretch of the record by writer (the CCM's
 // identities are ccm-N) and finds each writer's removals of the other's
 // children: zerodrop's are named zd-, the CCM's are not.
