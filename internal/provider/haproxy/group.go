@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"zerodrop.dev/zerodrop/internal/model"
@@ -14,8 +15,8 @@ import (
 // errRejected marks a configuration HAProxy refused (render, `haproxy -c`,
 // or the new worker failing to start, e.g. a port already taken) while the
 // previous one keeps serving. In a group reload it means one member's input
-// may be bad: the members are then reloaded in halves (reloadHalves), so
-// that the bad one fails alone.
+// may be bad: the members are then told apart (reloadRefused), so that the
+// bad one fails alone.
 var errRejected = fmt.Errorf("configuration rejected: %w", provider.ErrRefused)
 
 // reloadGroup is group commit for reloads and mirrors. A reload costs the
@@ -208,8 +209,8 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 		after, err = p.reloadAll(ctx, reloads)
 		switch {
 		case err != nil && len(reloads) > 1 && errors.Is(err, errRejected):
-			p.log.Info("group reload rejected, reloading its members in halves", "members", len(reloads), "err", err.Error())
-			p.reloadHalves(ctx, reloads)
+			p.log.Info("group reload rejected, reloading its members apart", "members", len(reloads), "err", err.Error())
+			p.reloadRefused(ctx, reloads, err)
 		case err != nil:
 			for _, m := range reloads {
 				m.err = err
@@ -239,26 +240,58 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 	p.markClean()
 }
 
-// reloadHalves reloads members, which HAProxy refused together, in two
-// halves, and splits a refused half again, so that the others are served
-// and only a bad member fails: one bad listener among n costs about
-// 2·log2(n) reloads, where reloading each member alone cost n — at
-// thousands of members, each reload validating the whole configuration,
-// hours.
-func (p *Provider) reloadHalves(ctx context.Context, members []*reloadMember) {
-	half := len(members) / 2
-	for _, part := range [][]*reloadMember{members[:half], members[half:]} {
+// reloadRefused serves what it can of members, which HAProxy refused
+// together with refusal, so that only a bad member fails: the members
+// whose proxies the refusal names (a listener that cannot bind names its
+// proxy) fail with it and the others are reloaded together; when it names
+// none, they are reloaded in halves, and a refused half is split again.
+// One bad listener among n members costs one more reload when HAProxy
+// names it and about 2·log2(n) when it does not, where reloading each
+// member alone cost n — at thousands of members, each reload validating
+// the whole configuration, hours.
+func (p *Provider) reloadRefused(ctx context.Context, members []*reloadMember, refusal error) {
+	rest := failNamed(members, refusal)
+	parts := [][]*reloadMember{rest}
+	if len(rest) == len(members) {
+		parts = [][]*reloadMember{members[:len(members)/2], members[len(members)/2:]}
+	}
+	for _, part := range parts {
+		if len(part) == 0 {
+			continue
+		}
 		_, err := p.reloadAll(ctx, part)
 		switch {
 		case err == nil:
 		case len(part) > 1 && errors.Is(err, errRejected):
-			p.reloadHalves(ctx, part)
+			p.reloadRefused(ctx, part, err)
 		default:
 			for _, m := range part {
 				m.err = err
 			}
 		}
 	}
+}
+
+// failNamed gives refusal to the members whose proxy names it contains and
+// returns the others; members as they are when it names none of them or
+// all of them (then it tells nothing apart).
+func failNamed(members []*reloadMember, refusal error) []*reloadMember {
+	text := refusal.Error()
+	var named, rest []*reloadMember
+	for _, m := range members {
+		if strings.Contains(text, proxyPrefix+encodeName(m.key)+":") {
+			named = append(named, m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	if len(named) == 0 || len(rest) == 0 {
+		return members
+	}
+	for _, m := range named {
+		m.err = refusal
+	}
+	return rest
 }
 
 // reloadAll renders the configuration with every member's target and every

@@ -317,3 +317,37 @@ func TestBackendsShareOldWorkerReadings(t *testing.T) {
 		t.Errorf("after the reload %s shows %d connections, want the old worker's one (%s)", l.Name, conns, lc.backend)
 	}
 }
+
+// TestFailNamed: a refusal that names a member's proxy fails that member
+// alone (not one whose key only starts the same); one that names none of
+// the members, or every one, tells nothing apart.
+func TestFailNamed(t *testing.T) {
+	const bind = "haproxy: reload failed: [ALERT] (1) : Binding [haproxy.cfg:144] for proxy zd:default.new-10:tcp-80: cannot bind socket (Address already in use)"
+	cases := []struct {
+		name, refusal string
+		keys          []string
+		wantFailed    []string
+	}{
+		{"named", bind, []string{"default/new-1", "default/new-10", "default/new-2"}, []string{"default/new-10"}},
+		{"none named", "haproxy: invalid configuration: [ALERT] parsing [haproxy.cfg:12] : unknown keyword", []string{"default/new-1", "default/new-2"}, nil},
+		{"all named", bind, []string{"default/new-10"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var members []*reloadMember
+			for _, k := range tc.keys {
+				members = append(members, &reloadMember{key: k})
+			}
+			rest := failNamed(members, errors.New(tc.refusal))
+			var failed []string
+			for _, m := range members {
+				if m.err != nil {
+					failed = append(failed, m.key)
+				}
+			}
+			if fmt.Sprint(failed) != fmt.Sprint(tc.wantFailed) || len(rest)+len(failed) != len(members) {
+				t.Errorf("failed %v, rest of %d: want %v failed, the others left", failed, len(rest), tc.wantFailed)
+			}
+		})
+	}
+}
