@@ -60,6 +60,7 @@ var (
 	role       = flag.String("role", "all", "the controller's --role: all (the default: one process, which owns its HAProxy), data-plane (attached to an HAProxy run by `zerodrop haproxy`, as in the chart's DaemonSet; the Services' addresses written into their status first) or control (no HAProxy, no data-plane replica to read)")
 	rev        = flag.String("rev", "HEAD", "the commit whose ./cmd/zerodrop is built and measured")
 	timeout    = flag.Duration("timeout", 90*time.Minute, "give up after this long in one phase")
+	refused    = flag.Int("refused", 0, "with -role data-plane: this many Services (spread over the n) have their port held by another process at their address (a plain listener), so HAProxy refuses them: the replica must be ready with them failing alone")
 )
 
 const ns = "procmem"
@@ -150,6 +151,14 @@ func run(extra []string) error {
 		if err := parallel(*services, 8, func(i int) error { return setAddress(ctx, c, i) }); err != nil {
 			return err
 		}
+		for k := 0; k < *refused; k++ {
+			i := k * *services / *refused
+			ln, err := net.Listen("tcp", net.JoinHostPort(address(i), "80"))
+			if err != nil {
+				return fmt.Errorf("-refused: hold Service %d's port: %w", i, err)
+			}
+			defer ln.Close()
+		}
 		// The replica's HAProxy, as the chart's haproxy container runs it.
 		hp, err = startHAProxy(bin, hdir, filepath.Join(work, "haproxy.log"))
 		if err != nil {
@@ -190,6 +199,10 @@ func run(extra []string) error {
 	builtIdle := p.read(metricsURL)
 	p.stop()
 	fmt.Printf("build: done after %s (%s)\n", took.Round(time.Second), map[bool]string{true: "the replica is ready: every load balancer reconciled once", false: "every Service has its address in its status"}[*role == "data-plane"])
+	if *refused > 0 {
+		log, _ := os.ReadFile(filepath.Join(work, "build.log"))
+		fmt.Printf("build: %d group reloads refused, %d refused errors logged\n", strings.Count(string(log), "group reload rejected"), strings.Count(string(log), "refused by the load balancer"))
+	}
 
 	// Restart: a new process verifies every load balancer.
 	p, err = startController(bin, args, kubeconfig, filepath.Join(work, "restart.log"))
@@ -339,10 +352,14 @@ func setAddress(ctx context.Context, c client.Client, i int) error {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name(i)}, &svc); err != nil {
 		return err
 	}
-	a := 128<<8 + i + 1
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fmt.Sprintf("127.0.%d.%d", a>>8, a&255),
-		IPMode: ptr.To(corev1.LoadBalancerIPModeProxy)}}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: address(i), IPMode: ptr.To(corev1.LoadBalancerIPModeProxy)}}
 	return c.Status().Update(ctx, &svc)
+}
+
+// address is Service i's frontend address, in --address-pool.
+func address(i int) string {
+	a := 128<<8 + i + 1
+	return fmt.Sprintf("127.0.%d.%d", a>>8, a&255)
 }
 
 // awaitReady waits until the process's /readyz answers 200: a data-plane
