@@ -272,11 +272,20 @@ func (p *Provider) reloadRefused(ctx context.Context, members []*reloadMember, r
 	}
 }
 
-// failNamed gives refusal to the members whose proxy names it contains and
-// returns the others; members as they are when it names none of them or
-// all of them (then it tells nothing apart).
+// failNamed gives refusal to the members whose proxies its alerts say
+// cannot bind, and returns the others; members as they are when it names
+// none of them or all of them (then it tells nothing apart). Only bind
+// failures count: the alerts beside them include a running HAProxy's
+// ("proxy '…' has no server available!"), which name proxies that did
+// nothing wrong.
 func failNamed(members []*reloadMember, refusal error) []*reloadMember {
-	text := refusal.Error()
+	var binds []string
+	for _, alert := range strings.Split(refusal.Error(), "; ") {
+		if strings.Contains(alert, "cannot bind") {
+			binds = append(binds, alert)
+		}
+	}
+	text := strings.Join(binds, "\n")
 	var named, rest []*reloadMember
 	for _, m := range members {
 		if strings.Contains(text, proxyPrefix+encodeName(m.key)+":") {

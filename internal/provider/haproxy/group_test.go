@@ -318,9 +318,10 @@ func TestBackendsShareOldWorkerReadings(t *testing.T) {
 	}
 }
 
-// TestFailNamed: a refusal that names a member's proxy fails that member
-// alone (not one whose key only starts the same); one that names none of
-// the members, or every one, tells nothing apart.
+// TestFailNamed: a refusal whose alert says a member's proxy cannot bind
+// fails that member alone (not one whose key only starts the same, nor one
+// another alert names); one that names none of the members, or every one,
+// tells nothing apart.
 func TestFailNamed(t *testing.T) {
 	const bind = "haproxy: reload failed: [ALERT] (1) : Binding [haproxy.cfg:144] for proxy zd:default.new-10:tcp-80: cannot bind socket (Address already in use)"
 	cases := []struct {
@@ -330,6 +331,8 @@ func TestFailNamed(t *testing.T) {
 	}{
 		{"named", bind, []string{"default/new-1", "default/new-10", "default/new-2"}, []string{"default/new-10"}},
 		{"none named", "haproxy: invalid configuration: [ALERT] parsing [haproxy.cfg:12] : unknown keyword", []string{"default/new-1", "default/new-2"}, nil},
+		{"named by another alert only", "haproxy: reload failed: [ALERT] (1) : proxy 'zd:default.new-1:tcp-80' has no server available!; " + bind[len("haproxy: reload failed: "):],
+			[]string{"default/new-1", "default/new-10"}, []string{"default/new-10"}},
 		{"all named", bind, []string{"default/new-10"}, nil},
 	}
 	for _, tc := range cases {
