@@ -204,17 +204,40 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 	// runtime, mirror-only members' changes included, and reads the runtime
 	// after it (to check them against).
 	var after *snapshot
-	if len(reloads) > 0 {
+	// A member HAProxy refused last time reloads alone, after the others:
+	// while it is still bad it must not make their reload fail again (at
+	// thousands of members, each refusal costs reloads to tell it apart).
+	together, alone := splitRefused(reloads, p.refused)
+	if len(together) > 0 {
 		var err error
-		after, err = p.reloadAll(ctx, reloads)
+		after, err = p.reloadAll(ctx, together)
 		switch {
-		case err != nil && len(reloads) > 1 && errors.Is(err, errRejected):
-			p.log.Info("group reload rejected, reloading its members apart", "members", len(reloads), "err", err.Error())
-			p.reloadRefused(ctx, reloads, err)
+		case err != nil && len(together) > 1 && errors.Is(err, errRejected):
+			p.log.Info("group reload rejected, reloading its members apart", "members", len(together), "err", err.Error())
+			p.reloadRefused(ctx, together, err)
 		case err != nil:
-			for _, m := range reloads {
+			for _, m := range together {
 				m.err = err
 			}
+		}
+	}
+	for _, m := range alone {
+		snap, err := p.reloadAll(ctx, []*reloadMember{m})
+		if err != nil {
+			m.err = err
+		} else {
+			after = snap // the latest reading
+		}
+	}
+	if p.refused == nil {
+		p.refused = map[string]bool{}
+	}
+	for _, m := range reloads {
+		switch {
+		case m.err == nil:
+			delete(p.refused, m.key)
+		case errors.Is(m.err, errRejected):
+			p.refused[m.key] = true
 		}
 	}
 	if len(mirrors) > 0 && after == nil {
@@ -238,6 +261,19 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 		}
 	}
 	p.markClean()
+}
+
+// splitRefused parts members into those to reload together and those
+// refused last time (refused), each to reload alone.
+func splitRefused(members []*reloadMember, refused map[string]bool) (together, alone []*reloadMember) {
+	for _, m := range members {
+		if refused[m.key] {
+			alone = append(alone, m)
+		} else {
+			together = append(together, m)
+		}
+	}
+	return together, alone
 }
 
 // reloadRefused serves what it can of members, which HAProxy refused

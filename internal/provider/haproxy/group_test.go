@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -352,5 +353,56 @@ func TestFailNamed(t *testing.T) {
 				t.Errorf("failed %v, rest of %d: want %v failed, the others left", failed, len(rest), tc.wantFailed)
 			}
 		})
+	}
+}
+
+// TestRefusedReloadsAlone: where HAProxy's alerts cannot be read (a
+// data-plane replica attached to the HAProxy of another container), a
+// member HAProxy refused is told apart by halves once; when it comes back
+// (the controller's retry) beside new members, it reloads alone, so the
+// others' group reload is not refused again and split again.
+func TestRefusedReloadsAlone(t *testing.T) {
+	var c counter
+	p := startOwned(t, t.TempDir(), &c)
+	// The master writes on into the unlinked file: nothing to read, as
+	// in an attached replica ("(no log)").
+	if err := os.Remove(p.paths.log); err != nil {
+		t.Fatal(err)
+	}
+	bs := startBackends(t, 2, "127.0.43")
+	const lbAddr = "127.0.0.73"
+	ln, err := net.Listen("tcp", net.JoinHostPort(lbAddr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	taken := int32(ln.Addr().(*net.TCPAddr).Port)
+	lb := func(key string, port int32) *model.LoadBalancer {
+		return &model.LoadBalancer{Key: key, Listeners: []model.Listener{listenerOf(key, "tcp-80", lbAddr, port, bs)}}
+	}
+	round := func(name string, goods int) (reloads int) {
+		ops := []groupOp{{key: "default/bad", lb: lb("default/bad", taken)}}
+		for i := 0; i < goods; i++ {
+			key := fmt.Sprintf("default/%s-%d", name, i)
+			ops = append(ops, groupOp{key: key, lb: lb(key, freePort(t, lbAddr))})
+		}
+		c.take()
+		errs := runConcurrently(t, p, ops)
+		writes, _ := c.take()
+		for i, op := range ops {
+			if bad := i == 0; bad != (errs[i] != nil) || bad && !errors.Is(errs[i], provider.ErrRefused) {
+				t.Errorf("%s: %s: %v", name, op.key, errs[i])
+			}
+		}
+		return count(writes, "reload")
+	}
+	first := round("first", 7)
+	second := round("second", 7)
+	t.Logf("reloads: %d the first time, %d with the refused member back", first, second)
+	// Together they would be refused and split again: at least four
+	// reloads for eight members. Alone: the others' one (or two, should
+	// the calls fall into two batches) and its own.
+	if second > 3 {
+		t.Errorf("%d reloads with the refused member back beside 7 new ones, want at most 3: it was reloaded with them", second)
 	}
 }

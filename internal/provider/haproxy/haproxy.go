@@ -111,6 +111,9 @@ type Provider struct {
 
 	// group joins concurrent reloads into one (group commit).
 	group reloadGroup
+	// refused are the keys whose last reload HAProxy refused (under mu):
+	// their next reload is their own (group.go, lead).
+	refused map[string]bool
 	// check is the runtime snapshot the version checks share (under mu).
 	check checkSnapshot
 
