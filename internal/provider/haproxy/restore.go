@@ -28,6 +28,14 @@ func (p *Provider) Alive(ctx context.Context) error {
 // start: Restore returns Alive's error. Another replica restoring the same
 // state directory at once is excluded by the directory's lock.
 func (p *Provider) Restore(ctx context.Context) (bool, error) {
+	if p.Alive(ctx) == nil {
+		return false, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// A reload of ours (under p.mu) re-executes the master, which does not
+	// answer meanwhile: at 5,000 listeners for seconds. Ask again once no
+	// reload is under way, so that a reload is not taken for HAProxy gone.
 	aliveErr := p.Alive(ctx)
 	if aliveErr == nil {
 		return false, nil
@@ -35,8 +43,6 @@ func (p *Provider) Restore(ctx context.Context) (bool, error) {
 	if p.opts.AdminSocket != "" || p.opts.MasterSocket != "" {
 		return false, aliveErr
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	// What was read from the gone HAProxy is no longer true.
 	p.batch.writes.Add(1)
 	p.forgetChecked()

@@ -2,6 +2,7 @@ package haproxy
 
 import (
 	"errors"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -72,5 +73,45 @@ func TestRestoreAfterWorkerKilled(t *testing.T) {
 		if got, err := get(lbAddr, port); err != nil || got != bs[0].id() {
 			t.Fatalf("request %d after Restore answered %q, %v; want only the active backend %s", i, got, err, bs[0].id())
 		}
+	}
+}
+
+// TestRestoreWaitsForAReload: a master that does not answer while a reload
+// of this Provider is under way (it re-executes itself) is asked again once
+// the reload is over, before Restore says HAProxy is gone — here an
+// attached Provider, whose Restore would report the error, while the test
+// holds the reload lock with the master socket moved away.
+func TestRestoreWaitsForAReload(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	startOwned(t, dir, nil)
+	admin, master, config, err := Paths(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := attach(t, Options{Dir: dir, AdminSocket: admin, MasterSocket: master, ConfigFile: config}, nil)
+	p.mu.Lock()
+	if err := os.Rename(master, master+".away"); err != nil {
+		p.mu.Unlock()
+		t.Fatal(err)
+	}
+	type result struct {
+		restarted bool
+		err       error
+	}
+	done := make(chan result, 1)
+	go func() {
+		restarted, err := p.Restore(ctx)
+		done <- result{restarted, err}
+	}()
+	// Not a timing assertion: it lets Restore find the master silent.
+	time.Sleep(500 * time.Millisecond)
+	renameErr := os.Rename(master+".away", master)
+	p.mu.Unlock()
+	if renameErr != nil {
+		t.Fatal(renameErr)
+	}
+	if r := <-done; r.restarted || r.err != nil {
+		t.Fatalf("Restore during a reload: restarted %v, %v; want nothing done, no error", r.restarted, r.err)
 	}
 }
