@@ -103,7 +103,8 @@ lint: fmt-check
 # same on the Azure emulator (BENCH_AZURE_N Services on BENCH_AZURE_LBS load
 # balancers); plus the analyzer's throughput. BENCH_SCALE_N > 0 adds
 # BenchmarkScale (build, peak RSS, restart, churn latency at that many
-# Services of BENCH_SCALE_ENDPOINTS endpoints, BENCH_SCALE_WORKERS workers;
+# Services of BENCH_SCALE_ENDPOINTS endpoints, BENCH_SCALE_WORKERS workers (0: the shipped
+# default; the bench prints every flag it changed beside its figures);
 # HAProxy needs a file descriptor per listener and per endpoint, so 50,000
 # endpoints need `ulimit -Hn` above 60,000, or BENCH_SCALE_NO_STRICT_LIMITS=true
 # to run HAProxy under a lower limit with `no strict-limits`; BENCH_SCALE_PROFILE
@@ -115,7 +116,7 @@ lint: fmt-check
 BENCH_RUN           ?= .
 BENCH_SCALE_N       ?= 0
 BENCH_SCALE_ENDPOINTS ?= 10
-BENCH_SCALE_WORKERS ?= 256
+BENCH_SCALE_WORKERS ?= 0
 BENCH_SCALE_NO_STRICT_LIMITS ?= false
 BENCH_SCALE_PROFILE ?=
 BENCH_SCALE_MEMPROFILE ?=
