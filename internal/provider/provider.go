@@ -98,12 +98,12 @@ type Validator interface {
 }
 
 // Grouper is implemented by providers that join concurrent writes into one
-// (HAProxy's group reload: a reload costs the same for one listener as for
-// a thousand, and carries every call waiting for it). How many calls can
-// join is how many run at once, so the controller reconciles the backlog it
-// starts with — every load balancer, all to be built when a data-plane
-// replica starts from nothing — with up to GroupWidth workers instead of
-// its usual few; then it goes back to those.
+// (HAProxy's group reload and mirror: one costs the same for one listener as
+// for a thousand, and carries every call waiting for it). How many calls can
+// join is how many run at once, so the controller reconciles with up to
+// GroupWidth workers instead of its usual few: a data-plane replica that
+// starts from nothing builds every load balancer in a few reloads, and
+// endpoint churn on thousands of load balancers shares its mirrors.
 type Grouper interface {
 	GroupWidth() int
 }

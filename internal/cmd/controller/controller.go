@@ -100,7 +100,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Class, "load-balancer-class", "", "spec.loadBalancerClass to manage (default zerodrop.dev/<provider>)")
 	fs.BoolVar(&c.AdoptClassless, "adopt-classless", false, "also manage LoadBalancer Services without a loadBalancerClass")
 	fs.StringVar(&c.Sync, "sync", string(service.SyncIncremental), "incremental (write only differences) or full (upstream-like: rewrite everything on every sync)")
-	fs.IntVar(&c.Workers, "workers", 4, "load balancers reconciled in parallel")
+	fs.IntVar(&c.Workers, "workers", 4, "load balancers reconciled in parallel (with a provider that joins concurrent writes into one, haproxy: at least 1024)")
 	fs.StringVar(&c.AddressPool, "address-pool", "127.0.100.0/24", "CIDR frontend addresses are allocated from; a --role=data-plane replica given it binds only Services' status addresses inside it (without it, any)")
 	fs.StringVar(&c.AddressMap, "backend-address-map", "", "rewrite backend addresses, FROM=TO[,…] with equal prefix lengths (the lab publishes loopback pods as 198.18.0.0/15=127.18.0.0/15)")
 	fs.IntVar(&c.KubeProxyHealthzPort, "kube-proxy-healthz-port", 10256, "node mode, externalTrafficPolicy Cluster: probe GET /healthz on this port of every node (kube-proxy's --healthz-bind-address), as cloud load balancers do; 0 probes the nodePort over TCP")

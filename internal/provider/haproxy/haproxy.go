@@ -211,11 +211,11 @@ func (p *Provider) Close() error {
 // Name returns "haproxy".
 func (p *Provider) Name() string { return Name }
 
-// GroupWidth is how many calls may wait for one group reload when the
-// controller works through a backlog (provider.Grouper): a replica that
-// builds 5,000 load balancers from nothing does it in about five reloads,
-// not 1,250 at 4 workers, each reload validating and loading the whole
-// configuration. A waiting call holds little (a goroutine and its plan).
+// GroupWidth is how many calls may wait for one group reload or mirror
+// (provider.Grouper): a replica that builds 5,000 load balancers from
+// nothing does it in tens of reloads, not 1,250 at 4 workers, each reload
+// validating and loading the whole configuration. A waiting call holds
+// little (a goroutine and its plan).
 func (p *Provider) GroupWidth() int { return GroupWidth }
 
 // GroupWidth is Provider.GroupWidth's answer.

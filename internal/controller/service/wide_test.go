@@ -51,44 +51,58 @@ func (g *groupingProvider) Apply(ctx context.Context, plan model.Plan) error {
 	return g.Provider.Apply(ctx, plan)
 }
 
-func (g *groupingProvider) highest() int {
+// reset returns the most Applies seen at once and starts counting again.
+func (g *groupingProvider) reset() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.hi
+	hi := g.hi
+	g.hi = 0
+	return hi
 }
 
-// TestFirstPassIsWide: a provider whose writes join into one
-// (provider.Grouper) gets the Services that exist at start reconciled by
-// up to its GroupWidth workers at once, more than --workers (4), so that
-// one of its writes can carry many load balancers; every load balancer is
-// then built, and the controller says it is synced.
-func TestFirstPassIsWide(t *testing.T) {
+// TestWideWhereWritesGroup: a provider whose writes join into one
+// (provider.Grouper) gets load balancers reconciled by up to its
+// GroupWidth workers at once, more than --workers (4), so that one of its
+// writes can carry many: the Services that exist at start (a replica's
+// first build), and those that come later at once (churn).
+func TestWideWhereWritesGroup(t *testing.T) {
 	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
 	ctx := context.Background()
 	const ns, class, n = "default", "zerodrop.dev/memory", 12
 	g := &groupingProvider{Provider: memory.New(provider.Hooks{}), width: n, want: 8}
 	g.cond = sync.NewCond(&g.mu)
-	for i := range n {
-		name := fmt.Sprintf("web-%d", i)
-		if err := c.Create(ctx, lbService(ns, name, class, nil)); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Create(ctx, slice(ns, name, 8080, fmt.Sprintf("10.1.0.%d", i+1))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	startController(t, cfg, g, service.SyncIncremental)
-	eventually(t, 60*time.Second, "every load balancer built", func() (bool, string) {
-		built := 0
+	create := func(prefix string) {
 		for i := range n {
-			if lb, _ := g.Observe(ctx, fmt.Sprintf("%s/web-%d", ns, i)); len(backendsOf(lb)) == 1 {
-				built++
+			name := fmt.Sprintf("%s-%d", prefix, i)
+			if err := c.Create(ctx, lbService(ns, name, class, nil)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Create(ctx, slice(ns, name, 8080, fmt.Sprintf("10.1.0.%d", i+1))); err != nil {
+				t.Fatal(err)
 			}
 		}
-		return built == n, fmt.Sprintf("%d of %d built", built, n)
-	})
-	if hi := g.highest(); hi < g.want {
+	}
+	built := func(prefix string) {
+		eventually(t, 60*time.Second, "every "+prefix+" load balancer built", func() (bool, string) {
+			done := 0
+			for i := range n {
+				if lb, _ := g.Observe(ctx, fmt.Sprintf("%s/%s-%d", ns, prefix, i)); len(backendsOf(lb)) == 1 {
+					done++
+				}
+			}
+			return done == n, fmt.Sprintf("%d of %d built", done, n)
+		})
+	}
+	create("first")
+	startController(t, cfg, g, service.SyncIncremental)
+	built("first")
+	if hi := g.reset(); hi < g.want {
 		t.Errorf("at most %d Applies at once in the first pass, want %d (more than the 4 workers)", hi, g.want)
+	}
+	create("later")
+	built("later")
+	if hi := g.reset(); hi < g.want {
+		t.Errorf("at most %d Applies at once for Services created later, want %d (more than the 4 workers)", hi, g.want)
 	}
 }
