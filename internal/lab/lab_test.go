@@ -284,14 +284,21 @@ func logTail(t *testing.T, workDir string) {
 		if err != nil {
 			continue
 		}
-		var errs []string
+		var errs, plans []string
 		for _, line := range strings.Split(string(raw), "\n") {
 			if strings.HasPrefix(line, "E") || strings.Contains(line, `"level":"error"`) {
 				errs = append(errs, line)
 			}
+			if strings.Contains(line, `"applying plan"`) {
+				plans = append(plans, line)
+			}
 		}
 		if len(errs) > 0 {
 			t.Logf("%s: %d error lines, the first:\n%s", filepath.Base(f), len(errs), strings.Join(errs[:min(10, len(errs))], "\n"))
+		}
+		// What it wrote, to tell a write the test did not expect.
+		if len(plans) > 0 {
+			t.Logf("%s: %d plans applied, the last:\n%s", filepath.Base(f), len(plans), strings.Join(plans[max(0, len(plans)-10):], "\n"))
 		}
 	}
 }
