@@ -11,22 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"zerodrop.dev/zerodrop/internal/controller/service"
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/lbtarget"
-	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
-	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 // replicaReads are two data-plane replicas as the control role reads them:
@@ -188,26 +182,11 @@ func TestOneReplicaDoesNotStallServices(t *testing.T) {
 		return []lbtarget.Replica{{Name: "dp-a", Provider: fakeReplica{name: "dp-a", r: r}},
 			{Name: "dp-b", Provider: fakeReplica{name: "dp-b", r: r}}}, nil
 	}
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := manager.New(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: testr.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if _, err := service.New(rctx, mgr, service.Options{Provider: memory.New(provider.Hooks{}), Role: service.RoleControl,
+	startService(t, cfg, service.Options{Provider: memory.New(provider.Hooks{}), Role: service.RoleControl,
 		Replicas: replicas, Workers: 2, DrainPollInterval: 100 * time.Millisecond, ResyncPeriod: time.Hour,
 		// The test ends dp-a's reads itself.
 		ReplicaReadTimeout: time.Hour,
-		AddressPool:        netip.MustParsePrefix("127.0.102.0/24"), Metrics: m, Logger: testr.New(t)}); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(rctx) }()
-	defer testutil.StopManager(t, cancel, done)
+		AddressPool:        netip.MustParsePrefix("127.0.102.0/24")})
 
 	get := func(name string) *corev1.Service {
 		var svc corev1.Service

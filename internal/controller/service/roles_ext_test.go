@@ -20,6 +20,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/memory"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 // TestDataPlaneSynced: a data-plane replica is Synced (its readiness) only
@@ -76,6 +77,15 @@ func TestDataPlaneSynced(t *testing.T) {
 // until the test ends.
 func startDataPlane(t *testing.T, cfg *rest.Config, prov provider.Provider) *service.Controller {
 	t.Helper()
+	return startService(t, cfg, service.Options{Provider: prov, Role: service.RoleDataPlane,
+		AddressPool: netip.MustParsePrefix("127.0.101.0/24"), ResyncPeriod: time.Hour})
+}
+
+// startService runs the Service controller alone (without the gates that
+// controller.Build wires beside it) with opts, its metrics and logger the
+// test's, in a manager of its own until the test ends.
+func startService(t *testing.T, cfg *rest.Config, opts service.Options) *service.Controller {
+	t.Helper()
 	m, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -85,15 +95,15 @@ func startDataPlane(t *testing.T, cfg *rest.Config, prov provider.Provider) *ser
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ctl, err := service.New(ctx, mgr, service.Options{Provider: prov, Role: service.RoleDataPlane, Metrics: m, Logger: testr.New(t),
-		AddressPool: netip.MustParsePrefix("127.0.101.0/24"), ResyncPeriod: time.Hour})
+	opts.Metrics, opts.Logger = m, testr.New(t)
+	ctl, err := service.New(ctx, mgr, opts)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { testutil.StopManager(t, cancel, done) })
 	return ctl
 }
 
