@@ -129,6 +129,9 @@ func (p *Provider) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("haproxy: delete %s: %w", key, err)
 	}
 	if len(snap.proxiesOf(key)) == 0 {
+		// A key refused before and never served is gone without a
+		// reload; it is no longer one to reload alone (group.go, lead).
+		delete(p.refused, key)
 		p.mu.Unlock()
 		return nil
 	}

@@ -291,10 +291,9 @@ func (p *Provider) reloadRefused(ctx context.Context, members []*reloadMember, r
 	if len(rest) == len(members) {
 		parts = [][]*reloadMember{members[:len(members)/2], members[len(members)/2:]}
 	}
+	// No part is empty: failNamed leaves at least one member, and a
+	// refusal is split only with two or more.
 	for _, part := range parts {
-		if len(part) == 0 {
-			continue
-		}
 		_, err := p.reloadAll(ctx, part)
 		switch {
 		case err == nil:

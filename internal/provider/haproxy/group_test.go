@@ -360,7 +360,8 @@ func TestFailNamed(t *testing.T) {
 // data-plane replica attached to the HAProxy of another container), a
 // member HAProxy refused is told apart by halves once; when it comes back
 // (the controller's retry) beside new members, it reloads alone, so the
-// others' group reload is not refused again and split again.
+// others' group reload is not refused again and split again; deleted, it
+// is forgotten.
 func TestRefusedReloadsAlone(t *testing.T) {
 	var c counter
 	p := startOwned(t, t.TempDir(), &c)
@@ -404,5 +405,16 @@ func TestRefusedReloadsAlone(t *testing.T) {
 	// the calls fall into two batches) and its own.
 	if second > 3 {
 		t.Errorf("%d reloads with the refused member back beside 7 new ones, want at most 3: it was reloaded with them", second)
+	}
+	// Its Service deleted, the refused key, never served, goes without a
+	// reload, and is forgotten.
+	if err := p.Delete(testContext(t), "default/bad"); err != nil {
+		t.Fatalf("Delete of the refused key: %v", err)
+	}
+	p.mu.Lock()
+	kept := p.refused["default/bad"]
+	p.mu.Unlock()
+	if kept {
+		t.Error("the deleted refused key is still kept to reload alone")
 	}
 }
