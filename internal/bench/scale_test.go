@@ -33,7 +33,7 @@ import (
 var (
 	scaleServices  = flag.Int("scale-n", 0, "LoadBalancer Services for BenchmarkScale (0 skips it)")
 	scaleEndpoints = flag.Int("scale-endpoints", 10, "endpoints per Service in BenchmarkScale")
-	scaleWorkers   = flag.Int("scale-workers", 0, "controller workers (--workers) in BenchmarkScale after its first pass (0: the shipped default; the first pass runs wide, haproxy.GroupWidth)")
+	scaleWorkers   = flag.Int("scale-workers", 0, "controller workers (--workers) in BenchmarkScale (0: the shipped default, 4, which the HAProxy provider widens to haproxy.GroupWidth; a value takes effect only above that)")
 	scaleReload    = flag.Duration("scale-reload-timeout", 0, "BenchmarkScale: HAProxy's reload timeout (0: the shipped 10 s, which has no flag)")
 	scaleHeap      = flag.String("scale-build-memprofile", "", "BenchmarkScale: write a heap profile at the end of the build (every load balancer served) to `FILE`")
 	scaleBuildProf = flag.String("scale-build-cpuprofile", "", "BenchmarkScale: write a CPU profile of the build phase (start to every Service served) to `FILE`")
