@@ -57,6 +57,14 @@ type Options struct {
 	// Seed makes fault injection deterministic.
 	Seed   uint64
 	Faults Faults
+	// Limits refuses a load balancer PUT with more children than a
+	// Standard Load Balancer may have (StandardLBLimits); zero: any number
+	// (limits.go). Off by default, so earlier figures stay comparable.
+	Limits LBLimits
+	// Throttle answers 429 with Retry-After when a principal's requests
+	// empty its bucket (ARMThrottle); zero: never (limits.go). Off by
+	// default, like Limits.
+	Throttle Throttle
 }
 
 // Faults are injected into requests that are not polls. Rate is the share of
@@ -139,6 +147,8 @@ type Emulator struct {
 	// compute, when attached, serves the compute routes and owns NIC-based
 	// pool membership (compute_hook.go).
 	compute Compute
+	// buckets are Options.Throttle's, by subscription, principal and kind.
+	buckets map[string]*bucketState
 }
 
 // New returns an empty emulator.

@@ -190,6 +190,9 @@ func (e *Emulator) storeLB(sub, rg, name string, body armnetwork.LoadBalancer) (
 		lb.Properties = &armnetwork.LoadBalancerPropertiesFormat{}
 	}
 	p := lb.Properties
+	if apiErr := checkLimits(e.opts.Limits, id.lb, p); apiErr != nil {
+		return nil, apiErr
+	}
 	var feNames, poolNames, probeNames, ruleNames []*string
 	for _, f := range p.FrontendIPConfigurations {
 		feNames = append(feNames, f.Name)

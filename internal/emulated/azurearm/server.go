@@ -201,7 +201,7 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write(rep.body)
 }
 
-func (e *Emulator) serve(req *http.Request, body []byte) *reply {
+func (e *Emulator) serve(req *http.Request, body []byte) (out *reply) {
 	write := req.Method == http.MethodPut || req.Method == http.MethodDelete
 	if write {
 		e.writesInFlight.Add(1)
@@ -248,6 +248,20 @@ func (e *Emulator) serve(req *http.Request, body []byte) *reply {
 		return rep
 	}
 	e.count(req.Method, t.kind == kPool, int64(len(body)))
+	// ARM throttles before anything reaches the resource provider: a
+	// throttled request is counted as received, and nothing else happens.
+	// Operation polls are not throttled (served above): the emulator polls
+	// every PollRetryAfter, far more often than ARM's 10 s would.
+	if rep, header, left := e.throttle(req, t); rep != nil {
+		e.record(req, t, rep, nil, nil)
+		return rep
+	} else if header != "" {
+		defer func() {
+			if out != nil && out.header != nil {
+				out.header.Set(header, strconv.Itoa(left))
+			}
+		}()
+	}
 	info := reqInfo{subscription: t.sub, ifMatch: req.Header.Get("If-Match"), ifNoneMatch: req.Header.Get("If-None-Match")}
 	if rep := e.injectFault(req.Context(), t, write, &info); rep != nil {
 		e.record(req, t, rep, nil, nil)
