@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -352,6 +353,7 @@ func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
 	p.old.reloads.Add(1)
 	defer p.old.reloads.Add(1)
 	p.hooks.OnWrite("reload")
+	logFrom := p.logSize()
 	reply, err := p.master.do(ctx, "reload")
 	if err != nil {
 		return fmt.Errorf("haproxy: reload: %w", err)
@@ -367,7 +369,7 @@ func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
 		if err == nil {
 			if info.Failed > before.Failed {
 				restore()
-				return fmt.Errorf("haproxy: reload failed, previous configuration still serving: %w: %s", errRejected, p.logAlerts())
+				return fmt.Errorf("haproxy: reload failed, previous configuration still serving: %w: %s", errRejected, p.reloadAlerts(ctx, logFrom))
 			}
 			if info.Reloads > before.Reloads || info.Master != before.Master {
 				for _, w := range info.Workers {
@@ -421,6 +423,58 @@ func (p *Provider) logTail() string {
 		data = data[len(data)-2000:]
 	}
 	return strings.TrimSpace(string(data))
+}
+
+// logSize is the log's length now: a reload's own lines are those after it.
+func (p *Provider) logSize() int64 {
+	st, err := os.Stat(p.paths.log)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// reloadAlerts are the alerts of the refused reload that started when the
+// log was from bytes long: its lines only, so that an alert of an earlier
+// reload, or a running worker's, is not taken for its cause (failNamed fails
+// the Services its alerts name). In a container the lines reach the file
+// through a second process (CopyLog), a moment after the master CLI counts
+// the failure: it waits, a bounded time, for the master's closing line.
+// Without a log (an HAProxy zerodrop neither owns nor runs with
+// `zerodrop haproxy`) it answers at once.
+func (p *Provider) reloadAlerts(ctx context.Context, from int64) string {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		text, ok := p.logSince(from)
+		if !ok {
+			return "(no log)"
+		}
+		if strings.Contains(text, "Loading failure") || time.Now().After(deadline) || ctx.Err() != nil {
+			if strings.TrimSpace(text) == "" {
+				return p.logAlerts()
+			}
+			return alertLines(strings.TrimSpace(text), 20)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logSince is the log from offset from on (at most 64 KiB of it; all of a
+// log that rotated since, CopyLog), and false when there is no log.
+func (p *Provider) logSince(from int64) (string, bool) {
+	f, err := os.Open(p.paths.log)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() < from {
+		from = 0
+	}
+	data, err := io.ReadAll(io.LimitReader(io.NewSectionReader(f, from, 1<<62), 64<<10))
+	if err != nil {
+		return "", false
+	}
+	return string(data), true
 }
 
 // logAlerts is the last alerts of the owned master's log (why a start or a
