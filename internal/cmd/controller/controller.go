@@ -90,6 +90,9 @@ type Config struct {
 	Override Overrides
 }
 
+// DefaultHAProxyMaxOldWorkers is --haproxy-max-old-workers' default.
+const DefaultHAProxyMaxOldWorkers = 4
+
 // DefaultHAProxyDir is where a locally owned HAProxy keeps its state.
 func DefaultHAProxyDir() string { return filepath.Join(os.TempDir(), "zerodrop-haproxy") }
 
@@ -131,6 +134,12 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HAProxy.MasterSocket, "haproxy-master-socket", "", "attach: the master CLI socket (for hitless reloads)")
 	fs.StringVar(&c.HAProxy.ConfigFile, "haproxy-config", "", "attach: the config file zerodrop owns (loaded by that HAProxy)")
 	fs.BoolVar(&c.HAProxy.NoStrictLimits, "haproxy-no-strict-limits", false, "let HAProxy start when it cannot raise its open-file limit to what its listeners and checked servers need (a warning instead of a refused reload)")
+	// Old workers: each keeps a whole configuration while a connection is
+	// on it. The count bound is what makes HAProxy's memory boundable (the
+	// chart's haproxy limit is sized for it); the time bound is off, as it
+	// would end WebSockets that memory does not need ended.
+	fs.IntVar(&c.HAProxy.MaxOldWorkers, "haproxy-max-old-workers", DefaultHAProxyMaxOldWorkers, "at most this many old HAProxy workers (each holding the connections opened before a reload, and a whole configuration) live at once: a reload ends (SIGTERM) the workers that outlived more reloads, with their connections (HAProxy's mworker-max-reloads); 0: no bound")
+	fs.DurationVar(&c.HAProxy.HardStopAfter, "haproxy-hard-stop-after", 0, "an old HAProxy worker exits this long after the reload that replaced it, ending the connections still on it (HAProxy's hard-stop-after); 0: no bound in time")
 	fs.BoolVar(&c.HAProxy.StopOnClose, "haproxy-stop-on-exit", false, "stop the owned HAProxy when the controller exits (default: keep serving)")
 	c.HAProxyRead.flags(fs, "haproxy", DefaultHAProxyRead, "one runtime snapshot serves every read for 250 ms and no quota is spent: the limit only guards the controller's own CPU")
 	c.Azure.flags(fs)

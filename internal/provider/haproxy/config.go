@@ -37,6 +37,7 @@ type renderInput struct {
 	MapFile        string
 	IdleTimeout    time.Duration
 	HardStopAfter  time.Duration
+	MaxOldWorkers  int
 	NoStrictLimits bool
 	Proxies        []proxySpec
 }
@@ -77,6 +78,9 @@ func render(in renderInput) (cfg, meta []byte, err error) {
 	fmt.Fprintf(&b, "    server-state-file %s\n", in.StateFile)
 	if in.HardStopAfter > 0 {
 		fmt.Fprintf(&b, "    hard-stop-after %dms\n", in.HardStopAfter.Milliseconds())
+	}
+	if in.MaxOldWorkers > 0 {
+		fmt.Fprintf(&b, "    mworker-max-reloads %d\n", in.MaxOldWorkers)
 	}
 	if in.NoStrictLimits {
 		b.WriteString("    no strict-limits\n")

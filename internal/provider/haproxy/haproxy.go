@@ -68,8 +68,15 @@ type Options struct {
 	// connection lives. Default 10 minutes.
 	IdleTimeout time.Duration
 	// HardStopAfter bounds how long an old worker may keep serving its
-	// connections after a reload (HAProxy's hard-stop-after). Zero: no bound.
+	// connections after a reload (HAProxy's hard-stop-after): then it exits
+	// and the connections still on it are closed. Zero: no bound.
 	HardStopAfter time.Duration
+	// MaxOldWorkers bounds how many reloads a worker may outlive (HAProxy's
+	// mworker-max-reloads): at each reload the master ends (SIGTERM, its
+	// connections closed) every old worker that has outlived more, so at
+	// most this many old workers, each holding a whole configuration, live
+	// beside the current one. Zero: no bound.
+	MaxOldWorkers int
 	// NoStrictLimits renders `no strict-limits`: HAProxy starts even when
 	// it cannot raise its open-file limit to what it computes it needs (a
 	// descriptor per listener and per checked server besides two per
@@ -262,6 +269,7 @@ func (p *Provider) render(lbs map[string]*model.LoadBalancer) (cfg, meta []byte,
 		MapFile:        p.paths.meta,
 		IdleTimeout:    p.opts.IdleTimeout,
 		HardStopAfter:  p.opts.HardStopAfter,
+		MaxOldWorkers:  p.opts.MaxOldWorkers,
 		NoStrictLimits: p.opts.NoStrictLimits,
 		Proxies:        proxySpecs(lbs),
 	})
