@@ -62,6 +62,7 @@ type azureRun struct {
 	preconditionFailed   int
 	writes, conflicts    float64
 	duration             time.Duration
+	flags                modeFlags
 }
 
 // BenchmarkAzureRestart measures, on the real apiserver and the ARM emulator
@@ -111,7 +112,7 @@ func BenchmarkAzureRestart(b *testing.B) {
 			r := azureOnce(b, env.Config, emu, m.sync, func(r *azureController) bool {
 				return metrics.Sum(r.metrics.Reconciles) >= float64(len(azureLBs))
 			})
-			r.name = m.name
+			r.name, r.flags.mode = m.name, m.name
 			restarts = append(restarts, r)
 		}
 	}
@@ -131,12 +132,17 @@ func BenchmarkAzureRestart(b *testing.B) {
 	var changes []int
 	for _, sc := range scenarios {
 		r, n := azureChurn(b, env.Config, c, emu, sc.services, sc.writers)
-		r.name = sc.name
+		r.name, r.flags.mode = sc.name, sc.name
 		churns, changes = append(churns, r), append(changes, n)
 	}
 
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "\nAzure (ARM emulator): controller restart, %d LoadBalancer Services on %d load balancers\n", n, len(azureLBs))
+	var modes []modeFlags
+	for _, r := range append(restarts, churns...) {
+		modes = append(modes, r.flags)
+	}
+	fmt.Fprintln(w, flagsLine(modes...))
 	fmt.Fprintln(w, "mode\tPUTs\tKiB PUT\tGETs\tzerodrop_provider_writes_total\ttime to reconcile all")
 	for _, r := range restarts {
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%.0f\t%s\n", r.name, r.puts, r.putBytes/1024, r.gets, r.writes, r.duration.Round(time.Millisecond))
@@ -165,6 +171,7 @@ func BenchmarkAzureRestart(b *testing.B) {
 type azureController struct {
 	*benchController
 	metrics *metrics.Metrics
+	flags   modeFlags
 }
 
 func azureStart(b *testing.B, rc *rest.Config, emu *azurearm.Emulator, sync service.SyncMode) *azureController {
@@ -186,7 +193,7 @@ func azureStart(b *testing.B, rc *rest.Config, emu *azurearm.Emulator, sync serv
 	// figure, and an elected leader would leave the second one standing by.
 	cfg.LeaderElect = false
 	r := startBench(b, cfg)
-	return &azureController{benchController: r, metrics: r.Metrics}
+	return &azureController{benchController: r, metrics: r.Metrics, flags: newModeFlags("", cfg)}
 }
 
 // azureOnce starts a controller, waits until done says so and the
@@ -206,7 +213,7 @@ func azureOnce(b *testing.B, cfg *rest.Config, emu *azurearm.Emulator, sync serv
 	took := azureIdle(r)
 	d := emu.Counters().Sub(before)
 	run := azureRun{puts: d.Puts(), poolPuts: d.PoolPuts, gets: d.Gets, putBytes: d.PutBytes, preconditionFailed: d.PreconditionFailed,
-		writes: metrics.Sum(r.metrics.ProviderWrites), conflicts: metrics.Sum(r.metrics.ProviderConflicts), duration: took.Sub(start)}
+		writes: metrics.Sum(r.metrics.ProviderWrites), conflicts: metrics.Sum(r.metrics.ProviderConflicts), duration: took.Sub(start), flags: r.flags}
 	r.stop(b)
 	return run
 }
@@ -260,7 +267,7 @@ func azureChurn(b *testing.B, cfg *rest.Config, c client.Client, emu *azurearm.E
 	tick.Stop()
 	azureIdle(rs...)
 	d := emu.Counters().Sub(start)
-	run := azureRun{puts: d.Puts(), poolPuts: d.PoolPuts, gets: d.Gets, preconditionFailed: d.PreconditionFailed}
+	run := azureRun{puts: d.Puts(), poolPuts: d.PoolPuts, gets: d.Gets, preconditionFailed: d.PreconditionFailed, flags: rs[0].flags}
 	for _, r := range rs {
 		run.writes += metrics.Sum(r.metrics.ProviderWrites)
 		run.conflicts += metrics.Sum(r.metrics.ProviderConflicts)

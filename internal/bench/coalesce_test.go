@@ -31,17 +31,20 @@ func BenchmarkEndpointChurn(b *testing.B) {
 	type result struct {
 		name            string
 		changes, writes int
+		flags           modeFlags
 	}
 	var results []result
 	for i, mode := range []struct {
 		name   string
 		window time.Duration
 	}{{"every change at once (baseline)", -1}, {"zerodrop (coalesced, 250ms)", 0}} {
-		changes, writes := churn(b, env.Config, c, fmt.Sprintf("churn-%d", i), mode.window, rate, seconds)
-		results = append(results, result{mode.name, changes, writes})
+		changes, writes, flags := churn(b, env.Config, c, fmt.Sprintf("churn-%d", i), mode.window, rate, seconds)
+		flags.mode = mode.name
+		results = append(results, result{mode.name, changes, writes, flags})
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "\nendpoint churn on one load balancer, %d changes/s for %d s, real HAProxy\n", rate, seconds)
+	fmt.Fprintln(w, flagsLine(results[0].flags, results[1].flags))
 	fmt.Fprintln(w, "mode\tendpoint changes\tHAProxy writes\twrites per change")
 	for _, r := range results {
 		fmt.Fprintf(w, "%s\t%d\t%d\t%.2f\n", r.name, r.changes, r.writes, float64(r.writes)/float64(r.changes))
@@ -55,8 +58,9 @@ func BenchmarkEndpointChurn(b *testing.B) {
 
 // churn runs one controller with the given coalescing window against its own
 // HAProxy and Service, makes rate endpoint changes a second, and returns the
-// changes made and the HAProxy writes they caused.
-func churn(b *testing.B, rc *rest.Config, c client.Client, name string, window time.Duration, rate, seconds int) (int, int) {
+// changes made, the HAProxy writes they caused and what the controller ran
+// with.
+func churn(b *testing.B, rc *rest.Config, c client.Client, name string, window time.Duration, rate, seconds int) (int, int, modeFlags) {
 	ctx := context.Background()
 	dir := b.TempDir()
 	b.Cleanup(func() { stopHAProxy(dir) })
@@ -107,5 +111,5 @@ func churn(b *testing.B, rc *rest.Config, c client.Client, name string, window t
 	r.stop(b)
 	// Leave no load balancer to the next run's HAProxy.
 	_ = c.Delete(ctx, benchService(name))
-	return changes, writes
+	return changes, writes, newModeFlags("", cfg)
 }

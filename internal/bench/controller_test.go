@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,4 +62,48 @@ func (r *benchController) stop(b testing.TB) {
 	if err := <-r.done; err != nil {
 		b.Fatal(err)
 	}
+}
+
+// modeFlags is one configuration a bench measured with: the mode's name in
+// its output and what it changed from the shipped controller.
+type modeFlags struct {
+	mode  string
+	flags []string
+}
+
+func newModeFlags(mode string, cfg controller.Config) modeFlags {
+	return modeFlags{mode, changedFlags(cfg)}
+}
+
+// flagsLine is the line a bench prints beside its figures (FlagsLine): what
+// every mode changed, then what a mode changed besides, by mode.
+func flagsLine(modes ...modeFlags) string {
+	var common []string
+	for _, f := range modes[0].flags {
+		in := true
+		for _, m := range modes[1:] {
+			in = in && slices.Contains(m.flags, f)
+		}
+		if in {
+			common = append(common, f)
+		}
+	}
+	line := FlagsLine + "none"
+	if len(common) > 0 {
+		line = FlagsLine + strings.Join(common, ", ")
+	}
+	seen := map[string]bool{}
+	for _, m := range modes {
+		var extra []string
+		for _, f := range m.flags {
+			if !slices.Contains(common, f) {
+				extra = append(extra, f)
+			}
+		}
+		if len(extra) > 0 && !seen[m.mode] {
+			seen[m.mode] = true
+			line += "; " + m.mode + " also " + strings.Join(extra, ", ")
+		}
+	}
+	return line
 }

@@ -35,6 +35,7 @@ type run struct {
 	writes   float64
 	reads    float64
 	duration time.Duration
+	flags    modeFlags
 }
 
 func BenchmarkLeaderRestart(b *testing.B) {
@@ -66,13 +67,20 @@ func BenchmarkLeaderRestart(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		r := startOnce(b, env.Config, dir, service.SyncIncremental, n, false)
 		r.name = "zerodrop (incremental)"
+		r.flags.mode = r.name
 		results = append(results, r)
 		f := startOnce(b, env.Config, dir, service.SyncFull, n, false)
 		f.name = "upstream-like (--sync=full)"
+		f.flags.mode = f.name
 		results = append(results, f)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "\nleader restart, %d LoadBalancer Services, real HAProxy\n", n)
+	var modes []modeFlags
+	for _, r := range results {
+		modes = append(modes, r.flags)
+	}
+	fmt.Fprintln(w, flagsLine(modes...))
 	fmt.Fprintln(w, "mode\tprovider writes\tprovider reads\ttime to verify all")
 	for _, r := range results {
 		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%s\n", r.name, r.writes, r.reads, r.duration.Round(time.Millisecond))
@@ -120,7 +128,7 @@ func startOnce(b *testing.B, rc *rest.Config, dir string, sync service.SyncMode,
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	res := run{writes: metrics.Sum(m.ProviderWrites), reads: metrics.Sum(m.ProviderReads), duration: time.Since(start)}
+	res := run{writes: metrics.Sum(m.ProviderWrites), reads: metrics.Sum(m.ProviderReads), duration: time.Since(start), flags: newModeFlags("", cfg)}
 	r.stop(b)
 	return res
 }

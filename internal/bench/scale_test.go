@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -102,7 +101,7 @@ func BenchmarkScale(b *testing.B) {
 	// Build: every listener from nothing.
 	rssReset := resetPeakRSS()
 	stopBuildProfile := startProfile(b, *scaleBuildProf)
-	build := scaleStart(b, cfg, dir)
+	build := scaleStart(b, cfg, dir, "build")
 	buildTook := build.awaitBuilt(b, n)
 	stopBuildProfile()
 	lbs, err := build.prov.List(ctx)
@@ -123,7 +122,7 @@ func BenchmarkScale(b *testing.B) {
 	// Restart: a new controller verifies everything and writes nothing.
 	resetPeakRSS()
 	stopProfile := startProfile(b, *scaleProfile)
-	restart := scaleStart(b, cfg, dir)
+	restart := scaleStart(b, cfg, dir, "restart")
 	restartTook := restart.await(b, n)
 	stopProfile()
 	restartWrites := metrics.Sum(restart.m.ProviderWrites)
@@ -142,7 +141,7 @@ func BenchmarkScale(b *testing.B) {
 	restart.stop(b)
 
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "\nscale: %d LoadBalancer Services, %d endpoints, real apiserver + HAProxy\nflags changed from the shipped defaults: %s\n", n, n**scaleEndpoints, scaleFlagsChanged())
+	fmt.Fprintf(w, "\nscale: %d LoadBalancer Services, %d endpoints, real apiserver + HAProxy\n%s\n", n, n**scaleEndpoints, flagsLine(build.flags, restart.flags))
 	fmt.Fprintf(w, "build from nothing\t%s\t%.0f reloads, %.0f provider writes; reconciles by result %v\n", buildTook.Round(time.Millisecond), buildReloads, buildWrites, buildResults)
 	fmt.Fprintf(w, "restart: time to verify all\t%s\t%.0f provider writes\n", restartTook.Round(time.Millisecond), restartWrites)
 	fmt.Fprintf(w, "churn: %d changes/s on %d Services for %d s\t%d changes\tp50 %s, p99 %s, max %s to HAProxy serving the new endpoint; %d not served within %s\n",
@@ -195,16 +194,17 @@ type scaleController struct {
 	m     *metrics.Metrics
 	prov  provider.Lister
 	start time.Time
+	flags modeFlags
 }
 
-func scaleStart(b *testing.B, rc *rest.Config, dir string) *scaleController {
+func scaleStart(b *testing.B, rc *rest.Config, dir, name string) *scaleController {
 	b.Helper()
 	errs := &errorLog{}
 	log := logr.New(errs)
 	cfg := benchConfig(rc)
 	cfg.Override.Logger = &log
 	cfg.HAProxy.Dir = dir
-	// Overridden only when asked; scaleFlagsChanged says which.
+	// Overridden only when asked; the flags line says which.
 	if *scaleReload > 0 {
 		cfg.HAProxy.ReloadTimeout = *scaleReload
 	}
@@ -217,7 +217,7 @@ func scaleStart(b *testing.B, rc *rest.Config, dir string) *scaleController {
 	// From the manager's start, as before the builder: HAProxy's own start
 	// is not the controller's.
 	return &scaleController{benchController: c, cache: c.Manager.GetCache(), errs: errs, m: c.Metrics,
-		prov: c.Provider.(provider.Lister), start: time.Now()}
+		prov: c.Provider.(provider.Lister), start: time.Now(), flags: newModeFlags(name, cfg)}
 }
 
 // await waits until n reconciles have ended (a restart's verification of
@@ -426,20 +426,4 @@ func writeHeapProfile(b *testing.B, path string) {
 	if err := pprof.WriteHeapProfile(f); err != nil {
 		b.Fatal(err)
 	}
-}
-
-// scaleFlagsChanged names what BenchmarkScale runs differently from the
-// shipped controller, for the line printed beside its figures.
-func scaleFlagsChanged() string {
-	changed := []string{"the resync period 1h (shipped: 10 min; no resync falls inside a phase)"}
-	if *scaleWorkers > 0 {
-		changed = append(changed, fmt.Sprintf("--workers %d (shipped: 4)", *scaleWorkers))
-	}
-	if *scaleReload > 0 {
-		changed = append(changed, fmt.Sprintf("HAProxy's reload timeout %s (shipped: 10 s)", *scaleReload))
-	}
-	if *scaleNoStrict {
-		changed = append(changed, "--haproxy-no-strict-limits")
-	}
-	return strings.Join(changed, ", ")
 }
