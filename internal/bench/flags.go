@@ -17,16 +17,16 @@ const FlagsLine = "flags changed from the shipped defaults: "
 
 // SiteFlags say where and as what a process runs, not how: the addresses
 // and ports it binds, its state directory and the sockets of the HAProxy
-// it attaches to, its role in the chart's data plane and its pod, the
-// address pool and backend address map of its network, the Azure resources
-// it is given. Every installation sets them for its own cluster (the chart
+// it attaches to, its provider, its role in the chart's data plane and its
+// pod, the address pool and backend address map of its network, the Azure
+// resources it is given. Every installation sets them for its own cluster (the chart
 // does, per role), so FlagsChanged leaves them out: a bench that runs the
 // shipped controller on loopback addresses says "none".
 // TestSiteFlagsAreFlags keeps each a flag of the command.
 var SiteFlags = []string{
 	"metrics-bind-address", "health-probe-bind-address", "drain-bind-address", "state-bind-address",
 	"haproxy-dir", "haproxy-socket", "haproxy-master-socket", "haproxy-config",
-	"role", "pod-name", "pod-namespace", "pod-uid", "data-plane-namespace", "data-plane-selector",
+	"provider", "role", "pod-name", "pod-namespace", "pod-uid", "data-plane-namespace", "data-plane-selector",
 	"address-pool", "backend-address-map",
 	"azure-subscription-id", "azure-resource-group", "azure-subnet-id", "azure-location", "azure-load-balancers",
 }
@@ -116,7 +116,11 @@ func unflagged(got, def reflect.Value, path string, bound map[uintptr]bool, skip
 		if skip[name] || bound[g.Addr().Pointer()] || reflect.DeepEqual(g.Interface(), d.Interface()) {
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s=%v (shipped: %v)", name, g.Interface(), d.Interface()))
+		shipped := fmt.Sprint(d.Interface())
+		if d.IsZero() {
+			shipped = "unset, its package's default"
+		}
+		out = append(out, fmt.Sprintf("%s=%v (shipped: %s)", name, g.Interface(), shipped))
 	}
 	return out
 }

@@ -27,7 +27,7 @@ func TestFlagsChanged(t *testing.T) {
 	cfg.Immediate = true
 	cfg.HAProxy.ReloadTimeout = time.Minute
 	cfg.Override.CoalesceWindow = -1
-	want := "--immediate-removal=true (shipped: false), --resync-period=1h0m0s (shipped: 10m0s), HAProxy.ReloadTimeout=1m0s (shipped: 0s), Override.CoalesceWindow=-1ns (shipped: 0s)"
+	want := "--immediate-removal=true (shipped: false), --resync-period=1h0m0s (shipped: 10m0s), HAProxy.ReloadTimeout=1m0s (shipped: unset, its package's default), Override.CoalesceWindow=-1ns (shipped: unset, its package's default)"
 	if got := FlagsChanged(cfg); got != want {
 		t.Errorf("with a flag and two settings:\n got %q\nwant %q", got, want)
 	}
