@@ -82,11 +82,18 @@ func (r *running) stop(t *testing.T) {
 // load balancers, no address pool (Azure assigns).
 func startController(t *testing.T, cfg *rest.Config, emu *azurearm.Emulator, ns string, sync service.SyncMode, lbs ...string) *running {
 	t.Helper()
+	return startControllerWith(t, cfg, emu, ns, sync, nil, lbs...)
+}
+
+// startControllerWith is startController with tune changing the provider's
+// options (nil: none).
+func startControllerWith(t *testing.T, cfg *rest.Config, emu *azurearm.Emulator, ns string, sync service.SyncMode, tune func(*azure.Options), lbs ...string) *running {
+	t.Helper()
 	m, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	prov := newProvider(t, emu, m.ProviderHooks("azure"), lbs...)
+	prov := newProviderWith(t, emu, m.ProviderHooks("azure"), tune, lbs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	in := buildController(t, ctx, cfg, prov, m, ns, sync, "0")
 	r := &running{prov: prov, metrics: m, cancel: cancel, done: make(chan error, 1)}

@@ -22,14 +22,24 @@ const (
 // newProvider connects a provider to the emulator, with short polls.
 func newProvider(t testing.TB, emu *azurearm.Emulator, hooks provider.Hooks, lbs ...string) *azure.Provider {
 	t.Helper()
+	return newProviderWith(t, emu, hooks, nil, lbs...)
+}
+
+// newProviderWith is newProvider with tune changing its options (nil: none).
+func newProviderWith(t testing.TB, emu *azurearm.Emulator, hooks provider.Hooks, tune func(*azure.Options), lbs ...string) *azure.Provider {
+	t.Helper()
 	if len(lbs) == 0 {
 		lbs = []string{"lb-a"}
 	}
-	p, err := azure.New(context.Background(), azure.Options{
+	opts := azure.Options{
 		SubscriptionID: subID, ResourceGroup: group, LoadBalancers: lbs, SubnetID: subnet,
 		Location: "westeurope", Credential: emu.Credential(), ClientOptions: emu.ClientOptions(),
 		Hooks: hooks, PollFrequency: 5 * time.Millisecond,
-	})
+	}
+	if tune != nil {
+		tune(&opts)
+	}
+	p, err := azure.New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,6 +96,12 @@ type Options struct {
 	// may include one of LoadBalancers: zerodrop's children on a load
 	// balancer it shares are written as ever, the others only read.
 	GateOnlyLoadBalancers []string
+	// MaxFrontends and MaxRules are the most frontend IP configurations
+	// and rules (load-balancing and inbound NAT) one load balancer may
+	// have (defaults DefaultMaxFrontends and DefaultMaxRules, a Standard
+	// Load Balancer's limits); a Service that would take its load balancer
+	// past either is refused alone (capacity.go). Lower only in tests.
+	MaxFrontends, MaxRules int
 }
 
 // The defaults of Options.TryTimeout and Options.PollTimeout.
@@ -168,6 +174,12 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	if opts.HealthTimeout <= 0 {
 		opts.HealthTimeout = DefaultHealthTimeout
+	}
+	if opts.MaxFrontends <= 0 {
+		opts.MaxFrontends = DefaultMaxFrontends
+	}
+	if opts.MaxRules <= 0 {
+		opts.MaxRules = DefaultMaxRules
 	}
 	if opts.Credential == nil {
 		cred, err := azidentity.NewDefaultAzureCredential(nil)

@@ -20,8 +20,9 @@ var _ provider.Validator = (*Provider)(nil)
 // controller keep their rules as observed and write the others' changes.
 // It checks, per Service, what render would refuse: one backend port per
 // rule (a named targetPort resolves to two ports while a rollout changes
-// it), IPv4 backends (the frontends are IPv4), and the tag that names a
-// long-named Service (Azure allows maxTags).
+// it), IPv4 backends (the frontends are IPv4), the tag that names a
+// long-named Service (Azure allows maxTags), and room for its frontend and
+// rules (Options.MaxFrontends, MaxRules: overCapacity).
 func (p *Provider) Invalid(key string, lb *model.LoadBalancer) map[string]error {
 	if lb == nil {
 		return nil
@@ -29,7 +30,16 @@ func (p *Provider) Invalid(key string, lb *model.LoadBalancer) map[string]error 
 	p.mu.Lock()
 	raw := p.observed[key]
 	p.mu.Unlock()
-	return invalid(raw, lb)
+	out := invalid(raw, lb)
+	// Last: a Service refused above keeps its observed room, the others
+	// share what is left (capacity.go).
+	for svc, err := range overCapacity(key, raw, lb, out, capacity{p.opts.MaxFrontends, p.opts.MaxRules}) {
+		if out == nil {
+			out = map[string]error{}
+		}
+		out[svc] = err
+	}
+	return out
 }
 
 // invalid is Invalid against the load balancer document raw (nil when it
