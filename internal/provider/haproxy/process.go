@@ -1,6 +1,7 @@
 package haproxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -445,36 +446,49 @@ func (p *Provider) logSize() int64 {
 func (p *Provider) reloadAlerts(ctx context.Context, from int64) string {
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		text, ok := p.logSince(from)
+		alerts, done, ok := p.alertsSince(from)
 		if !ok {
 			return "(no log)"
 		}
-		if strings.Contains(text, "Loading failure") || time.Now().After(deadline) || ctx.Err() != nil {
-			if strings.TrimSpace(text) == "" {
+		if done || time.Now().After(deadline) || ctx.Err() != nil {
+			if len(alerts) == 0 {
 				return p.logAlerts()
 			}
-			return alertLines(strings.TrimSpace(text), 20)
+			return strings.Join(alerts, "; ")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// logSince is the log from offset from on (at most 64 KiB of it; all of a
-// log that rotated since, CopyLog), and false when there is no log.
-func (p *Provider) logSince(from int64) (string, bool) {
+// alertsSince reads the log from offset from on (all of a log that rotated
+// since, CopyLog) and returns its last 20 alerts, whether the master's
+// verdict on a failed reload is there, and false when there is no log. An
+// owned HAProxy's log holds every warning too: at each reload one per proxy
+// paused and per server whose state it loads, megabytes at thousands of
+// Services, so it reads line by line, keeping alerts only.
+func (p *Provider) alertsSince(from int64) (alerts []string, done, ok bool) {
 	f, err := os.Open(p.paths.log)
 	if err != nil {
-		return "", false
+		return nil, false, false
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && st.Size() < from {
 		from = 0
 	}
-	data, err := io.ReadAll(io.LimitReader(io.NewSectionReader(f, from, 1<<62), 64<<10))
-	if err != nil {
-		return "", false
+	sc := bufio.NewScanner(io.NewSectionReader(f, from, 1<<62))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "[ALERT]"):
+			if alerts = append(alerts, line); len(alerts) > 20 {
+				alerts = alerts[1:]
+			}
+		case strings.Contains(line, "Loading failure"):
+			done = true
+		}
 	}
-	return string(data), true
+	return alerts, done, true
 }
 
 // logAlerts is the last alerts of the owned master's log (why a start or a
