@@ -12,7 +12,10 @@
 // after the build (every Service has its address in its status; a
 // data-plane replica: ready, every load balancer reconciled once), after a
 // restart (a new process has verified every load balancer) and after each
-// has been idle for -idle.
+// has been idle for -idle. Every endpoint listens (-live): in the
+// data-plane role a connection to every frontend must then reach an
+// endpoint, after the build and after the restart, and the report says
+// when the last one did, counted from the process's start.
 //
 //	go run ./hack/procmem -n 5000 -endpoints 2 [-role data-plane]
 //
@@ -55,7 +58,8 @@ import (
 
 var (
 	services   = flag.Int("n", 500, "LoadBalancer Services")
-	endpoints  = flag.Int("endpoints", 2, "endpoints per Service (nothing listens on them; their checks are refused at once)")
+	endpoints  = flag.Int("endpoints", 2, "endpoints per Service (each listens, see -live)")
+	live       = flag.Bool("live", true, "every endpoint listens at its own address and answers (one listener per endpoint, as one pod each), so HAProxy's checks pass, and after the build and after the restart a connection to every frontend must reach an endpoint; false: nothing listens (checks refused at once) and no frontend is tried")
 	kubeFlag   = flag.Bool("kubeconfig-flag", false, "give the controller --kubeconfig (client-go's default client-side limit of 5 requests/s) instead of $KUBECONFIG (controller-runtime's GetConfig: no client-side limit, as in a pod)")
 	goMemLimit = flag.String("gomemlimit", "", "GOMEMLIMIT in the controller's environment (empty: unset, as in a container without a memory limit)")
 	idle       = flag.Duration("idle", 30*time.Second, "how long the process is left idle after the build and after the restart before the second reading")
@@ -143,6 +147,16 @@ func run(extra []string) error {
 		return err
 	}
 	fmt.Printf("created %d Services and EndpointSlices (%d endpoints) in %s\n", *services, *services**endpoints, time.Since(start).Round(time.Second))
+	if *live {
+		eps, err := listenEndpoints(*services * *endpoints)
+		if err != nil {
+			return err
+		}
+		defer eps.close()
+	}
+	// The Services whose frontend HAProxy refuses (-refused): no connection
+	// through them is tried.
+	held := map[int]bool{}
 
 	hdir := filepath.Join(work, "haproxy")
 	var hp *process
@@ -160,6 +174,7 @@ func run(extra []string) error {
 				return fmt.Errorf("-refused: hold Service %d's port: %w", i, err)
 			}
 			defer ln.Close()
+			held[i] = true
 		}
 		// The replica's HAProxy, as the chart's haproxy container runs it.
 		hp, err = startHAProxy(bin, hdir, filepath.Join(work, "haproxy.log"))
@@ -182,6 +197,7 @@ func run(extra []string) error {
 	metricsURL := urls.metrics
 
 	// Build: every listener from nothing.
+	started := time.Now()
 	p, err := startController(bin, args, kubeconfig, filepath.Join(work, "build.log"))
 	if err != nil {
 		return err
@@ -197,6 +213,7 @@ func run(extra []string) error {
 		return err
 	}
 	built := p.read(metricsURL)
+	reached := checkReach(started, held)
 	time.Sleep(*idle)
 	builtIdle := p.read(metricsURL)
 	p.stop()
@@ -207,6 +224,7 @@ func run(extra []string) error {
 	}
 
 	// Restart: a new process verifies every load balancer.
+	started = time.Now()
 	p, err = startController(bin, args, kubeconfig, filepath.Join(work, "restart.log"))
 	if err != nil {
 		return err
@@ -222,10 +240,14 @@ func run(extra []string) error {
 		return err
 	}
 	restarted := p.read(metricsURL)
+	rreached := checkReach(started, held)
 	time.Sleep(*idle)
 	restartIdle := p.read(metricsURL)
 	p.stop()
 	fmt.Printf("restart: every load balancer verified after %s\n", rtook.Round(time.Second))
+	if reached != "" {
+		fmt.Printf("build: %s\nrestart: %s\n", reached, rreached)
+	}
 	if *role == "data-plane" {
 		if err := hp.exited(); err != nil {
 			return fmt.Errorf("HAProxy: %w", err)
@@ -257,6 +279,9 @@ func run(extra []string) error {
 	// HAProxy refuses again); without, a restart must write nothing.
 	if w := restarted.metric("zerodrop_provider_writes_total"); w > 0 && *refused == 0 {
 		return fmt.Errorf("the restart with nothing changed made %v provider writes, want 0", w)
+	}
+	if reachFailures > 0 {
+		return fmt.Errorf("%d frontend connections never reached an endpoint (above)", reachFailures)
 	}
 	return nil
 }
@@ -554,8 +579,7 @@ func slice(i int) *discoveryv1.EndpointSlice {
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
 	for j := 0; j < *endpoints; j++ {
-		k := i**endpoints + j
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("198.18.%d.%d", k/250, k%250+1)},
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{endpointIP(i**endpoints + j)},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
 	}
 	return s
