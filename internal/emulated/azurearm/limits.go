@@ -61,6 +61,8 @@ type Bucket struct {
 // Throttle is ARM's request throttling: a bucket per subscription,
 // principal and kind of operation (reads are GETs, deletes DELETEs, writes
 // every other method: PUT, PATCH and POST, the rule-health operation too).
+// ARM's page does not say which bucket a POST takes; the emulator takes the
+// writes', the smaller, so a client it does not throttle ARM would not.
 type Throttle struct {
 	Reads, Writes, Deletes Bucket
 }
