@@ -60,6 +60,15 @@ func (e *Emulator) serveCompute(req *http.Request, body []byte) (*reply, bool) {
 		e.record(req, t, rep, nil, nil)
 		return rep, true
 	}
+	// Compute requests take the same buckets (Options.Throttle): ARM
+	// throttles before any resource provider.
+	if strings.HasPrefix(strings.ToLower(req.URL.Path), "/subscriptions/") {
+		t.sub, _, _ = strings.Cut(req.URL.Path[len("/subscriptions/"):], "/")
+	}
+	if rep, _, _ := e.throttle(req, t); rep != nil {
+		e.record(req, t, rep, nil, nil)
+		return rep, true
+	}
 	write := req.Method != http.MethodGet && req.Method != http.MethodHead
 	if write {
 		e.writeMu.Lock()

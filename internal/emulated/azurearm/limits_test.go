@@ -135,3 +135,32 @@ func TestThrottleOffByDefault(t *testing.T) {
 		t.Fatalf("throttled %d", c.Throttled)
 	}
 }
+
+// computeStub serves every path under Microsoft.Compute with 200.
+type computeStub struct{}
+
+func (computeStub) Route(path string) (string, string, bool) {
+	return "virtualMachine", "rg-1/vm", strings.Contains(strings.ToLower(path), "/microsoft.compute/")
+}
+func (computeStub) ServeARM(*http.Request, []byte) azurearm.ComputeReply {
+	return azurearm.ComputeReply{Status: http.StatusOK, Header: http.Header{}, Body: []byte(`{}`)}
+}
+func (computeStub) BackendIPConfigurations(string) []string { return nil }
+
+// TestThrottleCoversCompute: the compute side's requests (AttachCompute)
+// take the principal's buckets too: ARM throttles before any resource
+// provider.
+func TestThrottleCoversCompute(t *testing.T) {
+	emu := azurearm.New(azurearm.Options{Throttle: azurearm.Throttle{Reads: azurearm.Bucket{Size: 1, Refill: 0.1}}})
+	emu.AttachCompute(computeStub{})
+	get := func() int {
+		req := httptest.NewRequest(http.MethodGet, "/subscriptions/sub-1/resourceGroups/rg-1/providers/Microsoft.Compute/virtualMachines/vm?api-version=2024-07-01", nil)
+		req.Header.Set("Authorization", "Bearer id:a")
+		rec := httptest.NewRecorder()
+		emu.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if first, second := get(), get(); first != http.StatusOK || second != http.StatusTooManyRequests {
+		t.Fatalf("two reads with a bucket of one: %d, %d; want 200, 429", first, second)
+	}
+}
