@@ -85,6 +85,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "procmem: -role %q: want all, data-plane or control\n", *role)
 		os.Exit(2)
 	}
+	if err := checkOldWorkerFlags(); err != nil {
+		fmt.Fprintln(os.Stderr, "procmem:", err)
+		os.Exit(2)
+	}
 	if err := run(flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "procmem:", err)
 		os.Exit(1)
@@ -251,6 +255,11 @@ func run(extra []string) error {
 	if *role == "data-plane" {
 		if err := hp.exited(); err != nil {
 			return fmt.Errorf("HAProxy: %w", err)
+		}
+	}
+	if *reloadsFlag > 0 {
+		if err := oldWorkersPhase(ctx, c, bin, args, kubeconfig, work, hdir, urls.ready); err != nil {
+			return fmt.Errorf("old workers: %w", err)
 		}
 	}
 
