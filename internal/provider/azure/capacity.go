@@ -94,7 +94,7 @@ func overCapacity(key string, raw *armnetwork.LoadBalancer, lb *model.LoadBalanc
 			continue
 		}
 		out[svc] = &UnrepresentableError{Reason: fmt.Sprintf(
-			"Service %s needs %d rules (one a port) and its frontend on load balancer %s, which Azure allows %d frontend IP configurations and %d rules; %d frontends and %d rules are in use or go to Services that were there first or sort before it: place it on another load balancer (annotation %s) or free room",
+			"Service %s needs a frontend and %d rules (one a port) on load balancer %s, past Azure's limits of %d frontend IP configurations and %d rules there (%d and %d taken by children zerodrop does not own and by Services there before it or before it in name order): place it on another load balancer (annotation %s) or free room",
 			svc, want[svc].rules, key, c.frontends, c.rules, used.frontends, used.rules, AnnotationLoadBalancer)}
 	}
 	if len(out) == 0 {

@@ -118,7 +118,7 @@ func refused(t *testing.T, c client.Client, ns, svc string) (bool, string) {
 		return false, fmt.Sprintf("%s: ConfigValid %+v", svc, cond)
 	}
 	for _, e := range warnings(t, c, ns) {
-		if e.Regarding.Name == svc && e.Reason == service.ReasonUnrepresentable && strings.Contains(e.Note, "Azure allows") {
+		if e.Regarding.Name == svc && e.Reason == service.ReasonUnrepresentable && strings.Contains(e.Note, "past Azure's limits") {
 			return true, ""
 		}
 	}
