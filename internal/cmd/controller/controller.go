@@ -90,7 +90,12 @@ type Config struct {
 	Override Overrides
 }
 
-// DefaultHAProxyMaxOldWorkers is --haproxy-max-old-workers' default.
+// DefaultHAProxyMaxOldWorkers is --haproxy-max-old-workers' default: a
+// long-lived connection outlives 4 reloads (frontend changes anywhere in
+// the cluster), and HAProxy then holds at most 5 configurations besides
+// the one a reload parses, which the chart's haproxy memory limit is sized
+// for (charts/zerodrop/README.md, "HAProxy's memory": at 5,000 Services
+// about 150 MiB each). More reloads survived cost one configuration each.
 const DefaultHAProxyMaxOldWorkers = 4
 
 // DefaultHAProxyDir is where a locally owned HAProxy keeps its state.
