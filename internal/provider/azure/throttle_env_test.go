@@ -17,12 +17,10 @@ import (
 // TestThrottledWritesConverge: with the emulator throttling writes as ARM
 // does (Options.Throttle; here one write a second, a bucket of one), a
 // burst of endpoint changes on lb-a gets 429s, each back in the queue as a
-// provider.RetryAfterError, and the load balancer converges. It also counts
-// the writes sent sooner than a 429's Retry-After asked: the controller
-// requeues the key after Retry-After, but an event on the key in between
-// (the next endpoint change) runs it at once, so under churn a throttled
-// load balancer is retried early (logged, not yet asserted: a wait that
-// holds across events changes timing under the lab's --azure-fault-rate).
+// provider.RetryAfterError, and the load balancer converges — and no write
+// after a 429 is sent before its Retry-After, though the next endpoint
+// change enqueues the key meanwhile (the controller holds a throttled key
+// until then; without the hold 9 to 13 of 11 to 15 were early).
 func TestThrottledWritesConverge(t *testing.T) {
 	cfg := apiserver(t)
 	c := newClient(t, cfg)
@@ -82,5 +80,8 @@ func TestThrottledWritesConverge(t *testing.T) {
 	if throttled == 0 || emu.Counters().Throttled != throttled {
 		t.Fatalf("%d writes throttled (emulator counted %d) in %d calls, want some: the burst did not exceed the bucket", throttled, emu.Counters().Throttled, len(calls))
 	}
-	t.Logf("%d writes throttled, converged; %d of the writes after a 429 were sent before its Retry-After (1 s)", throttled, early)
+	if early > 0 {
+		t.Errorf("%d of the writes after a 429 were sent before its Retry-After (1 s), %d throttled", early, throttled)
+	}
+	t.Logf("%d writes throttled, converged", throttled)
 }
