@@ -83,6 +83,7 @@ func BenchmarkAzureChurn(b *testing.B) {
 	fmt.Printf("created %d Services and EndpointSlices in %s\n", n, time.Since(start).Round(time.Millisecond))
 
 	emu := azurearm.New(azurearm.Options{Throttle: azurearm.ARMThrottle, Limits: azurearm.StandardLBLimits})
+	emu.SetRuleHealth(azProbesUp(emu))
 	gens := make([]int, n)
 	r := azChurnStart(b, rc, emu, lbs)
 	defer r.stop(b)
@@ -148,6 +149,7 @@ func BenchmarkAzureChurn(b *testing.B) {
 	fmt.Fprintf(w, "reads (GET)\t%d (%s); peak %.1f/s over %s (--azure-read-qps %g, --azure-read-burst %d bound the Service controller's load balancer reads; each write's operation also ends with the SDK's GET of what it wrote)\n",
 		len(gets), azByKind(gets), azPeak(gets, azWindow), azWindow, r.cfg.Azure.Read.QPS, r.cfg.Azure.Read.Burst)
 	fmt.Fprintf(w, "throttled (429)\t%s\n", azThrottled(churn))
+	fmt.Fprintf(w, "other errors\t%s\n", azErrors(churn))
 	fmt.Fprintf(w, "converged\t%s after the churn stopped (a replaced endpoint drains for %s, the default drain timeout, before it goes)\n",
 		converged.Sub(churnEnd).Round(time.Millisecond), model.DefaultDrainTimeout)
 	w.Flush()
@@ -328,6 +330,58 @@ func azByKind(calls []azurearm.Call) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
+}
+
+// azErrors counts the answers of status 400 or more but 429, by method,
+// route and status.
+func azErrors(calls []azurearm.Call) string {
+	var bad []azurearm.Call
+	for _, c := range calls {
+		if c.Status >= http.StatusBadRequest && c.Status != http.StatusTooManyRequests {
+			c.Kind = fmt.Sprintf("%s %d", c.Kind, c.Status)
+			bad = append(bad, c)
+		}
+	}
+	if len(bad) == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d: %s", len(bad), azByKind(bad))
+}
+
+// azProbesUp answers the rule-health operation as a data plane whose
+// endpoints all answer their probes: each address of the rule's pool is Up
+// unless its admin state takes it out (a drain), as Azure reports a backend
+// it sends nothing to.
+func azProbesUp(emu *azurearm.Emulator) azurearm.RuleHealth {
+	return func(rg, name, rule string) ([]azurearm.BackendHealth, error) {
+		lb, ok := emu.LoadBalancer(rg, name)
+		if !ok || lb.Properties == nil {
+			return nil, fmt.Errorf("no load balancer %s/%s", rg, name)
+		}
+		pool := ""
+		for _, r := range lb.Properties.LoadBalancingRules {
+			if r.Name != nil && strings.EqualFold(*r.Name, rule) && r.Properties != nil && r.Properties.BackendAddressPool != nil && r.Properties.BackendAddressPool.ID != nil {
+				pool = *r.Properties.BackendAddressPool.ID
+			}
+		}
+		var out []azurearm.BackendHealth
+		for _, p := range lb.Properties.BackendAddressPools {
+			if p.ID == nil || !strings.EqualFold(*p.ID, pool) || p.Properties == nil {
+				continue
+			}
+			for _, a := range p.Properties.LoadBalancerBackendAddresses {
+				if a.Properties == nil || a.Properties.IPAddress == nil {
+					continue
+				}
+				state := "Up"
+				if a.Properties.AdminState != nil && *a.Properties.AdminState != "None" {
+					state = "Down"
+				}
+				out = append(out, azurearm.BackendHealth{IPAddress: *a.Properties.IPAddress, State: state})
+			}
+		}
+		return out, nil
+	}
 }
 
 func azStatus(calls []azurearm.Call, status int) []azurearm.Call {
