@@ -59,6 +59,7 @@ import (
 var (
 	services   = flag.Int("n", 500, "LoadBalancer Services")
 	endpoints  = flag.Int("endpoints", 2, "endpoints per Service (each listens, see -live)")
+	keep       = flag.Bool("keep", false, "keep the work directory (the processes' logs, HAProxy's state directory) and print where it is")
 	live       = flag.Bool("live", true, "every endpoint listens at its own address and answers (one listener per endpoint, as one pod each), so HAProxy's checks pass, and after the build and after the restart a connection to every frontend must reach an endpoint; false: nothing listens (checks refused at once) and no frontend is tried")
 	kubeFlag   = flag.Bool("kubeconfig-flag", false, "give the controller --kubeconfig (client-go's default client-side limit of 5 requests/s) instead of $KUBECONFIG (controller-runtime's GetConfig: no client-side limit, as in a pod)")
 	goMemLimit = flag.String("gomemlimit", "", "GOMEMLIMIT in the controller's environment (empty: unset, as in a container without a memory limit)")
@@ -105,7 +106,13 @@ func run(extra []string) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	defer func() {
+		if *keep {
+			fmt.Printf("work directory kept (logs of every process): %s\n", work)
+			return
+		}
+		_ = os.RemoveAll(work)
+	}()
 	bin, commit, err := buildAt(root, *rev, work)
 	if err != nil {
 		return err

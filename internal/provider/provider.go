@@ -116,7 +116,8 @@ var ErrConflict = errors.New("load balancer changed since it was observed")
 // (HAProxy's configuration check failing on this load balancer's listeners,
 // a port another process holds), while what it served before goes on: the
 // same input fails the same way until it or its cause changes. The
-// controller retries it with back-off like any error, but a data-plane
+// controller tries it again when its Service changes, or after at least
+// 10 s (a try may be a reload of every load balancer), and a data-plane
 // replica's readiness does not wait for it: one tenant's refused Service
 // must not hold a replica out of service for every other.
 var ErrRefused = errors.New("refused by the load balancer")

@@ -140,6 +140,7 @@ type Controller struct {
 	client  client.Client
 	cache   cache.Cache
 	queue   workqueue.TypedRateLimitingInterface[string]
+	retries workqueue.TypedRateLimiter[string] // the queue's (When for a refused load balancer)
 	alloc   *allocator
 	limiter *rate.Limiter
 	drains  *drainClock
@@ -222,12 +223,14 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 		opts.Recorder = mgr.GetEventRecorder("zerodrop-service-controller")
 	}
 	opts.Recorder = truncatingRecorder{opts.Recorder}
+	retries := retryLimiter()
 	c := &Controller{
-		opts:   opts,
-		client: mgr.GetClient(),
-		cache:  mgr.GetCache(),
+		opts:    opts,
+		client:  mgr.GetClient(),
+		cache:   mgr.GetCache(),
+		retries: retries,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			retryLimiter(),
+			retries,
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "zerodrop_load_balancers"}),
 		alloc:     newAllocator(opts.AddressPool),
 		limiter:   rate.NewLimiter(rate.Limit(opts.ReadQPS), opts.ReadBurst),
@@ -371,6 +374,14 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.notBefore[key] = time.Now().Add(retry.After)
 		c.mu.Unlock()
 		c.queue.AddAfter(key, retry.After)
+	case errors.Is(err, provider.ErrRefused):
+		// The same input fails the same way until it changes (an event
+		// runs the key at once) or its cause does (a port freed): a retry
+		// sooner only repeats the refusal, and at HAProxy each one is a
+		// reload of the whole configuration — back to back, seconds of
+		// CPU each at thousands of Services, ahead of every other
+		// Service's change.
+		c.queue.AddAfter(key, max(c.retries.When(key), refusedRetryDelay))
 	default:
 		c.queue.AddRateLimited(key)
 	}
@@ -554,6 +565,10 @@ func unwrap(obj any) any {
 // is gone. The upstream service controller caps at 300 s; a load balancer
 // that serves traffic should not wait more than this.
 const maxRetryDelay = 30 * time.Second
+
+// refusedRetryDelay is the least wait before a load balancer the provider
+// refused (provider.ErrRefused) is tried again without a change.
+const refusedRetryDelay = 10 * time.Second
 
 // retryLimiter is client-go's controller rate limiter with the per-item
 // backoff capped at maxRetryDelay.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,10 +113,12 @@ func startService(t *testing.T, cfg *rest.Config, opts service.Options) *service
 type refusingProvider struct {
 	*memory.Provider
 	refused string
+	tries   *atomic.Int32 // writes to the refused load balancer
 }
 
 func (p refusingProvider) Apply(ctx context.Context, plan model.Plan) error {
 	if plan.Key == p.refused {
+		p.tries.Add(1)
 		return fmt.Errorf("apply %s: port taken: %w", plan.Key, provider.ErrRefused)
 	}
 	return p.Provider.Apply(ctx, plan)
@@ -124,7 +127,9 @@ func (p refusingProvider) Apply(ctx context.Context, plan model.Plan) error {
 // TestDataPlaneSyncedBesideARefusedService: one Service whose load balancer
 // the provider refuses (provider.ErrRefused) does not keep a data-plane
 // replica from being Synced once the others are served: one tenant's bad
-// Service must not hold the replica out of every gate and rollout.
+// Service must not hold the replica out of every gate and rollout. Nor is
+// it retried back to back while nothing changes: at HAProxy each try is a
+// reload of every load balancer (the queue's own back-off starts at 5 ms).
 func TestDataPlaneSyncedBesideARefusedService(t *testing.T) {
 	cfg := controlplane.Start(t)
 	c := newClient(t, cfg)
@@ -143,10 +148,15 @@ func TestDataPlaneSyncedBesideARefusedService(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	prov := refusingProvider{Provider: memory.New(provider.Hooks{}), refused: ns + "/bad"}
+	prov := refusingProvider{Provider: memory.New(provider.Hooks{}), refused: ns + "/bad", tries: new(atomic.Int32)}
 	ctl := startDataPlane(t, cfg, prov)
 	eventually(t, 60*time.Second, "synced with the good load balancer built", func() (bool, string) {
 		lb, _ := prov.Observe(ctx, ns+"/good")
 		return ctl.Synced() && len(backendsOf(lb)) == 1, fmt.Sprintf("synced %v, good %+v", ctl.Synced(), lb)
 	})
+	// Not a timing assertion: a loaded machine makes fewer tries, not more.
+	time.Sleep(3 * time.Second)
+	if n := prov.tries.Load(); n > 2 {
+		t.Errorf("the refused load balancer was tried %d times in the first seconds with nothing changed; want at most 2 (a retry waits %s)", n, 10*time.Second)
+	}
 }

@@ -106,6 +106,10 @@ type Provider struct {
 	// configuration file and the reloads. A group reload's leader holds it
 	// for the whole reload; the members wait without it.
 	mu sync.Mutex
+	// reloading counts this Provider's reloads under way (reload): the
+	// master re-executes then and does not answer, while the previous
+	// worker serves (Alive).
+	reloading atomic.Int32
 
 	cmd     *exec.Cmd     // the master, when this Provider started it
 	cmdDone chan struct{} // closed when cmd has exited

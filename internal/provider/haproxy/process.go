@@ -353,6 +353,8 @@ func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
 	// worker that is now old: discard them when it is done, too.
 	p.old.reloads.Add(1)
 	defer p.old.reloads.Add(1)
+	p.reloading.Add(1)
+	defer p.reloading.Add(-1)
 	p.hooks.OnWrite("reload")
 	logFrom := p.logSize()
 	reply, err := p.master.do(ctx, "reload")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
 )
 
 // TestRestoreAfterWorkerKilled: a killed HAProxy worker takes its master
@@ -113,5 +114,50 @@ func TestRestoreWaitsForAReload(t *testing.T) {
 	}
 	if r := <-done; r.restarted || r.err != nil {
 		t.Fatalf("Restore during a reload: restarted %v, %v; want nothing done, no error", r.restarted, r.err)
+	}
+}
+
+// TestAliveDuringOwnReload: while a reload of this Provider is under way the
+// master re-executes and does not answer, yet the previous worker serves:
+// Alive says so (a data-plane replica's readiness), where a silent master
+// outside a reload of its own is not alive.
+func TestAliveDuringOwnReload(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	startOwned(t, dir, nil)
+	admin, master, config, err := Paths(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The master "does not answer": its socket moved away, and back.
+	silent := func(f func()) {
+		if err := os.Rename(master, master+".away"); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := os.Rename(master+".away", master); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		f()
+	}
+	var p *Provider
+	during := errors.New("no reload seen")
+	p = attach(t, Options{Dir: dir, AdminSocket: admin, MasterSocket: master, ConfigFile: config,
+		Hooks: provider.Hooks{Write: func(op string) {
+			if op == "reload" {
+				silent(func() { during = p.Alive(ctx) })
+			}
+		}}}, nil)
+	silent(func() {
+		if err := p.Alive(ctx); err == nil {
+			t.Fatal("Alive with the master silent and no reload under way: nil, want an error")
+		}
+	})
+	bs := startBackends(t, 1, "127.0.14")
+	const key, lbAddr = "default/alive", "127.0.0.64"
+	applyDiff(t, p, &model.LoadBalancer{Key: key, Listeners: []model.Listener{listenerOf(key, "tcp-80", lbAddr, freePort(t, lbAddr), bs)}})
+	if during != nil {
+		t.Fatalf("Alive during the Provider's own reload, master silent: %v; want nil (the previous worker serves)", during)
 	}
 }
