@@ -159,7 +159,7 @@ func BenchmarkAzureChurn(b *testing.B) {
 	b.ReportMetric(converged.Sub(churnEnd).Seconds(), "converge-s")
 }
 
-// azChurnController is the controller of BenchmarkAzureChurn and the
+// azChurnController is a controller of the Azure benches and the
 // configuration it runs with.
 type azChurnController struct {
 	*azureController
@@ -167,23 +167,36 @@ type azChurnController struct {
 }
 
 // azChurnStart starts the controller as `zerodrop controller --provider
-// azure` runs with the bench's site flags: every other setting shipped,
-// the read limit, workers, coalescing and leader election included.
-func azChurnStart(b *testing.B, rc *rest.Config, emu *azurearm.Emulator, lbs []string) *azChurnController {
+// azure` runs with the bench's site flags (and what mods set, which the
+// flags line lists): every other setting shipped, the read limit, workers,
+// coalescing and leader election included.
+func azChurnStart(b *testing.B, rc *rest.Config, emu *azurearm.Emulator, lbs []string, mods ...func(*controller.Config)) *azChurnController {
 	b.Helper()
 	cfg := benchConfig(rc)
-	// Shipped (benchConfig makes it an hour): the churn's figures are the
+	// Shipped (benchConfig makes it an hour): the figures are the
 	// controller's as it runs, resyncs included.
 	cfg.ResyncPeriod = controller.DefaultConfig().ResyncPeriod
 	cfg.Provider = "azure"
-	cfg.Azure.SubscriptionID, cfg.Azure.ResourceGroup = "00000000-0000-0000-0000-000000000001", "rg-bench"
+	cfg.Azure.SubscriptionID, cfg.Azure.ResourceGroup = azSub, azGroup
 	cfg.Azure.LoadBalancers = strings.Join(lbs, ",")
-	cfg.Azure.SubnetID = "/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg-bench/providers/Microsoft.Network/virtualNetworks/vnet/subnets/lb"
+	cfg.Azure.SubnetID = azSubnet
 	cfg.Azure.Location = "westeurope"
 	cfg.Azure.Credential, cfg.Azure.ClientOptions = emu.Credential(), emu.ClientOptions()
+	for _, m := range mods {
+		m(&cfg)
+	}
 	r := startBench(b, cfg)
 	return &azChurnController{&azureController{benchController: r, metrics: r.Metrics, flags: newModeFlags("zerodrop", cfg)}, cfg}
 }
+
+// The Azure site of BenchmarkAzureRestart's controller, which the churn
+// and gate-only benches share.
+const (
+	azSub    = "00000000-0000-0000-0000-000000000001"
+	azGroup  = "rg-bench"
+	azVNet   = "/subscriptions/" + azSub + "/resourceGroups/" + azGroup + "/providers/Microsoft.Network/virtualNetworks/vnet"
+	azSubnet = azVNet + "/subnets/lb"
+)
 
 // unlimitedREST is the API server's config without a client-side rate
 // limit, as `zerodrop controller` gets it from controller-runtime's
@@ -232,7 +245,7 @@ func azChurnConverge(b *testing.B, emu *azurearm.Emulator, lbs []string, gens []
 func azChurnMismatch(emu *azurearm.Emulator, lbs []string, gens []int) string {
 	got := map[string][]string{} // rule name → its pool's addresses
 	for _, name := range lbs {
-		lb, ok := emu.LoadBalancer("rg-bench", name)
+		lb, ok := emu.LoadBalancer(azGroup, name)
 		if !ok || lb.Properties == nil {
 			continue
 		}
