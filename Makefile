@@ -125,13 +125,15 @@ BENCH_AZURE_LBS     ?= 2
 # BenchmarkAzureChurn: the shipped controller under ARM's throttling, endpoint
 # churn on BENCH_AZURE_CHURN_N Services for BENCH_AZURE_CHURN_FOR, e.g.
 #   make bench BENCH_RUN=AzureChurn BENCH_AZURE_CHURN_N=1000
+# and BenchmarkAzureGateOnlyRollout's BENCH_AZURE_GATE_ONLY_N gate-only Services.
 BENCH_AZURE_CHURN_N   ?= 1000
 BENCH_AZURE_CHURN_FOR ?= 60s
+BENCH_AZURE_GATE_ONLY_N ?= 100
 bench: deps
 	$(GO) test -count=1 -timeout 90m -run '^$$' -bench '$(BENCH_RUN)' -benchtime 1x ./internal/bench/ -args -n $(BENCH_N) \
 		-scale-n $(BENCH_SCALE_N) -scale-endpoints $(BENCH_SCALE_ENDPOINTS) -scale-workers $(BENCH_SCALE_WORKERS) -scale-no-strict-limits=$(BENCH_SCALE_NO_STRICT_LIMITS) \
 		-scale-restart-cpuprofile '$(BENCH_SCALE_PROFILE)' -scale-build-memprofile '$(BENCH_SCALE_MEMPROFILE)' -azure-n $(BENCH_AZURE_N) -azure-lbs $(BENCH_AZURE_LBS) \
-		-azure-churn-n $(BENCH_AZURE_CHURN_N) -azure-churn-for $(BENCH_AZURE_CHURN_FOR)
+		-azure-churn-n $(BENCH_AZURE_CHURN_N) -azure-churn-for $(BENCH_AZURE_CHURN_FOR) -azure-gate-only-n $(BENCH_AZURE_GATE_ONLY_N)
 	$(GO) test -count=1 -run '^$$' -bench . ./internal/check/...
 
 # The main job: the disruption lab, the real upstream service controller (with
