@@ -199,8 +199,9 @@ func TestChartHAProxy(t *testing.T) {
 		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("haproxy container capabilities %+v: want all dropped but NET_BIND_SERVICE (binding ports below 1024), KILL, SETGID and SETUID (HAProxy's workers as another user)", sc)
 	}
-	if sc := zc.SecurityContext; sc == nil || sc.Capabilities == nil || len(sc.Capabilities.Add) != 0 || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-		t.Errorf("controller container securityContext %+v: want no capability, a read-only root", sc)
+	if sc := zc.SecurityContext; sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"NET_BIND_SERVICE"}) ||
+		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("controller container securityContext %+v: want all capabilities dropped but NET_BIND_SERVICE (a new listener's port probed before a reload), a read-only root", sc)
 	}
 
 	if ds.Spec.Template.Spec.ServiceAccountName != "zerodrop-data-plane" {

@@ -2,7 +2,6 @@ package install
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,12 +18,14 @@ import (
 
 // TestChartHAProxyTellsWhyAReloadIsRefused runs the data plane's HAProxy as
 // its container does (`zerodrop haproxy`, TestChartHAProxyWorkersNotRoot)
-// and writes a Service whose port another process holds: the replica's
-// error names the listener that cannot bind, read from HAProxy's own
-// alerts. That is what lets a refused reload of thousands of Services fail
-// the one HAProxy names and serve the rest in one more reload, where
-// without the alerts ("(no log)": the container's output reached only the
-// kubelet) it halves the group a dozen times.
+// and writes a Service whose address is not on this host (TEST-NET-1),
+// which HAProxy refuses to bind: the replica's error names the listener
+// that cannot bind, read from HAProxy's own alerts. That is what lets a
+// refused reload of thousands of Services fail the one HAProxy names and
+// serve the rest in one more reload, where without the alerts ("(no log)":
+// the container's output reached only the kubelet) it halves the group a
+// dozen times. (A port another process holds is refused before any reload,
+// TestHeldPortRefusedWithoutReload.)
 func TestChartHAProxyTellsWhyAReloadIsRefused(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the data plane's HAProxy starts as root")
@@ -49,12 +50,7 @@ func TestChartHAProxyTellsWhyAReloadIsRefused(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 
-	const key, addr = "default/held", "127.0.147.81"
-	held, err := net.Listen("tcp", addr+":8081")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { held.Close() })
+	const key, addr = "default/elsewhere", "192.0.2.81"
 	want := &model.LoadBalancer{Key: key, Listeners: []model.Listener{{Name: key + "/http", Address: addr, Port: 8081, Protocol: model.TCP,
 		Probe:    model.Probe{Kind: model.ProbeTCP, IntervalMillis: 300, Rise: 1, Fall: 2},
 		Backends: []model.Backend{httpBackend(t)}}}}
@@ -64,6 +60,6 @@ func TestChartHAProxyTellsWhyAReloadIsRefused(t *testing.T) {
 	}
 	err = p.Apply(ctx, model.Diff(obs, want))
 	if err == nil || !strings.Contains(err.Error(), "cannot bind socket") || !strings.Contains(err.Error(), addr+":8081") {
-		t.Fatalf("Apply of a Service whose port is held: %v\nwant HAProxy's alert that its listener cannot bind %s:8081", err, addr)
+		t.Fatalf("Apply of a Service whose address is not on this host: %v\nwant HAProxy's alert that its listener cannot bind %s:8081", err, addr)
 	}
 }

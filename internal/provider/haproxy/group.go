@@ -207,7 +207,7 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 	// A member HAProxy refused last time reloads alone, after the others:
 	// while it is still bad it must not make their reload fail again (at
 	// thousands of members, each refusal costs reloads to tell it apart).
-	together, alone := splitRefused(reloads, p.refused)
+	together, alone := splitRefused(p.refuseHeld(ctx, reloads), p.refused)
 	if len(together) > 0 {
 		var err error
 		after, err = p.reloadAll(ctx, together)

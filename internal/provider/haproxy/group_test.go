@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -361,7 +362,9 @@ func TestFailNamed(t *testing.T) {
 // member HAProxy refused is told apart by halves once; when it comes back
 // (the controller's retry) beside new members, it reloads alone, so the
 // others' group reload is not refused again and split again; deleted, it
-// is forgotten.
+// is forgotten. Its listener's address is not on this host, which HAProxy
+// refuses at once (a port held by another process is refused before any
+// reload: TestHeldPortRefusedWithoutReload).
 func TestRefusedReloadsAlone(t *testing.T) {
 	var c counter
 	p := startOwned(t, t.TempDir(), &c)
@@ -372,17 +375,13 @@ func TestRefusedReloadsAlone(t *testing.T) {
 	}
 	bs := startBackends(t, 2, "127.0.43")
 	const lbAddr = "127.0.0.73"
-	ln, err := net.Listen("tcp", net.JoinHostPort(lbAddr, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	taken := int32(ln.Addr().(*net.TCPAddr).Port)
 	lb := func(key string, port int32) *model.LoadBalancer {
 		return &model.LoadBalancer{Key: key, Listeners: []model.Listener{listenerOf(key, "tcp-80", lbAddr, port, bs)}}
 	}
+	// TEST-NET-1 (RFC 5737): never an address of this host.
+	bad := &model.LoadBalancer{Key: "default/bad", Listeners: []model.Listener{listenerOf("default/bad", "tcp-80", "192.0.2.73", 8080, bs)}}
 	round := func(name string, goods int) (reloads int) {
-		ops := []groupOp{{key: "default/bad", lb: lb("default/bad", taken)}}
+		ops := []groupOp{{key: "default/bad", lb: bad}}
 		for i := 0; i < goods; i++ {
 			key := fmt.Sprintf("default/%s-%d", name, i)
 			ops = append(ops, groupOp{key: key, lb: lb(key, freePort(t, lbAddr))})
@@ -416,5 +415,53 @@ func TestRefusedReloadsAlone(t *testing.T) {
 	p.mu.Unlock()
 	if kept {
 		t.Error("the deleted refused key is still kept to reload alone")
+	}
+}
+
+// TestHeldPortRefusedWithoutReload: a member whose new listener's port
+// another process holds is refused (provider.ErrRefused, naming the port)
+// without a reload — HAProxy's own refusal would pause every frontend's
+// listeners while it retried the bind — and the other members are served
+// in one reload. A listener HAProxy already serves is not probed.
+func TestHeldPortRefusedWithoutReload(t *testing.T) {
+	var c counter
+	p := startOwned(t, t.TempDir(), &c)
+	bs := startBackends(t, 2, "127.0.44")
+	const lbAddr = "127.0.0.74"
+	ln, err := net.Listen("tcp", net.JoinHostPort(lbAddr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	taken := int32(ln.Addr().(*net.TCPAddr).Port)
+	lb := func(key string, port int32) *model.LoadBalancer {
+		return &model.LoadBalancer{Key: key, Listeners: []model.Listener{listenerOf(key, "tcp-80", lbAddr, port, bs)}}
+	}
+	served := lb("default/served", freePort(t, lbAddr))
+	applyDiff(t, p, served)
+	ops := []groupOp{{key: "default/bad", lb: lb("default/bad", taken)}}
+	for i := 0; i < 3; i++ {
+		key := fmt.Sprintf("default/good-%d", i)
+		ops = append(ops, groupOp{key: key, lb: lb(key, freePort(t, lbAddr))})
+	}
+	// The served one changes its backends only: a reload would not bind
+	// anything new, and its own port (HAProxy's socket) is not probed.
+	changed := *served
+	changed.Listeners = []model.Listener{listenerOf("default/served", "tcp-80", lbAddr, served.Listeners[0].Port, bs[:1])}
+	ops = append(ops, groupOp{key: "default/served", lb: &changed})
+	c.take()
+	errs := runConcurrently(t, p, ops)
+	writes, _ := c.take()
+	for i, op := range ops {
+		bad := i == 0
+		if bad != (errs[i] != nil) || bad && (!errors.Is(errs[i], provider.ErrRefused) || !strings.Contains(errs[i].Error(), "holds that port")) {
+			t.Errorf("%s: %v", op.key, errs[i])
+		}
+	}
+	if n := count(writes, "reload"); n > 2 {
+		t.Errorf("%d reloads for 4 good members and one whose port is held; want the good ones' (1, or 2 should the calls fall into two batches), none refused", n)
+	}
+	if got := observe(t, p, "default/bad"); got != nil && len(got.Listeners) > 0 {
+		t.Errorf("the refused member is served: %+v", got)
 	}
 }
