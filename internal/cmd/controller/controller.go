@@ -90,14 +90,6 @@ type Config struct {
 	Override Overrides
 }
 
-// DefaultHAProxyMaxOldWorkers is --haproxy-max-old-workers' default: a
-// long-lived connection outlives 4 reloads (frontend changes anywhere in
-// the cluster), and HAProxy then holds at most 5 configurations besides
-// the one a reload parses, which the chart's haproxy memory limit is sized
-// for (charts/zerodrop/README.md, "HAProxy's memory": at 5,000 Services
-// about 150 MiB each). More reloads survived cost one configuration each.
-const DefaultHAProxyMaxOldWorkers = 4
-
 // DefaultHAProxyDir is where a locally owned HAProxy keeps its state.
 func DefaultHAProxyDir() string { return filepath.Join(os.TempDir(), "zerodrop-haproxy") }
 
@@ -140,10 +132,13 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HAProxy.ConfigFile, "haproxy-config", "", "attach: the config file zerodrop owns (loaded by that HAProxy)")
 	fs.BoolVar(&c.HAProxy.NoStrictLimits, "haproxy-no-strict-limits", false, "let HAProxy start when it cannot raise its open-file limit to what its listeners and checked servers need (a warning instead of a refused reload)")
 	// Old workers: each keeps a whole configuration while a connection is
-	// on it. The count bound is what makes HAProxy's memory boundable (the
-	// chart's haproxy limit is sized for it); the time bound is off, as it
-	// would end WebSockets that memory does not need ended.
-	fs.IntVar(&c.HAProxy.MaxOldWorkers, "haproxy-max-old-workers", DefaultHAProxyMaxOldWorkers, "at most this many old HAProxy workers (each holding the connections opened before a reload, and a whole configuration) live at once: a reload ends (SIGTERM) the workers that outlived more reloads, with their connections (HAProxy's mworker-max-reloads); 0: no bound")
+	// on it. A count bound is what makes HAProxy's memory boundable; by
+	// default it is derived from HAProxy's memory limit and the
+	// configuration's size, so that a small cluster ends no WebSocket for
+	// it. The time bound is off: it would end WebSockets that memory does
+	// not need ended.
+	fs.IntVar(&c.HAProxy.MaxOldWorkers, "haproxy-max-old-workers", 0, "at most this many old HAProxy workers (each holding the connections opened before a reload, and a whole configuration) live at once: a reload ends (SIGTERM) the workers that outlived more reloads, with their connections (HAProxy's mworker-max-reloads); 0: as many as fit in --haproxy-memory-limit at each reload, or no bound without it")
+	fs.Var(&quantityBytes{&c.HAProxy.MemoryLimit}, "haproxy-memory-limit", "HAProxy's memory limit (its container's, e.g. 1280Mi): with --haproxy-max-old-workers 0, each reload bounds the old workers to what fits in it beside the configuration (about 5 MiB + 29 KiB per listener each); empty: none")
 	fs.DurationVar(&c.HAProxy.HardStopAfter, "haproxy-hard-stop-after", 0, "an old HAProxy worker exits this long after the reload that replaced it, ending the connections still on it (HAProxy's hard-stop-after); 0: no bound in time")
 	fs.BoolVar(&c.HAProxy.StopOnClose, "haproxy-stop-on-exit", false, "stop the owned HAProxy when the controller exits (default: keep serving)")
 	c.HAProxyRead.flags(fs, "haproxy", DefaultHAProxyRead, "one runtime snapshot serves every read for 250 ms and no quota is spent: the limit only guards the controller's own CPU")

@@ -75,8 +75,13 @@ type Options struct {
 	// mworker-max-reloads): at each reload the master ends (SIGTERM, its
 	// connections closed) every old worker that has outlived more, so at
 	// most this many old workers, each holding a whole configuration, live
-	// beside the current one. Zero: no bound.
+	// beside the current one. Zero: derived from MemoryLimit (oldWorkerBound),
+	// or no bound without it.
 	MaxOldWorkers int
+	// MemoryLimit is the memory HAProxy may use (its container's limit), in
+	// bytes: with MaxOldWorkers zero, each reload bounds the old workers to
+	// what fits in it beside the configuration rendered. Zero: none.
+	MemoryLimit int64
 	// NoStrictLimits renders `no strict-limits`: HAProxy starts even when
 	// it cannot raise its open-file limit to what it computes it needs (a
 	// descriptor per listener and per checked server besides two per
@@ -267,15 +272,16 @@ func (p *Provider) writeChain(ctx context.Context, ops, commands []string) (stri
 
 // render renders the configuration for the given load balancers.
 func (p *Provider) render(lbs map[string]*model.LoadBalancer) (cfg, meta []byte, err error) {
+	proxies := proxySpecs(lbs)
 	cfg, meta, err = render(renderInput{
 		AdminSocket:    p.paths.admin,
 		StateFile:      p.paths.state,
 		MapFile:        p.paths.meta,
 		IdleTimeout:    p.opts.IdleTimeout,
 		HardStopAfter:  p.opts.HardStopAfter,
-		MaxOldWorkers:  p.opts.MaxOldWorkers,
 		NoStrictLimits: p.opts.NoStrictLimits,
-		Proxies:        proxySpecs(lbs),
+		Proxies:        proxies,
+		MaxOldWorkers:  oldWorkerBound(p.opts.MaxOldWorkers, p.opts.MemoryLimit, proxies),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("haproxy: %w", err)

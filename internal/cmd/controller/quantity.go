@@ -1,0 +1,36 @@
+package controller
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// quantityBytes is a flag holding a Kubernetes quantity ("1280Mi", as a
+// container's memory limit is written) as bytes; empty is zero.
+type quantityBytes struct{ v *int64 }
+
+func (q *quantityBytes) String() string {
+	if q.v == nil || *q.v == 0 {
+		return ""
+	}
+	return resource.NewQuantity(*q.v, resource.BinarySI).String()
+}
+
+func (q *quantityBytes) Set(s string) error {
+	if s == "" {
+		*q.v = 0
+		return nil
+	}
+	v, err := resource.ParseQuantity(s)
+	if err != nil {
+		return fmt.Errorf("%q: %w", s, err)
+	}
+	if v.Sign() < 0 {
+		return fmt.Errorf("%q: negative", s)
+	}
+	*q.v = v.Value()
+	return nil
+}
+
+func (q *quantityBytes) Type() string { return "quantity" }
