@@ -146,3 +146,7 @@ func checkReach(started time.Time, held map[int]bool) string {
 // reachFailures counts frontends that never reached an endpoint: the run
 // fails with them, after its report.
 var reachFailures int
+
+// liveEndpointsHere says whether the endpoints listen: with -live, in a role
+// with an HAProxy (the control role has none to check or carry them).
+func liveEndpointsHere() bool { return *live && *role != "control" }

@@ -158,7 +158,7 @@ func run(extra []string) error {
 		return err
 	}
 	fmt.Printf("created %d Services and EndpointSlices (%d endpoints) in %s\n", *services, *services**endpoints, time.Since(start).Round(time.Second))
-	if *live {
+	if liveEndpointsHere() {
 		eps, err := listenEndpoints(*services * *endpoints)
 		if err != nil {
 			return err
@@ -615,10 +615,18 @@ func raiseFileLimit() error {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return err
 	}
+	if *role == "control" {
+		// No HAProxy, and no endpoint listens (liveEndpointsHere).
+		fmt.Printf("open-file limit %d\n", lim.Cur)
+		return nil
+	}
 	need := uint64(*services * (*endpoints + 1))
 	fmt.Printf("open-file limit %d; %d listeners and checked servers\n", lim.Cur, need)
 	if need+1000 > lim.Cur {
 		return fmt.Errorf("%d listeners and checked servers need more descriptors than the limit %d (raise it, or give the controller --haproxy-no-strict-limits after --)", need, lim.Cur)
+	}
+	if own := uint64(*services * *endpoints); liveEndpointsHere() && own+1000 > lim.Cur {
+		return fmt.Errorf("-live: %d endpoint listeners in this process need more descriptors than the limit %d (-live=false)", own, lim.Cur)
 	}
 	return nil
 }
