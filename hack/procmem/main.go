@@ -32,6 +32,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -622,7 +623,9 @@ func raiseFileLimit() error {
 	}
 	need := uint64(*services * (*endpoints + 1))
 	fmt.Printf("open-file limit %d; %d listeners and checked servers\n", lim.Cur, need)
-	if need+1000 > lim.Cur {
+	if need+1000 > lim.Cur && slices.Contains(flag.Args(), "--haproxy-no-strict-limits") {
+		fmt.Printf("more than the limit: HAProxy starts with --haproxy-no-strict-limits (given after --), short of descriptors for some checks\n")
+	} else if need+1000 > lim.Cur {
 		return fmt.Errorf("%d listeners and checked servers need more descriptors than the limit %d (raise it, or give the controller --haproxy-no-strict-limits after --)", need, lim.Cur)
 	}
 	if own := uint64(*services * *endpoints); liveEndpointsHere() && own+1000 > lim.Cur {
