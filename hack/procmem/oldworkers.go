@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
 var (
@@ -372,92 +374,33 @@ func connsText(n int) string {
 	return strconv.Itoa(n)
 }
 
-// readProcs reads `show proc` on the master CLI, then each process's PSS
-// and each worker's current connections.
+// readProcs reads HAProxy's processes through the master socket (the
+// provider's reader, haproxy.MasterProcs), then each process's PSS and
+// each worker's current connections.
 func readProcs(ctx context.Context, master string) (procsReading, error) {
-	out, err := masterCommand(ctx, master, "show proc")
+	mpid, reloads, workers, olds, err := haproxy.MasterProcs(ctx, master)
 	if err != nil {
 		return procsReading{}, err
 	}
-	var r procsReading
-	section := ""
-	for _, line := range strings.Split(out, "\n") {
-		if strings.HasPrefix(line, "#") {
-			section = strings.TrimSpace(strings.TrimPrefix(line, "#"))
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) < 3 {
-			continue
-		}
-		pid, err := strconv.Atoi(f[0])
-		if err != nil {
-			continue
-		}
-		hp := haproxyProc{pid: pid, pss: pss(pid), conns: -1}
-		switch {
-		case f[1] == "master":
-			r.reloads, _ = strconv.Atoi(f[2])
-			r.master = hp
-			continue
-		case section == "workers":
-			hp.conns = workerConns(ctx, master, pid)
-			r.current = hp
-		case section == "old workers":
-			hp.conns = workerConns(ctx, master, pid)
-			r.old = append(r.old, hp)
-		}
+	if len(workers) == 0 {
+		return procsReading{}, fmt.Errorf("master %d has no current worker", mpid)
 	}
-	if r.master.pid == 0 || r.current.pid == 0 {
-		return r, fmt.Errorf("show proc lists no master or no current worker:\n%s", out)
+	r := procsReading{reloads: reloads, master: haproxyProc{pid: mpid, pss: pss(mpid), conns: -1}}
+	r.current = haproxyProc{pid: workers[0], pss: pss(workers[0]), conns: workerConns(ctx, master, workers[0])}
+	for _, pid := range olds {
+		r.old = append(r.old, haproxyProc{pid: pid, pss: pss(pid), conns: workerConns(ctx, master, pid)})
 	}
 	return r, nil
 }
 
-// workerConns is the CurrConns of worker pid, asked through the master CLI
-// (-1 when it does not answer).
+// workerConns is the current connections of worker pid (-1 when it does
+// not answer).
 func workerConns(ctx context.Context, master string, pid int) int {
-	out, err := masterCommand(ctx, master, fmt.Sprintf("@!%d show info", pid))
+	n, err := haproxy.WorkerConns(ctx, master, pid)
 	if err != nil {
 		return -1
 	}
-	for _, line := range strings.Split(out, "\n") {
-		if v, ok := strings.CutPrefix(line, "CurrConns: "); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err == nil {
-				return n
-			}
-		}
-	}
-	return -1
-}
-
-// masterCommand sends one command to HAProxy's master CLI and returns the
-// answer.
-func masterCommand(ctx context.Context, sock, command string) (string, error) {
-	var d net.Dialer
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	cn, err := d.DialContext(ctx, "unix", sock)
-	if err != nil {
-		return "", fmt.Errorf("master CLI: %w", err)
-	}
-	defer cn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = cn.SetDeadline(dl)
-	}
-	// The whole command, then a half-close: the master answers and closes.
-	if _, err := io.WriteString(cn, command+"\n"); err != nil {
-		return "", fmt.Errorf("master CLI %q: %w", command, err)
-	}
-	if uc, ok := cn.(*net.UnixConn); ok {
-		_ = uc.CloseWrite()
-	}
-	b, err := io.ReadAll(cn)
-	if err != nil {
-		return "", fmt.Errorf("master CLI %q: %w", command, err)
-	}
-	return string(b), nil
+	return n
 }
 
 // pss is the process's proportional set size in bytes (0 when unreadable).

@@ -52,7 +52,7 @@ func TestFlagsChangedNamesEachFlagOnce(t *testing.T) {
 	cfg.Flags(fs)
 	set := 0
 	fs.VisitAll(func(f *pflag.Flag) {
-		v := map[string]string{"string": "x", "int": "7", "int32": "7", "float64": "7.5", "duration": "7s"}[f.Value.Type()]
+		v := map[string]string{"string": "x", "int": "7", "int32": "7", "float64": "7.5", "duration": "7s", "quantity": "7Mi"}[f.Value.Type()]
 		if f.Value.Type() == "bool" {
 			v = map[string]string{"true": "false", "false": "true"}[f.DefValue]
 		}

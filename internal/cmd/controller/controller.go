@@ -138,7 +138,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	// it. The time bound is off: it would end WebSockets that memory does
 	// not need ended.
 	fs.IntVar(&c.HAProxy.MaxOldWorkers, "haproxy-max-old-workers", 0, "at most this many old HAProxy workers (each holding the connections opened before a reload, and a whole configuration) live at once: a reload ends (SIGTERM) the workers that outlived more reloads, with their connections (HAProxy's mworker-max-reloads); 0: as many as fit in --haproxy-memory-limit at each reload, or no bound without it")
-	fs.Var(&quantityBytes{&c.HAProxy.MemoryLimit}, "haproxy-memory-limit", "HAProxy's memory limit (its container's, e.g. 1280Mi): with --haproxy-max-old-workers 0, each reload bounds the old workers to what fits in it beside the configuration (about 5 MiB + 29 KiB per listener each); empty: none")
+	fs.Var((*quantityBytes)(&c.HAProxy.MemoryLimit), "haproxy-memory-limit", "HAProxy's memory limit (its container's, e.g. 1280Mi): with --haproxy-max-old-workers 0, each reload bounds the old workers to what fits in it beside the configuration (about 5 MiB + 29 KiB per listener each); empty: none")
 	fs.DurationVar(&c.HAProxy.HardStopAfter, "haproxy-hard-stop-after", 0, "an old HAProxy worker exits this long after the reload that replaced it, ending the connections still on it (HAProxy's hard-stop-after); 0: no bound in time")
 	fs.BoolVar(&c.HAProxy.StopOnClose, "haproxy-stop-on-exit", false, "stop the owned HAProxy when the controller exits (default: keep serving)")
 	c.HAProxyRead.flags(fs, "haproxy", DefaultHAProxyRead, "one runtime snapshot serves every read for 250 ms and no quota is spent: the limit only guards the controller's own CPU")

@@ -7,19 +7,20 @@ import (
 )
 
 // quantityBytes is a flag holding a Kubernetes quantity ("1280Mi", as a
-// container's memory limit is written) as bytes; empty is zero.
-type quantityBytes struct{ v *int64 }
+// container's memory limit is written) as bytes; empty is zero. It is the
+// int64 it sets, so the flag's value is that variable's address.
+type quantityBytes int64
 
 func (q *quantityBytes) String() string {
-	if q.v == nil || *q.v == 0 {
+	if q == nil || *q == 0 {
 		return ""
 	}
-	return resource.NewQuantity(*q.v, resource.BinarySI).String()
+	return resource.NewQuantity(int64(*q), resource.BinarySI).String()
 }
 
 func (q *quantityBytes) Set(s string) error {
 	if s == "" {
-		*q.v = 0
+		*q = 0
 		return nil
 	}
 	v, err := resource.ParseQuantity(s)
@@ -29,7 +30,7 @@ func (q *quantityBytes) Set(s string) error {
 	if v.Sign() < 0 {
 		return fmt.Errorf("%q: negative", s)
 	}
-	*q.v = v.Value()
+	*q = quantityBytes(v.Value())
 	return nil
 }
 

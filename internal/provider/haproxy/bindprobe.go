@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"zerodrop.dev/zerodrop/internal/model"
 )
 
@@ -53,34 +55,49 @@ func listenAddr(l model.Listener) string {
 }
 
 // probeListeners binds each listener of target not in served for a moment,
-// as HAProxy would (SO_REUSEADDR; not SO_REUSEPORT, which would join a
-// holder's socket group and take its connections), and returns an error
-// naming the first whose port is in use.
+// as HAProxy binds (SO_REUSEADDR and SO_REUSEPORT, as root like HAProxy's
+// master), and returns an error naming the first whose port is in use. The
+// socket is bound, never listening: it takes no connection from a socket
+// it shares the port with (another HAProxy on this host, as two data-plane
+// replicas of one node during an update), and its bind fails exactly where
+// HAProxy's would — against a listener without SO_REUSEPORT or another
+// user's.
 func probeListeners(target *model.LoadBalancer, served map[string]bool) error {
 	if target == nil {
 		return nil
 	}
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
 	for _, l := range target.Listeners {
 		if l.Protocol != model.TCP || served[listenAddr(l)] {
 			continue
 		}
-		ln, err := lc.Listen(context.Background(), "tcp", listenAddr(l))
-		if err == nil {
-			_ = ln.Close()
-			continue
-		}
-		if errors.Is(err, syscall.EADDRINUSE) {
+		if err := bindOnly(l.Address, int(l.Port)); errors.Is(err, syscall.EADDRINUSE) {
 			return fmt.Errorf("cannot bind %s (%s): another process on this host holds that port", listenAddr(l), l.Name)
 		}
 	}
 	return nil
+}
+
+// bindOnly binds a TCP socket to addr:port and closes it.
+func bindOnly(addr string, port int) error {
+	ip := net.ParseIP(addr)
+	if ip == nil {
+		return fmt.Errorf("not an IP address: %q", addr)
+	}
+	family, sa := syscall.AF_INET6, syscall.Sockaddr(nil)
+	if ip4 := ip.To4(); ip4 != nil {
+		family, sa = syscall.AF_INET, &syscall.SockaddrInet4{Port: port, Addr: [4]byte(ip4)}
+	} else {
+		sa = &syscall.SockaddrInet6{Port: port, Addr: [16]byte(ip.To16())}
+	}
+	fd, err := syscall.Socket(family, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	for _, opt := range []int{syscall.SO_REUSEADDR, unix.SO_REUSEPORT} {
+		if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, opt, 1); err != nil {
+			return err
+		}
+	}
+	return syscall.Bind(fd, sa)
 }

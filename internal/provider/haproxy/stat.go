@@ -146,3 +146,32 @@ func pickFields(line string, slot []int, out []string) {
 		line = line[end+1:]
 	}
 }
+
+// MasterProcs reads `show proc` on the master socket of an HAProxy (a
+// path): its master, reload count, current and old workers — for code
+// outside the provider (hack/procmem's old-worker readings), with the
+// provider's parser.
+func MasterProcs(ctx context.Context, masterSocket string) (master, reloads int, workers, oldWorkers []int, err error) {
+	text, err := runtimeClient{path: masterSocket}.do(ctx, "show proc")
+	if err != nil {
+		return 0, 0, nil, nil, err
+	}
+	info, err := parseProc(text)
+	return info.Master, info.Reloads, info.Workers, info.OldWorkers, err
+}
+
+// WorkerConns is worker pid's current connections (`show info`'s
+// CurrConns), asked through the master socket; for code outside the
+// provider, as MasterProcs.
+func WorkerConns(ctx context.Context, masterSocket string, pid int) (int, error) {
+	text, err := runtimeClient{path: masterSocket}.do(ctx, fmt.Sprintf("@!%d show info", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, "CurrConns: "); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, fmt.Errorf("worker %d: no CurrConns in show info", pid)
+}
