@@ -32,9 +32,6 @@ var processStartAllowed = map[string]string{
 	"internal/provider/haproxy/process.go": "production: the HAProxy master outlives the controller " +
 		"(its own session, handed over through its PID file), and `haproxy -c` validates a configuration " +
 		"in the production binary; see the comment at its start",
-	"internal/cmd/haproxyrun/haproxyrun.go": "production: `zerodrop haproxy` starts the copy of HAProxy's output " +
-		"(itself with --copy-log) and then replaces itself with HAProxy, which inherits the child: nothing is " +
-		"left in this process to supervise or reap it (copyOutput)",
 }
 
 // TestOneOfEachMechanism walks the non-test Go sources and fails on a

@@ -5,10 +5,7 @@
 // container's main process is HAProxy itself: zerodrop's process may stop
 // and start again without touching it, and when it is gone the kubelet
 // restarts the container, which serves the configuration and server-state
-// file zerodrop last wrote. HAProxy's output goes through a second process
-// (the same command with --copy-log) to the container's output and to a
-// bounded log in the state directory, where the replica's zerodrop process
-// reads why a reload was refused, as it does for an HAProxy it owns.
+// file zerodrop last wrote.
 //
 // Started as root (to bind the Services' ports below 1024), it runs
 // HAProxy's workers, which hold the Internet-facing connections, as the
@@ -22,7 +19,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"syscall"
 
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
@@ -38,11 +34,6 @@ type Config struct {
 	// WorkerUser is --worker-user, UID:GID (empty: the workers keep the
 	// user HAProxy starts as).
 	WorkerUser string
-	// CopyLog is --copy-log: run as the process that copies HAProxy's
-	// output (its standard input) to standard error and the state
-	// directory's log (haproxy.CopyLog), which the command starts beside
-	// HAProxy.
-	CopyLog bool
 }
 
 // Parse parses the command's arguments as Run does, without running
@@ -54,7 +45,6 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&c.Dir, "dir", DefaultDir, "state directory shared with the data-plane replica's zerodrop process (--haproxy-socket DIR/admin.sock --haproxy-master-socket DIR/master.sock --haproxy-config DIR/haproxy.cfg)")
 	fs.StringVar(&c.Binary, "binary", "haproxy", "HAProxy executable")
 	fs.StringVar(&c.WorkerUser, "worker-user", haproxy.DefaultWorkerUser, "UID:GID HAProxy's workers run as when it starts as root (its master stays root to bind the listeners and reload; it needs CAP_SETUID, CAP_SETGID and CAP_KILL); empty: the workers keep the user HAProxy starts as. Ignored when not started as root: the workers are not root then")
-	fs.BoolVar(&c.CopyLog, "copy-log", false, "internal: copy standard input (HAProxy's output) to standard error and DIR/haproxy.log, where the replica's zerodrop process reads why a reload was refused; the command starts this process itself")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -78,17 +68,6 @@ func Run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop haproxy: %v\n", err)
 		return 2
 	}
-	if c.CopyLog {
-		// Only the end of its input ends it: a signal to the container's
-		// process group (a terminal's Ctrl-C) must not stop the copy while
-		// HAProxy, finishing its connections, still writes.
-		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-		if err := haproxy.CopyLog(c.Dir, os.Stdin, stderr); err != nil {
-			fmt.Fprintf(stderr, "zerodrop haproxy: %v\n", err)
-			return 1
-		}
-		return 0
-	}
 	if err := exe(c, stderr); err != nil {
 		fmt.Fprintf(stderr, "zerodrop haproxy: %v\n", err)
 		return 1
@@ -101,42 +80,7 @@ func exe(c Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := copyOutput(c.Dir); err != nil {
-		return err
-	}
 	return syscall.Exec(path, append([]string{c.Binary}, args...), os.Environ())
-}
-
-// copyOutput starts the process that copies HAProxy's output (this
-// command with --copy-log) and makes this process's standard output and
-// error, which HAProxy inherits, the pipe to it. HAProxy stays the
-// container's main process (it replaces this one); the copy ends when
-// every HAProxy process has closed the pipe.
-func copyOutput(dir string) error {
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("copy HAProxy's output: %w", err)
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("copy HAProxy's output: %w", err)
-	}
-	defer w.Close()
-	cmd := exec.Command(self, "haproxy", "--dir="+dir, "--copy-log")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, os.Stderr, os.Stderr
-	err = cmd.Start()
-	r.Close()
-	if err != nil {
-		return fmt.Errorf("copy HAProxy's output: %w", err)
-	}
-	// Dup3 with no flags: the copies stay open across the exec (the pipe's
-	// own descriptors are close-on-exec).
-	for _, fd := range []int{1, 2} {
-		if err := syscall.Dup3(int(w.Fd()), fd, 0); err != nil {
-			return fmt.Errorf("copy HAProxy's output: %w", err)
-		}
-	}
-	return nil
 }
 
 // Prepare makes c.Dir HAProxy's state directory (haproxy.PrepareContainer)

@@ -440,11 +440,10 @@ func (p *Provider) logSize() int64 {
 // reloadAlerts are the alerts of the refused reload that started when the
 // log was from bytes long: its lines only, so that an alert of an earlier
 // reload, or a running worker's, is not taken for its cause (failNamed fails
-// the Services its alerts name). In a container the lines reach the file
-// through a second process (CopyLog), a moment after the master CLI counts
-// the failure: it waits, a bounded time, for the master's closing line.
-// Without a log (an HAProxy zerodrop neither owns nor runs with
-// `zerodrop haproxy`) it answers at once.
+// the Services its alerts name). It waits, a bounded time, for the master's
+// closing line. Without a log (an HAProxy zerodrop attached to, as a
+// data-plane replica's, whose output is its container's) it answers at
+// once.
 func (p *Provider) reloadAlerts(ctx context.Context, from int64) string {
 	deadline := time.Now().Add(2 * time.Second)
 	for {
@@ -463,7 +462,7 @@ func (p *Provider) reloadAlerts(ctx context.Context, from int64) string {
 }
 
 // alertsSince reads the log from offset from on (all of a log that rotated
-// since, CopyLog) and returns its last 20 alerts, whether the master's
+// since) and returns its last 20 alerts, whether the master's
 // verdict on a failed reload is there, and false when there is no log. An
 // owned HAProxy's log holds every warning too: at each reload one per proxy
 // paused and per server whose state it loads, megabytes at thousands of
