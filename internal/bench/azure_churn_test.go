@@ -63,16 +63,8 @@ func BenchmarkAzureChurn(b *testing.B) {
 			n, *azChurnLBs, rate, churnFor)
 	}
 	lbs := azureLBNames(*azChurnLBs)
-	env := controlplane.StartEnv(b)
-	rc := unlimitedREST(env.Config)
-	c, err := client.New(rc, client.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	rc, c := azBenchCluster(b, azChurnNS)
 	ctx := context.Background()
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: azChurnNS}}); err != nil {
-		b.Fatal(err)
-	}
 	start := time.Now()
 	parallel(b, n, 8, func(i int) error {
 		if err := c.Create(ctx, azChurnService(i)); err != nil {
@@ -202,6 +194,23 @@ const (
 // limit, as `zerodrop controller` gets it from controller-runtime's
 // GetConfig (client-go's default, 5 a second, would make the status writes
 // of 1,000 Services the bench's subject).
+// azBenchCluster starts the bench's API server and returns its
+// configuration without a client-side limit, a client of it and namespace
+// ns, created.
+func azBenchCluster(b *testing.B, ns string) (*rest.Config, client.Client) {
+	b.Helper()
+	env := controlplane.StartEnv(b)
+	rc := unlimitedREST(env.Config)
+	c, err := client.New(rc, client.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		b.Fatal(err)
+	}
+	return rc, c
+}
+
 func unlimitedREST(rc *rest.Config) *rest.Config {
 	cfg := rest.CopyConfig(rc)
 	cfg.QPS = -1
@@ -295,37 +304,31 @@ func azChurnMismatch(emu *azurearm.Emulator, lbs []string, gens []int) string {
 	return fmt.Sprintf("%d Services differ, first %s", bad, first)
 }
 
-// azCallsBetween is the calls in [from, to).
-func azCallsBetween(calls []azurearm.Call, from, to time.Time) []azurearm.Call {
+// azCalls is the calls keep selects, in order: the one filter the bench's
+// selections below share.
+func azCalls(calls []azurearm.Call, keep func(azurearm.Call) bool) []azurearm.Call {
 	var out []azurearm.Call
 	for _, c := range calls {
-		if !c.Time.Before(from) && c.Time.Before(to) {
+		if keep(c) {
 			out = append(out, c)
 		}
 	}
 	return out
 }
 
+// azCallsBetween is the calls in [from, to).
+func azCallsBetween(calls []azurearm.Call, from, to time.Time) []azurearm.Call {
+	return azCalls(calls, func(c azurearm.Call) bool { return !c.Time.Before(from) && c.Time.Before(to) })
+}
+
 func azMethod(calls []azurearm.Call, method string) []azurearm.Call {
-	var out []azurearm.Call
-	for _, c := range calls {
-		if c.Method == method {
-			out = append(out, c)
-		}
-	}
-	return out
+	return azCalls(calls, func(c azurearm.Call) bool { return c.Method == method })
 }
 
 // azWrites is the calls ARM meters as writes or deletes: every method but
 // GET and HEAD.
 func azWrites(calls []azurearm.Call) []azurearm.Call {
-	var out []azurearm.Call
-	for _, c := range calls {
-		if c.Method != http.MethodGet && c.Method != http.MethodHead {
-			out = append(out, c)
-		}
-	}
-	return out
+	return azCalls(calls, func(c azurearm.Call) bool { return c.Method != http.MethodGet && c.Method != http.MethodHead })
 }
 
 // azByKind counts calls by method and route, "PUT backendAddressPool 12, …".
@@ -398,13 +401,7 @@ func azProbesUp(emu *azurearm.Emulator) azurearm.RuleHealth {
 }
 
 func azStatus(calls []azurearm.Call, status int) []azurearm.Call {
-	var out []azurearm.Call
-	for _, c := range calls {
-		if c.Status == status {
-			out = append(out, c)
-		}
-	}
-	return out
+	return azCalls(calls, func(c azurearm.Call) bool { return c.Status == status })
 }
 
 // azThrottled counts the 429s by ARM's bucket (reads: GET; deletes; writes:

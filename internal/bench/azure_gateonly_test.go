@@ -27,7 +27,6 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controller/podgate"
-	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 )
@@ -62,16 +61,8 @@ func BenchmarkAzureGateOnlyRollout(b *testing.B) {
 	if n < 1 || n > azurearm.StandardLBLimits.Frontends {
 		b.Fatalf("-azure-gate-only-n %d: want 1 to %d (the frontends of one Standard Load Balancer)", n, azurearm.StandardLBLimits.Frontends)
 	}
-	env := controlplane.StartEnv(b)
-	rc := unlimitedREST(env.Config)
-	c, err := client.New(rc, client.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	rc, c := azBenchCluster(b, azGateNS)
 	ctx := context.Background()
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: azGateNS}}); err != nil {
-		b.Fatal(err)
-	}
 	emu := azurearm.New(azurearm.Options{Throttle: azurearm.ARMThrottle, Limits: azurearm.StandardLBLimits})
 	emu.SetRuleHealth(azProbesUp(emu))
 	if err := emu.Seed(azSub, azGroup, azCCMLB(n)); err != nil {
