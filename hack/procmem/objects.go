@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/model"
+)
+
+// The cluster's objects: the Services and their EndpointSlices.
+
+// setAddress writes Service i's frontend address into its status.
+func setAddress(ctx context.Context, c client.Client, i int) error {
+	var svc corev1.Service
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name(i)}, &svc); err != nil {
+		return err
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: address(i), IPMode: ptr.To(corev1.LoadBalancerIPModeProxy)}}
+	return c.Status().Update(ctx, &svc)
+}
+
+// address is Service i's frontend address, in --address-pool.
+func address(i int) string {
+	a := 128<<8 + i + 1
+	return fmt.Sprintf("127.0.%d.%d", a>>8, a&255)
+}
+
+func service(i int) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name(i),
+			// Checks of endpoints that refuse every 10 s, not 2 s: the
+			// checks are not what is measured.
+			Annotations: map[string]string{model.AnnotationHealthCheckInterval: "10s"}},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To("zerodrop.dev/haproxy"),
+			// 5,000 Services do not fit the default node-port range.
+			AllocateLoadBalancerNodePorts: ptr.To(false),
+			Selector:                      map[string]string{"app": name(i)},
+			Ports:                         []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+func slice(i int) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name(i), Labels: map[string]string{discoveryv1.LabelServiceName: name(i)}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	for j := 0; j < *endpoints; j++ {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{endpointIP(i**endpoints + j)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	return s
+}
+
+func name(i int) string { return fmt.Sprintf("svc-%05d", i) }
+
+func parallel(n, workers int, f func(int) error) error {
+	next := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- fmt.Errorf("item %d: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < n && len(errs) == 0; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	return errors.Join(<-errs)
+}
