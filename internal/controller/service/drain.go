@@ -118,10 +118,16 @@ func (c *Controller) step(ctx context.Context, key string, st *state, observed, 
 	}
 	now := time.Now()
 	stays := func(listener string, b model.Backend) bool { return staying[b.Address] && keep(listener) }
+	stopped := c.stoppedPods(ctx, desired, func(listener string) bool { return configOf(listener).Mode == model.IPMode })
 	next, res := model.Step(observed, desired, model.StepOptions{
 		Drained: func(listener string, b model.Backend) bool {
 			since := c.drains.started(drainID(key, listener, b), now)
-			if n, ok := conns[listener+"|"+b.ID()]; ok && n == 0 {
+			n, counted := conns[listener+"|"+b.ID()]
+			if counted && n == 0 {
+				return true
+			}
+			// Uncounted (podgone.go): a stopped pod has none left.
+			if (!counted || n < 0) && stopped.stopped(listener, b) {
 				return true
 			}
 			// A staying node's connections are not the drain timeout's to
