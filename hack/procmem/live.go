@@ -20,6 +20,7 @@ const endpointReply = "procmem endpoint"
 // endpointReply: HAProxy's checks pass and a client through a frontend
 // reaches an endpoint.
 type liveEndpoints struct {
+	mu       sync.Mutex
 	lns      []net.Listener
 	accepted atomic.Int64
 	wg       sync.WaitGroup
@@ -29,43 +30,69 @@ type liveEndpoints struct {
 func listenEndpoints(n int) (*liveEndpoints, error) {
 	e := &liveEndpoints{}
 	for k := 0; k < n; k++ {
-		ln, err := net.Listen("tcp", net.JoinHostPort(endpointLoopback(k), "8080"))
-		if err != nil {
+		if err := e.listen(k); err != nil {
 			e.close()
-			return nil, fmt.Errorf("endpoint %d: %w", k, err)
+			return nil, err
 		}
-		e.lns = append(e.lns, ln)
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				e.accepted.Add(1)
-				// Best effort: a health check closes at once.
-				_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-				_, _ = c.Write([]byte(endpointReply + "\n"))
-				_ = c.Close()
-			}
-		}()
 	}
 	return e, nil
 }
 
+// listen starts endpoint k's listener; a nil e (nothing listens) starts
+// none.
+func (e *liveEndpoints) listen(k int) error {
+	if e == nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(endpointLoopback(k), "8080"))
+	if err != nil {
+		return fmt.Errorf("endpoint %d: %w", k, err)
+	}
+	e.mu.Lock()
+	e.lns = append(e.lns, ln)
+	e.mu.Unlock()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			e.accepted.Add(1)
+			// Best effort: a health check closes at once.
+			_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			_, _ = c.Write([]byte(endpointReply + "\n"))
+			_ = c.Close()
+		}
+	}()
+	return nil
+}
+
 func (e *liveEndpoints) close() {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for _, ln := range e.lns {
 		_ = ln.Close()
 	}
 	e.wg.Wait()
 }
 
-// endpointIP is the k-th endpoint's published address; endpointLoopback its
-// image on this machine (--backend-address-map 198.18.0.0/15=127.18.0.0/15).
-func endpointIP(k int) string { return fmt.Sprintf("198.18.%d.%d", k/250, k%250+1) }
+// endpointIP is the k-th endpoint's published address, 250 to a /24 from
+// 198.18.0.1 on, through 198.19.255.250 (k below 128,000);
+// endpointLoopback its image on this machine (--backend-address-map
+// 198.18.0.0/15=127.18.0.0/15).
+func endpointIP(k int) string { return endpointAddr(198, k) }
 
-func endpointLoopback(k int) string { return "127.18" + strings.TrimPrefix(endpointIP(k), "198.18") }
+func endpointLoopback(k int) string { return endpointAddr(127, k) }
+
+func endpointAddr(first, k int) string {
+	b := 18<<8 + k/250
+	return fmt.Sprintf("%d.%d.%d.%d", first, b>>8, b&255, k%250+1)
+}
 
 // reachAll connects to port 80 of every Service's frontend address but
 // those in skip, reads the answer and retries those that did not reach an

@@ -17,7 +17,18 @@
 // endpoint, after the build and after the restart, and the report says
 // when the last one did, counted from the process's start.
 //
+// As the chart runs them: every endpoint is a Pod and as many Pods are
+// selected by no Service (-pods; both roles cache every Pod); each process
+// runs in a memory cgroup at its chart container's default limit
+// (-memory-limit, cgroup.go), the controller with the GOMEMLIMIT it would
+// set itself there, and an OOM kill fails the run. After the restart the
+// restarted process goes through endpoint churn and Service churn
+// (-churn, churn.go). Each phase reports its time, the controller's
+// memory, CPU seconds (cpu.go) and writes, and HAProxy's processes' PSS,
+// CPU seconds and reloads.
+//
 //	go run ./hack/procmem -n 5000 -endpoints 2 [-role data-plane]
+//	make procmem PROCMEM_N=5000 PROCMEM_ROLE=data-plane
 //
 // The figures in charts/zerodrop/README.md and docs/scale.md come from it.
 // It is not part of `make test`.
@@ -29,10 +40,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -82,6 +94,20 @@ func main() {
 		fmt.Fprintln(os.Stderr, "procmem:", err)
 		os.Exit(2)
 	}
+	if *churnFlag < 0 || *churnFlag > 1 {
+		fmt.Fprintf(os.Stderr, "procmem: -churn %v: want 0 to 1\n", *churnFlag)
+		os.Exit(2)
+	}
+	// Ctrl-C: the processes started are leaders of their own process
+	// groups and do not get it; stop them, remove the cgroups.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		fmt.Fprintf(os.Stderr, "procmem: %v: stopping the processes, removing the memory cgroups\n", sig)
+		runInterruptFuncs()
+		os.Exit(130)
+	}()
 	if err := run(flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "procmem:", err)
 		os.Exit(1)
@@ -113,12 +139,21 @@ func run(extra []string) error {
 	if err := raiseFileLimit(); err != nil {
 		return err
 	}
+	removeCgroups, err := setupMemoryLimits(root)
+	if err != nil {
+		return err
+	}
+	// Registered first, run last: after every process in them has stopped.
+	defer removeCgroups()
+	fmt.Println(memoryLimitsLine())
 
 	env, err := controlplane.Run()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = env.Stop() }()
+	stopEnv := sync.OnceFunc(func() { _ = env.Stop() })
+	defer stopEnv()
+	onInterrupt(stopEnv)
 	user, err := env.AddUser(envtest.User{Name: "procmem", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		return err
@@ -141,18 +176,21 @@ func run(extra []string) error {
 		return err
 	}
 	start := time.Now()
-	if err := parallel(*services, 8, func(i int) error {
-		if err := c.Create(ctx, service(i)); err != nil {
-			return err
-		}
-		return c.Create(ctx, slice(i))
-	}); err != nil {
+	if err := parallel(*services, podWorkers, func(i int) error { return createService(ctx, c, i, firstEndpoints(i)) }); err != nil {
 		return err
 	}
-	fmt.Printf("created %d Services and EndpointSlices (%d endpoints) in %s\n", *services, *services**endpoints, time.Since(start).Round(time.Second))
+	if err := createUnselectedPods(ctx, c, *services**endpoints); err != nil {
+		return err
+	}
+	if *podsFlag {
+		fmt.Printf("created %d Services and EndpointSlices (%d endpoints), %d Pods (one per endpoint, as many selected by no Service) in %s\n",
+			*services, *services**endpoints, 2**services**endpoints, time.Since(start).Round(time.Second))
+	} else {
+		fmt.Printf("created %d Services and EndpointSlices (%d endpoints), no Pods (-pods=false), in %s\n", *services, *services**endpoints, time.Since(start).Round(time.Second))
+	}
+	var eps *liveEndpoints
 	if liveEndpointsHere() {
-		eps, err := listenEndpoints(*services * *endpoints)
-		if err != nil {
+		if eps, err = listenEndpoints(*services * *endpoints); err != nil {
 			return err
 		}
 		defer eps.close()
@@ -186,11 +224,13 @@ func run(extra []string) error {
 		}
 		defer hp.stop()
 	} else {
-		defer func() {
+		stopHAProxy := sync.OnceFunc(func() {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			_ = haproxy.StopDir(sctx, hdir)
-		}()
+		})
+		defer stopHAProxy()
+		onInterrupt(stopHAProxy)
 	}
 	args, urls, err := controllerArgs(hdir, kubeconfig, extra)
 	if err != nil {
@@ -200,6 +240,9 @@ func run(extra []string) error {
 	metricsURL := urls.metrics
 
 	// Build: every listener from nothing.
+	var m meter
+	m.prevHP = readHAProxy(hdir)
+	m.start()
 	started := time.Now()
 	p, err := startController(bin, args, kubeconfig, filepath.Join(work, "build.log"))
 	if err != nil {
@@ -215,10 +258,10 @@ func run(extra []string) error {
 		p.stop()
 		return err
 	}
-	built := p.read(metricsURL)
+	m.row("build", took, p.read(metricsURL, hdir))
 	reached := checkReach(started, held)
 	time.Sleep(*idle)
-	builtIdle := p.read(metricsURL)
+	m.row("build, then idle "+idle.String(), 0, p.read(metricsURL, hdir))
 	p.stop()
 	fmt.Printf("build: done after %s (%s)\n", took.Round(time.Second), map[bool]string{true: "the replica is ready: every load balancer reconciled once", false: "every Service has its address in its status"}[*role == "data-plane"])
 	if *refused > 0 {
@@ -227,6 +270,8 @@ func run(extra []string) error {
 	}
 
 	// Restart: a new process verifies every load balancer.
+	m.newProcess()
+	m.start()
 	started = time.Now()
 	p, err = startController(bin, args, kubeconfig, filepath.Join(work, "restart.log"))
 	if err != nil {
@@ -242,15 +287,22 @@ func run(extra []string) error {
 		p.stop()
 		return err
 	}
-	restarted := p.read(metricsURL)
+	restarted := p.read(metricsURL, hdir)
+	m.row("restart", rtook, restarted)
 	rreached := checkReach(started, held)
 	time.Sleep(*idle)
-	restartIdle := p.read(metricsURL)
-	p.stop()
+	m.row("restart, then idle "+idle.String(), 0, p.read(metricsURL, hdir))
 	fmt.Printf("restart: every load balancer verified after %s\n", rtook.Round(time.Second))
 	if reached != "" {
 		fmt.Printf("build: %s\nrestart: %s\n", reached, rreached)
 	}
+	if *churnFlag > 0 {
+		if err := churnPhases(ctx, newCluster(c, eps), p, &m, metricsURL, hdir); err != nil {
+			p.stop()
+			return err
+		}
+	}
+	p.stop()
 	if *role == "data-plane" {
 		if err := hp.exited(); err != nil {
 			return fmt.Errorf("HAProxy: %w", err)
@@ -272,16 +324,10 @@ func run(extra []string) error {
 	} else {
 		fmt.Println(bench.FlagsLine + bench.FlagsChanged(cc))
 	}
-	fmt.Println("| phase | peak RSS (VmHWM) | RSS | Go heap in use | Go memory from the OS | GOMEMLIMIT | provider writes (reloads) |")
-	fmt.Println("|---|---|---|---|---|---|---|")
-	for _, r := range []struct {
-		name string
-		m    reading
-	}{{"build", built}, {"build, then idle " + idle.String(), builtIdle}, {"restart", restarted}, {"restart, then idle " + idle.String(), restartIdle}} {
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s (%s) |\n", r.name, mib(r.m.hwm), mib(r.m.rss),
-			mibF(r.m.metric("go_memstats_heap_inuse_bytes")), mibF(r.m.metric("go_memstats_sys_bytes")),
-			limit(r.m.metric("go_gc_gomemlimit_bytes")),
-			count(r.m.metric("zerodrop_provider_writes_total")), count(r.m.metric("zerodrop_provider_writes_total", "op", "reload")))
+	fmt.Println(memoryLimitsLine())
+	m.print()
+	if n := m.oomKills(); n > 0 {
+		return fmt.Errorf("%d OOM kills under the chart's memory limits (above)", n)
 	}
 	// With -refused the refused Services' retries are writes (reloads
 	// HAProxy refuses again); without, a restart must write nothing.
@@ -331,30 +377,4 @@ func freePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
-
-func mibF(v float64) string {
-	if v < 0 {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.0f MiB", v/(1<<20))
-}
-
-func limit(v float64) string {
-	if v < 0 {
-		return "n/a"
-	}
-	if v >= 1<<62 {
-		return "none"
-	}
-	return mibF(v)
-}
-
-func count(v float64) string {
-	if v < 0 {
-		return "0"
-	}
-	return strconv.FormatFloat(v, 'f', 0, 64)
 }

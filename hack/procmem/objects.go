@@ -50,17 +50,14 @@ func service(i int) *corev1.Service {
 	}
 }
 
-func slice(i int) *discoveryv1.EndpointSlice {
-	s := &discoveryv1.EndpointSlice{
+// slice is Service i's EndpointSlice with the endpoints eps.
+func slice(i int, eps []discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name(i), Labels: map[string]string{discoveryv1.LabelServiceName: name(i)}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Endpoints:   eps,
 	}
-	for j := 0; j < *endpoints; j++ {
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{endpointIP(i**endpoints + j)},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
-	}
-	return s
 }
 
 func name(i int) string { return fmt.Sprintf("svc-%05d", i) }

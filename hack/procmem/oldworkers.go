@@ -209,10 +209,7 @@ func churn(ctx context.Context, c client.Client, master string, i int) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Create(ctx, service(i)); err != nil {
-		return err
-	}
-	if err := c.Create(ctx, slice(i)); err != nil {
+	if err := createService(ctx, c, i, firstEndpoints(i)); err != nil {
 		return err
 	}
 	if err := setAddress(ctx, c, i); err != nil {
@@ -251,8 +248,8 @@ type heldEndpoints struct {
 func listenHeld(from, count int) (*heldEndpoints, error) {
 	h := &heldEndpoints{}
 	for k := from * *endpoints; k < (from+count)**endpoints; k++ {
-		// slice(i)'s k-th endpoint, under --backend-address-map.
-		ln, err := net.Listen("tcp", net.JoinHostPort(fmt.Sprintf("127.18.%d.%d", k/250, k%250+1), "8080"))
+		// Service i's endpoints (firstEndpoints), under --backend-address-map.
+		ln, err := net.Listen("tcp", net.JoinHostPort(endpointLoopback(k), "8080"))
 		if err != nil {
 			h.close()
 			return nil, fmt.Errorf("holding endpoint %d: %w", k, err)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -79,6 +80,11 @@ func controllerArgs(hdir, kubeconfig string, extra []string) ([]string, urls, er
 			"--haproxy-config="+filepath.Join(hdir, "haproxy.cfg"),
 			fmt.Sprintf("--state-bind-address=127.0.0.1:%d", ports[3]),
 			"--pod-name=data-plane-0", "--pod-namespace="+ns, "--pod-uid=00000000-0000-0000-0000-000000000001")
+		// The chart passes the haproxy container's limit, which bounds the
+		// old workers; here with the limit that container has (-memory-limit).
+		if haproxyCgroup != nil && !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--haproxy-memory-limit") }) {
+			args = append(args, fmt.Sprintf("--haproxy-memory-limit=%d", haproxyCgroup.limit))
+		}
 	case "control":
 		args = append(args, "--role=control", "--data-plane-namespace="+ns, "--data-plane-selector=app.kubernetes.io/name=zerodrop-data-plane")
 	}
@@ -96,11 +102,13 @@ type urls struct{ metrics, ready string }
 // startHAProxy runs `zerodrop haproxy --dir hdir`, the chart's haproxy
 // container, and waits for its sockets.
 func startHAProxy(bin, hdir, logFile string) (*process, error) {
-	sp, err := supervisor.Start(supervisor.Spec{Name: bin, Args: []string{"haproxy", "--dir=" + hdir}, Log: logFile, Grace: stopGrace})
+	name, args := haproxyCgroup.wrap(bin, []string{"haproxy", "--dir=" + hdir})
+	sp, err := supervisor.Start(supervisor.Spec{Name: name, Args: args, Log: logFile, Grace: stopGrace})
 	if err != nil {
 		return nil, err
 	}
-	p := &process{Process: sp, log: logFile}
+	p := &process{Process: sp, log: logFile, cg: haproxyCgroup}
+	onInterrupt(p.stop)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if err := p.exited(); err != nil {
@@ -145,6 +153,8 @@ func awaitReady(p *process, readyURL string) (time.Duration, error) {
 type process struct {
 	*supervisor.Process
 	log string
+	// cg is the memory cgroup it runs in (nil: none).
+	cg *memCgroup
 }
 
 // stopGrace bounds a process's stop: a controller with thousands of
@@ -161,14 +171,17 @@ func startController(bin string, args []string, kubeconfig, logFile string) (*pr
 	if !*kubeFlag {
 		env = append(env, "KUBECONFIG="+kubeconfig)
 	}
-	if *goMemLimit != "" {
-		env = append(env, "GOMEMLIMIT="+*goMemLimit)
+	if v := controllerGoMemLimit(); v != "" {
+		env = append(env, "GOMEMLIMIT="+v)
 	}
-	sp, err := supervisor.Start(supervisor.Spec{Name: bin, Args: args, Env: env, Log: logFile, Grace: stopGrace})
+	name, args := controllerCgroup.wrap(bin, args)
+	sp, err := supervisor.Start(supervisor.Spec{Name: name, Args: args, Env: env, Log: logFile, Grace: stopGrace})
 	if err != nil {
 		return nil, err
 	}
-	return &process{Process: sp, log: logFile}, nil
+	p := &process{Process: sp, log: logFile, cg: controllerCgroup}
+	onInterrupt(p.stop)
+	return p, nil
 }
 
 // exited reports the process's end, if it has ended, with its log's tail.
@@ -180,19 +193,29 @@ func (p *process) exited() error {
 	if len(tail) > 4000 {
 		tail = tail[len(tail)-4000:]
 	}
-	return fmt.Errorf("the controller exited (%v):\n%s", p.Wait(), tail)
+	oom := ""
+	if p.cg != nil {
+		if n, err := p.cg.oomKills(); err == nil && n > 0 {
+			oom = fmt.Sprintf("; %d OOM kills in its memory cgroup (limit %s)", n, mib(uint64(p.cg.limit)))
+		}
+	}
+	return fmt.Errorf("the process exited (%v%s):\n%s", p.Wait(), oom, tail)
 }
 
 func (p *process) stop() { _ = p.Stop() }
 
-// reading is the process's memory from the kernel and its own metrics.
+// reading is the process's memory and CPU seconds from the kernel and its
+// own metrics, and HAProxy's processes (hp; not ok without one).
 type reading struct {
 	hwm, rss uint64
+	cpu      float64
 	metrics  promtext.Metrics
+	hp       haproxyReading
 }
 
-func (p *process) read(metricsURL string) reading {
-	var r reading
+// read reads the controller process and the HAProxy of hdir.
+func (p *process) read(metricsURL, hdir string) reading {
+	r := reading{cpu: procCPU(p.Pid(), false), hp: readHAProxy(hdir)}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid())); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			f := strings.Fields(line)

@@ -50,12 +50,20 @@ func setMemoryLimit(log logr.Logger, root string) {
 	case limit <= 0:
 		log.Info("no container memory limit; GOMEMLIMIT left unset", "cgroup", root)
 	default:
-		soft := limit / 100 * memoryLimitPercent
-		soft += limit % 100 * memoryLimitPercent / 100
+		soft := GoMemoryLimit(limit)
 		debug.SetMemoryLimit(soft)
 		log.Info(fmt.Sprintf("GOMEMLIMIT set to %d %% of the container's memory limit", memoryLimitPercent),
 			"memoryLimit", limit, "GOMEMLIMIT", soft, "from", file)
 	}
+}
+
+// GoMemoryLimit is the Go runtime's soft memory limit the controller sets
+// in a container whose memory limit is limit bytes: memoryLimitPercent of
+// it. hack/procmem passes it as GOMEMLIMIT to a controller it runs in a
+// memory cgroup without a cgroup namespace, where the controller would read
+// the host's root cgroup instead of its own.
+func GoMemoryLimit(limit int64) int64 {
+	return limit/100*memoryLimitPercent + limit%100*memoryLimitPercent/100
 }
 
 // cgroupMemoryLimit reads the memory limit of the cgroup under root and the
