@@ -75,6 +75,7 @@ func (c *Config) validateBindAddresses() error {
 	for _, f := range []struct{ flag, addr string }{
 		{"metrics-bind-address", c.MetricsAddr},
 		{"health-probe-bind-address", c.ProbeAddr},
+		{"pprof-bind-address", c.PprofAddr},
 		{"drain-bind-address", c.DrainAddr},
 		{"state-bind-address", c.DataPlane.StateAddr},
 	} {

@@ -272,6 +272,7 @@ func newManager(cfg Config, restCfg *rest.Config, log logr.Logger, role service.
 		Logger:                        log,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        cfg.ProbeAddr,
+		PprofBindAddress:              cfg.PprofAddr,
 		LeaderElection:                leaderElection(cfg, role),
 		LeaderElectionID:              cfg.LeaderID,
 		LeaderElectionNamespace:       cfg.LeaderNamespace,

@@ -63,6 +63,7 @@ type Config struct {
 	// GET on the path); off by default so tests and the lab scrape plain HTTP.
 	MetricsSecure   bool
 	ProbeAddr       string
+	PprofAddr       string
 	LeaderElect     bool
 	LeaderNamespace string
 	LeaderID        string
@@ -116,6 +117,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address (0 disables)")
 	fs.BoolVar(&c.MetricsSecure, "metrics-secure", false, "serve metrics over HTTPS, only to callers the API server authenticates and authorizes for GET on the path (needs create on tokenreviews and subjectaccessreviews)")
 	fs.StringVar(&c.ProbeAddr, "health-probe-bind-address", ":8081", "healthz/readyz address (0 disables)")
+	fs.StringVar(&c.PprofAddr, "pprof-bind-address", "0", "Go's net/http/pprof profiles (CPU, heap, goroutines) at /debug/pprof/ on this address, without authentication: bind it to loopback and reach it with kubectl port-forward (0 disables)")
 	fs.BoolVar(&c.LeaderElect, "leader-elect", true, "elect a leader through a Lease; only the leader writes")
 	fs.StringVar(&c.LeaderNamespace, "leader-election-namespace", "kube-system", "namespace of the leader Lease")
 	fs.StringVar(&c.LeaderID, "leader-election-id", "zerodrop-controller", "name of the leader Lease")

@@ -345,6 +345,15 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	// The queue hands one key to one worker at a time: this is the single
 	// writer of that load balancer. The provider is called outside any lock.
 	defer c.queue.Done(key)
+	// A stopping controller starts no reconcile: after ShutDown the queue
+	// still hands out every key it holds, and a control role at 10,000
+	// Services waiting for data-plane replicas holds thousands (each polled
+	// every DrainPollInterval) — worked through, they outlasted the
+	// manager's 30 s grace period and the process exited with an error.
+	// What was queued is looked at again by the next leader.
+	if ctx.Err() != nil {
+		return false
+	}
 	// A throttled load balancer waits out the provider's Retry-After even
 	// when an event (an endpoint change) enqueues it meanwhile: a call made
 	// sooner is throttled again and spends the bucket the wait refills
