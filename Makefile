@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build image chaos deps lab-deps packages control-plane cloud-provider-azure helm render-deploy haproxy network test unit lint fmt-check bench lab lab-azure demo clean docs
+.PHONY: all build image chaos procmem deps lab-deps packages control-plane cloud-provider-azure helm render-deploy haproxy network test unit lint fmt-check bench lab lab-azure demo clean docs
 
 all: build
 
@@ -195,6 +195,22 @@ chaos: deps
 	$(GO) run -tags lab ./cmd/zerodrop lab --scenario lb-replica-restart --mode zerodrop --backend both --traffic-policy both --data-plane-replicas 2 --from-chart $(CHAOS_FLAGS)
 	$(GO) run -tags lab ./cmd/zerodrop lab --provider azure-emulator --scenario restart,restart-idle,churn,kill-mid-plan --mode upstream,zerodrop --azure-services 30 --azure-fault-rate 0.2 --arm-latency 1s
 	$(GO) run -tags lab ./cmd/zerodrop lab --provider azure-emulator --scenario restart,churn --mode zerodrop --azure-shared-lb --azure-services 5 --azure-fault-rate 0.2 --arm-latency 1s
+
+# hack/procmem: the real zerodrop controller (and, in the data-plane role,
+# zerodrop haproxy) as the chart runs them, each under its chart container's
+# default memory limit, against a real kube-apiserver with PROCMEM_N
+# LoadBalancer Services and their Pods; per phase (build, restart, endpoint
+# and Service churn) its time, writes, reloads, peak RSS and CPU seconds
+# (docs/scale.md). PROCMEM_ROLE: data-plane, control or all. PROCMEM_ARGS:
+# procmem's other flags (go run ./hack/procmem -h), then after -- the
+# controller's. Needs root (memory cgroups); one run at a time (fixed
+# loopback addresses).
+PROCMEM_N    ?= 500
+PROCMEM_ROLE ?= data-plane
+PROCMEM_ARGS ?=
+procmem:
+	@$(MAKE) --no-print-directory -j3 control-plane haproxy helm
+	$(GO) run ./hack/procmem -n $(PROCMEM_N) -role $(PROCMEM_ROLE) $(PROCMEM_ARGS)
 
 # A shorter walk-through: zerodrop's writes on first start and on restart.
 demo: deps
