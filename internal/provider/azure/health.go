@@ -24,11 +24,19 @@ import (
 //
 // It costs: each answer is a POST (ARM meters it with the subscription's
 // writes: a bucket of 200 refilled at 10 a second, shared with every other
-// client) and its polls. So answers are kept for HealthMaxAge (a probe
-// changes its verdict at most once per interval, 5 s by default in
-// cloud-provider-azure), asked only when a caller of Backends wants a rule's
-// health, one at a time per rule, in the background (Backends answers from
-// what it has), and at most HealthQPS a second over all rules. Until a
+// client) and its polls. So a read of a rule begins at most once per
+// HealthMaxAge (a probe changes its verdict at most once per interval, 5 s
+// by default in cloud-provider-azure), counted from the last read's
+// beginning, only when a caller of Backends wants the rule's health, in the
+// background (Backends answers from what it has), at most maxHealthReads
+// of a rule at once, and at most HealthQPS a second over all rules. Where
+// the operation takes longer than HealthMaxAge (it takes as long as a
+// write on the emulator: 10 s at the lab's default ARM latency) reads
+// overlap, so that an answer is never much older than HealthMaxAge plus one
+// read: one at a time, each begun HealthMaxAge after the last answer, a new
+// pod's gate saw its probe Up up to HealthMaxAge plus two reads late (15 s
+// of a rollout's 65 on emulated Azure, docs/azure.md). An answer older than
+// the one kept (a read that began earlier and ended later) is dropped. Until a
 // rule's first answer its health is unknown, as without rule health (a
 // readiness gate then goes by the pool, as before); from then on an address
 // the last answer did not list — one added since, a new pod's — is not
@@ -62,6 +70,11 @@ const (
 	// healthFailures is how many failed answers in a row turn a rule's
 	// health off.
 	healthFailures = 3
+	// maxHealthReads is how many reads of one rule may run at once: with
+	// reads begun HealthMaxAge apart, enough to overlap an operation three
+	// times as long; past that a slow ARM slows the answers, not the
+	// budget.
+	maxHealthReads = 3
 	// healthForget is how long a rule's entry outlives its last use: a
 	// rule no gate asks about any more (its Service or load balancer gone,
 	// or the pod it gated ready) is forgotten, so the cache holds the
@@ -71,15 +84,16 @@ const (
 
 // ruleHealth is what is known of one rule's health.
 type ruleHealth struct {
-	up         map[string]bool      // address → probed Up, from the last answer
-	upAt       map[string]time.Time // address → when the last read that had it Up began
-	at         time.Time            // when the last answer came; zero: none yet
-	asked      time.Time            // when the read that gave it began
-	refreshing bool
-	failures   int
-	failedAt   time.Time // when the last read failed
-	off        time.Time // until then, health is unknown
-	used       time.Time // when a gate last asked
+	up       map[string]bool      // address → probed Up, from the last answer
+	upAt     map[string]time.Time // address → when the last read that had it Up began
+	at       time.Time            // when the last answer came; zero: none yet
+	asked    time.Time            // when the read that gave it began
+	begun    time.Time            // when the last read began
+	reading  int                  // reads running
+	failures int
+	failedAt time.Time // when the last read failed
+	off      time.Time // until then, health is unknown
+	used     time.Time // when a gate last asked
 }
 
 // healthState is the provider's rule-health cache and budget.
@@ -141,16 +155,30 @@ func (p *Provider) fillHealthFor(key, rule string, s *provider.BackendStatus, no
 	if now.Before(h.off) {
 		return // unknown: HealthKnown stays false
 	}
-	if wanted && !h.refreshing && now.Sub(h.at) >= p.opts.HealthMaxAge && now.Sub(h.failedAt) >= p.opts.HealthMaxAge &&
-		p.health.limiter.Allow() {
-		h.refreshing = true
-		go p.refreshRuleHealth(key, rule, h)
+	if wanted && h.due(now, p.opts.HealthMaxAge) && p.health.limiter.Allow() {
+		h.reading++
+		h.begun = now
+		go p.refreshRuleHealth(key, rule, h, now)
 	}
 	// No answer yet, or an address the last answer did not list (added
 	// since): not known to be up, nor known to be down.
 	addr := model.CanonicalIP(s.Address)
 	up, listed := h.up[addr]
 	s.HealthKnown, s.Healthy, s.Lags, s.Probed, s.ProbedAt, s.UpAt = true, up, true, listed, h.asked, h.upAt[addr]
+}
+
+// due reports whether a read of the rule should begin at now: maxAge after
+// the last one began (not after its answer: reads overlap where the
+// operation is slower than maxAge), fewer than maxHealthReads running, and
+// maxAge after a failure.
+func (h *ruleHealth) due(now time.Time, maxAge time.Duration) bool {
+	return h.reading < maxHealthReads && now.Sub(h.begun) >= maxAge && now.Sub(h.failedAt) >= maxAge
+}
+
+// newer reports whether the answer of a read begun at asked is newer than
+// the one kept (reads overlap: one begun earlier may end later).
+func (h *ruleHealth) newer(asked time.Time) bool {
+	return h.at.IsZero() || asked.After(h.asked)
 }
 
 // forget drops the entries of rules not asked about for healthForget, at
@@ -162,21 +190,25 @@ func (s *healthState) forget(now time.Time) {
 	}
 	s.pruned = now
 	for k, h := range s.rules {
-		if !h.refreshing && now.Sub(h.used) >= healthForget {
+		if h.reading == 0 && now.Sub(h.used) >= healthForget {
 			delete(s.rules, k)
 		}
 	}
 }
 
-// refreshRuleHealth asks ARM for a rule's health and keeps the answer.
-func (p *Provider) refreshRuleHealth(key, rule string, h *ruleHealth) {
+// refreshRuleHealth asks ARM for a rule's health and keeps the answer,
+// unless a read begun later answered first; asked is when the read began
+// (fillHealthFor's clock: no later than its POST).
+func (p *Provider) refreshRuleHealth(key, rule string, h *ruleHealth, asked time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.opts.HealthTimeout)
 	defer cancel()
-	asked := time.Now()
 	up, refused, err := p.readRuleHealth(ctx, key, rule)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	h.refreshing = false
+	h.reading--
+	if !h.newer(asked) {
+		return // a read begun later has answered already: this one is older news
+	}
 	if err == nil {
 		h.up, h.at, h.asked, h.failures = up, time.Now(), asked, 0
 		if h.upAt == nil {

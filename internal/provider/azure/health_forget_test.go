@@ -14,7 +14,7 @@ func TestHealthForget(t *testing.T) {
 	s := &healthState{rules: map[string]*ruleHealth{
 		"lb/gone":     {used: t0},
 		"lb/in-use":   {used: t0.Add(healthForget - time.Second)},
-		"lb/refresh":  {used: t0, refreshing: true},
+		"lb/refresh":  {used: t0, reading: 1},
 		"lb/just-now": {used: t0.Add(healthForget)},
 	}}
 	s.forget(t0.Add(healthForget))
