@@ -182,6 +182,9 @@ func (h *Handler) settle(targets []lbtarget.Target) time.Duration {
 			if t.LastLocal && (!t.Registered || t.State != model.Active) {
 				d = max(d, t.Settle)
 			}
+		case t.LastLocal && t.ProbedDown:
+			// Drained by the probe Down, read as news: the data plane's
+			// own state, nothing to settle.
 		case !t.Node || t.LastLocal:
 			d = max(d, s.RemovalSettle(t.LB, t.Listener))
 		}
@@ -197,10 +200,12 @@ func (h *Handler) settle(targets []lbtarget.Target) time.Duration {
 // stays and kube-proxy is what must stop sending (proxiesSynced).
 func noNewConnections(targets []lbtarget.Target) bool {
 	for _, t := range targets {
-		// A gate-only Service's last local pod: its node stays in the other
-		// controller's pool, active; the node's probe Down, read back after
-		// the deletion began, is what says the load balancer stopped.
-		if (!t.Node || t.LastLocal) && t.Registered && t.State == model.Active && !(t.GateOnly && t.ProbedDown) {
+		// A node's last local pod: its node may stay in the pool, active
+		// (the other controller's, for a gate-only Service; zerodrop's own
+		// while the step holds the last node up, or its drain is being
+		// written); the node's probe Down, read back as news after the
+		// deletion began, says the load balancer stopped.
+		if (!t.Node || t.LastLocal) && t.Registered && t.State == model.Active && !t.ProbedDown {
 			return false
 		}
 	}

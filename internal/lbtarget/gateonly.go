@@ -3,6 +3,7 @@ package lbtarget
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -97,26 +98,26 @@ func (f *Finder) gateOnlyTargets(ctx context.Context, pod *corev1.Pod, svc *core
 			}
 			t.LB, t.Listener, t.Settle = r.LB, r.LB+"/"+r.Rule, r.Settle
 			t.collect(addrs, r.Backends, DeletionStart(pod))
-			t.ProbedDown = probedDown(pod, addrs, r.Backends)
+			t.ProbedDown = probedDown(DeletionStart(pod), addrs, r.Backends, "")
 			out = append(out, t)
 		}
 	}
 	return out, nil
 }
 
-// probedDown: the pod is terminating, and rule health has every one of its
-// node's addresses Down as news since its deletion began
-// (provider.DownIsNews): Up in a read begun after then, and Down in a later
-// one. A Down alone, even from a read begun after the deletion, may
-// describe the node before it first came up.
-func probedDown(pod *corev1.Pod, addrs map[string]bool, statuses []provider.BackendStatus) bool {
-	if pod.DeletionTimestamp == nil {
+// probedDown: the pod is terminating (started, its deletion's start, is
+// not zero), and health has every one of its node's addresses on listener
+// ("": any) Down as news since then (provider.DownIsNews): with rule
+// health, Up in a read begun after then, and Down in a later one. A Down
+// alone, even from a read begun after the deletion, may describe the node
+// before it first came up.
+func probedDown(started time.Time, addrs map[string]bool, statuses []provider.BackendStatus, listener string) bool {
+	if started.IsZero() {
 		return false
 	}
-	started := DeletionStart(pod)
 	found := false
 	for _, s := range statuses {
-		if !addrs[model.CanonicalIP(s.Address)] {
+		if !addrs[model.CanonicalIP(s.Address)] || listener != "" && s.Listener != listener {
 			continue
 		}
 		if !provider.DownIsNews(s, started) {

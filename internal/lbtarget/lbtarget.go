@@ -119,8 +119,10 @@ type Target struct {
 	// ReadySibling: another endpoint of the Service on the pod's node is
 	// ready (gate-only: the node's probe is Up without this pod).
 	ReadySibling bool
-	// ProbedDown: gate-only, the pod terminating, and the rule health read
-	// after its deletion began has the node's probe Down.
+	// ProbedDown: gate-only or LastLocal, the pod terminating, and the
+	// health read after its deletion began has the node's probe Down as news
+	// (probedDown): the load balancer's own state, that it sends the node
+	// nothing new, whatever its pool says.
 	ProbedDown bool
 	// Settle is how long the data plane may take to act on the node's
 	// removal from a gate-only rule's pool (two probe intervals).
@@ -264,6 +266,13 @@ func (f *Finder) portTargets(svc *corev1.Service, base Target, addrs map[string]
 		t := base
 		t.Listener = l
 		t.collect(addrs, statuses, since)
+		if t.LastLocal {
+			// The node's probe (kube-proxy's health-check node port) fails
+			// once this pod stops being ready: read as news, it says the
+			// load balancer stopped before the node's drain is written,
+			// which may wait (model.StepOptions.Up) or take a write's time.
+			t.ProbedDown = probedDown(since, addrs, statuses, l)
+		}
 		out = append(out, t)
 	}
 	return out

@@ -80,9 +80,10 @@ type Options struct {
 	// observes, so without a bound it would answer from its start-up read.
 	BackendsMaxAge time.Duration
 	// RuleHealth makes Backends report each address's probe health as ARM's
-	// rule-health operation answers it (health.go); answers are kept for
-	// HealthMaxAge (default DefaultHealthMaxAge) and asked at most
-	// HealthQPS a second, HealthBurst at once (defaults DefaultHealthQPS,
+	// rule-health operation answers it (health.go); a rule's read begins
+	// at most once per HealthMaxAge (default DefaultHealthMaxAge), counted
+	// from the last read's beginning (reads overlap where ARM is slower),
+	// and reads are asked at most HealthQPS a second, HealthBurst at once (defaults DefaultHealthQPS,
 	// DefaultHealthBurst), each read bounded by HealthTimeout (default
 	// DefaultHealthTimeout). Off: HealthKnown is false.
 	RuleHealth    bool
