@@ -26,12 +26,13 @@ import (
 // A probe that cannot tell (a port below 1024 without CAP_NET_BIND_SERVICE,
 // an address not on this host) leaves the member to HAProxy, whose alerts
 // name it (failNamed). Listeners HAProxy already serves are never probed:
-// their sockets are its own.
-func (p *Provider) refuseHeld(ctx context.Context, members []*reloadMember) []*reloadMember {
+// their sockets are its own. It returns its reading of the runtime too
+// (nil when the read failed), for the reload that follows.
+func (p *Provider) refuseHeld(ctx context.Context, members []*reloadMember) ([]*reloadMember, *snapshot) {
 	snap, err := p.snapshot(ctx)
 	if err != nil {
 		// The reload reads it again and fails the same way.
-		return members
+		return members, nil
 	}
 	served := map[string]bool{}
 	for _, lb := range snap.all() {
@@ -47,7 +48,7 @@ func (p *Provider) refuseHeld(ctx context.Context, members []*reloadMember) []*r
 		}
 		rest = append(rest, m)
 	}
-	return rest
+	return rest, snap
 }
 
 func listenAddr(l model.Listener) string {

@@ -207,10 +207,13 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 	// A member HAProxy refused last time reloads alone, after the others:
 	// while it is still bad it must not make their reload fail again (at
 	// thousands of members, each refusal costs reloads to tell it apart).
-	together, alone := splitRefused(p.refuseHeld(ctx, reloads), p.refused)
+	// The probe's reading of the runtime is the first reload's too: at
+	// thousands of load balancers each reading is a whole `show stat`.
+	held, before := p.refuseHeld(ctx, reloads)
+	together, alone := splitRefused(held, p.refused)
 	if len(together) > 0 {
 		var err error
-		after, err = p.reloadAll(ctx, together)
+		after, err = p.reloadAll(ctx, together, before)
 		switch {
 		case err != nil && len(together) > 1 && errors.Is(err, errRejected):
 			p.log.Info("group reload rejected, reloading its members apart", "members", len(together), "err", err.Error())
@@ -222,7 +225,7 @@ func (p *Provider) lead(ctx context.Context, b *reloadBatch) {
 		}
 	}
 	for _, m := range alone {
-		snap, err := p.reloadAll(ctx, []*reloadMember{m})
+		snap, err := p.reloadAll(ctx, []*reloadMember{m}, nil)
 		if err != nil {
 			m.err = err
 		} else {
@@ -294,7 +297,7 @@ func (p *Provider) reloadRefused(ctx context.Context, members []*reloadMember, r
 	// No part is empty: failNamed leaves at least one member, and a
 	// refusal is split only with two or more.
 	for _, part := range parts {
-		_, err := p.reloadAll(ctx, part)
+		_, err := p.reloadAll(ctx, part, nil)
 		switch {
 		case err == nil:
 		case len(part) > 1 && errors.Is(err, errRejected):
@@ -343,11 +346,16 @@ func failNamed(members []*reloadMember, refusal error) []*reloadMember {
 // member's key (setting member errors). The error returned is the reload's
 // own, before any member was verified; on success it returns the reading
 // taken after the reload, which is true for every key but the members' (their
-// backend states may have been set since).
-func (p *Provider) reloadAll(ctx context.Context, members []*reloadMember) (*snapshot, error) {
-	snap, err := p.snapshot(ctx)
-	if err != nil {
-		return nil, err
+// backend states may have been set since). before, when not nil, is a
+// reading of the runtime taken since the last reload, with nothing written
+// in between; nil reads it.
+func (p *Provider) reloadAll(ctx context.Context, members []*reloadMember, before *snapshot) (*snapshot, error) {
+	snap := before
+	if snap == nil {
+		var err error
+		if snap, err = p.snapshot(ctx); err != nil {
+			return nil, err
+		}
 	}
 	lbs := snap.all()
 	for _, m := range members {
