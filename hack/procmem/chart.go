@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -16,6 +18,18 @@ import (
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
+
+// chartSets are -chart-set's values, given to `helm template` as --set.
+var chartSets stringList
+
+func init() {
+	flag.Var(&chartSets, "chart-set", "a chart value (helm's --set, e.g. haproxy.resources.haproxy.limits.memory=2Gi) the memory limits are read with, to measure under a limit other than the default; repeatable")
+}
+
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // chartLimits are the memory limits the chart gives its containers at its
 // default values (a limit of 0: the chart sets none).
@@ -35,8 +49,11 @@ func readChartLimits(root string) (chartLimits, error) {
 	if err != nil {
 		return chartLimits{}, err
 	}
-	out, err := supervisor.Output(context.Background(), supervisor.Command{Name: helm, Args: []string{"template", "zerodrop",
-		filepath.Join(root, "charts", "zerodrop"), "--set", "provider=haproxy", "--set", "haproxy.addressPool=127.0.128.0/17"}})
+	args := []string{"template", "zerodrop", filepath.Join(root, "charts", "zerodrop"), "--set", "provider=haproxy", "--set", "haproxy.addressPool=127.0.128.0/17"}
+	for _, v := range chartSets {
+		args = append(args, "--set", v)
+	}
+	out, err := supervisor.Output(context.Background(), supervisor.Command{Name: helm, Args: args})
 	if err != nil {
 		return chartLimits{}, fmt.Errorf("helm template: %w", err)
 	}
@@ -163,7 +180,11 @@ func memoryLimitsLine() string {
 	if controllerCgroup != nil && controllerCgroup.v2 || haproxyCgroup != nil && haproxyCgroup.v2 {
 		v = "v2"
 	}
-	s := fmt.Sprintf("memory limits (the chart's defaults, cgroup %s): ", v)
+	values := "the chart's defaults"
+	if len(chartSets) > 0 {
+		values = "the chart with -chart-set " + chartSets.String()
+	}
+	s := fmt.Sprintf("memory limits (%s, cgroup %s): ", values, v)
 	switch {
 	case controllerCgroup == nil:
 		s += "the controller: none (the chart sets none)"

@@ -42,7 +42,10 @@ const replacementBase = 96000
 type cluster struct {
 	c   client.Client
 	eps *liveEndpoints // nil: nothing listens
-	mu  sync.Mutex
+	// held are the Services HAProxy refuses (-refused): their new
+	// endpoints are never served, and not waited for.
+	held map[int]bool
+	mu   sync.Mutex
 	// current are the endpoints of the Services whose endpoints changed
 	// (firstEndpoints otherwise).
 	current         map[int][]int
@@ -50,8 +53,8 @@ type cluster struct {
 	nextReplacement int
 }
 
-func newCluster(c client.Client, eps *liveEndpoints) *cluster {
-	return &cluster{c: c, eps: eps, current: map[int][]int{},
+func newCluster(c client.Client, eps *liveEndpoints, held map[int]bool) *cluster {
+	return &cluster{c: c, eps: eps, held: held, current: map[int][]int{},
 		// Past the old-workers phase's Services (-n to -n+-reloads).
 		nextService: *services + *reloadsFlag + 1, nextReplacement: replacementBase}
 }
@@ -152,7 +155,10 @@ func (cl *cluster) endpointChurn(ctx context.Context, p *process, metricsURL, hd
 			return false, err.Error()
 		}
 		missing := 0
-		for _, k := range added {
+		for j, k := range added {
+			if cl.held[targets[j]] {
+				continue
+			}
 			if !servers[endpointLoopback(k)] && !servers[endpointIP(k)] {
 				missing++
 			}

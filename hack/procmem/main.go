@@ -297,7 +297,7 @@ func run(extra []string) error {
 		fmt.Printf("build: %s\nrestart: %s\n", reached, rreached)
 	}
 	if *churnFlag > 0 {
-		if err := churnPhases(ctx, newCluster(c, eps), p, &m, metricsURL, hdir); err != nil {
+		if err := churnPhases(ctx, newCluster(c, eps, held), p, &m, metricsURL, hdir); err != nil {
 			p.stop()
 			return err
 		}

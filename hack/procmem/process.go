@@ -196,7 +196,7 @@ func (p *process) exited() error {
 	oom := ""
 	if p.cg != nil {
 		if n, err := p.cg.oomKills(); err == nil && n > 0 {
-			oom = fmt.Sprintf("; %d OOM kills in its memory cgroup (limit %s)", n, mib(uint64(p.cg.limit)))
+			oom = fmt.Sprintf("; %d OOM kills in its memory cgroup so far (limit %s)", n, mib(uint64(p.cg.limit)))
 		}
 	}
 	return fmt.Errorf("the process exited (%v%s):\n%s", p.Wait(), oom, tail)
