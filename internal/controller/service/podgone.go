@@ -51,7 +51,8 @@ func (s *stoppedPods) stopped(listener string, b model.Backend) bool {
 	held, ok := s.held[ns]
 	if !ok {
 		var pods corev1.PodList
-		if err := s.c.cache.List(s.ctx, &pods, client.InNamespace(ns)); err != nil {
+		// Read only, so not copied: a namespace may have thousands.
+		if err := s.c.cache.List(s.ctx, &pods, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 			logFrom(s.ctx).V(2).Info("pods unreadable; draining backends wait for their drain timeout", "namespace", ns, "err", err)
 			return false
 		}
