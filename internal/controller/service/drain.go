@@ -69,8 +69,12 @@ func (c *Controller) step(ctx context.Context, key string, st *state, observed, 
 		return desired, false, nil
 	}
 	configs := map[string]model.ServiceConfig{}
+	// podBacked: the Services whose endpoints are their selector's pods
+	// (a Service without one may list any address: podgone.go).
+	podBacked := map[string]bool{}
 	for _, in := range append(st.active[:len(st.active):len(st.active)], st.held...) {
 		configs[in.Service.Namespace+"/"+in.Service.Name+"/"] = in.Config
+		podBacked[in.Service.Namespace+"/"+in.Service.Name+"/"] = len(in.Service.Spec.Selector) > 0
 	}
 	configOf := func(listener string) model.ServiceConfig {
 		for prefix, cfg := range configs {
@@ -118,7 +122,10 @@ func (c *Controller) step(ctx context.Context, key string, st *state, observed, 
 	}
 	now := time.Now()
 	stays := func(listener string, b model.Backend) bool { return staying[b.Address] && keep(listener) }
-	stopped := c.stoppedPods(ctx, desired, func(listener string) bool { return configOf(listener).Mode == model.IPMode })
+	stopped := c.stoppedPods(ctx, desired, func(listener string) bool {
+		// A listener is namespace/name/proto-port.
+		return podBacked[listener[:strings.LastIndexByte(listener, '/')+1]] && configOf(listener).Mode == model.IPMode
+	})
 	next, res := model.Step(observed, desired, model.StepOptions{
 		Drained: func(listener string, b model.Backend) bool {
 			since := c.drains.started(drainID(key, listener, b), now)

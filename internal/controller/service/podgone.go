@@ -18,8 +18,10 @@ import (
 // good — its object deleted, which the kubelet allows only once its
 // containers are gone, or in a terminal phase — has no connection left,
 // so its backend is drained whatever the provider counts. Only a backend
-// desired no longer has: while its endpoint is listed (terminating) the
-// pod may still serve.
+// desired no longer has (while its endpoint is listed, terminating, the pod
+// may still serve), and only of a Service with a selector: its endpoints
+// are pods; a Service without one may list any address, which no pod
+// holding it says nothing of.
 
 // stoppedPods answers, for one step, which draining backends' pods have
 // stopped. The pods of a namespace are listed from the cache once, and only
@@ -28,7 +30,7 @@ type stoppedPods struct {
 	ctx     context.Context
 	c       *Controller
 	desired *model.LoadBalancer
-	ipMode  func(listener string) bool
+	ipMode  func(listener string) bool // IP mode, and its Service's endpoints are pods
 	held    map[string]map[string]bool // namespace → backend addresses its pods hold
 }
 
