@@ -32,6 +32,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/podcache"
 	"zerodrop.dev/zerodrop/internal/provider"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/version"
@@ -260,12 +261,16 @@ func newManager(cfg Config, restCfg *rest.Config, log logr.Logger, role service.
 	// Nothing here reads managedFields: without them every cached Service,
 	// EndpointSlice and Pod is smaller (a write leaves the server's as they
 	// are).
-	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	// Every Pod in the cluster is cached, by both roles: only what zerodrop
+	// reads of one is kept (podcache.Transform, which drops managedFields
+	// too), a small part of a real Pod.
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: podcache.Transform}}}
 	if role == service.RoleControl {
 		// The gates read the node Leases of the data-plane replicas' nodes:
 		// one namespace, which is all the chart's Role grants.
-		cacheOpts.ByObject = map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {
-			Namespaces: map[string]cache.Config{dataplane.NodeLeaseNamespace: {}}}}
+		cacheOpts.ByObject[&coordinationv1.Lease{}] = cache.ByObject{
+			Namespaces: map[string]cache.Config{dataplane.NodeLeaseNamespace: {}}}
 	}
 	mgr, err := manager.New(restCfg, manager.Options{
 		Cache:                         cacheOpts,
