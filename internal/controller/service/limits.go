@@ -36,6 +36,14 @@ type checkLedger struct {
 	// was last written with.
 	factors map[string]int
 	applied map[string]int
+	// mismatch are the Services of applied whose factor in factors is
+	// another (their load balancers are to be written again), and
+	// nStretched the Services factors stretches: both kept as those maps
+	// change, since a reconcile's commit and set must not walk every
+	// Service (at 10,000 Services that walk, per load balancer and under
+	// mu, was half a control role's CPU and held its workers in turn).
+	mismatch   map[string]bool
+	nStretched int
 	// rates are the checks per second of each load balancer as last
 	// written or found unchanged, rate their sum.
 	rates map[string]float64
@@ -47,7 +55,7 @@ type checkLedger struct {
 func newCheckLedger(l model.Limits) *checkLedger {
 	return &checkLedger{limits: l, demands: map[string]model.CheckDemand{}, byKey: map[string][]model.CheckDemand{},
 		keyOf: map[string]string{}, pending: map[string][]model.CheckDemand{}, factors: map[string]int{},
-		applied: map[string]int{}, rates: map[string]float64{}, over: map[string]map[string]int{}}
+		applied: map[string]int{}, mismatch: map[string]bool{}, rates: map[string]float64{}, over: map[string]map[string]int{}}
 }
 
 // fits reports whether the limits stretch checks at all.
@@ -94,6 +102,23 @@ func (l *checkLedger) refit() {
 		all = append(all, d)
 	}
 	l.factors = model.FitChecks(all, l.limits.MaxServiceCheckRate, l.limits.NodeCheckBudget)
+	l.nStretched = 0
+	for _, f := range l.factors {
+		if f > 1 {
+			l.nStretched++
+		}
+	}
+	l.recheck()
+}
+
+// recheck finds mismatch again from applied and factors.
+func (l *checkLedger) recheck() {
+	clear(l.mismatch)
+	for svc, f := range l.applied {
+		if max(l.factors[svc], 1) != f {
+			l.mismatch[svc] = true
+		}
+	}
 }
 
 // set records key's new demands as pending and returns the factor each of
@@ -124,6 +149,7 @@ func (l *checkLedger) set(key string, ds []model.CheckDemand) (map[string]int, i
 	for _, d := range ds {
 		out[d.Service] = max(l.factors[d.Service], 1)
 		l.applied[d.Service] = out[d.Service]
+		delete(l.mismatch, d.Service)
 	}
 	return out, l.stretched()
 }
@@ -146,6 +172,7 @@ func (l *checkLedger) commit(key string) []string {
 	for _, d := range l.byKey[key] {
 		if !keep[d.Service] {
 			delete(l.applied, d.Service)
+			delete(l.mismatch, d.Service)
 		}
 	}
 	if l.put(key, ds) {
@@ -154,8 +181,8 @@ func (l *checkLedger) commit(key string) []string {
 	// Also when key's demands did not change here: set counted an increase
 	// at once, and the Services it pushed further are written only now.
 	again := map[string]bool{}
-	for svc, f := range l.applied {
-		if k := l.keyOf[svc]; k != "" && max(l.factors[svc], 1) != f {
+	for svc := range l.mismatch {
+		if k := l.keyOf[svc]; k != "" {
 			again[k] = true
 		}
 	}
@@ -167,15 +194,7 @@ func (l *checkLedger) commit(key string) []string {
 	return out
 }
 
-func (l *checkLedger) stretched() int {
-	n := 0
-	for _, f := range l.factors {
-		if f > 1 {
-			n++
-		}
-	}
-	return n
-}
+func (l *checkLedger) stretched() int { return l.nStretched }
 
 // wrote records the checks per second key's load balancer runs (lb nil:
 // deleted) and returns the sum over every load balancer.
@@ -337,6 +356,7 @@ func (c *Controller) seedChecks(ctx context.Context) error {
 	for svc, f := range c.checks.factors {
 		c.checks.applied[svc] = f
 	}
+	c.checks.recheck()
 	n := c.checks.stretched()
 	c.checks.mu.Unlock()
 	c.opts.Metrics.HealthCheckStretched.Set(float64(n))

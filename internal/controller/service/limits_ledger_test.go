@@ -2,6 +2,9 @@ package service
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -62,4 +65,57 @@ func TestCheckLedgerFreesBudgetAfterTheWrite(t *testing.T) {
 		t.Errorf("after b's write: %v to write again, want [C]", again)
 	}
 	check("c after b grew", "C", []model.CheckDemand{d("c", 2, 12)}, map[string]int{"c": 4})
+}
+
+// TestCheckLedgerKeepsItsCounts: commit names exactly the load balancers
+// with a Service written with another factor than the fit's now, and
+// stretched counts the stretched Services, as a walk of every Service
+// finds them, over random sequences of reconciles (set), writes (commit)
+// and deletions — the ledger keeps both as it goes instead of walking.
+func TestCheckLedgerKeepsItsCounts(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rng := rand.New(rand.NewPCG(1, 2))
+	l := newCheckLedger(model.Limits{NodeCheckBudget: 40, MaxServiceCheckRate: 12})
+	keys := []string{"A", "B", "C", "D", "E"}
+	walk := func() ([]string, int) {
+		again := map[string]bool{}
+		for svc, f := range l.applied {
+			if k := l.keyOf[svc]; k != "" && max(l.factors[svc], 1) != f {
+				again[k] = true
+			}
+		}
+		n := 0
+		for _, f := range l.factors {
+			if f > 1 {
+				n++
+			}
+		}
+		return slices.Sorted(maps.Keys(again)), n
+	}
+	for step := range 3000 {
+		key := keys[rng.IntN(len(keys))]
+		if rng.IntN(3) == 0 {
+			_, pending := l.pending[key]
+			got := l.commit(key)
+			var want []string
+			if pending { // else commit has nothing to do
+				want, _ = walk()
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("step %d: commit(%s) named %v, a walk finds %v", step, key, got, want)
+			}
+			continue
+		}
+		var ds []model.CheckDemand
+		if rng.IntN(6) > 0 { // else the load balancer's Services are deleted
+			for i := range 1 + rng.IntN(3) {
+				svc := fmt.Sprintf("%s%d", key, i)
+				ds = append(ds, model.CheckDemand{Service: svc, Created: t0.Add(time.Duration(len(key)+i) * time.Minute), Rate: float64(1 + rng.IntN(20))})
+			}
+		}
+		_, n := l.set(key, ds)
+		if _, want := walk(); n != want {
+			t.Fatalf("step %d: set(%s) counted %d stretched, a walk finds %d", step, key, n, want)
+		}
+	}
 }
