@@ -86,7 +86,7 @@ func (a *AzureConfig) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&a.RuleHealth, "azure-rule-health", true, "azure: the gates read each backend's probe health with ARM's rule-health operation "+
 		"(a readiness gate then waits for the probe Up, not only for the pool); false: pool membership only")
 	fs.Float64Var(&a.RuleHealthQPS, "azure-rule-health-qps", azure.DefaultHealthQPS, "azure: rule-health operations started a second, sustained "+
-		"(each a POST, metered with the subscription's ARM writes, 200 refilled at 10 a second, plus its polls); an answer serves a rule for 5s")
+		"(each a POST, metered with the subscription's ARM writes, 200 refilled at 10 a second, plus its polls); a rule's next read begins 5s after its last one began (at most 3 at once where an answer takes longer)")
 	fs.IntVar(&a.RuleHealthBurst, "azure-rule-health-burst", azure.DefaultHealthBurst, "azure: rule-health operations that may start at once after a quiet spell")
 	fs.StringVar(&a.GateOnlyLoadBalancers, "azure-gate-only-load-balancers", "", "azure: comma-separated load balancers another controller writes "+
 		"(the cloud-controller-manager's, e.g. kubernetes-internal), read and never written: the pods of Services annotated "+
