@@ -56,6 +56,8 @@ const ReasonReplicaNotCounted = "DataPlaneReplicaNotCounted"
 // not at once: the gates wait for its replica meanwhile, they never answer
 // early.
 type Discovery struct {
+	// Reader is the manager's cache in the command: its Pods are trimmed
+	// to what zerodrop reads (internal/podcache lists what is read here).
 	Reader    client.Reader
 	Namespace string
 	Selector  labels.Selector

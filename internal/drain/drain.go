@@ -424,6 +424,8 @@ func (h *Handler) terminating(ctx context.Context, ns, name string, uid types.UI
 
 // lookup reads the pod once: the pod when the cache shows it terminating
 // (with uid, when given), else why not (errRefused, or the read's error).
+// The cached pod is trimmed to what zerodrop reads (internal/podcache
+// lists what the termination gate reads).
 func (h *Handler) lookup(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, error) {
 	var pod corev1.Pod
 	err := h.opts.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod)

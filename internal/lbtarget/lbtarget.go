@@ -28,6 +28,8 @@ type Services interface {
 
 // Finder looks pods up in the load balancers that select them.
 type Finder struct {
+	// Reader is the manager's cache in the command: its Pods are trimmed
+	// to what zerodrop reads (internal/podcache lists this package's).
 	Reader   client.Reader
 	Services Services
 	// Provider is the load balancer the pods' backends are read from; with

@@ -35,9 +35,10 @@
 //     deletionGracePeriodSeconds, status.podIP's family, then the Finder's;
 //     its Events on the pod (name, namespace, uid, resourceVersion).
 //   - service (both roles): the pod watch (spec.readinessGates, the
-//     ContainersReady condition, status.podIP, metadata.labels), gatePending
-//     (deletionTimestamp, readinessGates, ContainersReady), stoppedPods
-//     (status.phase, status.podIP, status.podIPs).
+//     ContainersReady condition, status.podIP, metadata.labels), stoppedPods
+//     (status.phase, status.podIP, status.podIPs); where the role writes a
+//     load balancer, gatePending (deletionTimestamp, readinessGates,
+//     ContainersReady).
 //   - dataplane.Discovery (the control role's replicas; listed by label
 //     selector): status.podIP, status.phase, spec.nodeName, metadata.uid,
 //     name; its Events on the pod.

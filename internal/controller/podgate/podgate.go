@@ -169,7 +169,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // it. The write is a merge patch that carries the pod's resourceVersion: a
 // merge patch replaces the whole conditions list, so without the lock a pod
 // read before the kubelet's last write would bring its old conditions back
-// (ContainersReady True again). A conflict is returned as such.
+// (ContainersReady True again). A conflict is returned as such. The pod
+// read from the cache is trimmed (internal/podcache): the patch is the
+// difference between two copies of it, so what the cache dropped is in
+// neither and the server keeps it; the conditions are cached whole.
 func (r *Reconciler) open(ctx context.Context, log logr.Logger, pod *corev1.Pod) (reconcile.Result, error) {
 	key := client.ObjectKeyFromObject(pod)
 	if !pending(pod) {

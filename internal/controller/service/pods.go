@@ -16,7 +16,8 @@ import (
 // watchPods reconciles a load balancer when one of its gated pods becomes
 // ready to be registered: with zerodrop's readiness gate a pod's endpoint is
 // not ready until the load balancer serves it, so the EndpointSlice does not
-// change at that moment — the pod does.
+// change at that moment — the pod does. The cached pods are trimmed to
+// what zerodrop reads (internal/podcache lists what is read here).
 func (c *Controller) watchPods(ctx context.Context) error {
 	inf, err := c.cache.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
