@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -130,8 +131,11 @@ func (r *RoleConfig) fleet(mgr ctrl.Manager, log logr.Logger) (provider.Provider
 	if err := signer.SetupWithManager(mgr); err != nil {
 		return nil, nil, fmt.Errorf("data-plane certificate signer: %w", err)
 	}
+	if err := dataplane.IndexReplicas(context.Background(), mgr.GetFieldIndexer(), sel); err != nil {
+		return nil, nil, fmt.Errorf("data-plane pods index: %w", err)
+	}
 	return dataplane.Fleet{ProviderName: haproxy.Name, Protocols: haproxy.UnsupportedProtocols()},
-		&dataplane.Discovery{Reader: mgr.GetCache(), Namespace: r.Namespace, Selector: sel, Port: r.StatePort,
+		&dataplane.Discovery{Reader: mgr.GetCache(), Indexed: true, Namespace: r.Namespace, Selector: sel, Port: r.StatePort,
 			Recorder: recorder, TLS: auth.TLSConfig, ReadTimeout: r.ReadTimeout}, nil
 }
 
