@@ -74,7 +74,13 @@ var (
 	refused    = flag.Int("refused", 0, "with -role data-plane: this many Services (spread over the n) have their port held by another process at their address (a plain listener), so HAProxy refuses them: the replica must be ready with them failing alone")
 )
 
-const ns = "procmem"
+// ns holds the Services and their Pods; releaseNS is the chart's release
+// namespace, where the data-plane replicas' pods are (the control role
+// lists them there), apart from the workloads as in a cluster.
+const (
+	ns        = "procmem"
+	releaseNS = "procmem-system"
+)
 
 func main() {
 	flag.Usage = func() {
@@ -172,8 +178,10 @@ func run(extra []string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return err
+	for _, n := range []string{ns, releaseNS} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+			return err
+		}
 	}
 	start := time.Now()
 	if err := parallel(*services, podWorkers, func(i int) error { return createService(ctx, c, i, firstEndpoints(i)) }); err != nil {

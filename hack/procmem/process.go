@@ -79,14 +79,14 @@ func controllerArgs(hdir, kubeconfig string, extra []string) ([]string, urls, er
 			"--haproxy-master-socket="+filepath.Join(hdir, "master.sock"),
 			"--haproxy-config="+filepath.Join(hdir, "haproxy.cfg"),
 			fmt.Sprintf("--state-bind-address=127.0.0.1:%d", ports[3]),
-			"--pod-name=data-plane-0", "--pod-namespace="+ns, "--pod-uid=00000000-0000-0000-0000-000000000001")
+			"--pod-name=data-plane-0", "--pod-namespace="+releaseNS, "--pod-uid=00000000-0000-0000-0000-000000000001")
 		// The chart passes the haproxy container's limit, which bounds the
 		// old workers; here with the limit that container has (-memory-limit).
 		if haproxyCgroup != nil && !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--haproxy-memory-limit") }) {
 			args = append(args, fmt.Sprintf("--haproxy-memory-limit=%d", haproxyCgroup.limit))
 		}
 	case "control":
-		args = append(args, "--role=control", "--data-plane-namespace="+ns, "--data-plane-selector=app.kubernetes.io/name=zerodrop-data-plane")
+		args = append(args, "--role=control", "--data-plane-namespace="+releaseNS, "--data-plane-selector=app.kubernetes.io/name=zerodrop-data-plane")
 	}
 	if *kubeFlag {
 		args = append(args, "--kubeconfig="+kubeconfig)
