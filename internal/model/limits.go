@@ -164,6 +164,19 @@ func FitChecks(demands []CheckDemand, perService, budget float64) map[string]int
 	return out
 }
 
+// OwnCheckFactor is the factor FitChecks gives a Service asking rate checks a
+// second where the budget leaves it all it asks: the smallest power of two
+// (at most MaxCheckStretch) that brings it to perService or under (1 with no
+// cap), and the rate it then asks.
+func OwnCheckFactor(rate, perService float64) (int, float64) {
+	f, r := 1, rate
+	for f < MaxCheckStretch && perService > 0 && r > perService {
+		f *= 2
+		r = rate / float64(f)
+	}
+	return f, r
+}
+
 // StretchChecks multiplies the check interval of svcKey's listeners in lb by
 // factor, at most to the largest interval a Probe holds.
 func StretchChecks(lb *LoadBalancer, svcKey string, factor int) {

@@ -92,6 +92,7 @@ func TestCheckLedgerKeepsItsCounts(t *testing.T) {
 		}
 		return slices.Sorted(maps.Keys(again)), n
 	}
+	binding, unbound := false, false
 	for step := range 3000 {
 		key := keys[rng.IntN(len(keys))]
 		if rng.IntN(3) == 0 {
@@ -117,5 +118,24 @@ func TestCheckLedgerKeepsItsCounts(t *testing.T) {
 		if _, want := walk(); n != want {
 			t.Fatalf("step %d: set(%s) counted %d stretched, a walk finds %d", step, key, n, want)
 		}
+		// The factors are FitChecks' over every demand, whether the
+		// budget binds or not (refit finds them without it where not).
+		all := slices.Collect(maps.Values(l.demands))
+		if want := model.FitChecks(all, l.limits.MaxServiceCheckRate, l.limits.NodeCheckBudget); !maps.Equal(l.factors, want) {
+			t.Fatalf("step %d: factors %v, FitChecks gives %v", step, l.factors, want)
+		}
+		sum := 0.0
+		for _, d := range all {
+			_, r := model.OwnCheckFactor(d.Rate, l.limits.MaxServiceCheckRate)
+			sum += r
+		}
+		if sum >= l.limits.NodeCheckBudget {
+			binding = true
+		} else {
+			unbound = true
+		}
+	}
+	if !binding || !unbound {
+		t.Fatalf("the budget bound: %v, did not bind: %v; the sequence must take both of refit's paths", binding, unbound)
 	}
 }
