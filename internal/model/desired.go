@@ -40,6 +40,15 @@ type DesiredOptions struct {
 	// ready endpoint (kube-proxy rejects), so a readiness gate that waits for
 	// the load balancer could never open.
 	KubeProxyHealthzPort int32
+	// ProbeDecidesLocal: node-mode listeners of externalTrafficPolicy Local
+	// keep every node NodeExcluded leaves in active, with or without a
+	// local endpoint, and leave a node without a ready one to the probe on
+	// healthCheckNodePort, which kube-proxy fails there (as
+	// cloud-provider-azure does: its pools hold the nodes whatever their
+	// endpoints). For a provider whose writes are slower than its probe's
+	// fall count (provider.ProbeDecider: Azure); false drains such a node
+	// at once (nodeBackends).
+	ProbeDecidesLocal bool
 }
 
 // Warning is a problem with one Service that the builder worked around.
@@ -107,7 +116,7 @@ func Desired(key string, services []ServiceInput, opts DesiredOptions) (*LoadBal
 					l.Probe.Kind, l.Probe.Port, l.Probe.Path = ProbeHTTP, opts.KubeProxyHealthzPort, "/healthz"
 				}
 				var local map[string]bool
-				if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+				if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal && !opts.ProbeDecidesLocal {
 					local = localNodes(in.Slices, sliceAddressType(svc))
 				}
 				l.Backends = nodeBackends(opts.Nodes, port.NodePort, local)
@@ -132,6 +141,8 @@ func Desired(key string, services []ServiceInput, opts DesiredOptions) (*LoadBal
 // after the probe's fall count; draining takes effect at once. The node stays
 // registered so that a pod starting there finds it (the readiness gate waits
 // for the node's backend to be active, never for its health: invariant 5).
+// Without local (Cluster, or Local where the probe decides:
+// DesiredOptions.ProbeDecidesLocal) every node is active.
 func nodeBackends(nodes []*corev1.Node, nodePort int32, local map[string]bool) []Backend {
 	var out []Backend
 	for _, n := range nodes {

@@ -75,6 +75,31 @@ type Settler interface {
 	RemovalSettle(key, listener string) time.Duration
 }
 
+// ProbeDecider is implemented by providers whose writes are slower than
+// their health probe's fall count (Azure: an ARM write takes seconds, the
+// probe takes a node out within a few intervals). For such a provider a
+// node-mode listener of an externalTrafficPolicy Local Service keeps every
+// node that model.NodeExcluded leaves in, active, whatever its local endpoints
+// (model.DesiredOptions.ProbeDecidesLocal): kube-proxy's healthCheckNodePort
+// answers 503 on a node without a ready local endpoint, and the probe takes
+// it out, as cloud-provider-azure relies on (its nodeIP and NIC pools hold
+// the nodes whatever their endpoints). A rollout that moves a pod to
+// another node then writes nothing; marking the node draining would cost
+// the rollout a write's latency where the probe needs none. A provider
+// whose writes are faster than its probe (HAProxy's runtime API) does not
+// implement it: a node without a local endpoint is drained at once.
+type ProbeDecider interface {
+	// ProbeDecidesLocal reports that the probe, not a write, takes a
+	// Local Service's node without a ready local endpoint out.
+	ProbeDecidesLocal() bool
+}
+
+// ProbeDecidesLocal reports whether p is a ProbeDecider that says so.
+func ProbeDecidesLocal(p Provider) bool {
+	d, ok := p.(ProbeDecider)
+	return ok && d.ProbeDecidesLocal()
+}
+
 // Lister is implemented by providers that can list every load balancer they
 // hold for zerodrop (and only those: names zerodrop gave them). The
 // controller uses it, once its caches have synced and on every resync, to

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
 )
 
 // checkLedger is the health-check demand of every Service the controller
@@ -401,13 +402,16 @@ func (c *Controller) checkInputs(ctx context.Context, key string, st *state) (de
 
 // desiredOptions are model.Desired's options as this role's reconcile uses
 // them: the control role does not register pods the readiness gate waits
-// for (it writes no load balancer).
+// for (it writes no load balancer). Where the provider's probe, not a
+// write, takes a Local Service's node out (provider.ProbeDecider: Azure),
+// node-mode Local listeners keep every node active.
 func (c *Controller) desiredOptions(ctx context.Context, nodes []*corev1.Node) model.DesiredOptions {
 	o := model.DesiredOptions{
 		Nodes:                nodes,
 		Unsupported:          c.opts.Provider.Unsupported(),
 		AddressMap:           c.opts.BackendAddressMap,
 		KubeProxyHealthzPort: c.opts.KubeProxyHealthzPort,
+		ProbeDecidesLocal:    provider.ProbeDecidesLocal(c.opts.Provider),
 	}
 	if c.opts.Role != RoleControl {
 		o.GatePending = c.gatePending(ctx)

@@ -198,7 +198,8 @@ func (c *Controller) collect(ctx context.Context, key string) (*state, error) {
 	for _, ins := range [][]model.ServiceInput{st.active, st.held} {
 		for i := range ins {
 			// Node mode reads them only for externalTrafficPolicy Local: a
-			// node without a local endpoint drains (model.Desired).
+			// node without a local endpoint drains (model.Desired), unless
+			// the provider leaves it to the probe (provider.ProbeDecider).
 			local := ins[i].Service.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 			if ins[i].Config.Mode != model.IPMode && !local {
 				continue

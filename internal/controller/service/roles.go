@@ -178,12 +178,7 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 	if err != nil {
 		return resultError, false, err
 	}
-	desired, warnings := model.Desired(key, st.active, model.DesiredOptions{
-		Nodes:                nodes,
-		Unsupported:          c.opts.Provider.Unsupported(),
-		AddressMap:           c.opts.BackendAddressMap,
-		KubeProxyHealthzPort: c.opts.KubeProxyHealthzPort,
-	})
+	desired, warnings := model.Desired(key, st.active, c.desiredOptions(ctx, nodes))
 	// The check limits as the replicas fit them, for the Services' status
 	// (model.Limits): the held Services' demands count as theirs do.
 	if c.checks.fits() {

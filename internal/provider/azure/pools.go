@@ -21,8 +21,9 @@ import (
 //     a node change is one write to that pool for all of them;
 //   - a node-mode Local Service (its probe is the HTTP check on
 //     healthCheckNodePort, see localListener) is never merged: it keeps its
-//     own pool zd-<ns>.<name>. Its contents are still all ready nodes; the
-//     probe keeps the nodes without a local endpoint out of rotation.
+//     own pool zd-<ns>.<name>. Its contents are still all nodes (none
+//     admin Down for want of a local endpoint: ProbeDecidesLocal); the
+//     probe keeps the nodes without a ready local endpoint out of rotation.
 //
 // Groups are rebuilt only when the whole load balancer is written anyway; a
 // shared pool keeps its name while its members stay together.

@@ -5,7 +5,19 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
 )
+
+var _ provider.ProbeDecider = (*Provider)(nil)
+
+// ProbeDecidesLocal implements provider.ProbeDecider: a node-mode Local
+// Service's pool holds every node, and the probe on healthCheckNodePort
+// takes out those without a ready local endpoint, as cloud-provider-azure's
+// nodeIP and NIC pools do. An admin state Down for such a node would be an
+// ARM write (seconds, and throttled) where the probe acts within its fall
+// count without one; a rollout that moves the pod to another node then
+// writes nothing (docs/azure.md, "What a rollout costs").
+func (p *Provider) ProbeDecidesLocal() bool { return true }
 
 // minProbeInterval is Azure's shortest probe interval in seconds.
 const minProbeInterval = 5
