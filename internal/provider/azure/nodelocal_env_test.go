@@ -151,6 +151,16 @@ func TestNodeLocalMoveWritesNothing(t *testing.T) {
 		s := mine()
 		return s == both, s
 	})
+	// The Service's address is written once the create's Apply returned:
+	// its call is on the record by then (the emulator stores a document a
+	// moment before it records the call).
+	testutil.Eventually(t, 30*time.Second, "the Service's address", func() (bool, string) {
+		var s corev1.Service
+		if err := c.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+			return false, err.Error()
+		}
+		return len(s.Status.LoadBalancer.Ingress) > 0, "no ingress yet"
+	})
 	_, from := emu.Calls(0)
 
 	// The new pod on node b: its readiness gate opens on the node as the
