@@ -115,6 +115,21 @@ func (r *replicaReads) skip(ctx context.Context, rep lbtarget.Replica, key strin
 	return true, err
 }
 
+// failed is the last error of each replica of rs whose last read failed:
+// those a look counts as not answering (observe), found without starting
+// a probe.
+func (r *replicaReads) failed(rs []lbtarget.Replica) map[string]error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]error{}
+	for _, rep := range rs {
+		if d := r.down[rep.Name]; d != nil {
+			out[rep.Name] = d.err
+		}
+	}
+	return out
+}
+
 // record keeps the outcome of a reconcile's read of a replica.
 func (r *replicaReads) record(name string, err error) {
 	r.mu.Lock()

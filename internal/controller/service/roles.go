@@ -153,6 +153,40 @@ func (v *replicaViews) listening(svcKey string) []string {
 	return out
 }
 
+// unservedYet sets why each of fresh, the Services whose address is
+// written now, is not served: in the words the next look at the replicas
+// will use while none serves it yet — each replica that counts without its
+// listener, or not answering as its last read found it, or no replica at
+// all. Only the replicas' list is read (the cache), no replica, so a
+// replica that does not answer delays no address. Worded otherwise, every
+// new Service's status was written a second time by its next look, a
+// second later, only to change that message: a control role with
+// thousands of new Services made thousands of writes more, and one
+// restarted before they were done made them in its first pass, where a
+// restart with nothing changed writes nothing (invariant 1).
+func (c *Controller) unservedYet(ctx context.Context, fresh []model.ServiceInput, desired *model.LoadBalancer, unserved map[*corev1.Service]string) {
+	const fallback = "waiting for data-plane replicas: they serve the Service at the address in its status, written now"
+	var views *replicaViews
+	if rs, err := c.opts.Replicas(ctx); err != nil {
+		logFrom(ctx).V(1).Info("listing the data-plane replicas for a new Service's status", "err", err.Error())
+	} else {
+		views = &replicaViews{lbs: map[string]*model.LoadBalancer{}, unread: c.replicaReads.failed(rs)}
+		for _, r := range rs {
+			views.names = append(views.names, r.Name)
+		}
+		sort.Strings(views.names)
+	}
+	for _, in := range fresh {
+		unserved[in.Service] = fallback
+		if views == nil {
+			continue
+		}
+		if w := views.waiting(in.Service.Namespace+"/"+in.Service.Name, desired); len(w) > 0 {
+			unserved[in.Service] = "waiting for data-plane replicas: " + strings.Join(w, ", ")
+		}
+	}
+}
+
 // reconcileControl is RoleControl's reconcile: addresses, finalizers and
 // status, with Ready and the finalizer's removal read from the data-plane
 // replicas. It writes no load balancer.
@@ -199,11 +233,11 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 	var fresh []model.ServiceInput
 	for _, in := range st.active {
 		if a, err := statusAddress(in.Service, netip.Prefix{}); err != nil || a != in.Address {
-			st.unserved[in.Service] = "waiting for data-plane replicas: they serve the Service at the address in its status, written now"
 			fresh = append(fresh, in)
 		}
 	}
 	if len(fresh) > 0 {
+		c.unservedYet(ctx, fresh, desired, st.unserved)
 		pending = true
 		first := &state{key: key, active: fresh, unserved: st.unserved}
 		if err := c.updateStatuses(ctx, first, model.Plan{}, warnings); err != nil {
