@@ -301,6 +301,9 @@ func run(extra []string) error {
 	time.Sleep(*idle)
 	m.row("restart, then idle "+idle.String(), 0, p.read(metricsURL, hdir))
 	fmt.Printf("restart: every load balancer verified after %s\n", rtook.Round(time.Second))
+	if d, ok := p.leadingAfter(started); ok {
+		fmt.Printf("restart: leading, every cache synced, after %s (the rest: the first pass's reconciles)\n", d.Round(100*time.Millisecond))
+	}
 	if reached != "" {
 		fmt.Printf("build: %s\nrestart: %s\n", reached, rreached)
 	}

@@ -245,6 +245,51 @@ func (r reading) metric(name string, labels ...string) float64 {
 	return -1
 }
 
+// leadingAfter is how long after started the process logged that it
+// leads with its caches synced (service.Controller.Start's line; klog's
+// text header, the command's default --log-format): the part of a phase
+// spent before the first reconcile. False when the line is not found.
+func (p *process) leadingAfter(started time.Time) (time.Duration, bool) {
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, `"leading: reconciling load balancers"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 || len(f[0]) != 5 {
+			return 0, false
+		}
+		t, err := time.ParseInLocation("0102 15:04:05.000000", f[0][1:]+" "+f[1], time.Local)
+		if err != nil {
+			return 0, false
+		}
+		t = t.AddDate(started.Year(), 0, 0)
+		if d := t.Sub(started); d >= 0 {
+			return d, true
+		}
+		return 0, false
+	}
+	return 0, false
+}
+
+// apiWrites sums the process's requests to the apiserver that write
+// (client-go's rest_client_requests_total by method); -1 when not scraped.
+func (r reading) apiWrites() float64 {
+	total, found := 0.0, false
+	for _, method := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+		if v, ok := r.metrics.Sum("rest_client_requests_total", "method", method); ok {
+			total, found = total+v, true
+		}
+	}
+	if !found && r.metric("rest_client_requests_total") < 0 {
+		return -1
+	}
+	return total
+}
+
 func scrape(url string) (promtext.Metrics, error) {
 	return promtext.Fetch(context.Background(), &http.Client{Timeout: 10 * time.Second}, url)
 }

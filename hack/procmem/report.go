@@ -19,8 +19,12 @@ type phaseRow struct {
 	// cpu, writes, reloads and oom happened during the phase; hcpu,
 	// hreloads and hoom for HAProxy (every process, current and old).
 	cpu, writes, reloads, hcpu float64
-	hreloads                   int
-	oom, hoom                  int64
+	// apiWrites are the controller's requests to the apiserver that
+	// write (Service status and finalizers, Events, the leader Lease's
+	// renewals), during the phase.
+	apiWrites float64
+	hreloads  int
+	oom, hoom int64
 	// peak and hpeak are the memory cgroups' peaks during the phase (v1;
 	// v2: since the cgroup's creation); -1 without a cgroup.
 	peak, hpeak int64
@@ -52,9 +56,11 @@ func (m *meter) start() {
 // row records the phase name, done after took, whose last reading is r.
 func (m *meter) row(name string, took time.Duration, r reading) {
 	row := phaseRow{name: name, took: took, r: r, peak: -1, hpeak: -1,
-		cpu: r.cpu, writes: r.metric("zerodrop_provider_writes_total"), reloads: r.metric("zerodrop_provider_writes_total", "op", "reload")}
+		cpu: r.cpu, writes: r.metric("zerodrop_provider_writes_total"), reloads: r.metric("zerodrop_provider_writes_total", "op", "reload"),
+		apiWrites: r.apiWrites()}
 	if p := m.prev; p != nil {
 		row.cpu = sub(r.cpu, p.cpu)
+		row.apiWrites = sub(row.apiWrites, p.apiWrites())
 		row.writes = sub(row.writes, p.metric("zerodrop_provider_writes_total"))
 		row.reloads = sub(row.reloads, p.metric("zerodrop_provider_writes_total", "op", "reload"))
 	}
@@ -98,14 +104,15 @@ func sub(a, b float64) float64 {
 // print writes the report's tables: the controller's and, where there is
 // an HAProxy, its processes'.
 func (m *meter) print() {
-	fmt.Println("| phase | done after | peak RSS (VmHWM) | RSS | Go heap in use | Go memory from the OS | GOMEMLIMIT | CPU | provider writes (reloads) | cgroup peak | OOM kills |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| phase | done after | peak RSS (VmHWM) | RSS | Go heap in use | Go memory from the OS | GOMEMLIMIT | CPU | provider writes (reloads) | API writes | cgroup peak | OOM kills |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range m.rows {
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s (%s) | %s | %s |\n", r.name, took(r.took), mib(r.r.hwm), mib(r.r.rss),
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s (%s) | %s | %s | %s |\n", r.name, took(r.took), mib(r.r.hwm), mib(r.r.rss),
 			mibF(r.r.metric("go_memstats_heap_inuse_bytes")), mibF(r.r.metric("go_memstats_sys_bytes")),
 			limit(r.r.metric("go_gc_gomemlimit_bytes")), cpuSeconds(r.cpu),
-			count(r.writes), count(r.reloads), cgroupBytes(r.peak), oomText(controllerCgroup, r.oom))
+			count(r.writes), count(r.reloads), count(r.apiWrites), cgroupBytes(r.peak), oomText(controllerCgroup, r.oom))
 	}
+	fmt.Println("API writes: the controller's requests to the apiserver that write (POST, PUT, PATCH, DELETE: Service status and finalizers, Events, the leader Lease's renewals), from its rest_client_requests_total")
 	if g := cmp.Or(controllerCgroup, haproxyCgroup); g != nil {
 		when := "in the phase"
 		if g.v2 {
