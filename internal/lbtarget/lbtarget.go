@@ -98,9 +98,12 @@ type Target struct {
 	// be a cycle, invariant 5).
 	NodeOnly bool
 	// LastLocal: NodeOnly, and the pod is its node's last endpoint of the
-	// Service that is not terminating, so the node's backend drains (the
-	// controller drains it; see model.Desired). Otherwise a node-mode pod is
-	// reached through kube-proxy on the nodes in Sending.
+	// Service that is not terminating, so the node leaves the rotation: the
+	// controller drains its backend (model.Desired), or, where the provider
+	// leaves a Local node to its probe (provider.ProbeDecider: Azure), the
+	// health check fails once kube-proxy has no ready local endpoint, which
+	// ProbedDown reads. Otherwise a node-mode pod is reached through
+	// kube-proxy on the nodes in Sending.
 	LastLocal bool
 	// Sending lists, for a node-mode target that is not LastLocal, the nodes
 	// whose kube-proxy may still send the load balancer's new connections to
