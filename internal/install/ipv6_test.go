@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -165,7 +166,7 @@ func TestChartIPv6DataPlane(t *testing.T) {
 	// The control role reads the replica's state endpoint on [fd00::a]:9092,
 	// as Discovery dials a replica: its pod IP and the state port.
 	tlsFor := stateAuthority(t, restCfg, namespace, labels.SelectorFromSet(ds.Spec.Selector.MatchLabels))
-	base := "https://" + net.JoinHostPort(v6HostIP, fmt.Sprint(portOf(t, zc, "state")))
+	base := "https://" + net.JoinHostPort(v6HostIP, fmt.Sprint(bindPort(t, zc, "--state-bind-address")))
 	remote := &dataplane.Remote{Replica: pod.Name, BaseURL: base, Client: &http.Client{Timeout: 5 * time.Second,
 		Transport: &http.Transport{DialContext: node.DialContext, TLSClientConfig: tlsFor(string(pod.UID))}}}
 	testutil.Eventually(t, 90*time.Second, "the control role to read the replica's state at "+base, func() (bool, string) {
@@ -174,7 +175,7 @@ func TestChartIPv6DataPlane(t *testing.T) {
 	})
 
 	// The probe and metrics ports: on the node's address, nowhere else.
-	probes, metricsPort := portOf(t, zc, "probes"), portOf(t, zc, "metrics")
+	probes, metricsPort := bindPort(t, zc, "--health-probe-bind-address"), bindPort(t, zc, "--metrics-bind-address")
 	plain := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: node.DialContext}}
 	testutil.Eventually(t, 30*time.Second, "the kubelet's liveness probe on the node's address", func() (bool, string) {
 		err := getOK(plain, "http://"+net.JoinHostPort(v6HostIP, fmt.Sprint(probes))+"/healthz")
@@ -190,7 +191,7 @@ func TestChartIPv6DataPlane(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 	for _, other := range []string{v6OtherIP, "127.0.0.1", "::1"} {
-		for name, port := range map[string]int{"probes": probes, "metrics": metricsPort, "state": portOf(t, zc, "state")} {
+		for name, port := range map[string]int{"probes": probes, "metrics": metricsPort, "state": bindPort(t, zc, "--state-bind-address")} {
 			addr := net.JoinHostPort(other, fmt.Sprint(port))
 			if conn, err := node.DialContext(ctx, "tcp", addr); err == nil {
 				conn.Close()
@@ -390,14 +391,24 @@ func containerNamed(t *testing.T, ds *appsv1.DaemonSet, name string) corev1.Cont
 	return corev1.Container{}
 }
 
-// portOf is c's container port called name.
-func portOf(t *testing.T, c corev1.Container, name string) int {
+// bindPort is the port of c's listen-address flag (--flag=[host]:port): the
+// data-plane pod declares no container ports (a host-network pod's would be
+// host ports, which a surge replica on the node could not have).
+func bindPort(t *testing.T, c corev1.Container, flag string) int {
 	t.Helper()
-	for _, p := range c.Ports {
-		if p.Name == name {
-			return int(p.ContainerPort)
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			_, port, err := net.SplitHostPort(v)
+			if err != nil {
+				t.Fatalf("container %s: %s=%s: %v", c.Name, flag, v, err)
+			}
+			n, err := strconv.Atoi(port)
+			if err != nil {
+				t.Fatalf("container %s: %s=%s: %v", c.Name, flag, v, err)
+			}
+			return n
 		}
 	}
-	t.Fatalf("container %s has no port %s", c.Name, name)
+	t.Fatalf("container %s has no %s", c.Name, flag)
 	return 0
 }
