@@ -81,7 +81,9 @@ type ChaosFigures struct {
 }
 
 // ReplicaFigures are lb-replica-restart's figures by phase: the requests
-// that failed (late ones included) and the long connections that broke from
+// that failed (late ones included, but not those the lab client's own
+// stalled timer started late: the run's requests_late_client_stall counts those) and
+// the long connections that broke from
 // the phase's start until the workload was steady after it (no failure for
 // 5 s: a failure is counted when its request ends).
 type ReplicaFigures struct {

@@ -65,8 +65,8 @@ type MidPlanWriters interface {
 type Act struct {
 	Mark func(format string, args ...any)
 	// PhaseEnd waits until the workload is steady and returns the
-	// requests failed and long connections broken since the last phase
-	// ended (or the act began).
+	// requests failed (the client's own stalls not counted) and long
+	// connections broken since the last phase ended (or the act began).
 	PhaseEnd func() (failed, broken int64, err error)
 	// WaitSteady waits until the workload is steady.
 	WaitSteady func(ctx context.Context) error
