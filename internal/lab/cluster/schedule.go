@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -46,10 +48,24 @@ func fits(pod *corev1.Pod, node *corev1.Node) (ok bool, reason string) {
 
 // bind schedules a pod on the node with the fewest pods of its namespace
 // among those it fits (schedule.go; a spreading scheduler), through the
-// pods/binding subresource.
+// pods/binding subresource. A pod no node fits stays Pending, its
+// PodScheduled condition False with the reasons, and is tried again (the
+// queue's backoff) until one does.
 func (a *Agent) bind(ctx context.Context, pod *corev1.Pod) error {
 	a.bindMu.Lock()
 	defer a.bindMu.Unlock()
+	everywhere, err := a.Pods.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	onNode := map[string][]*corev1.Pod{}
+	for _, p := range everywhere {
+		if node := a.nodeOf(p); node != "" {
+			onNode[node] = append(onNode[node], p)
+		}
+	}
+	a.mu.Unlock()
 	count := map[string]int{}
 	var candidates, refused []string
 	for _, n := range a.nodes {
@@ -57,7 +73,11 @@ func (a *Agent) bind(ctx context.Context, pod *corev1.Pod) error {
 		if err != nil {
 			continue
 		}
-		if ok, why := fits(pod, node); !ok {
+		ok, why := fits(pod, node)
+		if ok {
+			ok, why = portsFree(pod, onNode[n])
+		}
+		if !ok {
 			refused = append(refused, n+": "+why)
 			continue
 		}
@@ -65,6 +85,10 @@ func (a *Agent) bind(ctx context.Context, pod *corev1.Pod) error {
 		count[n] = 0
 	}
 	if len(candidates) == 0 {
+		msg := fmt.Sprintf("0/%d nodes are available: %s", len(a.nodes), strings.Join(refused, "; "))
+		if err := a.markUnschedulable(ctx, pod, msg); err != nil {
+			a.logf("agent: pod %s/%s: report it unschedulable: %v", pod.Namespace, pod.Name, err)
+		}
 		return fmt.Errorf("no node fits %s/%s (%s)", pod.Namespace, pod.Name, strings.Join(refused, "; "))
 	}
 	all, err := a.Pods.Pods(pod.Namespace).List(labels.Everything())
@@ -76,10 +100,7 @@ func (a *Agent) bind(ctx context.Context, pod *corev1.Pod) error {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		node := p.Spec.NodeName
-		if node == "" {
-			node = a.boundTo[p.Namespace+"/"+p.Name]
-		}
+		node := a.nodeOf(p)
 		if _, ok := count[node]; ok {
 			count[node]++
 		}
@@ -100,4 +121,36 @@ func (a *Agent) bind(ctx context.Context, pod *corev1.Pod) error {
 	a.boundTo[pod.Namespace+"/"+pod.Name] = target
 	a.mu.Unlock()
 	return nil
+}
+
+// nodeOf is the node p is bound to, or was just bound to by this agent
+// before its informer shows it; "" for a pod not bound. a.mu is held.
+func (a *Agent) nodeOf(p *corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return p.Spec.NodeName
+	}
+	return a.boundTo[p.Namespace+"/"+p.Name]
+}
+
+// markUnschedulable sets the pod's PodScheduled condition False, reason
+// Unschedulable, with msg, as kube-scheduler reports a pod no node fits;
+// nothing is written when the pod already says so.
+func (a *Agent) markUnschedulable(ctx context.Context, pod *corev1.Pod, msg string) error {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse &&
+			c.Reason == corev1.PodReasonUnschedulable && c.Message == msg {
+			return nil
+		}
+	}
+	cond := a.condition(pod, corev1.PodScheduled, false, corev1.PodReasonUnschedulable)
+	cond.Message = msg
+	data, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
+	if err != nil {
+		return err
+	}
+	_, err = a.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
