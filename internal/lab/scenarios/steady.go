@@ -112,7 +112,13 @@ func (r *run) backendsSteady(ctx context.Context, v world.View, want int32) (boo
 		return false, err.Error()
 	}
 	local := r.backend == BackendNode && r.policy == PolicyLocal
+	// zerodrop drains a node without a ready local endpoint, unless its
+	// provider leaves that to the probe (Azure): then every node stays
+	// active and only the serving ones are up, as with the CCM's pools.
 	drains := local && r.mode == report.ModeZerodrop
+	if d, ok := r.world.(world.ProbeDecider); ok && d.ProbeDecidesLocal() {
+		drains = false
+	}
 	active, up := 0, 0
 	for _, b := range bs {
 		if local && r.taintedAddrs[b.Address] {

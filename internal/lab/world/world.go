@@ -162,6 +162,15 @@ type Measurer interface {
 	ActEnd(ctx context.Context, res *report.Result) error
 }
 
+// ProbeDecider is a Run whose zerodrop provider leaves a node-mode
+// externalTrafficPolicy Local Service's nodes to the load balancer's probe
+// (provider.ProbeDecider: every node stays active, the probe takes out those
+// without a ready local endpoint), so steady means the serving nodes up,
+// not the others drained.
+type ProbeDecider interface {
+	ProbeDecidesLocal() bool
+}
+
 // RestartObserver is a Run told of each stop of the writer in the
 // scenarios that stop it (restart-idle, kill-mid-plan), as it is sent:
 // i from 0, stop the signal's name. The world's figures per restart are

@@ -22,6 +22,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
+	azureprovider "zerodrop.dev/zerodrop/internal/provider/azure"
 )
 
 // The Azure resources of a traffic run (one emulator per run).
@@ -152,6 +153,15 @@ func (a *run) Stop() {
 	if a.served != nil {
 		_ = a.served.Close()
 	}
+}
+
+var _ world.ProbeDecider = (*run)(nil)
+
+// ProbeDecidesLocal: zerodrop's Azure provider leaves a node-mode Local
+// Service's nodes to the probe (what its own provider says, so the lab's
+// steady check follows the code it measures).
+func (a *run) ProbeDecidesLocal() bool {
+	return provider.ProbeDecidesLocal(&azureprovider.Provider{})
 }
 
 // OwnsWriters: in the upstream and recipe modes the writer is the CCM
