@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +14,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/model"
 )
 
@@ -74,15 +77,39 @@ func actMaintenance(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
+	// Each write of the wait, by verb and when it landed, goes in the
+	// timeline: a count alone does not say what the writer did.
+	var (
+		mu     sync.Mutex
+		landed []string
+	)
+	taintedAt := time.Now()
+	ww, watched := r.world.(world.WriteWatcher)
+	if watched {
+		ww.OnWrite(func(verb string) {
+			mu.Lock()
+			defer mu.Unlock()
+			landed = append(landed, fmt.Sprintf("%s (+%.1fs)", verb, time.Since(taintedAt).Seconds()))
+		})
+	}
 	snap := r.rec.Snapshot()
 	wait := r.lab.opts.maintenanceWait()
-	if !traffic.SleepCtx(ctx, wait) {
+	slept := traffic.SleepCtx(ctx, wait)
+	if watched {
+		ww.OnWrite(nil)
+	}
+	if !slept {
 		return ctx.Err()
 	}
 	after, err := r.world.Writes()
 	if err != nil {
 		return err
 	}
+	mu.Lock()
+	if len(landed) > 0 {
+		r.mark("writes after the mark: %s", strings.Join(landed, ", "))
+	}
+	mu.Unlock()
 	now := r.rec.Snapshot()
 	r.maintenance = &report.MaintenanceFigures{Node: node, Signal: signal, WaitSeconds: wait.Seconds(), WritesDuringWait: after - before,
 		FailedDuringWait: now.Failed - snap.Failed, BrokenDuringWait: now.LongBroken - snap.LongBroken}
