@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/model"
 )
 
@@ -97,13 +98,19 @@ func (c *Controller) readReplicas(ctx context.Context, key string) (*replicaView
 	if err != nil {
 		return nil, fmt.Errorf("data-plane replicas: %w", err)
 	}
-	v := &replicaViews{}
+	lbs, unread := c.replicaReads.observe(ctx, rs, key)
+	return newReplicaViews(rs, lbs, unread), nil
+}
+
+// newReplicaViews is the replicas rs as a look found them: lbs read,
+// unread not answering.
+func newReplicaViews(rs []lbtarget.Replica, lbs map[string]*model.LoadBalancer, unread map[string]error) *replicaViews {
+	v := &replicaViews{lbs: lbs, unread: unread}
 	for _, r := range rs {
 		v.names = append(v.names, r.Name)
 	}
-	v.lbs, v.unread = c.replicaReads.observe(ctx, rs, key)
 	sort.Strings(v.names)
-	return v, nil
+	return v
 }
 
 // waiting lists the replicas that do not serve every listener of svc in
@@ -170,11 +177,7 @@ func (c *Controller) unservedYet(ctx context.Context, fresh []model.ServiceInput
 	if rs, err := c.opts.Replicas(ctx); err != nil {
 		logFrom(ctx).V(1).Info("listing the data-plane replicas for a new Service's status", "err", err.Error())
 	} else {
-		views = &replicaViews{lbs: map[string]*model.LoadBalancer{}, unread: c.replicaReads.failed(rs)}
-		for _, r := range rs {
-			views.names = append(views.names, r.Name)
-		}
-		sort.Strings(views.names)
+		views = newReplicaViews(rs, map[string]*model.LoadBalancer{}, c.replicaReads.failed(rs))
 	}
 	for _, in := range fresh {
 		unserved[in.Service] = fallback
