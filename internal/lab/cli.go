@@ -100,7 +100,9 @@ type flags struct {
 	az                                                                                            azureFlags
 	recipe                                                                                        scenarios.Recipe
 	gracePeriod, maintenanceWait                                                                  time.Duration
-	chaos                                                                                         scenarios.ChaosOptions
+	// policyGiven: --traffic-policy was on the command line.
+	policyGiven bool
+	chaos       scenarios.ChaosOptions
 }
 
 // parseFlags parses args; ok false: exit with code (0 for -help, 2 for a
@@ -111,7 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.StringVar(&f.scenario, "scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down, lb-replica-restart (with --data-plane-replicas), or all")
 	fs.StringVar(&f.mode, "mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator, upstream and recipe are the real cloud-provider-azure, and gates is that CCM with zerodrop's gates only)")
 	fs.StringVar(&f.backend, "backend", scenarios.BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
-	fs.StringVar(&f.policy, "traffic-policy", scenarios.PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy")
+	fs.StringVar(&f.policy, "traffic-policy", scenarios.PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy (rollout-local and restart-idle run with local whatever it says; maintenance with local unless it is given)")
 	fs.StringVar(&f.jsonPath, "json", "", "write the JSON report to `FILE`")
 	fs.StringVar(&f.htmlPath, "html", "", "write an HTML report with timelines to `FILE` (default: "+defaultHTML+" in the repository)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "check the flags and scenarios and print the runs the lab would make and what it would not run, with why; start nothing")
@@ -154,6 +156,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		}
 		return flags{}, 2, false
 	}
+	fs.Visit(func(fl *flag.Flag) { f.policyGiven = f.policyGiven || fl.Name == "traffic-policy" })
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
 		return flags{}, 2, false
@@ -216,6 +219,7 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, error) {
 	if opts.TrafficPolicies, ok = oneOrBoth(f.policy, scenarios.PolicyCluster, scenarios.PolicyLocal); !ok {
 		return scenarios.Options{}, nil, fmt.Errorf("--traffic-policy %q: want cluster, local or both", f.policy)
 	}
+	opts.PolicyGiven = f.policyGiven
 	return opts, notRun, nil
 }
 

@@ -41,6 +41,10 @@ type Options struct {
 	// run each scenario with; default ip and cluster.
 	Backends        []string
 	TrafficPolicies []string
+	// PolicyGiven: TrafficPolicies was asked for (--traffic-policy), not
+	// the default; a scenario whose policy is only its default
+	// (maintenance) then runs with TrafficPolicies.
+	PolicyGiven bool
 	// Executable is the zerodrop binary the controllers run as
 	// (`<Executable> controller …`); default os.Executable().
 	Executable string

@@ -156,3 +156,32 @@ func TestPlan(t *testing.T) {
 		t.Errorf("not run %v, want kill-mid-plan's node/cluster variant", notRun)
 	}
 }
+
+// TestPlanMaintenancePolicy: maintenance runs with Local unless a traffic
+// policy is given (its Cluster cell, for a Local cell that loses), while
+// restart-idle stays bound to Local either way.
+func TestPlanMaintenancePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		given bool
+		want  []string
+	}{
+		{"default policy", false, []string{"maintenance node/local upstream", "restart-idle node/local upstream"}},
+		{"policy given", true, []string{"maintenance node/cluster upstream", "restart-idle node/local upstream"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan, _, err := Plan(Options{Scenarios: []string{scenarioMaintenance, scenarioRestartIdle}, Modes: []report.Mode{report.ModeUpstream},
+				Backends: []string{BackendIP}, TrafficPolicies: []string{PolicyCluster}, PolicyGiven: tc.given})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range plan {
+				got = append(got, p.String())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("plan %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

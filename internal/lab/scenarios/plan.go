@@ -69,7 +69,7 @@ func Plan(opts Options) ([]Planned, []NotRun, error) {
 			notRun = append(notRun, NotRun{Scenario: sc.Name, Mode: report.ModeZerodrop, Variant: variant{BackendNode, PolicyCluster}.String(),
 				Reason: "node backends with Cluster send to every node whatever the pods do: a rollout makes no plan to kill the writer in"})
 		}
-		for _, sv := range scenarioVariants(sc, all) {
+		for _, sv := range scenarioVariants(sc, all, opts.PolicyGiven) {
 			for _, mode := range opts.Modes {
 				v := sv
 				if where.Modes != nil && !slices.Contains(where.Modes, mode) {

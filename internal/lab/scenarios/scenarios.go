@@ -12,8 +12,11 @@ type scenario struct {
 	Name     string
 	about    string
 	replicas int32
-	// policy, when set, is the only traffic policy the scenario runs with.
-	policy string
+	// policy, when set, is the only traffic policy the scenario runs with
+	// — unless policyDefault: then it is the default, and a traffic policy
+	// given on the command line (Options.PolicyGiven) replaces it.
+	policy        string
+	policyDefault bool
 	// act disrupts and returns once the workload is steady again.
 	act func(ctx context.Context, r *run) error
 	// lossless: a zerodrop run fails unless it lost nothing (see lossless).
@@ -35,7 +38,7 @@ var All = []scenario{
 	{Name: scenarioRestartIdle, about: "nothing changes: the load balancer's writer killed and restarted --idle-restarts times (default 6), SIGKILL and SIGTERM in turn, while WebSockets stay connected through an externalTrafficPolicy Local Service",
 		replicas: replicas, policy: PolicyLocal, act: actRestartIdle},
 	{Name: scenarioMaintenance, about: "a node serving the workload tainted ToBeDeletedByClusterAutoscaler (as the cluster autoscaler does before a drain), nothing else changed for --maintenance-wait (default 5 min: longer than the service controller's 100 s node resync), then the writer restarted as restart-idle does, WebSockets connected through an externalTrafficPolicy Local Service",
-		replicas: replicas, policy: PolicyLocal, act: actMaintenance},
+		replicas: replicas, policy: PolicyLocal, policyDefault: true, act: actMaintenance},
 	{Name: "restart", about: "the controller restarted 3 times during a rolling update", replicas: replicas, act: actRestart},
 	{Name: "scale-down", about: "3 → 1 replicas", replicas: replicas, act: actScaleDown},
 	{Name: "drain-node", about: "cordon a node, evict its pods through the eviction API", replicas: 4, act: actDrainNode},
@@ -51,14 +54,17 @@ var All = []scenario{
 }
 
 // scenarioVariants are the variants sc runs in: all, or, for a scenario
-// bound to a traffic policy, each backend once with that policy.
-func scenarioVariants(sc scenario, all []variant) []variant {
+// bound to a traffic policy, each backend once with that policy. A scenario
+// whose policy is its default only (maintenance: the incident's cells are
+// Local, and Cluster is run for a cell that loses) runs in all when the
+// traffic policy was given (policyGiven).
+func scenarioVariants(sc scenario, all []variant, policyGiven bool) []variant {
 	if sc.Name == report.ScenarioKillMidPlan {
 		// Node mode with Cluster sends to every node whatever the pods do:
 		// a rollout makes no plan, so there is no plan to kill the writer in.
 		all = slices.DeleteFunc(slices.Clone(all), func(v variant) bool { return v == variant{BackendNode, PolicyCluster} })
 	}
-	if sc.policy == "" {
+	if sc.policy == "" || sc.policyDefault && policyGiven {
 		return all
 	}
 	var out []variant

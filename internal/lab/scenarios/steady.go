@@ -121,10 +121,11 @@ func (r *run) backendsSteady(ctx context.Context, v world.View, want int32) (boo
 	}
 	active, up := 0, 0
 	for _, b := range bs {
-		if local && r.taintedAddrs[b.Address] {
+		if r.backend == BackendNode && r.taintedAddrs[b.Address] {
 			// A node the run tainted for deletion (maintenance): one
 			// writer takes it out, another keeps it (NIC-based pools
-			// on Azure), and either is steady.
+			// on Azure), and either is steady; with Cluster its
+			// kube-proxy's health check fails from the taint on.
 			continue
 		}
 		if b.State != model.Active && !drains {
