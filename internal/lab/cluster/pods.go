@@ -204,13 +204,19 @@ func (r *podRuntime) status() (ready map[string]bool, finished time.Time, exitCo
 	return ready, r.finishedAt, r.exitCode
 }
 
-func (r *podRuntime) setReady(container string, ready bool) {
+// setReady records container's readiness; why, when set, is the failed
+// probe's detail, logged with a change.
+func (r *podRuntime) setReady(container string, ready bool, why string) {
 	r.mu.Lock()
 	changed := r.ready[container] != ready
 	r.ready[container] = ready
 	r.mu.Unlock()
 	if changed {
-		r.logf("pod %s container %s ready=%v", r.key, container, ready)
+		if why != "" {
+			r.logf("pod %s container %s ready=%v (probe: %s)", r.key, container, ready, why)
+		} else {
+			r.logf("pod %s container %s ready=%v", r.key, container, ready)
+		}
 		r.notify()
 	}
 }
@@ -232,15 +238,15 @@ func (r *podRuntime) probeLoop(ctx context.Context, c *corev1.Container) {
 	}
 	ok, bad := 0, 0
 	for {
-		if r.probe(ctx, c, p, timeout) {
+		if passed, detail := r.probe(ctx, c, p, timeout); passed {
 			ok, bad = ok+1, 0
 			if ok >= success {
-				r.setReady(c.Name, true)
+				r.setReady(c.Name, true, "")
 			}
 		} else {
 			ok, bad = 0, bad+1
 			if bad >= failure {
-				r.setReady(c.Name, false)
+				r.setReady(c.Name, false, detail)
 			}
 		}
 		if !traffic.SleepCtx(ctx, period) {
@@ -249,31 +255,37 @@ func (r *podRuntime) probeLoop(ctx context.Context, c *corev1.Container) {
 	}
 }
 
-func (r *podRuntime) probe(ctx context.Context, c *corev1.Container, p *corev1.Probe, timeout time.Duration) bool {
+// probe runs one probe and says whether it passed, and if not why.
+func (r *podRuntime) probe(ctx context.Context, c *corev1.Container, p *corev1.Probe, timeout time.Duration) (bool, string) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	switch {
 	case p.HTTPGet != nil:
 		u, err := r.hookURL(c, p.HTTPGet)
 		if err != nil {
-			return false
+			return false, err.Error()
 		}
-		code, _, err := httpGetDetail(ctx, r.client, u, p.HTTPGet.HTTPHeaders)
-		return err == nil && code >= 200 && code < 400
+		code, detail, err := httpGetDetail(ctx, r.client, u, p.HTTPGet.HTTPHeaders)
+		if err != nil {
+			return false, err.Error()
+		}
+		return code >= 200 && code < 400, fmt.Sprintf("%d %s", code, detail)
 	case p.TCPSocket != nil:
 		port, err := containerPort(c, p.TCPSocket.Port)
 		if err != nil {
-			return false
+			return false, err.Error()
 		}
 		conn, err := r.env.dial(ctx, "tcp", netip.AddrPortFrom(r.hostOf(p.TCPSocket.Host), uint16(port)).String())
 		if err != nil {
-			return false
+			return false, err.Error()
 		}
 		conn.Close()
-		return true
+		return true, ""
+	case p.Exec != nil:
+		return r.execProbe(ctx, c, p.Exec.Command)
 	default:
-		// Exec and gRPC probes are not run: the container counts as ready.
-		return true
+		// gRPC probes are not run: the container counts as ready.
+		return true, ""
 	}
 }
 

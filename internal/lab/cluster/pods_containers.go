@@ -197,7 +197,7 @@ func (r *podRuntime) supervise(cp *containerProc, p *netlab.Process) {
 	if stopping {
 		return
 	}
-	r.setReady(cp.c.Name, false)
+	r.setReady(cp.c.Name, false, "")
 	backoff := min(10*time.Second<<(n-1), 5*time.Minute)
 	r.logf("pod %s container %s exited (%d); started again in %s", r.key, cp.c.Name, code, backoff)
 	r.notify()
@@ -367,7 +367,9 @@ func mountScript(r *podRuntime, c *corev1.Container) (string, error) {
 	if wd == "" {
 		wd = "/"
 	}
-	lines = append(lines, "cd "+ShellQuote(wd), `exec "$@"`)
+	// The container has started (an exec probe runs in it from now on).
+	lines = append(lines, "mkdir -p "+path.Dir(containerStarted), ": > "+containerStarted,
+		"cd "+ShellQuote(wd), `exec "$@"`)
 	return strings.Join(lines, "\n"), nil
 }
 
