@@ -37,7 +37,7 @@ var All = []scenario{
 		replicas: 1, policy: PolicyLocal, act: actRolloutLocal},
 	{Name: scenarioRestartIdle, about: "nothing changes: the load balancer's writer killed and restarted --idle-restarts times (default 6), SIGKILL and SIGTERM in turn, while WebSockets stay connected through an externalTrafficPolicy Local Service",
 		replicas: replicas, policy: PolicyLocal, act: actRestartIdle},
-	{Name: scenarioMaintenance, about: "a node serving the workload tainted ToBeDeletedByClusterAutoscaler (as the cluster autoscaler does before a drain), nothing else changed for --maintenance-wait (default 5 min: longer than the service controller's 100 s node resync), then the writer restarted as restart-idle does, WebSockets connected through an externalTrafficPolicy Local Service",
+	{Name: scenarioMaintenance, about: "a node serving the workload tainted ToBeDeletedByClusterAutoscaler (as the cluster autoscaler does before a drain), nothing else changed for --maintenance-wait (default 5 min: longer than the service controller's 100 s node resync), then the writer restarted as restart-idle does, WebSockets connected through an externalTrafficPolicy Local Service (Cluster with --traffic-policy cluster)",
 		replicas: replicas, policy: PolicyLocal, policyDefault: true, act: actMaintenance},
 	{Name: "restart", about: "the controller restarted 3 times during a rolling update", replicas: replicas, act: actRestart},
 	{Name: "scale-down", about: "3 → 1 replicas", replicas: replicas, act: actScaleDown},
