@@ -113,7 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.StringVar(&f.scenario, "scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down, lb-replica-restart (with --data-plane-replicas), or all")
 	fs.StringVar(&f.mode, "mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator, upstream and recipe are the real cloud-provider-azure, and gates is that CCM with zerodrop's gates only)")
 	fs.StringVar(&f.backend, "backend", scenarios.BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
-	fs.StringVar(&f.policy, "traffic-policy", scenarios.PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy (rollout-local and restart-idle run with local whatever it says; maintenance with local unless it is given)")
+	fs.StringVar(&f.policy, "traffic-policy", scenarios.PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy (rollout-local and restart-idle run with local whatever it says; maintenance with local unless it is given and maintenance is named, not through all)")
 	fs.StringVar(&f.jsonPath, "json", "", "write the JSON report to `FILE`")
 	fs.StringVar(&f.htmlPath, "html", "", "write an HTML report with timelines to `FILE` (default: "+defaultHTML+" in the repository)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "check the flags and scenarios and print the runs the lab would make and what it would not run, with why; start nothing")
@@ -219,7 +219,10 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, error) {
 	if opts.TrafficPolicies, ok = oneOrBoth(f.policy, scenarios.PolicyCluster, scenarios.PolicyLocal); !ok {
 		return scenarios.Options{}, nil, fmt.Errorf("--traffic-policy %q: want cluster, local or both", f.policy)
 	}
-	opts.PolicyGiven = f.policyGiven
+	// `--scenario all --traffic-policy both` keeps maintenance in Local
+	// (each of its runs waits --maintenance-wait): its other policy is
+	// run by naming it.
+	opts.PolicyGiven = f.policyGiven && !slices.Contains(strings.Split(f.scenario, ","), "all")
 	return opts, notRun, nil
 }
 
