@@ -40,7 +40,8 @@ type DataPlane interface {
 	// pod is the runner's.
 	PodScrape(p *corev1.Pod) (last Scrape, ok bool)
 	// PodStopping is the agent's call before a pod of the run is told to
-	// stop, after its last scrape (a data-plane pod's route withdrawn).
+	// stop, after its last scrape (a data-plane pod's termination marked;
+	// its node's route stays).
 	PodStopping(p *corev1.Pod)
 }
 

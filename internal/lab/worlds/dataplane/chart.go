@@ -159,10 +159,13 @@ func (p *Plane) chartReplica(pod *corev1.Pod) *Replica {
 // StartChart waits, once the chart is installed, until its DaemonSet has a
 // ready pod on every load-balancer host and the lab views each replica's
 // HAProxy, and routes the client to them all (as the operator's router
-// daemon would announce a replica once it serves). The router stand-in
-// runs until runCtx ends.
+// daemon would announce a host once it serves). The router stand-in
+// (router.go) runs until runCtx ends.
 func (p *Plane) StartChart(ctx, runCtx context.Context) error {
 	n := p.cfg.Replicas
+	if err := p.watchNodes(ctx, runCtx); err != nil {
+		return err
+	}
 	err := traffic.WaitFor(ctx, 120*time.Second, "the chart's data plane ready", func() (bool, string) {
 		ds, err := p.cfg.Client.AppsV1().DaemonSets(world.ControllerNamespace).Get(ctx, p.cfg.DaemonSet, metav1.GetOptions{})
 		if err != nil {
@@ -172,15 +175,19 @@ func (p *Plane) StartChart(ctx, runCtx context.Context) error {
 			return false, fmt.Sprintf("%d of %d scheduled, %d ready", ds.Status.CurrentNumberScheduled, ds.Status.DesiredNumberScheduled, ds.Status.NumberReady)
 		}
 		serving := len(p.serving())
-		return serving == n, fmt.Sprintf("%d of %d replicas serving", serving, n)
+		return serving == n, fmt.Sprintf("%d of %d hosts serving (a host whose Node leaves is not announced)", serving, n)
 	})
 	if err != nil {
 		return err
 	}
-	if err := p.setRoutes(ctx, true, p.serving()); err != nil {
+	serving := p.serving()
+	p.routeMu.Lock()
+	err = p.setRoutesLocked(ctx, true, serving)
+	p.routeMu.Unlock()
+	if err != nil {
 		return err
 	}
-	go p.announceLoop(runCtx)
+	go p.routeLoop(runCtx)
 	return nil
 }
 

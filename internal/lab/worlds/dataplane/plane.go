@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
@@ -69,9 +70,12 @@ type Plane struct {
 	retiredWrites int64
 
 	// routeMu guards routed, the load-balancer hosts the client's route
-	// has (installed from the chart: the router stand-in's).
-	routeMu sync.Mutex
-	routed  []int
+	// has (installed from the chart: the router stand-in's), and the
+	// router's watch of the Nodes (router.go).
+	routeMu         sync.Mutex
+	routed          []int
+	nodes           corelisters.NodeLister // nil until the router watches
+	labelledAtStart map[int]bool
 }
 
 // New is the data plane of a run; Start or StartChart starts it.
@@ -159,9 +163,12 @@ func (p *Plane) Replicas() []*Replica {
 	return slices.Clone(p.replicas)
 }
 
-// ReplicaAt is the replica on load-balancer host index.
+// ReplicaAt is the replica on load-balancer host index: during a surge,
+// when two data-plane pods are on it, the newer one (replicas are in the
+// order the lab first saw their pods; the old one is retired when it ends).
 func (p *Plane) ReplicaAt(index int) *Replica {
-	for _, d := range p.Replicas() {
+	reps := p.Replicas()
+	for _, d := range slices.Backward(reps) {
 		if d.index == index {
 			return d
 		}

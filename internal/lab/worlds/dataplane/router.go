@@ -7,28 +7,27 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/informers"
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/model"
 )
 
 // The router stand-in of a data plane installed from the chart (the
-// operator's BGP daemon or keepalived): a replica's route is withdrawn when
-// its pod starts terminating, WithdrawSettle before its containers are told
-// to stop (Stopping), and announced once its pod is Ready and the lab views
-// its HAProxy (announceLoop); a failed node's replica is withdrawn by the
-// scenario and not announced again while its node is down.
+// operator's BGP daemon or keepalived), by the rule of routes.go: a host
+// is announced once a data-plane pod on it is Ready and the lab views its
+// HAProxy, and its route follows the node, not the pod — it stays while
+// pods on it terminate or are replaced, and is withdrawn when its Node
+// leaves (routeLoop) or when the scenario withdraws a failed node's route
+// (Withdraw), after which it is not announced again while the node is
+// down.
 
-// WithdrawSettle is how long the lab waits between withdrawing a replica's
-// route and stopping it: a router's convergence is not instant either, and
-// a connection being opened through the replica at the withdrawal completes.
-const WithdrawSettle = time.Second
-
-// setRoutes routes the client to the load-balancer hosts members.
-func (p *Plane) setRoutes(ctx context.Context, fresh bool, members []int) error {
-	p.routeMu.Lock()
-	defer p.routeMu.Unlock()
+// setRoutesLocked (routeMu held) routes the client to the load-balancer
+// hosts members.
+func (p *Plane) setRoutesLocked(ctx context.Context, fresh bool, members []int) error {
 	if !fresh && slices.Equal(members, p.routed) {
 		return nil
 	}
@@ -40,98 +39,145 @@ func (p *Plane) setRoutes(ctx context.Context, fresh bool, members []int) error 
 	return nil
 }
 
-// serving are the load-balancer hosts whose data-plane pod is Ready, not
-// terminating and viewed by the lab, on a node that is up: those a router
-// daemon checking the replicas would announce. Ready counts from a
-// transition after the view: a failed node's pod keeps the Ready its dead
-// kubelet last reported until the node is back and reports again.
-func (p *Plane) serving() []int {
-	var out []int
+// routeState is the router stand-in's view: every data-plane pod of the run
+// (two on one host during a surge) and every load-balancer host's Node.
+// Ready counts from a transition after the lab's view: a failed node's pod
+// keeps the Ready its dead kubelet last reported until the node is back
+// and reports again.
+func (p *Plane) routeState() ([]podRoute, map[int]nodeRoute) {
+	var pods []podRoute
 	for _, d := range p.Replicas() {
 		d.mu.Lock()
 		viewed, since := d.prov != nil, d.viewedAt.Truncate(time.Second)
 		d.mu.Unlock()
-		if !viewed || p.cfg.Agent.NodeDown(cluster.HostNodeName(d.index)) {
-			continue
-		}
 		pod, err := p.cfg.Agent.Pods.Pods(world.ControllerNamespace).Get(d.podName)
-		if err != nil || pod.DeletionTimestamp != nil || !readySince(pod, since) {
+		if err != nil {
 			continue
 		}
-		out = append(out, d.index)
+		pods = append(pods, podRoute{host: d.index, viewed: viewed, ready: readySince(pod, since), terminating: pod.DeletionTimestamp != nil})
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	nodes := map[int]nodeRoute{}
+	for i := range p.cfg.Net.LBs {
+		nodes[i] = nodeRoute{down: p.cfg.Agent.NodeDown(cluster.HostNodeName(i)), leaving: p.nodeLeaving(i)}
+	}
+	return pods, nodes
 }
 
-// Routed: n replicas serve (what the router announces), and the client's
-// route has all n hosts.
+// nodeLeaving: host i's Node gives a signal that it leaves (routes.go's
+// nodeLeaving); false before the router watches the Nodes.
+func (p *Plane) nodeLeaving(i int) bool {
+	p.routeMu.Lock()
+	nodes, labelled := p.nodes, p.labelledAtStart[i]
+	p.routeMu.Unlock()
+	if nodes == nil {
+		return false
+	}
+	node, err := nodes.Get(cluster.HostNodeName(i))
+	if apierrors.IsNotFound(err) {
+		return nodeLeaving(nil, labelled)
+	}
+	if err != nil {
+		return false
+	}
+	return nodeLeaving(node, labelled)
+}
+
+// watchNodes starts the router's watch of the Nodes (until runCtx ends)
+// and records which load-balancer hosts' Nodes carry the exclusion label
+// at the start (nodeLeaving says why).
+func (p *Plane) watchNodes(ctx, runCtx context.Context) error {
+	factory := informers.NewSharedInformerFactory(p.cfg.Client, 0)
+	nodes := factory.Core().V1().Nodes()
+	nodes.Informer()
+	factory.Start(runCtx.Done())
+	go func() {
+		<-runCtx.Done()
+		factory.Shutdown()
+	}()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("the router stand-in's watch of %v did not sync", typ)
+		}
+	}
+	labelled := map[int]bool{}
+	for i := range p.cfg.Net.LBs {
+		if n, err := nodes.Lister().Get(cluster.HostNodeName(i)); err == nil {
+			_, labelled[i] = n.Labels[model.LabelExcludeFromLB]
+		}
+	}
+	p.routeMu.Lock()
+	p.nodes, p.labelledAtStart = nodes.Lister(), labelled
+	p.routeMu.Unlock()
+	return nil
+}
+
+// serving are the load-balancer hosts on which a data-plane pod is Ready,
+// not terminating and viewed by the lab, on a node that is up and not
+// leaving: those a router daemon would announce.
+func (p *Plane) serving() []int {
+	return servingHosts(p.routeState())
+}
+
+// Routed: n hosts serve (what the router announces), and the client's
+// route has all n.
 func (p *Plane) Routed(n int) (bool, string) {
 	serving := len(p.serving())
 	p.routeMu.Lock()
 	routed := len(p.routed)
 	p.routeMu.Unlock()
-	return serving == n && routed == n, fmt.Sprintf("%d of %d replicas serving, %d routed", serving, n, routed)
+	return serving == n && routed == n, fmt.Sprintf("%d of %d hosts serving, %d routed", serving, n, routed)
 }
 
-// Withdraw takes host index out of the client's route: the route goes to
-// the other hosts that serve. With none left, the route stays (a nexthop
-// group cannot be empty) and the lab says so.
+// Withdraw takes host index out of the client's route, as a router's BFD
+// does for a failed node; the route loop does not announce it again while
+// its node is down. With no host left, the route stays (a nexthop group
+// cannot be empty) and the lab says so.
 func (p *Plane) Withdraw(ctx context.Context, index int) error {
-	members := slices.DeleteFunc(p.serving(), func(i int) bool { return i == index })
+	p.routeMu.Lock()
+	defer p.routeMu.Unlock()
+	members := slices.DeleteFunc(slices.Clone(p.routed), func(i int) bool { return i == index })
 	if len(members) == 0 {
-		p.cfg.Logf("%s: no other load-balancer host serves: host %d's route stays", p.cfg.Name, index)
+		p.cfg.Logf("%s: no other load-balancer host is routed: host %d's route stays", p.cfg.Name, index)
 		return nil
 	}
-	return p.setRoutes(ctx, false, members)
+	return p.setRoutesLocked(ctx, false, members)
 }
 
 // Stopping is called by the agent when a pod of the run starts
-// terminating, before its containers are stopped: a data-plane pod's route
-// is withdrawn, and the stop waits WithdrawSettle.
+// terminating, before its containers are stopped: a data-plane pod's
+// termination is put on the timeline, and its node's route stays (the
+// route follows the node).
 func (p *Plane) Stopping(pod *corev1.Pod) {
 	if p.cfg.DaemonSet == "" || pod.Labels[LabelAppName] != p.cfg.DaemonSet {
 		return
 	}
-	i := p.hostIndex(pod.Spec.NodeName)
-	if i < 0 {
-		return
+	if i := p.hostIndex(pod.Spec.NodeName); i >= 0 {
+		p.cfg.Mark("%s terminating: host %d's route stays", pod.Name, i)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	p.cfg.Mark("%s terminating", pod.Name)
-	if err := p.Withdraw(ctx, i); err != nil {
-		p.cfg.Logf("%s: withdraw %s's route: %v", p.cfg.Name, pod.Name, err)
-	}
-	time.Sleep(WithdrawSettle)
 }
 
-// announceLoop announces the route of every host that serves (serving)
-// and is not routed yet, until ctx ends; withdrawals are Stopping's and
-// the scenario's.
-func (p *Plane) announceLoop(ctx context.Context) {
+// routeLoop sets the route by the rule (nextRoute) every 200 ms until ctx
+// ends: announces every host that serves, withdraws every host whose node
+// leaves. A failed node's withdrawal is the scenario's (Withdraw).
+func (p *Plane) routeLoop(ctx context.Context) {
+	warned := false
 	for traffic.SleepCtx(ctx, 200*time.Millisecond) {
+		pods, nodes := p.routeState()
 		p.routeMu.Lock()
-		members := slices.Clone(p.routed)
-		p.routeMu.Unlock()
-		for _, i := range p.serving() {
-			if !slices.Contains(members, i) {
-				members = append(members, i)
+		members, kept := nextRoute(p.routed, pods, nodes)
+		for _, h := range p.routed {
+			if !slices.Contains(members, h) {
+				p.cfg.Mark("%s leaves: host %d's route withdrawn", cluster.HostNodeName(h), h)
 			}
 		}
-		slices.Sort(members)
-		if err := p.setRoutes(ctx, false, members); err != nil && ctx.Err() == nil {
-			p.cfg.Logf("%s: announce: %v", p.cfg.Name, err)
+		if kept && !warned {
+			p.cfg.Logf("%s: every routed host's node leaves and none other serves: the route stays", p.cfg.Name)
+		}
+		warned = kept
+		err := p.setRoutesLocked(ctx, false, members)
+		p.routeMu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			p.cfg.Logf("%s: route: %v", p.cfg.Name, err)
 		}
 	}
-}
-
-// readySince: the pod is Ready, and became so at since or later.
-func readySince(pod *corev1.Pod, since time.Time) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue && !c.LastTransitionTime.Time.Before(since)
-		}
-	}
-	return false
 }

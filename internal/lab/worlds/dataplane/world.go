@@ -106,7 +106,8 @@ func (b *RunBase) Replicas() int { return len(b.Plane.Replicas()) }
 // Sessions are the connections each replica's HAProxy accepted.
 func (b *RunBase) Sessions() []int64 { return b.Plane.Sessions() }
 
-// PodStopping withdraws a data-plane pod's route (Plane.Stopping).
+// PodStopping marks a data-plane pod's termination; its node's route
+// stays (Plane.Stopping).
 func (b *RunBase) PodStopping(p *corev1.Pod) { b.Plane.Stopping(p) }
 
 // WorldBase is what the worlds of replicas share: their number, and the

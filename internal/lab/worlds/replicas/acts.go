@@ -21,7 +21,9 @@ import (
 // phases as docs/lab.md's table of scenarios describes them: (1) replica
 // 0's zerodrop process restarted (SIGKILL, then SIGTERM) while its HAProxy
 // serves, each restart's writes recorded; (2) replica 1 replaced as a
-// DaemonSet update would; (3) replica 1 failed hard, as its node would.
+// DaemonSet update without surge would, its route staying (the route
+// follows the node, which stays: dataplane's routes.go); (3) replica 1
+// failed hard, as its node would, its route withdrawn as BFD would.
 // fig gets each phase's figures; what (2) and (3) cost is measured, not
 // asserted.
 func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.ReplicaFigures) error {
@@ -40,17 +42,10 @@ func (r *run) DisruptReplicas(ctx context.Context, act world.Act, fig *report.Re
 	}
 
 	old := reps[1]
-	act.Mark("replica 1: route withdrawn")
-	if err := net.RouteTo(ctx, false, dataplane.OtherMembers(reps, old)...); err != nil {
-		return err
-	}
-	if !traffic.SleepCtx(ctx, dataplane.WithdrawSettle) {
-		return ctx.Err()
-	}
 	if err := r.Plane.StopReplica(ctx, old); err != nil {
 		return fmt.Errorf("stop replica 1: %w", err)
 	}
-	act.Mark("replica 1: stopped")
+	act.Mark("replica 1: stopped, its route stays")
 	if err := r.replaceReplica(ctx, act, old, reps); err != nil {
 		return err
 	}
@@ -120,7 +115,7 @@ func (r *run) replaceReplica(ctx context.Context, act world.Act, old *dataplane.
 	}); err != nil {
 		return err
 	}
-	act.Mark("replica %d: new pod serves, route announced", d.Index())
+	act.Mark("replica %d: new pod serves, route announced (again after a failure)", d.Index())
 	members := append(dataplane.OtherMembers(reps, d), d.Index())
 	slices.Sort(members)
 	return r.w.Lab.Net.RouteTo(ctx, false, members...)
