@@ -268,7 +268,7 @@ func TestGateOpensDuringFlood(t *testing.T) {
 		// cannot touch a connection already authenticated.
 		d.mu.Lock()
 		for _, hc := range d.clients {
-			hc.CloseIdleConnections()
+			hc.http.CloseIdleConnections()
 		}
 		d.mu.Unlock()
 		start := time.Now()

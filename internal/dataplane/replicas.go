@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -70,6 +71,13 @@ type Discovery struct {
 	Indexed bool
 	// Port is the state endpoint's port on each replica's pod address.
 	Port int
+	// AlternatePorts are where a replica's state endpoint may be instead
+	// (Server.AlternateAddr): two pods on one node share its address, and
+	// the second binds an alternate. When there are any, each replica's
+	// port is the one whose certificate names that replica's pod
+	// (statePort), found by a handshake and kept per pod UID until a read
+	// through it fails.
+	AlternatePorts []int
 	// TLS gives the client side of the TLS connection to the replica whose
 	// pod has uid: it must accept only that replica's certificate
 	// (stateauth.Authority.TLSConfig).
@@ -85,7 +93,7 @@ type Discovery struct {
 
 	mu       sync.Mutex
 	reported map[types.UID]bool
-	clients  map[types.UID]*http.Client
+	clients  map[types.UID]replicaClient
 	// leases are the node Leases as last seen, by node name.
 	leases map[string]leaseSeen
 }
@@ -108,14 +116,38 @@ const DefaultReplicaReadTimeout = 5 * time.Second
 // unreachable, and the read fails without spending the rest of its bound.
 const DefaultReplicaHandshakeTimeout = 2 * time.Second
 
+// replicaClient is how one replica pod is read: its HTTP client, and its
+// state port when it may be at one of several (nil: Port).
+type replicaClient struct {
+	http *http.Client
+	port *statePort
+}
+
+// ports are the state endpoint's candidate ports, Port first.
+func (d *Discovery) ports() []int {
+	ports := []int{d.Port}
+	for _, p := range d.AlternatePorts {
+		if p > 0 && !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
+	}
+	return ports
+}
+
 // clientsFor keeps one HTTP client (and its kept-alive connections) per
-// replica pod that counts, and drops the others'.
-func (d *Discovery) clientsFor(pods []*corev1.Pod) map[types.UID]*http.Client {
+// replica pod that counts, and its state port found, and drops the
+// others'.
+func (d *Discovery) clientsFor(pods []*corev1.Pod) map[types.UID]replicaClient {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	next := make(map[types.UID]*http.Client, len(pods))
+	next := make(map[types.UID]replicaClient, len(pods))
+	ports := d.ports()
 	for _, p := range pods {
-		c := d.clients[p.UID]
+		rc := d.clients[p.UID]
+		if rc.port != nil && rc.port.host != p.Status.PodIP {
+			rc.port = nil
+		}
+		c := rc.http
 		if c == nil {
 			timeout := d.ReadTimeout
 			if timeout <= 0 {
@@ -129,16 +161,22 @@ func (d *Discovery) clientsFor(pods []*corev1.Pod) map[types.UID]*http.Client {
 			// never reused). No retry here: the gate's own polling is the
 			// retry, and a failure stays visible to it.
 			connect := min(timeout/2, DefaultReplicaHandshakeTimeout)
+			cfg := d.TLS(string(p.UID))
 			c = &http.Client{Timeout: timeout, Transport: &http.Transport{
-				TLSClientConfig: d.TLS(string(p.UID)), MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second,
+				TLSClientConfig: cfg, MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second,
 				DialContext:         (&net.Dialer{Timeout: connect, KeepAlive: 15 * time.Second}).DialContext,
 				TLSHandshakeTimeout: connect, ForceAttemptHTTP2: false}}
+			rc = replicaClient{http: c}
 		}
-		next[p.UID] = c
+		if rc.port == nil && len(ports) > 1 {
+			rc.port = &statePort{host: p.Status.PodIP, ports: ports,
+				probe: dialTLS(c.Transport.(*http.Transport).TLSClientConfig, c.Transport.(*http.Transport).TLSHandshakeTimeout)}
+		}
+		next[p.UID] = rc
 	}
-	for uid, c := range d.clients {
-		if next[uid] == nil {
-			c.CloseIdleConnections()
+	for uid, rc := range d.clients {
+		if next[uid].http == nil {
+			rc.http.CloseIdleConnections()
 		}
 	}
 	d.clients = next
@@ -199,8 +237,12 @@ func (d *Discovery) Replicas(ctx context.Context) ([]lbtarget.Replica, error) {
 	clients := d.clientsFor(counted)
 	out := make([]lbtarget.Replica, 0, len(counted))
 	for _, p := range counted {
-		out = append(out, lbtarget.Replica{Name: p.Name, Provider: &Remote{Replica: p.Name, Client: clients[p.UID],
-			BaseURL: "https://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(d.Port))}})
+		rc := clients[p.UID]
+		r := &Remote{Replica: p.Name, Client: rc.http, port: rc.port}
+		if rc.port == nil {
+			r.BaseURL = "https://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(d.Port))
+		}
+		out = append(out, lbtarget.Replica{Name: p.Name, Provider: r})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

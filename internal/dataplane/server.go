@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -56,7 +57,12 @@ const (
 // stateauth.Replica: the replica's certificate, the control role's client
 // certificate required) in every process of the role (no leader election).
 type Server struct {
-	Addr    string
+	Addr string
+	// AlternateAddr, when set, is bound instead when Addr is in use: a
+	// second data-plane pod on the node (a DaemonSet surge; host network,
+	// so one address) serves there, and the control role tells the two
+	// apart by their certificates (Discovery.AlternatePorts).
+	AlternateAddr string
 	Handler http.Handler
 	TLS     *tls.Config
 	// MaxConnections (authenticated connections), Handshake,
@@ -106,7 +112,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.TLS == nil {
 		return errors.New("state endpoint: no TLS configuration (it is never served in the clear)")
 	}
-	ln, err := net.Listen("tcp", s.Addr)
+	ln, err := s.listen()
 	if err != nil {
 		return fmt.Errorf("state endpoint: %w", err)
 	}
@@ -151,6 +157,21 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("state endpoint: %w", err)
 	}
 	return nil
+}
+
+// listen binds Addr, or AlternateAddr when Addr is in use.
+func (s *Server) listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", s.Addr)
+	if err == nil || s.AlternateAddr == "" || !errors.Is(err, syscall.EADDRINUSE) {
+		return ln, err
+	}
+	alt, altErr := net.Listen("tcp", s.AlternateAddr)
+	if altErr != nil {
+		return nil, errors.Join(err, altErr)
+	}
+	s.Log.Info("the state port is in use (another data-plane pod on this node, during an update?): serving on the alternate; the control role finds this pod there by its certificate",
+		"inUse", s.Addr, "address", alt.Addr().String())
+	return alt, nil
 }
 
 // logWriter sends net/http's server log lines to a logr logger.

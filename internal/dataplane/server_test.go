@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +113,43 @@ func TestStateEndpointTrustsOnlyVerifiedPeers(t *testing.T) {
 	}
 	if st := s.Guard().Stats(); st.Trusted < 3 {
 		t.Errorf("guard trusted %d connections, want at least 3", st.Trusted)
+	}
+}
+
+// TestSecondServerBindsAlternate (issue 50): a second data-plane pod on the
+// node finds the state port in use and serves on the alternate instead of
+// failing; a third, with both in use, fails and names both.
+func TestSecondServerBindsAlternate(t *testing.T) {
+	serverTLS, _ := testTLS(t)
+	port, alt := freePort(t), freePort(t)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
+	altAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(alt)))
+	start := func() (net.Addr, error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		bound := make(chan net.Addr, 1)
+		done := make(chan error, 1)
+		s := &Server{Addr: addr, AlternateAddr: altAddr, TLS: serverTLS, Log: testr.New(t), Handler: http.NotFoundHandler(),
+			Bound: func(a net.Addr) { bound <- a }}
+		go func() { done <- s.Start(ctx) }()
+		select {
+		case a := <-bound:
+			t.Cleanup(func() {
+				cancel()
+				<-done
+			})
+			return a, nil
+		case err := <-done:
+			cancel()
+			return nil, err
+		}
+	}
+	for i, want := range []string{addr, altAddr} {
+		a, err := start()
+		if err != nil || a.String() != want {
+			t.Fatalf("server %d: bound %v, %v; want %s", i, a, err, want)
+		}
+	}
+	if a, err := start(); err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), altAddr) {
+		t.Fatalf("third server: bound %v, %v; want an error naming both addresses in use", a, err)
 	}
 }

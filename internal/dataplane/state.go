@@ -13,8 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"golang.org/x/sync/semaphore"
 
@@ -105,12 +107,29 @@ var ErrReadOnly = errors.New("dataplane: a replica's load balancer is read-only 
 // implements provider.Provider for reading backends only.
 type Remote struct {
 	// Replica names the replica in messages; BaseURL is its state endpoint
-	// (https://ADDR:PORT).
+	// (https://ADDR:PORT), when it has one port. Discovery leaves it empty
+	// for a replica whose endpoint may be at one of several ports (two
+	// pods on one node): the port is found by its certificate (statePort).
 	Replica string
 	BaseURL string
 	// Client is the HTTP client; it must verify the replica (Discovery's
 	// clients accept only the certificate naming the replica's pod).
 	Client *http.Client
+
+	port *statePort
+}
+
+// StateURL is the state endpoint the replica is read at: BaseURL, or the
+// URL of the port last found to serve it ("" while none is).
+func (r *Remote) StateURL() string {
+	if r.port == nil {
+		return r.BaseURL
+	}
+	p := r.port.known()
+	if p == 0 {
+		return ""
+	}
+	return "https://" + net.JoinHostPort(r.port.host, strconv.Itoa(p))
 }
 
 var _ provider.Provider = (*Remote)(nil)
@@ -144,12 +163,25 @@ func (r *Remote) get(ctx context.Context, path, key string, out any) error {
 	if c == nil {
 		return fmt.Errorf("replica %s: no verified client", r.Replica)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.BaseURL+path+"?key="+url.QueryEscape(key), nil)
+	base, port := r.BaseURL, 0
+	if r.port != nil {
+		var err error
+		if base, port, err = r.port.base(ctx); err != nil {
+			return fmt.Errorf("replica %s: %w", r.Replica, err)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path+"?key="+url.QueryEscape(key), nil)
 	if err != nil {
 		return err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
+		if r.port != nil {
+			// The read fails (the gates wait); the next one probes the
+			// ports again. An answer with an error status is the verified
+			// replica's own and keeps its port.
+			r.port.forget(port)
+		}
 		return fmt.Errorf("replica %s: %w", r.Replica, err)
 	}
 	defer resp.Body.Close()

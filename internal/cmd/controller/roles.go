@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -31,11 +33,19 @@ type RoleConfig struct {
 	// StateAddr is where a data-plane replica serves its read-only state
 	// endpoint (dataplane.StateHandler).
 	StateAddr string
+	// StateAlternatePort is the port the state endpoint binds on
+	// StateAddr's host when StateAddr's port is in use: a second replica
+	// on the node (a DaemonSet surge, host network). 0: none.
+	StateAlternatePort int
 	// Namespace, Selector and StatePort find the data-plane replicas from
 	// the control role: their pods, and the port of their state endpoint.
 	Namespace string
 	Selector  string
 	StatePort int
+	// ReplicaAlternatePort is where the control role also looks for a
+	// replica's state endpoint (StateAlternatePort): the port whose
+	// certificate names the replica's pod is the one read. 0: none.
+	ReplicaAlternatePort int
 	// ReadTimeout bounds each read of a replica's state endpoint.
 	ReadTimeout time.Duration
 	// CASecret names the Secret in Namespace holding the private CA of the
@@ -52,15 +62,38 @@ func (r *RoleConfig) flags(fs *pflag.FlagSet) {
 		"control: the leader allocates addresses and writes the Services, every replica serves the gates, no HAProxy is written (the data-plane replicas write their own); "+
 		"data-plane: write only this replica's own HAProxy (no leader election), from the addresses in the Services' status, and serve its state to the control role")
 	fs.StringVar(&r.StateAddr, "state-bind-address", ":9092", "data-plane role: read-only state endpoint the control role's gates read (GET /v1/backends, /v1/loadbalancer), TLS only, the control role's client certificate required; bind the node's internal address (the chart does)")
+	fs.IntVar(&r.StateAlternatePort, "state-alternate-port", DefaultStateAlternatePort, "data-plane role: when --state-bind-address's port is in use (the node's other data-plane pod, during a DaemonSet surge), the state endpoint binds this port on the same address instead; the control role finds each pod at either by its certificate (0: none, the port in use is an error)")
 	fs.StringVar(&r.PodName, "pod-name", os.Getenv("POD_NAME"), "data-plane role: this replica's pod name (default $POD_NAME, from the downward API)")
 	fs.StringVar(&r.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "data-plane role: this replica's pod namespace (default $POD_NAMESPACE)")
 	fs.StringVar(&r.PodUID, "pod-uid", os.Getenv("POD_UID"), "data-plane role: this replica's pod UID (default $POD_UID, fieldRef metadata.uid): its state endpoint certificate names it")
 	fs.StringVar(&r.Namespace, "data-plane-namespace", "", "control role: namespace of the data-plane replicas' pods")
 	fs.StringVar(&r.Selector, "data-plane-selector", "", "control role: label selector of the data-plane replicas' pods, e.g. app.kubernetes.io/component=data-plane")
 	fs.IntVar(&r.StatePort, "data-plane-state-port", 9092, "control role: port of the replicas' state endpoint on their pod addresses")
+	fs.IntVar(&r.ReplicaAlternatePort, "data-plane-state-alternate-port", DefaultStateAlternatePort, "control role: the replicas' alternate state port (their --state-alternate-port): two pods on one node share its address, and each is read at the port whose certificate names that pod, found by a TLS handshake and kept until a read there fails (0: --data-plane-state-port only)")
 	fs.DurationVar(&r.ReadTimeout, "data-plane-read-timeout", dataplane.DefaultReplicaReadTimeout, "control role: bound of each read of a replica's state endpoint; a replica that does not answer within it counts as not serving (the gates wait)")
 	fs.StringVar(&r.CASecret, "data-plane-ca-secret", stateauth.DefaultCASecret, "control role: Secret in --data-plane-namespace holding the private CA of the state endpoint's certificates (created when missing); the CAs' certificates (not their keys) are published in the ConfigMap of the same name. "+
 		"data-plane role: that ConfigMap's name, in the pod's namespace: the replica renews its certificate early when the CAs there differ from its certificate's")
+}
+
+// DefaultStateAlternatePort is the state endpoint's alternate port, both
+// roles' default: the chart's state port is 9092, its probes' and metrics'
+// 9093 and 9094.
+const DefaultStateAlternatePort = 9095
+
+// stateAlternateAddr is the state endpoint's alternate address: the port
+// StateAlternatePort on StateAddr's host ("" when none).
+func (r *RoleConfig) stateAlternateAddr() (string, error) {
+	if r.StateAlternatePort == 0 {
+		return "", nil
+	}
+	host, port, err := net.SplitHostPort(r.StateAddr)
+	if err != nil {
+		return "", fmt.Errorf("--state-bind-address %q: %w", r.StateAddr, err)
+	}
+	if r.StateAlternatePort < 0 || r.StateAlternatePort > 65535 || strconv.Itoa(r.StateAlternatePort) == port {
+		return "", fmt.Errorf("--state-alternate-port %d: want 0 (none) or a port from 1 to 65535 other than --state-bind-address's (%s)", r.StateAlternatePort, port)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(r.StateAlternatePort)), nil
 }
 
 func (r *RoleConfig) role() service.Role {
@@ -92,6 +125,9 @@ func (r *RoleConfig) validate(c *Config) error {
 		if r.StatePort < 1 || r.StatePort > 65535 {
 			return fmt.Errorf("--data-plane-state-port %d: want 1 to 65535", r.StatePort)
 		}
+		if r.ReplicaAlternatePort < 0 || r.ReplicaAlternatePort > 65535 {
+			return fmt.Errorf("--data-plane-state-alternate-port %d: want 0 (none) or 1 to 65535", r.ReplicaAlternatePort)
+		}
 	case service.RoleDataPlane:
 		if c.Provider != "haproxy" {
 			return fmt.Errorf("--role data-plane: the data plane of replicas is HAProxy's; --provider is %q", c.Provider)
@@ -101,6 +137,9 @@ func (r *RoleConfig) validate(c *Config) error {
 		}
 		if r.StateAddr == "" || r.StateAddr == "0" {
 			return errors.New("--role data-plane needs --state-bind-address: the gates read every replica's state")
+		}
+		if _, err := r.stateAlternateAddr(); err != nil {
+			return err
 		}
 		if r.PodName == "" || r.PodNamespace == "" || r.PodUID == "" {
 			return errors.New("--role data-plane needs its pod's name, namespace and UID (--pod-name, --pod-namespace, --pod-uid, or POD_NAME, POD_NAMESPACE, POD_UID from the downward API): its state endpoint's certificate names the pod")
@@ -136,7 +175,7 @@ func (r *RoleConfig) fleet(mgr ctrl.Manager, log logr.Logger) (provider.Provider
 	}
 	return dataplane.Fleet{ProviderName: haproxy.Name, Protocols: haproxy.UnsupportedProtocols()},
 		&dataplane.Discovery{Reader: mgr.GetCache(), Indexed: true, Namespace: r.Namespace, Selector: sel, Port: r.StatePort,
-			Recorder: recorder, TLS: auth.TLSConfig, ReadTimeout: r.ReadTimeout}, nil
+			AlternatePorts: alternates(r.ReplicaAlternatePort), Recorder: recorder, TLS: auth.TLSConfig, ReadTimeout: r.ReadTimeout}, nil
 }
 
 // stateEndpoint adds a data-plane replica's state endpoint to mgr: its
@@ -149,6 +188,18 @@ func (r *RoleConfig) stateEndpoint(mgr ctrl.Manager, src dataplane.StateSource, 
 	if err := mgr.Add(rep); err != nil {
 		return err
 	}
-	return mgr.Add(&dataplane.Server{Addr: r.StateAddr, Handler: dataplane.StateHandler(src), TLS: rep.TLSConfig(), Log: log.WithName("state"),
+	alt, err := r.stateAlternateAddr()
+	if err != nil {
+		return err
+	}
+	return mgr.Add(&dataplane.Server{Addr: r.StateAddr, AlternateAddr: alt, Handler: dataplane.StateHandler(src), TLS: rep.TLSConfig(), Log: log.WithName("state"),
 		Registerer: reg})
+}
+
+// alternates is the control role's alternate state ports: port, unless 0.
+func alternates(port int) []int {
+	if port == 0 {
+		return nil
+	}
+	return []int{port}
 }

@@ -90,6 +90,12 @@ const dataPlaneServiceAccount = "zerodrop-data-plane"
 // state endpoint certificate.
 func dataPlaneReplica(t *testing.T, restCfg *rest.Config, c client.Client, podName, dir, addr string) *process {
 	t.Helper()
+	return runProcess(t, dataPlaneConfig(t, restCfg, c, podName, dir, addr))
+}
+
+// dataPlaneConfig is dataPlaneReplica's configuration.
+func dataPlaneConfig(t *testing.T, restCfg *rest.Config, c client.Client, podName, dir, addr string) Config {
+	t.Helper()
 	var pod corev1.Pod
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: podName}, &pod); err != nil {
 		t.Fatal(err)
@@ -98,19 +104,25 @@ func dataPlaneReplica(t *testing.T, restCfg *rest.Config, c client.Client, podNa
 	cfg.HAProxy = haproxy.Options{Dir: dir}
 	cfg.DataPlane = RoleConfig{Role: "data-plane", StateAddr: addr,
 		PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: string(pod.UID)}
-	return runProcess(t, cfg)
+	return cfg
 }
 
 // replicaPod is the pod the control role finds a replica by: running at ip,
 // as the replicas' ServiceAccount.
 func replicaPod(t *testing.T, restCfg *rest.Config, c client.Client, name, ip string) {
 	t.Helper()
+	replicaPodOn(t, restCfg, c, name, "node-"+name, ip)
+}
+
+// replicaPodOn is replicaPod on node.
+func replicaPodOn(t *testing.T, restCfg *rest.Config, c client.Client, name, node, ip string) {
+	t.Helper()
 	ctx := context.Background()
 	testutil.AdminServiceAccount(t, restCfg, "kube-system", dataPlaneServiceAccount)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: name,
 			Labels: map[string]string{"app.kubernetes.io/component": "data-plane"}},
-		Spec: corev1.PodSpec{NodeName: "node-" + name, ServiceAccountName: dataPlaneServiceAccount,
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: dataPlaneServiceAccount,
 			Containers: []corev1.Container{{Name: "haproxy", Image: "haproxy"}}},
 	}
 	if err := c.Create(ctx, pod); err != nil {
