@@ -63,8 +63,8 @@ type Server struct {
 	// so one address) serves there, and the control role tells the two
 	// apart by their certificates (Discovery.AlternatePorts).
 	AlternateAddr string
-	Handler http.Handler
-	TLS     *tls.Config
+	Handler       http.Handler
+	TLS           *tls.Config
 	// MaxConnections (authenticated connections), Handshake,
 	// PendingPerSource, Pending (connections in their handshake),
 	// ReadTimeout, WriteTimeout, IdleTimeout: zero gets the defaults above.
