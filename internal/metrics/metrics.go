@@ -46,6 +46,10 @@ type Metrics struct {
 	ServicesOverLimit    *prometheus.GaugeVec
 	HealthCheckStretched prometheus.Gauge
 	HealthCheckRate      prometheus.Gauge
+	// WaitingForReplicas counts the load balancers the control role's
+	// leader looks at again, backing off, because they wait for the
+	// data-plane replicas.
+	WaitingForReplicas prometheus.Gauge
 }
 
 // New creates the metrics and registers them on reg (nil: not registered).
@@ -130,13 +134,17 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "zerodrop_health_checks_per_second",
 			Help: "Health checks per second the load balancers this replica last wrote run: backends divided by check interval, summed over every listener.",
 		}),
+		WaitingForReplicas: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "zerodrop_load_balancers_waiting_for_replicas",
+			Help: "Control role (the leader): load balancers with a Service that a data-plane replica that counts does not serve yet, or that no replica counts for, or a deleted Service's listener on a replica that does not answer. Each is looked at again as long after a look as it has waited (from the drain poll interval up to its tenfold), and at once when a replica's pod changes or a replica answers again.",
+		}),
 	}
 	m.BuildInfo.WithLabelValues(version.String(), runtime.Version()).Set(1)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ProviderWrites, m.ProviderReads, m.ProviderConflicts,
 			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps, m.DrainCalls, m.DrainOutcomes, m.DrainWait, m.BuildInfo,
 			m.StateCertRenewals, m.StateCertFailures,
-			m.GateLatency, m.GateUnserved, m.Backends, m.ServicesOverLimit, m.HealthCheckStretched, m.HealthCheckRate} {
+			m.GateLatency, m.GateUnserved, m.Backends, m.ServicesOverLimit, m.HealthCheckStretched, m.HealthCheckRate, m.WaitingForReplicas} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

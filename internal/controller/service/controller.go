@@ -18,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -113,8 +114,23 @@ type Options struct {
 	// write (default 250ms; negative: every change is reconciled at once).
 	CoalesceWindow time.Duration
 	// DrainPollInterval is how often a draining load balancer is checked
-	// again (default 1s).
+	// again (default 1s). RoleControl: a deleted Service whose listeners
+	// remain on a replica that answers is looked at again after it too; a
+	// Service that waits for the replicas to serve it is looked at first
+	// after it, then twice as late each time, up to MaxReplicaWait
+	// (replicaWaits).
 	DrainPollInterval time.Duration
+	// MaxReplicaWait (RoleControl) is the longest a load balancer waiting
+	// for the data-plane replicas goes without a look (default 10 ×
+	// DrainPollInterval): a Service a replica has just served turns Ready
+	// within it when no replica pod changed.
+	MaxReplicaWait time.Duration
+	// ReplicaNamespace and ReplicaSelector (RoleControl) are the
+	// data-plane replicas' pods, as Replicas finds them: any change of one
+	// looks again at once at the load balancers waiting for the replicas
+	// (not at every one). Unset: they are looked at within MaxReplicaWait.
+	ReplicaNamespace string
+	ReplicaSelector  labels.Selector
 	// FailureEventThreshold is how many consecutive failures of one load
 	// balancer make a Warning Event (default 5): transient conflicts stay silent.
 	FailureEventThreshold int
@@ -146,6 +162,8 @@ type Controller struct {
 	drains  *drainClock
 
 	replicaReads *replicaReads
+	// waits are RoleControl's load balancers waiting for the replicas.
+	waits *replicaWaits
 	// checks fits health checks into model.Limits across load balancers.
 	checks *checkLedger
 
@@ -209,6 +227,9 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 	if opts.DrainPollInterval <= 0 {
 		opts.DrainPollInterval = time.Second
 	}
+	if opts.MaxReplicaWait <= 0 {
+		opts.MaxReplicaWait = 10 * opts.DrainPollInterval
+	}
 	if opts.FailureEventThreshold <= 0 {
 		opts.FailureEventThreshold = 5
 	}
@@ -237,10 +258,13 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 		failures:  map[string]int{},
 		notBefore: map[string]time.Time{},
 		drains:    newDrainClock(),
-		// RoleControl's reads of the data-plane replicas.
-		replicaReads: newReplicaReads(opts.ReplicaReadTimeout),
-		checks:       newCheckLedger(opts.Limits),
+		checks:    newCheckLedger(opts.Limits),
 	}
+	// RoleControl's reads of the data-plane replicas, and its load
+	// balancers waiting for them: one answering again may end a wait.
+	c.waits = newReplicaWaits(opts.DrainPollInterval, opts.MaxReplicaWait, opts.CoalesceWindow,
+		func(key string) { c.queue.Add(key) }, opts.Metrics.WaitingForReplicas)
+	c.replicaReads = newReplicaReads(opts.ReplicaReadTimeout, c.waits.wake)
 	// Services are found by load balancer key through an index, so a
 	// reconcile does not scan every Service.
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Service{}, serviceKeyIndex, func(o client.Object) []string {
@@ -347,8 +371,8 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	defer c.queue.Done(key)
 	// A stopping controller starts no reconcile: after ShutDown the queue
 	// still hands out every key it holds, and a control role at 10,000
-	// Services waiting for data-plane replicas holds thousands (each polled
-	// every DrainPollInterval) — worked through, they outlasted the
+	// Services waiting for data-plane replicas held thousands (each polled
+	// every DrainPollInterval then) — worked through, they outlasted the
 	// manager's 30 s grace period and the process exited with an error.
 	// What was queued is looked at again by the next leader.
 	if ctx.Err() != nil {
@@ -517,6 +541,9 @@ func (c *Controller) watch(ctx context.Context) error {
 	}
 
 	if err := c.watchPods(ctx); err != nil {
+		return err
+	}
+	if err := c.watchReplicaPods(ctx); err != nil {
 		return err
 	}
 	nodeInf, err := c.cache.GetInformer(ctx, &corev1.Node{})

@@ -45,13 +45,29 @@ type state struct {
 	servedBy int
 }
 
+// again is when a reconcile asks for its load balancer's next look, other
+// than on a change. Ordered by how soon: of two, max is the sooner.
+type again int
+
+const (
+	// againOnChange: nothing is under way.
+	againOnChange again = iota
+	// againWaiting (RoleControl): a Service waits for the data-plane
+	// replicas; the looks back off (replicaWaits).
+	againWaiting
+	// againPoll: after DrainPollInterval — a drain or a step in progress,
+	// which ends by itself soon.
+	againPoll
+)
+
 // reconcileKey reconciles one load balancer; a positive duration asks for
-// another look then (a drain in progress).
+// another look then (a drain in progress, or waiting for the data-plane
+// replicas).
 func (c *Controller) reconcileKey(ctx context.Context, key string) (time.Duration, error) {
 	start := time.Now()
 	log := c.opts.Logger.WithValues("loadBalancer", key)
 	ctx = withLogger(ctx, log)
-	result, pending, err := c.reconcile(ctx, key)
+	result, next, err := c.reconcile(ctx, key)
 	c.opts.Metrics.Reconciles.WithLabelValues(result).Inc()
 	c.opts.Metrics.ReconcileLatency.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -69,25 +85,41 @@ func (c *Controller) reconcileKey(ctx context.Context, key string) (time.Duratio
 		return 0, err
 	}
 	c.clearFailures(ctx, key)
-	log.V(2).Info("reconciled", "result", result, "duration", time.Since(start), "pending", pending)
-	if pending {
-		return c.opts.DrainPollInterval, nil
+	var wait time.Duration
+	switch next {
+	case againWaiting:
+		wait = c.waits.waiting(key)
+	case againPoll:
+		c.waits.done(key)
+		wait = c.opts.DrainPollInterval
+	default:
+		c.waits.done(key)
 	}
-	return 0, nil
+	log.V(2).Info("reconciled", "result", result, "duration", time.Since(start), "again", wait)
+	return wait, nil
 }
 
 // reconcile reconciles key in this process's role, which decides the writes
 // (Role): each role's reconcile is one sequence of steps (steps.go), so what
 // a role writes, and in which order, reads in one function.
-func (c *Controller) reconcile(ctx context.Context, key string) (string, bool, error) {
+func (c *Controller) reconcile(ctx context.Context, key string) (string, again, error) {
+	var (
+		result  string
+		pending bool
+		err     error
+	)
 	switch c.opts.Role {
 	case RoleControl:
 		return c.reconcileControl(ctx, key)
 	case RoleDataPlane:
-		return c.reconcileDataPlane(ctx, key)
+		result, pending, err = c.reconcileDataPlane(ctx, key)
 	default:
-		return c.reconcileAll(ctx, key)
+		result, pending, err = c.reconcileAll(ctx, key)
 	}
+	if pending {
+		return result, againPoll, err
+	}
+	return result, againOnChange, err
 }
 
 // reconcileAll is RoleAll's reconcile: one process writes the load balancer

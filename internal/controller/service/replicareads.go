@@ -25,6 +25,10 @@ const defaultReplicaReadTimeout = 5 * time.Second
 // behind them in the queue (a new one's address too) would wait as well.
 type replicaReads struct {
 	timeout time.Duration
+	// answered, when set, is called when a probe finds a replica that
+	// did not answer answering again: the load balancers waiting for it
+	// are looked at then (replicaWaits), not at their back-off's time.
+	answered func()
 
 	mu   sync.Mutex
 	down map[string]*downReplica // by replica name
@@ -37,11 +41,11 @@ type downReplica struct {
 	probing bool
 }
 
-func newReplicaReads(timeout time.Duration) *replicaReads {
+func newReplicaReads(timeout time.Duration, answered func()) *replicaReads {
 	if timeout <= 0 {
 		timeout = defaultReplicaReadTimeout
 	}
-	return &replicaReads{timeout: timeout, down: map[string]*downReplica{}}
+	return &replicaReads{timeout: timeout, answered: answered, down: map[string]*downReplica{}}
 }
 
 // observe reads key on every replica in rs at once: the load balancers of
@@ -97,22 +101,33 @@ func (r *replicaReads) skip(ctx context.Context, rep lbtarget.Replica, key strin
 			pctx, cancel := context.WithTimeout(ctx, r.timeout)
 			defer cancel()
 			_, perr := rep.Provider.Observe(pctx, key)
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			if r.down[rep.Name] != d {
-				return // read since, or gone: that is newer
-			}
-			switch {
-			case ctx.Err() != nil:
-				d.probing = false
-			case perr == nil:
-				delete(r.down, rep.Name)
-			default:
-				d.err, d.probing = perr, false
+			if r.probed(rep.Name, d, ctx.Err(), perr) && r.answered != nil {
+				r.answered()
 			}
 		}()
 	}
 	return true, err
+}
+
+// probed records the outcome perr of the probe of d, the replica name,
+// made on a context that ended with cerr (nil: not ended), and reports
+// whether it found the replica answering again.
+func (r *replicaReads) probed(name string, d *downReplica, cerr, perr error) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down[name] != d {
+		return false // read since, or gone: that is newer
+	}
+	switch {
+	case cerr != nil:
+		d.probing = false
+	case perr == nil:
+		delete(r.down, name)
+		return true
+	default:
+		d.err, d.probing = perr, false
+	}
+	return false
 }
 
 // failed is the last error of each replica of rs whose last read failed:

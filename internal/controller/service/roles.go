@@ -160,6 +160,23 @@ func (v *replicaViews) listening(svcKey string) []string {
 	return out
 }
 
+// removing reports whether a replica that answers still has a listener of
+// svcKey: its removal is under way there (a drain), and ends by itself.
+// One that does not answer may have one too; that wait ends when it
+// answers again or stops counting.
+func (v *replicaViews) removing(svcKey string) bool {
+	for _, name := range v.names {
+		if lb := v.lbs[name]; lb != nil {
+			for _, l := range lb.Listeners {
+				if strings.HasPrefix(l.Name, svcKey+"/") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // unservedYet sets why each of fresh, the Services whose address is
 // written now, is not served: in the words the next look at the replicas
 // will use while none serves it yet — each replica that counts without its
@@ -192,11 +209,15 @@ func (c *Controller) unservedYet(ctx context.Context, fresh []model.ServiceInput
 
 // reconcileControl is RoleControl's reconcile: addresses, finalizers and
 // status, with Ready and the finalizer's removal read from the data-plane
-// replicas. It writes no load balancer.
-func (c *Controller) reconcileControl(ctx context.Context, key string) (string, bool, error) {
+// replicas. It writes no load balancer. It asks for the next look while a
+// Service waits for the replicas (againWaiting: they serve it, or remove a
+// deleted one's listeners, on their own, and the looks back off), or
+// sooner while a deleted Service's listeners are being removed by a
+// replica that answers (againPoll, as a drain).
+func (c *Controller) reconcileControl(ctx context.Context, key string) (string, again, error) {
 	st, err := c.collect(ctx, key)
 	if err != nil {
-		return resultError, false, err
+		return resultError, againOnChange, err
 	}
 	for i := range st.active {
 		in := &st.active[i]
@@ -209,11 +230,11 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 	}
 	st.active = dropInvalid(st.active, st.invalid)
 	if err := c.ensureFinalizers(ctx, st.active); err != nil {
-		return resultError, false, err
+		return resultError, againOnChange, err
 	}
 	nodes, err := c.nodes(ctx, st.active)
 	if err != nil {
-		return resultError, false, err
+		return resultError, againOnChange, err
 	}
 	desired, warnings := model.Desired(key, st.active, c.desiredOptions(ctx, nodes))
 	// The check limits as the replicas fit them, for the Services' status
@@ -221,7 +242,7 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 	if c.checks.fits() {
 		_, held, err := c.checkInputs(ctx, key, st)
 		if err != nil {
-			return resultError, false, err
+			return resultError, againOnChange, err
 		}
 		warnings = append(warnings, c.fitChecks(key, st, desired, held)...)
 		c.commitChecks(key) // the control role writes no load balancer
@@ -231,7 +252,7 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 	// no replica: they take the address from the status. Its status is
 	// written first, Ready False, without reading any replica; the replicas
 	// are read (for the others, and for it on the next look) after.
-	pending := false
+	next := againOnChange
 	st.unserved = map[*corev1.Service]string{}
 	var fresh []model.ServiceInput
 	for _, in := range st.active {
@@ -241,19 +262,19 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 	}
 	if len(fresh) > 0 {
 		c.unservedYet(ctx, fresh, desired, st.unserved)
-		pending = true
+		next = againWaiting
 		first := &state{key: key, active: fresh, unserved: st.unserved}
 		if err := c.updateStatuses(ctx, first, model.Plan{}, warnings); err != nil {
 			if apierrors.IsConflict(err) {
-				return resultConflict, false, err
+				return resultConflict, againOnChange, err
 			}
-			return resultError, false, err
+			return resultError, againOnChange, err
 		}
 	}
 	if len(st.active) > len(fresh) || len(st.leaving) > 0 {
 		views, err := c.readReplicas(ctx, key)
 		if err != nil {
-			return resultError, false, err
+			return resultError, againOnChange, err
 		}
 		for _, in := range st.active {
 			if _, isFresh := st.unserved[in.Service]; isFresh {
@@ -262,7 +283,7 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 			svcKey := in.Service.Namespace + "/" + in.Service.Name
 			if w := views.waiting(svcKey, desired); len(w) > 0 {
 				st.unserved[in.Service] = "waiting for data-plane replicas: " + strings.Join(w, ", ")
-				pending = true
+				next = max(next, againWaiting)
 			}
 		}
 		st.servedBy = len(views.names)
@@ -270,7 +291,11 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 		for _, svc := range st.leaving {
 			if l := views.listening(svc.Namespace + "/" + svc.Name); len(l) > 0 {
 				logFrom(ctx).V(1).Info("deleted Service still has listeners on data-plane replicas; keeping its finalizer", "service", svc.Namespace+"/"+svc.Name, "replicas", l)
-				pending = true
+				if views.removing(svc.Namespace + "/" + svc.Name) {
+					next = againPoll
+				} else {
+					next = max(next, againWaiting)
+				}
 				continue
 			}
 			leaving = append(leaving, svc)
@@ -279,9 +304,9 @@ func (c *Controller) reconcileControl(ctx context.Context, key string) (string, 
 	}
 	if err := c.updateStatuses(ctx, st, model.Plan{}, warnings); err != nil {
 		if apierrors.IsConflict(err) {
-			return resultConflict, false, err
+			return resultConflict, againOnChange, err
 		}
-		return resultError, false, err
+		return resultError, againOnChange, err
 	}
-	return resultNoop, pending, nil
+	return resultNoop, next, nil
 }
