@@ -117,8 +117,8 @@ type Options struct {
 	// again (default 1s). RoleControl: a deleted Service whose listeners
 	// remain on a replica that answers is looked at again after it too; a
 	// Service that waits for the replicas to serve it is looked at first
-	// after it, then twice as late each time, up to MaxReplicaWait
-	// (replicaWaits).
+	// after it, then as long after a look as it has waited, up to
+	// MaxReplicaWait (replicaWaits).
 	DrainPollInterval time.Duration
 	// MaxReplicaWait (RoleControl) is the longest a load balancer waiting
 	// for the data-plane replicas goes without a look (default 10 ×
