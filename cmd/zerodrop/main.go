@@ -15,6 +15,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/cmd/haproxyrun"
 	"zerodrop.dev/zerodrop/internal/drainrelay"
+	"zerodrop.dev/zerodrop/internal/probe"
 	"zerodrop.dev/zerodrop/internal/version"
 )
 
@@ -25,6 +26,7 @@ commands:
   check        analyze manifests or a live cluster for rollout safety
   drain-relay  the drain hook's sidecar in application pods (injected by the webhook)
   haproxy      a data-plane replica's HAProxy container: prepare its state directory, then run HAProxy
+  probe        an exec probe: ask a controller's probe socket (--health-probe-socket) for /healthz or /readyz
   lab          real rollouts under real traffic: the upstream controller, the recipe and zerodrop
                (development build only: make lab, or go run -tags lab ./cmd/zerodrop lab)
   version      print the version
@@ -53,6 +55,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return drainrelay.Run(ctx, args[1:], stderr)
 	case "haproxy":
 		return haproxyrun.Run(args[1:], stderr)
+	case "probe":
+		return probe.Run(ctx, args[1:], stdout, stderr)
 	case "lab":
 		return runLab(ctx, args[1:], stdout, stderr)
 	case "version", "--version":

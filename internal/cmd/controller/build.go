@@ -147,9 +147,15 @@ func Build(ctx context.Context, cfg Config) (*Instance, error) {
 		}
 	}
 	role := cfg.DataPlane.role()
-	mgr, err := newManager(cfg, restCfg, log, role)
+	base, err := newManager(cfg, restCfg, log, role)
 	if err != nil {
 		return nil, err
+	}
+	mgr := withProbeChecks(base)
+	if cfg.ProbeSocket != "" {
+		if err := mgr.Add(mgr.socket(cfg.ProbeSocket, log.WithName("probes"))); err != nil {
+			return nil, fmt.Errorf("probe socket: %w", err)
+		}
 	}
 	// The drain key, before the webhook and the drain endpoint that use it.
 	if cfg.Webhook.DrainKey, err = webhook.LoadDrainKey(ctx, mgr, cfg.Webhook); err != nil {

@@ -61,8 +61,12 @@ type Config struct {
 	// MetricsSecure serves metrics over HTTPS to callers the API server
 	// authenticates (TokenReview) and authorizes (SubjectAccessReview for
 	// GET on the path); off by default so tests and the lab scrape plain HTTP.
-	MetricsSecure   bool
-	ProbeAddr       string
+	MetricsSecure bool
+	ProbeAddr     string
+	// ProbeSocket, when set, serves the same checks on a unix socket, for
+	// an exec probe (`zerodrop probe`): a host-network pod's TCP port is
+	// the node's, shared with the node's other data-plane pod in a surge.
+	ProbeSocket     string
 	PprofAddr       string
 	LeaderElect     bool
 	LeaderNamespace string
@@ -117,6 +121,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address (0 disables)")
 	fs.BoolVar(&c.MetricsSecure, "metrics-secure", false, "serve metrics over HTTPS, only to callers the API server authenticates and authorizes for GET on the path (needs create on tokenreviews and subjectaccessreviews)")
 	fs.StringVar(&c.ProbeAddr, "health-probe-bind-address", ":8081", "healthz/readyz address (0 disables)")
+	fs.StringVar(&c.ProbeSocket, "health-probe-socket", "", "also serve /healthz and /readyz on this unix socket, for an exec probe (zerodrop probe --socket PATH /readyz): a socket in the pod's own volume is the pod's alone, where a host-network pod's probe port is the node's (empty: none)")
 	fs.StringVar(&c.PprofAddr, "pprof-bind-address", "0", "Go's net/http/pprof profiles (CPU, heap, goroutines) at /debug/pprof/ on this address, without authentication: bind it to loopback and reach it with kubectl port-forward (0 disables)")
 	fs.BoolVar(&c.LeaderElect, "leader-elect", true, "elect a leader through a Lease; only the leader writes")
 	fs.StringVar(&c.LeaderNamespace, "leader-election-namespace", "kube-system", "namespace of the leader Lease")

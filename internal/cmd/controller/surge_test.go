@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/dataplane"
 	"zerodrop.dev/zerodrop/internal/dataplane/stateauth"
+	"zerodrop.dev/zerodrop/internal/probe"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -54,10 +57,19 @@ func TestTwoReplicasOnOneNode(t *testing.T) {
 	runProcess(t, cfg)
 
 	stateAddr := net.JoinHostPort(nodeIP, strconv.Itoa(statePort))
+	socket := func(pod string) string { return filepath.Join(dirs[pod], "probe.sock") }
 	replica := func(pod string) *process {
 		cfg := dataPlaneConfig(t, restCfg, c, pod, dirs[pod], stateAddr)
 		cfg.DataPlane.StateAlternatePort = altPort
+		// As the chart runs it: probes on a socket in the pod's volume.
+		cfg.ProbeSocket = socket(pod)
 		return runProcess(t, cfg)
+	}
+	// probeExit is `zerodrop probe --socket … /readyz`'s exit code for pod.
+	probeExit := func(pod string) (int, string) {
+		var out bytes.Buffer
+		code := probe.Run(ctx, []string{"--socket", socket(pod), "/readyz"}, &out, &out)
+		return code, out.String()
 	}
 	listening := func(port int) {
 		t.Helper()
@@ -93,6 +105,16 @@ func TestTwoReplicasOnOneNode(t *testing.T) {
 	for pod, p := range dp {
 		if n := counterSum(t, p.reg, "zerodrop_reconcile_total"); n == 0 {
 			t.Errorf("%s: its process never reconciled", pod)
+		}
+		// Started, not crash-looping on the ports the other pod holds,
+		// and ready through its own probe socket.
+		select {
+		case err := <-p.done:
+			t.Fatalf("%s: its process exited: %v", pod, err)
+		default:
+		}
+		if code, out := probeExit(pod); code != 0 {
+			t.Errorf("%s: exec probe exit %d (%s), want 0", pod, code, out)
 		}
 	}
 
@@ -153,7 +175,11 @@ func TestTwoReplicasOnOneNode(t *testing.T) {
 
 	// The old pod's process stops (its pod, and HAProxy, stay): its read
 	// fails; the new pod, answering on the other port, is not read for it.
+	// Its probe fails (nothing answers for it).
 	dp["dp-old"].stop(t)
+	if code, out := probeExit("dp-old"); code != 1 {
+		t.Errorf("dp-old's exec probe with its process stopped: exit %d (%s), want 1", code, out)
+	}
 	for range 3 {
 		got = reads()
 		if !strings.HasPrefix(got["dp-old"], "error: ") {
