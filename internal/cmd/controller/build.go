@@ -152,6 +152,11 @@ func Build(ctx context.Context, cfg Config) (*Instance, error) {
 		return nil, err
 	}
 	mgr := withProbeChecks(base)
+	if podMetricsServed(cfg, role) {
+		if err := addPodMetrics(mgr, cfg, log); err != nil {
+			return nil, fmt.Errorf("metrics server: %w", err)
+		}
+	}
 	if cfg.ProbeSocket != "" {
 		if err := mgr.Add(mgr.socket(cfg.ProbeSocket, log.WithName("probes"))); err != nil {
 			return nil, fmt.Errorf("probe socket: %w", err)
@@ -257,12 +262,11 @@ func leaderElection(cfg Config, role service.Role) bool {
 // newManager is the controller-runtime manager: its cache, metrics and
 // probe servers, and leader election.
 func newManager(cfg Config, restCfg *rest.Config, log logr.Logger, role service.Role) (manager.Manager, error) {
-	metricsOpts := metricsserver.Options{BindAddress: cfg.MetricsAddr}
-	if cfg.MetricsSecure {
-		// The certificate is self-signed (controller-runtime's fallback):
-		// the bearer token, not the certificate, is what a scraper proves.
-		metricsOpts.SecureServing = true
-		metricsOpts.FilterProvider = metricsAuth
+	metricsOpts := metricsOptions(cfg)
+	if podMetricsServed(cfg, role) {
+		// Served by podMetrics instead (Build adds it): the port is the
+		// node's, and the node's other data-plane pod may hold it.
+		metricsOpts = metricsserver.Options{BindAddress: "0"}
 	}
 	// Nothing here reads managedFields: without them every cached Service,
 	// EndpointSlice and Pod is smaller (a write leaves the server's as they

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -57,13 +59,27 @@ func TestTwoReplicasOnOneNode(t *testing.T) {
 	runProcess(t, cfg)
 
 	stateAddr := net.JoinHostPort(nodeIP, strconv.Itoa(statePort))
+	metricsAddr := net.JoinHostPort(nodeIP, strconv.Itoa(testutil.FreePort(t)))
 	socket := func(pod string) string { return filepath.Join(dirs[pod], "probe.sock") }
+	uids := map[string]string{}
 	replica := func(pod string) *process {
 		cfg := dataPlaneConfig(t, restCfg, c, pod, dirs[pod], stateAddr)
 		cfg.DataPlane.StateAlternatePort = altPort
-		// As the chart runs it: probes on a socket in the pod's volume.
-		cfg.ProbeSocket = socket(pod)
+		// As the chart runs it: probes on a socket in the pod's volume,
+		// metrics on the node's address, one port for both pods.
+		cfg.ProbeSocket, cfg.MetricsAddr = socket(pod), metricsAddr
+		uids[pod] = cfg.DataPlane.PodUID
 		return runProcess(t, cfg)
+	}
+	// scrape is the metrics port's answer to a scrape meant for pod.
+	scrape := func(pod string) int {
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + metricsAddr + "/metrics?" + PodUIDParam + "=" + uids[pod])
+		if err != nil {
+			return 0
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
 	}
 	// probeExit is `zerodrop probe --socket … /readyz`'s exit code for pod.
 	probeExit := func(pod string) (int, string) {
@@ -116,6 +132,11 @@ func TestTwoReplicasOnOneNode(t *testing.T) {
 		if code, out := probeExit(pod); code != 0 {
 			t.Errorf("%s: exec probe exit %d (%s), want 0", pod, code, out)
 		}
+	}
+	// The old pod holds the metrics port; a scrape meant for the new pod
+	// is refused there, not answered with the old one's metrics.
+	if o, n := scrape("dp-old"), scrape("dp-new"); o != http.StatusOK || n != http.StatusConflict {
+		t.Errorf("scrapes of the metrics port: for dp-old %d, for dp-new %d; want 200 and 409", o, n)
 	}
 
 	// The control role's view, with its real CA: each pod is read at its
@@ -175,11 +196,16 @@ func TestTwoReplicasOnOneNode(t *testing.T) {
 
 	// The old pod's process stops (its pod, and HAProxy, stay): its read
 	// fails; the new pod, answering on the other port, is not read for it.
-	// Its probe fails (nothing answers for it).
+	// Its probe fails (nothing answers for it), and the new pod takes the
+	// metrics port.
 	dp["dp-old"].stop(t)
 	if code, out := probeExit("dp-old"); code != 1 {
 		t.Errorf("dp-old's exec probe with its process stopped: exit %d (%s), want 1", code, out)
 	}
+	testutil.Eventually(t, 30*time.Second, "dp-new to take the metrics port", func() (bool, string) {
+		o, n := scrape("dp-old"), scrape("dp-new")
+		return o == http.StatusConflict && n == http.StatusOK, fmt.Sprintf("for dp-old %d, for dp-new %d", o, n)
+	})
 	for range 3 {
 		got = reads()
 		if !strings.HasPrefix(got["dp-old"], "error: ") {
