@@ -112,6 +112,12 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"azure.workloadIdentity.clientID="}, []string{"azure.workloadIdentity.clientID"}},
 		{[]string{"provider=haproxy", "haproxy.addressPool=192.0.2.0/24", "azure.gateOnlyLoadBalancers=kubernetes"},
 			[]string{"azure.gateOnlyLoadBalancers is set but provider=haproxy"}},
+		// A node's second data-plane pod (a surge) binds the alternate
+		// while the first holds the others.
+		{[]string{"provider=haproxy", "haproxy.addressPool=192.0.2.0/24", "haproxy.stateAlternatePort=9094"},
+			[]string{"haproxy.stateAlternatePort 9094", "haproxy.metricsPort"}},
+		{[]string{"provider=haproxy", "haproxy.addressPool=192.0.2.0/24", "haproxy.stateAlternatePort=9092"},
+			[]string{"haproxy.stateAlternatePort 9092", "haproxy.statePort"}},
 	}
 	for _, tc := range cases {
 		out, err := template(t, tc.set...)

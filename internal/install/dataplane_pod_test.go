@@ -1,6 +1,7 @@
 package install
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/cmd/haproxyrun"
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/probe"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
@@ -181,6 +183,25 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 		err := getOK(stateClient, fmt.Sprintf("https://127.0.0.1:%d/v1/loadbalancer?key=%s/%s", ports["--state-bind-address"], ns, name))
 		return err == nil, fmt.Sprint(err)
 	})
+
+	// The kubelet's exec probes as rendered: `zerodrop probe` in the
+	// controller container, asking its process through the socket in the
+	// pod's volume (no port: the node's other data-plane pod, in a surge,
+	// holds the node's ports).
+	for name, p := range map[string]*corev1.Probe{"readiness": zc.ReadinessProbe, "liveness": zc.LivenessProbe} {
+		if p == nil || p.Exec == nil || len(p.Exec.Command) < 2 || p.Exec.Command[1] != "probe" {
+			t.Fatalf("%s probe %+v: want an exec of zerodrop probe", name, p)
+		}
+		args := make([]string, 0, len(p.Exec.Command))
+		for _, a := range p.Exec.Command[2:] {
+			args = append(args, localize(a))
+		}
+		testutil.Eventually(t, 60*time.Second, "the "+name+" exec probe to pass", func() (bool, string) {
+			var out bytes.Buffer
+			code := probe.Run(ctx, args, &out, &out)
+			return code == 0, fmt.Sprintf("zerodrop probe %s: exit %d: %s", strings.Join(args, " "), code, out.String())
+		})
+	}
 
 	// The HAProxy container crashes and the kubelet starts it again.
 	_ = syscall.Kill(-hproc.Process.Pid, syscall.SIGKILL)

@@ -146,12 +146,15 @@ func TestChartHAProxy(t *testing.T) {
 	if !strings.HasSuffix(dp.DataPlane.StateAddr, ":"+strconv.Itoa(ctl.DataPlane.StatePort)) {
 		t.Errorf("state endpoint at %q; the controller reads port %d", dp.DataPlane.StateAddr, ctl.DataPlane.StatePort)
 	}
-	// The state endpoint, the probes and the metrics bind the node's
-	// internal address (host network), where the control role dials the
-	// pod's IP and the kubelet probes it, not every interface (HAProxy binds
-	// the Services' public addresses on the same host).
+	if dp.DataPlane.StateAlternatePort == 0 || dp.DataPlane.StateAlternatePort != ctl.DataPlane.ReplicaAlternatePort {
+		t.Errorf("state endpoint's alternate port %d (a node's second pod in a surge); the controller looks at %d", dp.DataPlane.StateAlternatePort, ctl.DataPlane.ReplicaAlternatePort)
+	}
+	// The state endpoint and the metrics bind the node's internal address
+	// (host network), where the control role dials the pod's IP, not every
+	// interface (HAProxy binds the Services' public addresses on the same
+	// host). The probes bind no port (checkDataPlanePortsByNumber).
 	for flag, addr := range map[string]string{"--state-bind-address": dp.DataPlane.StateAddr,
-		"--health-probe-bind-address": dp.ProbeAddr, "--metrics-bind-address": dp.MetricsAddr} {
+		"--metrics-bind-address": dp.MetricsAddr} {
 		if host, _, err := net.SplitHostPort(addr); err != nil || host != downwardAPI["status.hostIP"] {
 			t.Errorf("%s %q: want the node's address %s (status.hostIP) (%v)", flag, addr, downwardAPI["status.hostIP"], err)
 		}

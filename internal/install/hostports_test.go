@@ -2,13 +2,18 @@ package install
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"zerodrop.dev/zerodrop/internal/cmd/controller"
+	"zerodrop.dev/zerodrop/internal/probe"
 )
 
 // surgeValues turn the data plane's DaemonSet update into a surge, as the
@@ -98,23 +103,68 @@ func nonZero(v *intstr.IntOrString) bool {
 	return strings.TrimSuffix(v.StrVal, "%") != "0"
 }
 
-// checkDataPlanePortsByNumber: the data-plane replica's probes go to the
-// port its zerodrop process serves them on, by number (a name would resolve
-// against no declared port), and the PodMonitor scrapes the metrics port
-// it binds without naming a container port.
+// checkDataPlanePortsByNumber: the data-plane replica's probes are exec
+// probes of its own process through a unix socket in the pod's own volume
+// — no port, so during a surge the node's other data-plane pod never
+// answers them — and the ports two pods of one node bind do not collide:
+// the second pod's state endpoint binds the alternate port, distinct from
+// every port the first holds (its metrics wait for the first pod's port).
+// The PodMonitor scrapes the metrics port it binds without naming a
+// container port, and names each target's pod (the port refuses a scrape
+// meant for the pod that does not hold it).
 func checkDataPlanePortsByNumber(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
 	ds := typed[appsv1.DaemonSet](t, find(t, objs, "DaemonSet", "zerodrop-data-plane"))
 	zc := containerNamed(t, ds, "controller")
-	probePort := bindPort(t, zc, "--health-probe-bind-address")
-	for name, p := range map[string]*corev1.Probe{"readiness": zc.ReadinessProbe, "liveness": zc.LivenessProbe} {
-		if p == nil || p.HTTPGet == nil {
-			t.Errorf("controller container: no %s httpGet probe", name)
+	dp := containerArgs(t, zc)
+	if dp.ProbeAddr != "0" {
+		t.Errorf("--health-probe-bind-address %q: want 0, no probe port (a host-network pod's port is the node's, shared in a surge)", dp.ProbeAddr)
+	}
+	if dp.ProbeSocket == "" {
+		t.Fatal("the controller container serves its probes on no socket (--health-probe-socket)")
+	}
+	if vol := mountOf(zc, dp.ProbeSocket); !emptyDir(ds.Spec.Template.Spec, vol) {
+		t.Errorf("probe socket %s is on volume %q: want an emptyDir of the pod's own", dp.ProbeSocket, vol)
+	}
+	for name, tc := range map[string]struct {
+		p    *corev1.Probe
+		path string
+	}{"readiness": {zc.ReadinessProbe, "/readyz"}, "liveness": {zc.LivenessProbe, "/healthz"}} {
+		p := tc.p
+		if p == nil || p.Exec == nil || p.HTTPGet != nil || p.TCPSocket != nil || p.GRPC != nil {
+			t.Errorf("controller container: %s probe %+v; want an exec probe only", name, p)
 			continue
 		}
-		if port := p.HTTPGet.Port; port.Type != intstr.Int || int(port.IntVal) != probePort {
-			t.Errorf("controller container: %s probe on port %s; want %d, the --health-probe-bind-address port, by number", name, port.String(), probePort)
+		cmd := p.Exec.Command
+		if len(cmd) < 3 || cmd[0] != "/zerodrop" || cmd[1] != "probe" || cmd[len(cmd)-1] != tc.path ||
+			!slices.Contains(cmd, "--socket="+dp.ProbeSocket) {
+			t.Errorf("controller container: %s probe runs %q; want /zerodrop probe --socket=%s ... %s", name, cmd, dp.ProbeSocket, tc.path)
 		}
+		timeout := probe.DefaultTimeout
+		for _, a := range cmd {
+			if v, ok := strings.CutPrefix(a, "--timeout="); ok {
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					t.Fatalf("%s probe: %s: %v", name, a, err)
+				}
+				timeout = d
+			}
+		}
+		if limit := time.Duration(max(p.TimeoutSeconds, 1)) * time.Second; timeout >= limit {
+			t.Errorf("%s probe: zerodrop probe gives up after %s, not under the probe's timeout %s: the kubelet would end it first", name, timeout, limit)
+		}
+	}
+	ports := map[string]int{"--state-bind-address": bindPort(t, zc, "--state-bind-address"),
+		"--state-alternate-port": dp.DataPlane.StateAlternatePort, "--metrics-bind-address": bindPort(t, zc, "--metrics-bind-address")}
+	seen := map[int]string{}
+	for flag, port := range ports {
+		if port == 0 {
+			t.Errorf("%s: no port; a second pod on the node has nowhere to serve", flag)
+		}
+		if other, ok := seen[port]; ok {
+			t.Errorf("%s and %s are both port %d: two pods of one node collide there", flag, other, port)
+		}
+		seen[port] = flag
 	}
 	pm := find(t, objs, "PodMonitor", "zerodrop-data-plane")
 	eps, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
@@ -144,5 +194,24 @@ func checkDataPlanePortsByNumber(t *testing.T, objs []*unstructured.Unstructured
 		if sets == 0 {
 			t.Error("PodMonitor endpoint sets no __address__: a port-less target has no port")
 		}
+		named := false
+		for _, r := range rel {
+			r, _ := r.(map[string]any)
+			src, _ := r["sourceLabels"].([]any)
+			named = named || r["targetLabel"] == "__param_"+controller.PodUIDParam && len(src) == 1 && src[0] == "__meta_kubernetes_pod_uid"
+		}
+		if !named {
+			t.Errorf("PodMonitor endpoint does not name the target's pod (__param_%s from __meta_kubernetes_pod_uid): during a surge one pod's metrics would be scraped as the other's", controller.PodUIDParam)
+		}
 	}
+}
+
+// emptyDir: spec's volume name is an emptyDir (the pod's own).
+func emptyDir(spec corev1.PodSpec, name string) bool {
+	for _, v := range spec.Volumes {
+		if v.Name == name {
+			return v.EmptyDir != nil
+		}
+	}
+	return false
 }

@@ -31,6 +31,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/dataplane"
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
+	"zerodrop.dev/zerodrop/internal/probe"
 	"zerodrop.dev/zerodrop/internal/testutil"
 	"zerodrop.dev/zerodrop/internal/webhook"
 )
@@ -174,12 +175,19 @@ func TestChartIPv6DataPlane(t *testing.T) {
 		return err == nil, fmt.Sprintf("%v; controller log:\n%s\nhaproxy container log:\n%s", err, ctlLog.tail(20), hLog.tail(10))
 	})
 
-	// The probe and metrics ports: on the node's address, nowhere else.
-	probes, metricsPort := bindPort(t, zc, "--health-probe-bind-address"), bindPort(t, zc, "--metrics-bind-address")
+	// The kubelet's liveness probe (an exec of zerodrop probe, through the
+	// process' socket: no port), and the metrics port on the node's
+	// address, nowhere else.
+	metricsPort := bindPort(t, zc, "--metrics-bind-address")
 	plain := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: node.DialContext}}
-	testutil.Eventually(t, 30*time.Second, "the kubelet's liveness probe on the node's address", func() (bool, string) {
-		err := getOK(plain, "http://"+net.JoinHostPort(v6HostIP, fmt.Sprint(probes))+"/healthz")
-		return err == nil, fmt.Sprint(err)
+	var probeArgs []string
+	for _, a := range zc.LivenessProbe.Exec.Command[2:] {
+		probeArgs = append(probeArgs, localize(a))
+	}
+	testutil.Eventually(t, 30*time.Second, "the kubelet's liveness probe", func() (bool, string) {
+		var out bytes.Buffer
+		code := probe.Run(ctx, probeArgs, &out, &out)
+		return code == 0, fmt.Sprintf("exit %d: %s", code, out.String())
 	})
 	// The metrics server is a runnable of its own (a secure one makes its
 	// certificate first): it may listen after the probes do.
@@ -191,7 +199,7 @@ func TestChartIPv6DataPlane(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 	for _, other := range []string{v6OtherIP, "127.0.0.1", "::1"} {
-		for name, port := range map[string]int{"probes": probes, "metrics": metricsPort, "state": bindPort(t, zc, "--state-bind-address")} {
+		for name, port := range map[string]int{"metrics": metricsPort, "state": bindPort(t, zc, "--state-bind-address")} {
 			addr := net.JoinHostPort(other, fmt.Sprint(port))
 			if conn, err := node.DialContext(ctx, "tcp", addr); err == nil {
 				conn.Close()
