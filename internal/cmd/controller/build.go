@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
@@ -457,6 +458,15 @@ func (in *Instance) serviceOptions(cfg Config, w wiring, role service.Role) (ser
 		ReplicaReadTimeout:    cfg.DataPlane.ReadTimeout,
 		Metrics:               in.Metrics,
 		Logger:                in.log,
+	}
+	if role == service.RoleControl {
+		// A change of a replica's pod looks again at once at the load
+		// balancers waiting for the replicas (validate parsed the selector).
+		sel, err := labels.Parse(cfg.DataPlane.Selector)
+		if err != nil {
+			return service.Options{}, fmt.Errorf("--data-plane-selector: %w", err)
+		}
+		opts.ReplicaNamespace, opts.ReplicaSelector = cfg.DataPlane.Namespace, sel
 	}
 	if o.WrapRecorder != nil {
 		opts.Recorder = o.WrapRecorder(in.Manager.GetEventRecorder("zerodrop-service-controller"))
