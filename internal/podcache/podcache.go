@@ -38,7 +38,9 @@
 //     ContainersReady condition, status.podIP, metadata.labels), stoppedPods
 //     (status.phase, status.podIP, status.podIPs); where the role writes a
 //     load balancer, gatePending (deletionTimestamp, readinessGates,
-//     ContainersReady).
+//     ContainersReady); in the control role, the replica pods' watch
+//     (metadata.namespace, labels, resourceVersion), which looks again at
+//     the load balancers waiting for the replicas.
 //   - dataplane.Discovery (the control role's replicas; listed by label
 //     selector): status.podIP, status.phase, spec.nodeName, metadata.uid,
 //     name; its Events on the pod.
