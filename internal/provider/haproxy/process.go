@@ -310,6 +310,9 @@ func alertLines(text string, last int) string {
 // before the reload command nothing has changed; the files on disk are only
 // replaced once the new configuration has passed `haproxy -c`.
 func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
+	if p.stopping() {
+		return ErrStopping
+	}
 	start := time.Now()
 	// Validate a candidate that points at a candidate map, so that a bad
 	// configuration leaves both files as they were.

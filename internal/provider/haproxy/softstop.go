@@ -1,0 +1,105 @@
+package haproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// stoppingFile, in the state directory, marks an HAProxy that was told to
+// stop softly (SoftStop). A reload would undo the soft stop: the master,
+// still waiting for its draining worker, forks a new one from the whole
+// configuration, which binds every listener again and serves new
+// connections (HAProxy 2.6.12: `reload` on the master CLI after SIGUSR1).
+// Today reload also fails earlier, when it saves the servers' state through
+// the admin socket, which the draining worker has closed with its other
+// listeners; the mark does not depend on that. So reload refuses while the
+// file exists, and the container's start removes it (ClearStopping).
+const stoppingFile = "stopping"
+
+// ErrStopping is a reload refused because the HAProxy stops softly.
+var ErrStopping = errors.New("haproxy: stopping softly (a reload would bind the listeners again)")
+
+// pollInterval is how often SoftStop's and WaitStopped's waits look again.
+const pollInterval = 100 * time.Millisecond
+
+// SoftStop stops the HAProxy of the state directory dir softly: it marks the
+// directory stopping (no reload from now on), reads the master's PID from
+// its master CLI (`show proc`, so the PID is the one of the caller's PID
+// namespace when the caller shares HAProxy's: PID 1 in its container, the
+// host's in the lab) and sends the master SIGUSR1. The master passes it on
+// to its workers, which close their listeners at once (another HAProxy
+// bound with SO_REUSEPORT to the same address and port gets every new
+// connection), finish the connections they hold (at most hard-stop-after,
+// when the configuration sets it) and exit; the master exits after its last
+// worker. It returns the master's PID once the signal is sent.
+func SoftStop(ctx context.Context, dir string) (int, error) {
+	ps, err := resolvePaths(Options{Dir: dir})
+	if err != nil {
+		return 0, err
+	}
+	if err := os.WriteFile(filepath.Join(ps.dir, stoppingFile), nil, 0o600); err != nil {
+		return 0, fmt.Errorf("haproxy: mark %s stopping: %w", ps.dir, err)
+	}
+	reply, err := runtimeClient{path: ps.master}.do(ctx, "show proc")
+	if err != nil {
+		return 0, fmt.Errorf("haproxy: soft stop: %w", err)
+	}
+	info, err := parseProc(reply)
+	if err != nil {
+		return 0, fmt.Errorf("haproxy: soft stop: %w", err)
+	}
+	if err := syscall.Kill(info.Master, syscall.SIGUSR1); err != nil {
+		return 0, fmt.Errorf("haproxy: soft stop: signal master %d: %w", info.Master, err)
+	}
+	return info.Master, nil
+}
+
+// WaitStopped waits until no HAProxy answers on dir's master socket (its
+// master has exited, or never ran), or until ctx ends. It needs no PID, so
+// it works from another container of the pod, which shares the state
+// directory but not the PID namespace. A master that is reloading still
+// holds its master socket's listener (the new process inherits it), so the
+// socket stops answering only when the master is gone.
+func WaitStopped(ctx context.Context, dir string) error {
+	ps, err := resolvePaths(Options{Dir: dir})
+	if err != nil {
+		return err
+	}
+	for {
+		if _, err := (runtimeClient{path: ps.master}).do(ctx, "show proc"); err != nil {
+			if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("haproxy: %s still answers: %w", ps.master, ctx.Err())
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// ClearStopping removes dir's stopping mark: a container that starts
+// HAProxy again (in the same pod, whose state directory outlives the
+// container) starts one that may be reloaded.
+func ClearStopping(dir string) error {
+	ps, err := resolvePaths(Options{Dir: dir})
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(ps.dir, stoppingFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("haproxy: clear stopping mark: %w", err)
+	}
+	return nil
+}
+
+// stopping reports whether the state directory is marked stopping.
+func (p *Provider) stopping() bool {
+	_, err := os.Stat(filepath.Join(p.paths.dir, stoppingFile))
+	return err == nil
+}
