@@ -355,11 +355,24 @@ func TestGateOpensDuringFlood(t *testing.T) {
 // connection but never completes the TLS handshake (its process stuck, the
 // endpoint overwhelmed) fails the control role's read at the handshake
 // bound, saying so, not at the whole read's: the gate's next check comes
-// sooner, on a fresh connection.
+// sooner, on a fresh connection. With the alternate state port (two pods
+// on one node) silent too, the read fails within the same bound: the
+// ports are probed at once.
 func TestReadFailsAtHandshakeBound(t *testing.T) {
+	for _, alternate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("alternate=%v", alternate), func(t *testing.T) { readFailsAtHandshakeBound(t, alternate) })
+	}
+}
+
+func readFailsAtHandshakeBound(t *testing.T, alternate bool) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	var alternates []int
+	if alternate {
+		alt := silentListener(t)
+		alternates = []int{alt}
 	}
 	var held []net.Conn
 	var mu sync.Mutex
@@ -386,7 +399,7 @@ func TestReadFailsAtHandshakeBound(t *testing.T) {
 	dpPod(t, c, "zerodrop-system", "dp-a", "node-1", "127.0.0.1", corev1.PodRunning)
 	_, clientTLS := testTLS(t)
 	d := &Discovery{Reader: c, Namespace: "zerodrop-system", Selector: labels.SelectorFromSet(labels.Set{"app": "dataplane"}),
-		Port: ln.Addr().(*net.TCPAddr).Port, TLS: func(string) *tls.Config { return clientTLS.Clone() }}
+		Port: ln.Addr().(*net.TCPAddr).Port, AlternatePorts: alternates, TLS: func(string) *tls.Config { return clientTLS.Clone() }}
 	rs, err := d.Replicas(context.Background())
 	if err != nil || len(rs) != 1 {
 		t.Fatalf("replicas %v, %v: want dp-a", rs, err)
@@ -402,4 +415,36 @@ func TestReadFailsAtHandshakeBound(t *testing.T) {
 		t.Errorf("the read failed after %s, want within %s: the handshake bound (%s) ends it before the read's (%s)",
 			took, limit, DefaultReplicaHandshakeTimeout, DefaultReplicaReadTimeout)
 	}
+}
+
+// silentListener accepts connections on a port of 127.0.0.1 and never
+// answers on them, until the test ends; it returns the port.
+func silentListener(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -3,10 +3,10 @@ package dataplane
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -42,20 +42,31 @@ func (s *statePort) base(ctx context.Context) (string, int, error) {
 	defer s.mu.Unlock()
 	if s.port == 0 {
 		// Held while probing: concurrent reads of one replica wait for one
-		// probe (bounded by the handshake timeout per port) instead of
-		// each making their own.
-		var errs []error
-		for _, p := range s.ports {
-			addr := net.JoinHostPort(s.host, strconv.Itoa(p))
-			err := s.probe(ctx, addr)
-			if err == nil {
+		// probe instead of each making their own. The ports are probed at
+		// once, so an unreachable replica costs one handshake bound, not
+		// one per port: its read fails as early as with a single port.
+		errs := make([]error, len(s.ports))
+		var wg sync.WaitGroup
+		for i, p := range s.ports {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				addr := net.JoinHostPort(s.host, strconv.Itoa(p))
+				if err := s.probe(ctx, addr); err != nil {
+					errs[i] = fmt.Errorf("%s: %w", addr, err)
+				}
+			}()
+		}
+		wg.Wait()
+		for i, p := range s.ports {
+			// One process binds one port: at most one verifies.
+			if errs[i] == nil {
 				s.port = p
 				break
 			}
-			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 		}
 		if s.port == 0 {
-			return "", 0, fmt.Errorf("state endpoint found at none of its ports: %w", errors.Join(errs...))
+			return "", 0, &notFoundError{errs: errs}
 		}
 	}
 	return "https://" + net.JoinHostPort(s.host, strconv.Itoa(s.port)), s.port, nil
@@ -90,8 +101,22 @@ func dialTLS(cfg *tls.Config, timeout time.Duration) func(ctx context.Context, a
 		d := &tls.Dialer{NetDialer: &net.Dialer{}, Config: cfg}
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
-			return err
+			return fmt.Errorf("connect and TLS handshake (bound %s): %w", timeout, err)
 		}
 		return c.Close()
 	}
 }
+
+// notFoundError is a replica found at none of its state ports: each
+// port's reason, on one line.
+type notFoundError struct{ errs []error }
+
+func (e *notFoundError) Error() string {
+	msgs := make([]string, len(e.errs))
+	for i, err := range e.errs {
+		msgs[i] = err.Error()
+	}
+	return "state endpoint found at none of its ports: " + strings.Join(msgs, "; ")
+}
+
+func (e *notFoundError) Unwrap() []error { return e.errs }
