@@ -95,11 +95,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // flags are `zerodrop lab`'s command line, parsed.
 type flags struct {
 	scenario, mode, backend, policy, jsonPath, htmlPath, dir, appSigterm, prov, maintenanceSignal string
-	keep, fromChart, dryRun                                                                       bool
-	rate, dataPlane, idleRestarts                                                                 int
-	az                                                                                            azureFlags
-	recipe                                                                                        scenarios.Recipe
-	gracePeriod, maintenanceWait                                                                  time.Duration
+	// dataPlaneUpdate is --data-plane-update ("": the chart's default).
+	dataPlaneUpdate               string
+	keep, fromChart, dryRun       bool
+	rate, dataPlane, idleRestarts int
+	az                            azureFlags
+	recipe                        scenarios.Recipe
+	gracePeriod, maintenanceWait  time.Duration
 	// policyGiven: --traffic-policy was on the command line.
 	policyGiven bool
 	chaos       scenarios.ChaosOptions
@@ -110,7 +112,7 @@ type flags struct {
 func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs := flag.NewFlagSet("zerodrop lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.scenario, "scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down, lb-replica-restart (with --data-plane-replicas), or all")
+	fs.StringVar(&f.scenario, "scenario", "rollout", "comma-separated: rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down, lb-replica-restart (with --data-plane-replicas), lb-update (with --from-chart), or all")
 	fs.StringVar(&f.mode, "mode", "all", "comma-separated: upstream,recipe,zerodrop, or all (with --provider azure-emulator, upstream and recipe are the real cloud-provider-azure, and gates is that CCM with zerodrop's gates only)")
 	fs.StringVar(&f.backend, "backend", scenarios.BackendIP, "ip|node|both: the load balancer sends to pod IPs, or to node IP:nodePort through kube-proxy")
 	fs.StringVar(&f.policy, "traffic-policy", scenarios.PolicyCluster, "cluster|local|both: the Service's externalTrafficPolicy (rollout-local and restart-idle run with local whatever it says; maintenance with local unless it is given and maintenance is named, not through all)")
@@ -145,9 +147,11 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.StringVar(&f.az.healthLag, "health-lag", "0s", "with --provider "+ProviderAzureEmulator+": how old the rule-health operation's answer is (zerodrop mode reads it); a list sweeps")
 	fs.BoolVar(&f.fromChart, "from-chart", false, "zerodrop mode: install zerodrop from the repository's chart (helm template, applied per run; the data plane a DaemonSet on the load-balancer hosts), with --data-plane-replicas")
 	fs.IntVar(&f.dataPlane, "data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
+	fs.StringVar(&f.dataPlaneUpdate, "data-plane-update", "", "with --from-chart: the data-plane DaemonSet's update strategy, set through the chart's haproxy.updateStrategy: "+
+		report.UpdateSurge+" (maxSurge 1, maxUnavailable 0) or "+report.UpdateUnavailable+" (maxSurge 0, maxUnavailable 1: lb-update's negative control); empty: the chart's default")
 	fs.StringVar(&f.prov, "provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: the scenarios with traffic through an emulated Azure load balancer, written by the real cloud-provider-azure or by zerodrop; see docs/azure.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down,lb-replica-restart|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator [--arm-latency LIST] [--lb-propagation LIST] [--health-lag LIST]] [--rate N] [--json FILE] [--html FILE]")
+		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down,lb-replica-restart,lb-update|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator [--arm-latency LIST] [--lb-propagation LIST] [--health-lag LIST]] [--rate N] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -189,6 +193,9 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, error) {
 	}
 	if f.dataPlane != 0 && (f.dataPlane < 2 || f.dataPlane > dataplane.MaxReplicas) {
 		return scenarios.Options{}, nil, fmt.Errorf("--data-plane-replicas %d: want 0, or 2 to %d", f.dataPlane, dataplane.MaxReplicas)
+	}
+	if f.dataPlaneUpdate != "" && (!f.fromChart || !slices.Contains(report.UpdateStrategies, f.dataPlaneUpdate)) {
+		return scenarios.Options{}, nil, fmt.Errorf("--data-plane-update %q: want %s with --from-chart", f.dataPlaneUpdate, strings.Join(report.UpdateStrategies, " or "))
 	}
 	if f.fromChart && f.dataPlane == 0 {
 		return scenarios.Options{}, nil, fmt.Errorf("--from-chart installs the chart's HAProxy data plane: give --data-plane-replicas 2 to %d", dataplane.MaxReplicas)
@@ -272,6 +279,7 @@ func execute(ctx context.Context, opts scenarios.Options, points []azure.Options
 		fmt.Fprintln(stdout)
 		report.WriteTable(stdout, results, opts.Modes)
 		writeAzureFigures(stdout, results)
+		report.WriteUpdateFigures(stdout, results)
 		report.WriteErrors(stderr, results)
 		fmt.Fprintf(stdout, "\n%d runs in %s\n", len(results), time.Since(start).Round(100*time.Millisecond))
 	}
@@ -387,7 +395,7 @@ func (f flags) haproxyKind() world.Kind {
 func (f flags) haproxyWorld() world.World {
 	switch f.haproxyKind() {
 	case world.Chart:
-		return chart.New(chart.Options{Replicas: f.dataPlane})
+		return chart.New(chart.Options{Replicas: f.dataPlane, Update: f.dataPlaneUpdate})
 	case world.Replicas:
 		return replicas.New(replicas.Options{Replicas: f.dataPlane})
 	}

@@ -78,6 +78,8 @@ type Result struct {
 	DataPlaneSessions []int64 `json:"data_plane_sessions,omitempty"`
 	// ReplicaDisruption holds lb-replica-restart's figures by phase.
 	ReplicaDisruption *ReplicaFigures `json:"replica_disruption,omitempty"`
+	// DataPlaneUpdate holds lb-update's figures (update.go).
+	DataPlaneUpdate *UpdateFigures `json:"data_plane_update,omitempty"`
 	// Chaos holds the chaos scenarios' own figures (chaos.go).
 	Chaos *ChaosFigures `json:"chaos,omitempty"`
 	// RolloutSeconds is the disruption: from its start to the workload

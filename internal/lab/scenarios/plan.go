@@ -100,6 +100,8 @@ func Runs(scenario string, k world.Kind) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("unknown scenario %q", scenario)
+	case k != world.Chart && onlyChart(scenario):
+		return fmt.Errorf("scenario %s needs --from-chart --data-plane-replicas 2 or more: it updates the chart's data-plane DaemonSet", scenario)
 	case k == world.OneHAProxy && !in(scenario, world.OneHAProxy):
 		return fmt.Errorf("scenario %s needs --data-plane-replicas 2 or more", scenario)
 	case k == world.Chart && !in(scenario, world.Chart):
@@ -123,4 +125,10 @@ func recipeIsUpstream(scenario string) string {
 		return "no pod is replaced (a node is tainted, the controller restarted), and the recipe changes only how pods are replaced: its upstream run is the recipe's"
 	}
 	return ""
+}
+
+// onlyChart: scenario runs on the chart's install only.
+func onlyChart(scenario string) bool {
+	w, ok := WhereIs(scenario)
+	return ok && len(w.Worlds) == 1 && w.Worlds[0] == world.Chart
 }

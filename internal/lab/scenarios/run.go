@@ -73,7 +73,9 @@ type run struct {
 	maintenance                  *report.MaintenanceFigures
 	// replicaFigures are lb-replica-restart's figures by phase.
 	replicaFigures *report.ReplicaFigures
-	chaos          *report.ChaosFigures // the chaos scenarios' own figures
+	// updateFigures are lb-update's figures.
+	updateFigures *report.UpdateFigures
+	chaos         *report.ChaosFigures // the chaos scenarios' own figures
 	// dupSamples counts state samples with a backend doubled (sampleStates).
 	dupSamples atomic.Int64
 	stop       context.CancelFunc // the controller scrapes

@@ -45,6 +45,11 @@ func (r *run) actTimeout(sc scenario) time.Duration {
 		}
 	case report.ScenarioAPIServerDown:
 		d += r.lab.opts.Chaos.outage() + 90*time.Second
+	case report.ScenarioLBUpdate:
+		// Each node's old pod may drain for its grace period (the chart's
+		// 60 s), and the timed WebSockets live up to twice that after the
+		// last one opens.
+		d += 8 * time.Minute
 	}
 	return d
 }
@@ -172,6 +177,7 @@ func (r *run) figures(res *report.Result, snap traffic.Snapshot, base ctrlmetric
 		res.DataPlaneReplicas = dp.Replicas()
 	}
 	res.ReplicaDisruption = r.replicaFigures
+	res.DataPlaneUpdate = r.updateFigures
 	res.Chaos = r.chaos
 	res.DuplicateBackendSamples = r.dupSamples.Load()
 	landed, lerr := r.world.Writes()

@@ -29,7 +29,8 @@ type scenario struct {
 // file per family: rollout.go (rollout, rollout-local), restart.go (restart,
 // restart-idle), capacity.go (scale-down, drain-node), churn.go, chaos.go
 // (kill-mid-plan, apiserver-down) and dataplane_scenario.go
-// (lb-replica-restart, its phases the world's); runner.go runs one, and
+// (lb-replica-restart, its phases the world's), lb_update.go (lb-update);
+// runner.go runs one, and
 // kube.go holds the Kubernetes changes the acts make.
 var All = []scenario{
 	{Name: "rollout", about: "rolling update of a 3-replica Deployment", replicas: replicas, act: actRollout},
@@ -51,6 +52,8 @@ var All = []scenario{
 	// The HAProxy data plane of replicas (--data-plane-replicas).
 	{Name: ScenarioLBReplicaRestart, about: "nothing changes: a data-plane replica's zerodrop process restarted (SIGKILL, SIGTERM) while its HAProxy serves; another replica replaced as a DaemonSet update does; then that one failing hard",
 		replicas: replicas, act: actLBReplicaRestart},
+	{Name: report.ScenarioLBUpdate, about: "nothing changes in the workload: the chart's data-plane DaemonSet updated (a pod-template annotation) with --data-plane-update's strategy, under the load, the 4 WebSockets and timed WebSockets whose lifetimes spread over 0–2× the old pods' drain bound",
+		replicas: replicas, act: actLBUpdate},
 }
 
 // scenarioVariants are the variants sc runs in: all, or, for a scenario

@@ -50,6 +50,10 @@ var Table = []Where{
 	{Scenario: scenarioMaintenance, Worlds: []world.Kind{world.OneHAProxy, world.Azure}},
 	{Scenario: ScenarioLBReplicaRestart, Worlds: []world.Kind{world.Replicas, world.Chart}, Modes: []report.Mode{report.ModeZerodrop},
 		Why: "it disrupts zerodrop's data plane of replicas, which the other modes have not"},
+	// lb-update updates the chart's data-plane DaemonSet: only the chart's
+	// install has one.
+	{Scenario: report.ScenarioLBUpdate, Worlds: []world.Kind{world.Chart}, Modes: []report.Mode{report.ModeZerodrop},
+		Why: "it updates zerodrop's data-plane DaemonSet, which the other modes have not"},
 }
 
 // WhereIs is scenario's row of Table.

@@ -24,6 +24,9 @@ type wsConn struct {
 // server's last word, RFC 6455 §5.5.1).
 func (s *PodServer) wsEcho(w http.ResponseWriter, r *http.Request) {
 	nc, _ := r.Context().Value(netConnKey{}).(net.Conn)
+	// Which host the connection came from (the data-plane replica it
+	// went through), for the client's TimedConn.Peer.
+	w.Header().Set(PeerHeader, r.RemoteAddr)
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		return // Accept answered the client

@@ -36,18 +36,34 @@ type Options struct {
 	// Replicas is the data plane's replicas (the load-balancer hosts the
 	// DaemonSet runs on), 2 to dataplane.MaxReplicas.
 	Replicas int
+	// Update is the data-plane DaemonSet's update strategy, set through
+	// the chart's haproxy.updateStrategy at install: report.UpdateSurge or
+	// report.UpdateUnavailable ("": the chart's default).
+	Update string
 }
 
 // World is zerodrop installed from the chart.
 type World struct {
 	dataplane.WorldBase
 
+	update string // Options.Update
+
 	mu  sync.Mutex
 	cur *run // zerodrop mode's run under way: the agent's hooks go to it
 }
 
 // New is the world with opts.
-func New(opts Options) *World { return &World{WorldBase: dataplane.NewWorldBase(opts.Replicas)} }
+func New(opts Options) *World {
+	return &World{WorldBase: dataplane.NewWorldBase(opts.Replicas), update: opts.Update}
+}
+
+// Variant is the replicas and, when given, the update strategy.
+func (w *World) Variant() string {
+	if w.update == "" {
+		return w.WorldBase.Variant()
+	}
+	return w.WorldBase.Variant() + ", data-plane update " + w.update
+}
 
 var (
 	_ world.World       = (*World)(nil)

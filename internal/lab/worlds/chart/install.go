@@ -37,10 +37,11 @@ import (
 // chartValues are the values the lab installs the chart with: the HAProxy
 // data plane with the run's address pool and class, the lab's ports and
 // drain address, a toleration for the data-plane nodes' taint, a label
-// telling the run's pods apart, and plain-HTTP metrics (the lab scrapes
-// them without credentials).
+// telling the run's pods apart, plain-HTTP metrics (the lab scrapes them
+// without credentials), and the data plane's update strategy when the
+// lab was given one (--data-plane-update).
 func (r *run) values() []string {
-	return []string{
+	return append([]string{
 		"provider=haproxy",
 		"fullnameOverride=" + r.name,
 		"haproxy.addressPool=" + cluster.FrontendPool(r.Env.ID),
@@ -58,7 +59,7 @@ func (r *run) values() []string {
 		fmt.Sprintf("haproxy.metricsPort=%d", world.MetricsPort),
 		fmt.Sprintf("haproxy.probePort=%d", world.ProbesPort),
 		fmt.Sprintf("haproxy.statePort=%d", dataplane.StatePort),
-	}
+	}, strategyValues(r.w.update)...)
 }
 
 // renderChart runs `helm template` on the repository's chart with values

@@ -1,0 +1,196 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+)
+
+// dataPlaneUpdater is a world whose data plane is a DaemonSet the lab can
+// update (the chart's install): UpdatePlan reads its update strategy and
+// the bound of an old pod's drain; UpdateDataPlane changes its pod
+// template and returns each node's replacement (times in seconds since
+// since) once every pod is replaced, routed, and every old pod gone.
+type dataPlaneUpdater interface {
+	UpdatePlan(ctx context.Context) (report.UpdateFigures, time.Duration, error)
+	UpdateDataPlane(ctx context.Context, mark func(string, ...any), since time.Time) ([]report.NodeUpdate, error)
+}
+
+// The timed WebSockets' shape: a burst at the act's start, then one every
+// bound/timedSpread while the update runs, each lifetime one of
+// timedSpread steps over 0–2× the bound. With the mean lifetime the
+// bound, about timedSpread of the stream plus what is left of the burst
+// are open at any moment: at least 5 through each of 3 nodes.
+const (
+	timedBurst  = 30
+	timedSpread = 30
+	burstEvery  = 100 * time.Millisecond
+)
+
+// timedLifetimes are n lifetimes spread over (0, 2×bound], in an order
+// that mixes short and long (step k*7 mod timedSpread: 7 is prime to it).
+func timedLifetimes(n int, bound time.Duration) []time.Duration {
+	out := make([]time.Duration, n)
+	for k := range out {
+		step := (k*7)%timedSpread + 1
+		out[k] = 2 * bound * time.Duration(step) / timedSpread
+	}
+	return out
+}
+
+// actLBUpdate is lb-update: the data plane's DaemonSet updated under the
+// open-loop load, the lab's 4 WebSockets and the timed WebSockets, then
+// the act waits for every timed WebSocket to end and the workload to be
+// steady. It fails a negative control (strategy unavailable) that broke
+// nothing; surge's own check (0 failed requests, 0 broken before the
+// bound) is reported, not failed, until the hand-over is built.
+func actLBUpdate(ctx context.Context, r *run) error {
+	u, ok := r.world.(dataPlaneUpdater)
+	if !ok {
+		return fmt.Errorf("%s needs the chart's install (--from-chart --data-plane-replicas N)", report.ScenarioLBUpdate)
+	}
+	fig, bound, err := u.UpdatePlan(ctx)
+	if err != nil {
+		return err
+	}
+	r.updateFigures = &fig
+	dial, addr := r.lab.net.Client.DialContext, r.addr
+	var updating atomic.Bool
+	updating.Store(true)
+	var wg sync.WaitGroup
+	var burst, stream []*traffic.TimedConn
+	always := func() bool { return true }
+	wg.Go(func() {
+		burst = traffic.TimedWebSockets(ctx, dial, addr, timedLifetimes(timedBurst, bound), burstEvery, always)
+	})
+	wg.Go(func() {
+		if traffic.SleepCtx(ctx, timedBurst*burstEvery) {
+			stream = traffic.TimedWebSockets(ctx, dial, addr, timedLifetimes(1000, bound), bound/timedSpread, updating.Load)
+		}
+	})
+	// The burst is open before the first node is touched.
+	if !traffic.SleepCtx(ctx, timedBurst*burstEvery+time.Second) {
+		return ctx.Err()
+	}
+	before := r.rec.Snapshot()
+	r.mark("%s: update the data plane's DaemonSet (strategy %s, drain bound %s)", report.ScenarioLBUpdate, fig.Strategy, bound)
+	nodes, err := u.UpdateDataPlane(ctx, r.mark, r.rec.Start)
+	updating.Store(false)
+	after := r.rec.Snapshot()
+	r.mark("every old data-plane pod gone; waiting for the timed WebSockets to end")
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	fig.FailedRequests = (after.Failed - after.LateStall) - (before.Failed - before.LateStall)
+	fig.Nodes = nodes
+	attributeWindows(fig.Nodes, after.Failures)
+	classifyTimed(&fig, append(burst, stream...), r.rec.Start, bound, r.hostNodes())
+	r.lab.logf("%s: %s", r.name(), fig.Check())
+	if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
+		return err
+	}
+	if fig.Strategy == report.UpdateUnavailable && !fig.Broke() {
+		return fmt.Errorf("the negative control (maxSurge 0, maxUnavailable 1) broke nothing: the check cannot fail as run")
+	}
+	return nil
+}
+
+// hostNodes maps each data-plane host's address to its Node's name.
+func (r *run) hostNodes() map[string]string {
+	out := map[string]string{}
+	for i, h := range r.lab.net.LBs {
+		out[h.IP.String()] = cluster.HostNodeName(i)
+	}
+	return out
+}
+
+// attributeWindows counts the failures (seconds since the traffic's
+// start) into the window of the node being replaced: from its start to
+// its end and IOTimeout more (a failed request shows when it ends). The
+// nodes are replaced one at a time, so a failure in a window is that
+// replacement's. Requests the lab client's own stall started late are not
+// the data plane's and are left out.
+func attributeWindows(nodes []report.NodeUpdate, failures []traffic.Failure) {
+	for i := range nodes {
+		n := &nodes[i]
+		from, to := n.StartSeconds, n.EndSeconds+traffic.IOTimeout.Seconds()
+		for _, f := range failures {
+			at := f.At.Seconds()
+			if at < from || at > to {
+				continue
+			}
+			switch {
+			case f.Source == "long":
+				n.BrokenLongConns++
+			case !strings.Contains(f.Detail, "the client's timer fired late"):
+				n.FailedRequests++
+			}
+		}
+	}
+}
+
+// classifyTimed sorts the timed WebSockets by the node they went through
+// (hosts: the data-plane hosts' addresses, the peer the pod saw) and by
+// the bound of that node's old pod: one opened before the old pod began
+// terminating may have gone through it (during a surge through either
+// pod: it counts as the old pod's) and still open when the node's
+// replacement began is through the old pod; it ended before the bound
+// when its lifetime was up before the old pod's deletion plus bound. One
+// whose lifetime was up before its node's replacement began is counted
+// apart: the update never touched it.
+func classifyTimed(f *report.UpdateFigures, conns []*traffic.TimedConn, start time.Time, bound time.Duration, hosts map[string]string) {
+	byNode := map[string]*report.NodeUpdate{}
+	for i := range f.Nodes {
+		byNode[f.Nodes[i].Node] = &f.Nodes[i]
+	}
+	for _, c := range conns {
+		f.WebSockets++
+		node := ""
+		if host, _, err := net.SplitHostPort(c.Peer); err == nil {
+			node = hosts[host]
+		}
+		n := byNode[node]
+		if n == nil || c.Opened.IsZero() {
+			f.UnknownNode++
+			f.UnknownNodeBroken += b2i(c.Broken)
+			continue
+		}
+		deleted := start.Add(time.Duration(n.OldDeletedSeconds * float64(time.Second)))
+		if !c.Opened.Before(deleted) {
+			f.ThroughNew++
+			f.ThroughNewBroken += b2i(c.Broken)
+			continue
+		}
+		end := c.Opened.Add(c.Lifetime)
+		if end.Before(start.Add(time.Duration(n.StartSeconds * float64(time.Second)))) {
+			f.EndedBeforeReplacement++
+			f.EndedBeforeReplacementBroken += b2i(c.Broken)
+			continue
+		}
+		n.WebSocketsThroughOld++
+		n.WebSocketsBroken += b2i(c.Broken)
+		if end.Before(deleted.Add(bound)) {
+			f.EndedBeforeBound++
+			f.EndedBeforeBoundBroken += b2i(c.Broken)
+		} else {
+			f.OpenAtBound++
+			f.OpenAtBoundBroken += b2i(c.Broken)
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
