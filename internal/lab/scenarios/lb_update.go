@@ -113,27 +113,29 @@ func (r *run) hostNodes() map[string]string {
 	return out
 }
 
-// attributeWindows counts the failures (seconds since the traffic's
+// attributeWindows counts each failure (seconds since the traffic's
 // start) into the window of the node being replaced: from its start to
 // its end and IOTimeout more (a failed request shows when it ends). The
-// nodes are replaced one at a time, so a failure in a window is that
-// replacement's. Requests the lab client's own stall started late are not
-// the data plane's and are left out.
+// DaemonSet controller starts a node's replacement as the previous one
+// ends, so windows may overlap by a moment: a failure counts once, for
+// the node whose window began last before it. Requests the lab client's
+// own stall started late are not the data plane's and are left out.
 func attributeWindows(nodes []report.NodeUpdate, failures []traffic.Failure) {
-	for i := range nodes {
-		n := &nodes[i]
-		from, to := n.StartSeconds, n.EndSeconds+traffic.IOTimeout.Seconds()
-		for _, f := range failures {
-			at := f.At.Seconds()
-			if at < from || at > to {
-				continue
+	for _, f := range failures {
+		at := f.At.Seconds()
+		var n *report.NodeUpdate
+		for i := range nodes {
+			w := &nodes[i]
+			if at >= w.StartSeconds && at <= w.EndSeconds+traffic.IOTimeout.Seconds() && (n == nil || w.StartSeconds > n.StartSeconds) {
+				n = w
 			}
-			switch {
-			case f.Source == "long":
-				n.BrokenLongConns++
-			case !strings.Contains(f.Detail, "the client's timer fired late"):
-				n.FailedRequests++
-			}
+		}
+		switch {
+		case n == nil:
+		case f.Source == "long":
+			n.BrokenLongConns++
+		case !strings.Contains(f.Detail, "the client's timer fired late"):
+			n.FailedRequests++
 		}
 	}
 }
