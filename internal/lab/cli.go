@@ -95,8 +95,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // flags are `zerodrop lab`'s command line, parsed.
 type flags struct {
 	scenario, mode, backend, policy, jsonPath, htmlPath, dir, appSigterm, prov, maintenanceSignal string
-	// dataPlaneUpdate is --data-plane-update ("": the chart's default).
+	// dataPlaneUpdate is --data-plane-update ("": the chart's default),
+	// hardStopAfter --data-plane-hard-stop-after (0: the chart's).
 	dataPlaneUpdate               string
+	hardStopAfter                 time.Duration
 	keep, fromChart, dryRun       bool
 	rate, dataPlane, idleRestarts int
 	az                            azureFlags
@@ -149,6 +151,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.IntVar(&f.dataPlane, "data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
 	fs.StringVar(&f.dataPlaneUpdate, "data-plane-update", "", "with --from-chart: the data-plane DaemonSet's update strategy, set through the chart's haproxy.updateStrategy: "+
 		report.UpdateSurge+" (maxSurge 1, maxUnavailable 0) or "+report.UpdateUnavailable+" (maxSurge 0, maxUnavailable 1: lb-update's negative control); empty: the chart's default")
+	fs.DurationVar(&f.hardStopAfter, "data-plane-hard-stop-after", 0, "with --from-chart: the chart's haproxy.hardStopAfter, which bounds an old HAProxy's drain (lb-update's timed WebSockets live up to twice the bound); 0: the chart's default")
 	fs.StringVar(&f.prov, "provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: the scenarios with traffic through an emulated Azure load balancer, written by the real cloud-provider-azure or by zerodrop; see docs/azure.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down,lb-replica-restart,lb-update|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator [--arm-latency LIST] [--lb-propagation LIST] [--health-lag LIST]] [--rate N] [--json FILE] [--html FILE]")
@@ -196,6 +199,9 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, error) {
 	}
 	if f.dataPlaneUpdate != "" && (!f.fromChart || !slices.Contains(report.UpdateStrategies, f.dataPlaneUpdate)) {
 		return scenarios.Options{}, nil, fmt.Errorf("--data-plane-update %q: want %s with --from-chart", f.dataPlaneUpdate, strings.Join(report.UpdateStrategies, " or "))
+	}
+	if f.hardStopAfter < 0 || f.hardStopAfter > 0 && !f.fromChart {
+		return scenarios.Options{}, nil, fmt.Errorf("--data-plane-hard-stop-after %s: want a positive duration, with --from-chart", f.hardStopAfter)
 	}
 	if f.fromChart && f.dataPlane == 0 {
 		return scenarios.Options{}, nil, fmt.Errorf("--from-chart installs the chart's HAProxy data plane: give --data-plane-replicas 2 to %d", dataplane.MaxReplicas)
@@ -395,7 +401,7 @@ func (f flags) haproxyKind() world.Kind {
 func (f flags) haproxyWorld() world.World {
 	switch f.haproxyKind() {
 	case world.Chart:
-		return chart.New(chart.Options{Replicas: f.dataPlane, Update: f.dataPlaneUpdate})
+		return chart.New(chart.Options{Replicas: f.dataPlane, Update: f.dataPlaneUpdate, HardStopAfter: f.hardStopAfter})
 	case world.Replicas:
 		return replicas.New(replicas.Options{Replicas: f.dataPlane})
 	}

@@ -40,13 +40,18 @@ type Options struct {
 	// the chart's haproxy.updateStrategy at install: report.UpdateSurge or
 	// report.UpdateUnavailable ("": the chart's default).
 	Update string
+	// HardStopAfter, when set, is the chart's haproxy.hardStopAfter: it
+	// bounds an old HAProxy's drain (lb-update's timed WebSockets spread
+	// over twice it), so a short one makes a short update.
+	HardStopAfter time.Duration
 }
 
 // World is zerodrop installed from the chart.
 type World struct {
 	dataplane.WorldBase
 
-	update string // Options.Update
+	update        string        // Options.Update
+	hardStopAfter time.Duration // Options.HardStopAfter
 
 	mu  sync.Mutex
 	cur *run // zerodrop mode's run under way: the agent's hooks go to it
@@ -54,15 +59,19 @@ type World struct {
 
 // New is the world with opts.
 func New(opts Options) *World {
-	return &World{WorldBase: dataplane.NewWorldBase(opts.Replicas), update: opts.Update}
+	return &World{WorldBase: dataplane.NewWorldBase(opts.Replicas), update: opts.Update, hardStopAfter: opts.HardStopAfter}
 }
 
 // Variant is the replicas and, when given, the update strategy.
 func (w *World) Variant() string {
-	if w.update == "" {
-		return w.WorldBase.Variant()
+	v := w.WorldBase.Variant()
+	if w.update != "" {
+		v += ", data-plane update " + w.update
 	}
-	return w.WorldBase.Variant() + ", data-plane update " + w.update
+	if w.hardStopAfter > 0 {
+		v += ", haproxy.hardStopAfter " + w.hardStopAfter.String()
+	}
+	return v
 }
 
 var (

@@ -59,7 +59,7 @@ func (r *run) values() []string {
 		fmt.Sprintf("haproxy.metricsPort=%d", world.MetricsPort),
 		fmt.Sprintf("haproxy.probePort=%d", world.ProbesPort),
 		fmt.Sprintf("haproxy.statePort=%d", dataplane.StatePort),
-	}, strategyValues(r.w.update)...)
+	}, strategyValues(r.w.update, r.w.hardStopAfter)...)
 }
 
 // renderChart runs `helm template` on the repository's chart with values

@@ -24,16 +24,20 @@ import (
 // node's pods.
 
 // strategyValues are the chart values of an update strategy ("": the
-// chart's default).
-func strategyValues(update string) []string {
+// chart's default) and of a hard-stop-after (0: the chart's default).
+func strategyValues(update string, hardStopAfter time.Duration) []string {
 	const p = "haproxy.updateStrategy.rollingUpdate."
+	var out []string
 	switch update {
 	case report.UpdateSurge:
-		return []string{p + "maxSurge=1", p + "maxUnavailable=0"}
+		out = []string{p + "maxSurge=1", p + "maxUnavailable=0"}
 	case report.UpdateUnavailable:
-		return []string{p + "maxSurge=0", p + "maxUnavailable=1"}
+		out = []string{p + "maxSurge=0", p + "maxUnavailable=1"}
 	}
-	return nil
+	if hardStopAfter > 0 {
+		out = append(out, "haproxy.hardStopAfter="+hardStopAfter.String())
+	}
+	return out
 }
 
 // UpdatePlan reads the installed DaemonSet: its update strategy, and the

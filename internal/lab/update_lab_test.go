@@ -1,0 +1,51 @@
+package lab
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/report"
+)
+
+// handOverLanded: the chart's data-plane pods hand their listeners and
+// connections over (issue 50's preStop soft stop). Until then a surge
+// still breaks the old pod's connections, and TestLabUpdate is skipped.
+const handOverLanded = false
+
+// TestLabUpdate is `make test`'s short data-plane upgrade (issue 50): the
+// chart's data-plane DaemonSet of two nodes updated with surge (maxSurge
+// 1, maxUnavailable 0) under load, the old HAProxy's drain bounded by a
+// 10 s haproxy.hardStopAfter (the timed WebSockets live up to 20 s): no
+// request may fail, and no WebSocket that ended before its old pod's bound
+// may break.
+func TestLabUpdate(t *testing.T) {
+	if !handOverLanded {
+		t.Skip("the data plane's hand-over (issue 50) has not landed: a surge still breaks the old pod's connections")
+	}
+	entries := runLab(t, 5*time.Minute, "--scenario", report.ScenarioLBUpdate, "--mode", "zerodrop",
+		"--data-plane-replicas", "2", "--from-chart", "--data-plane-update", report.UpdateSurge, "--data-plane-hard-stop-after", "10s")
+	raw, err := json.Marshal(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []report.Result
+	if err := json.Unmarshal(raw, &runs); err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 1 || runs[0].DataPlaneUpdate == nil {
+		t.Fatalf("want one run with lb-update's figures, got %s", raw)
+	}
+	f := runs[0].DataPlaneUpdate
+	if f.Strategy != report.UpdateSurge || len(f.Nodes) != 2 {
+		t.Fatalf("strategy %s over %d nodes, want surge over 2: %+v", f.Strategy, len(f.Nodes), f)
+	}
+	for _, n := range f.Nodes {
+		if n.WebSocketsThroughOld == 0 {
+			t.Errorf("%s: no timed WebSocket through its old pod at its replacement: the check could not fail there", n.Node)
+		}
+	}
+	if !f.Lossless() {
+		t.Errorf("the surge lost traffic: %s; per node %+v", f.Check(), f.Nodes)
+	}
+}
