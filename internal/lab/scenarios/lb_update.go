@@ -28,9 +28,11 @@ type dataPlaneUpdater interface {
 // bound/timedSpread while the update runs, each lifetime one of
 // timedSpread steps over 0–2× the bound. With the mean lifetime the
 // bound, about timedSpread of the stream plus what is left of the burst
-// are open at any moment: at least 5 through each of 3 nodes.
+// are open at any moment: report.MinThroughOld or more through each of 3
+// nodes (the route's hash spreads them unevenly: a burst of 30 left 4 on
+// one node).
 const (
-	timedBurst  = 30
+	timedBurst  = 45
 	timedSpread = 30
 	burstEvery  = 100 * time.Millisecond
 )
