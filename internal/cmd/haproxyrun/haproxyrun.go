@@ -42,6 +42,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	var c Config
 	fs := flag.NewFlagSet("zerodrop haproxy", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() { usage(fs, out) }
 	fs.StringVar(&c.Dir, "dir", DefaultDir, "state directory shared with the data-plane replica's zerodrop process (--haproxy-socket DIR/admin.sock --haproxy-master-socket DIR/master.sock --haproxy-config DIR/haproxy.cfg)")
 	fs.StringVar(&c.Binary, "binary", "haproxy", "HAProxy executable")
 	fs.StringVar(&c.WorkerUser, "worker-user", haproxy.DefaultWorkerUser, "UID:GID HAProxy's workers run as when it starts as root (its master stays root to bind the listeners and reload; it needs CAP_SETUID, CAP_SETGID and CAP_KILL); empty: the workers keep the user HAProxy starts as. Ignored when not started as root: the workers are not root then")
@@ -57,9 +58,22 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	return c, nil
 }
 
+// usage prints both forms of the command: the reference (docs/flags.md)
+// is `zerodrop haproxy -h`.
+func usage(fs *flag.FlagSet, out io.Writer) {
+	fmt.Fprintf(out, "usage: zerodrop haproxy [flags]: prepare the state directory, then run HAProxy's master in its place\n")
+	fs.PrintDefaults()
+	fmt.Fprintf(out, "\nusage: zerodrop haproxy %s [flags]: stop that HAProxy softly (SIGUSR1 to its master: listeners closed, connections finished) and wait until its master has exited; a preStop hook\n", StopCommand)
+	var sc StopConfig
+	stopFlags(&sc, out).PrintDefaults()
+}
+
 // Run parses args, prepares the directory and executes HAProxy; it returns
-// only on failure.
+// only on failure. `zerodrop haproxy stop …` is RunStop.
 func Run(args []string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == StopCommand {
+		return RunStop(args[1:], stderr)
+	}
 	c, err := Parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -108,6 +122,11 @@ func Prepare(c Config, stderr io.Writer) (path string, args []string, err error)
 		return "", nil, err
 	}
 	if err := haproxy.PrepareWorkerUser(c.Dir, user); err != nil {
+		return "", nil, err
+	}
+	// A soft stop's mark from this pod's previous container: the HAProxy
+	// started now may be reloaded.
+	if err := haproxy.ClearStopping(c.Dir); err != nil {
 		return "", nil, err
 	}
 	if path, err = exec.LookPath(c.Binary); err != nil {
