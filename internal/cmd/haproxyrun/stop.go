@@ -23,6 +23,10 @@ type StopConfig struct {
 	// Wait only waits for the master to exit (the controller container's
 	// hook: the haproxy container's own hook stops it).
 	Wait bool
+	// MarkTimeout is how long Wait waits for the soft stop's mark before
+	// it takes the stop for this container's alone (a liveness restart),
+	// which must not wait for HAProxy.
+	MarkTimeout time.Duration
 	// Timeout bounds the wait; 0: until the master exits (the kubelet
 	// ends the hook at the pod's grace period anyway).
 	Timeout time.Duration
@@ -34,6 +38,7 @@ func stopFlags(c *StopConfig, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.Dir, "dir", DefaultDir, "state directory of the HAProxy to stop (its master socket DIR/master.sock)")
 	fs.BoolVar(&c.Wait, "wait", false, "do not stop HAProxy, only wait until its master has exited (the master socket no longer answers): the preStop hook of a container beside the haproxy container")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "give up waiting after this long (exit 1); 0: wait until the master exits")
+	fs.DurationVar(&c.MarkTimeout, "mark-timeout", 5*time.Second, "with --wait: when HAProxy has not been told to stop softly within this time (the mark that stop leaves in --dir), return at once: the kubelet stops this container alone (a liveness restart), not the pod, and HAProxy keeps running")
 	return fs
 }
 
@@ -96,9 +101,30 @@ func stop(ctx context.Context, c StopConfig, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stderr, "zerodrop haproxy stop: HAProxy master %d stops softly (SIGUSR1); waiting for it to exit\n", master)
 	}
+	if c.Wait && !markedWithin(ctx, c.Dir, c.MarkTimeout) {
+		fmt.Fprintf(stderr, "zerodrop haproxy stop: HAProxy in %s was not told to stop within %s: not waiting for it\n", c.Dir, c.MarkTimeout)
+		return nil
+	}
 	if err := haproxy.WaitStopped(ctx, c.Dir); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "zerodrop haproxy stop: no HAProxy answers in %s\n", c.Dir)
 	return nil
+}
+
+// markedWithin reports whether dir is marked stopping, waiting up to d for
+// the mark: at a pod's deletion the kubelet runs every container's preStop
+// hook at once, and the haproxy container's marks the directory first
+// thing; at a restart of the controller container alone nothing does.
+func markedWithin(ctx context.Context, dir string, d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for !haproxy.Stopping(dir) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return true
 }

@@ -14,7 +14,9 @@ import (
 
 // TestStop runs `zerodrop haproxy stop` against the HAProxy the command
 // prepares and runs (here a child of the test, not the test's own process):
-// --wait alone neither stops it nor returns while it runs; the soft stop
+// --wait returns at once when HAProxy was not told to stop (the controller
+// container restarted alone), and when it was, neither stops it nor returns
+// while it runs; the soft stop
 // returns once its master has exited (and the master exits 0: a soft stop,
 // not a kill); with no HAProxy there is nothing to stop. A prepared
 // directory holds no stopping mark.
@@ -68,11 +70,31 @@ func TestStop(t *testing.T) {
 	})
 	// The master answers on its socket once it runs.
 	deadline := time.Now().Add(30 * time.Second)
-	for RunStop([]string{"--dir", dir, "--wait", "--timeout", "200ms"}, &out) == 0 {
+	for {
+		c, err := net.Dial("unix", filepath.Join(dir, "master.sock"))
+		if err == nil {
+			c.Close()
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("HAProxy's master never answered: %s", out.String())
+			t.Fatalf("HAProxy's master never answered: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// The controller container stopped alone (a liveness restart): no
+	// mark, so --wait returns and HAProxy runs on.
+	out.Reset()
+	if code := RunStop([]string{"--dir", dir, "--wait", "--mark-timeout", "100ms"}, &out); code != 0 {
+		t.Fatalf("--wait without a soft stop: exit %d: %s", code, out.String())
+	}
+	// Marked (the haproxy container's hook has begun): --wait waits while
+	// the master runs.
+	if err := os.WriteFile(filepath.Join(dir, "stopping"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := RunStop([]string{"--dir", dir, "--wait", "--timeout", "300ms"}, &out); code != 1 {
+		t.Fatalf("--wait with HAProxy marked stopping but running: exit %d, want 1 (timed out): %s", code, out.String())
 	}
 	select {
 	case <-exited:
@@ -96,5 +118,9 @@ func TestStop(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("stop returned but HAProxy's master still runs: %s", out.String())
+	}
+	out.Reset()
+	if code := RunStop([]string{"--dir", dir, "--wait"}, &out); code != 0 {
+		t.Fatalf("--wait after the stop: exit %d: %s", code, out.String())
 	}
 }

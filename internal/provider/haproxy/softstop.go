@@ -98,6 +98,17 @@ func ClearStopping(dir string) error {
 	return nil
 }
 
+// Stopping reports whether dir is marked stopping (SoftStop was called on
+// it since its HAProxy started).
+func Stopping(dir string) bool {
+	ps, err := resolvePaths(Options{Dir: dir})
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(ps.dir, stoppingFile))
+	return err == nil
+}
+
 // stopping reports whether the state directory is marked stopping.
 func (p *Provider) stopping() bool {
 	_, err := os.Stat(filepath.Join(p.paths.dir, stoppingFile))
