@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 var churnFlag = flag.Float64("churn", 0.1, "fraction of the Services each churn phase after the restart changes: endpoint churn replaces one endpoint of each (a new Pod at a new address, then the old one out of the EndpointSlice and deleted, as a rollout does), Service churn deletes as many Services and creates as many new ones; 0: no churn phases")
@@ -134,7 +135,7 @@ func (cl *cluster) endpointChurn(ctx context.Context, p *process, metricsURL, hd
 	before, _ := scrape(metricsURL)
 	start := time.Now()
 	added := make([]int, len(targets))
-	if err := parallel(len(targets), podWorkers, func(j int) error {
+	if err := testutil.Parallel(len(targets), podWorkers, func(j int) error {
 		k, err := cl.replaceEndpoint(ctx, targets[j])
 		added[j] = k
 		return err
@@ -180,7 +181,7 @@ func (cl *cluster) serviceChurn(ctx context.Context, p *process, hdir string) (t
 		return 0, fmt.Errorf("service churn: Service %d has no address left in the pool or for its endpoints", last)
 	}
 	start := time.Now()
-	if err := parallel(len(gone), podWorkers, func(j int) error {
+	if err := testutil.Parallel(len(gone), podWorkers, func(j int) error {
 		if err := cl.deleteService(ctx, gone[j]); err != nil {
 			return err
 		}

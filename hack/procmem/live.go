@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 // endpointReply is what every live endpoint answers: a connection through a
@@ -111,7 +113,7 @@ func reachAll(n int, skip map[int]bool, deadline time.Time) (lastOK time.Time, f
 		var mu sync.Mutex
 		var again []int
 		firstErr = ""
-		_ = parallel(len(pending), 32, func(j int) error {
+		_ = testutil.Parallel(len(pending), 32, func(j int) error {
 			i := pending[j]
 			err := reach(address(i))
 			mu.Lock()

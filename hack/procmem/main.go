@@ -58,6 +58,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 var (
@@ -184,7 +185,7 @@ func run(extra []string) error {
 		}
 	}
 	start := time.Now()
-	if err := parallel(*services, podWorkers, func(i int) error { return createService(ctx, c, i, firstEndpoints(i)) }); err != nil {
+	if err := testutil.Parallel(*services, podWorkers, func(i int) error { return createService(ctx, c, i, firstEndpoints(i)) }); err != nil {
 		return err
 	}
 	if err := createUnselectedPods(ctx, c, *services**endpoints); err != nil {
@@ -213,7 +214,7 @@ func run(extra []string) error {
 		// A replica serves each Service at the address the control role
 		// wrote into its status: written here, as the control role writes
 		// it, by no measured process.
-		if err := parallel(*services, 8, func(i int) error { return setAddress(ctx, c, i) }); err != nil {
+		if err := testutil.Parallel(*services, 8, func(i int) error { return setAddress(ctx, c, i) }); err != nil {
 			return err
 		}
 		for k := 0; k < *refused; k++ {

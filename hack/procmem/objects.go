@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -61,28 +59,3 @@ func slice(i int, eps []discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
 }
 
 func name(i int) string { return fmt.Sprintf("svc-%05d", i) }
-
-func parallel(n, workers int, f func(int) error) error {
-	next := make(chan int)
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(i); err != nil {
-					errs <- fmt.Errorf("item %d: %w", i, err)
-					return
-				}
-			}
-		}()
-	}
-	for i := 0; i < n && len(errs) == 0; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	return errors.Join(<-errs)
-}

@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 var podsFlag = flag.Bool("pods", true, "create a Pod per endpoint (selected by its Service, Ready at the endpoint's address, named by its EndpointSlice entry's targetRef) and as many Pods that no Service selects: both roles cache every Pod; false: no Pods, endpoints without targetRef")
@@ -136,5 +138,5 @@ func createUnselectedPods(ctx context.Context, c client.Client, n int) error {
 	if !*podsFlag {
 		return nil
 	}
-	return parallel(n, podWorkers, func(u int) error { return createUnselectedPod(ctx, c, u) })
+	return testutil.Parallel(n, podWorkers, func(u int) error { return createUnselectedPod(ctx, c, u) })
 }

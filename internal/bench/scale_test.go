@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
-	"sync"
 	"syscall"
 	"testing"
 	"text/tabwriter"
@@ -27,6 +26,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 var (
@@ -320,32 +320,9 @@ func reconcileResults(m *metrics.Metrics) map[string]float64 {
 	return out
 }
 
-// parallel runs f(0..n-1) on `workers` goroutines and fails on the first
-// error.
 func parallel(b *testing.B, n, workers int, f func(int) error) {
 	b.Helper()
-	next := make(chan int)
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(i); err != nil {
-					errs <- fmt.Errorf("item %d: %w", i, err)
-					return
-				}
-			}
-		}()
-	}
-	for i := 0; i < n && len(errs) == 0; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := testutil.Parallel(n, workers, f); err != nil {
 		b.Fatal(err)
 	}
 }
