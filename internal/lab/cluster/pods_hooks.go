@@ -15,14 +15,23 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 )
 
-// preStop runs one container's preStop hook: sleep, exec `sleep N` (other
-// commands are not run), or httpGet (the zerodrop drain hook among them).
+// preStop runs one container's preStop hook: sleep, exec, or httpGet (the
+// zerodrop drain hook among them). ctx ends with the pod's grace period.
+// An exec hook of a chart pod runs in its container as the kubelet runs it
+// (execProbe: the container's namespaces, working directory and
+// environment; at ctx's end its process group is killed, and terminate
+// goes on to SIGTERM with the kubelet's 2 s): zerodrop haproxy stop among
+// them. Other pods' containers are not processes: their exec hook runs
+// only as `sleep N`.
 func (r *podRuntime) preStop(ctx context.Context, c *corev1.Container) (result string, failed bool) {
 	h := c.Lifecycle.PreStop
 	switch {
 	case h.Sleep != nil:
 		traffic.SleepCtx(ctx, time.Duration(h.Sleep.Seconds)*time.Second)
 		return fmt.Sprintf("slept %ds", h.Sleep.Seconds), false
+	case h.Exec != nil && r.env.containers != nil && chartPod(r.pod):
+		ok, detail := r.execProbe(ctx, c, h.Exec.Command)
+		return fmt.Sprintf("exec %q: %s", h.Exec.Command, detail), !ok
 	case h.Exec != nil:
 		if d, ok := sleepCommand(h.Exec.Command); ok {
 			traffic.SleepCtx(ctx, d)
