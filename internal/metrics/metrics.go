@@ -50,6 +50,9 @@ type Metrics struct {
 	// leader looks at again, backing off, because they wait for the
 	// data-plane replicas.
 	WaitingForReplicas prometheus.Gauge
+	// TCPMigrateReq is a data-plane replica's node's net.ipv4.tcp_migrate_req,
+	// read at start.
+	TCPMigrateReq prometheus.Gauge
 }
 
 // New creates the metrics and registers them on reg (nil: not registered).
@@ -138,13 +141,17 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "zerodrop_load_balancers_waiting_for_replicas",
 			Help: "Control role (the leader): load balancers with a Service that a data-plane replica that counts does not serve yet, or that no replica counts for, or a deleted Service's listener on a replica that does not answer. Each is looked at again as long after a look as it has waited (from the drain poll interval up to its tenfold), and at once when a replica's pod changes or a replica answers again.",
 		}),
+		TCPMigrateReq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "zerodrop_node_tcp_migrate_req",
+			Help: "Data-plane replica: its node's net.ipv4.tcp_migrate_req, read at start: 1, the connections queued on the listeners of an HAProxy that stops softly (a DaemonSet update) move to the node's other listeners of those ports; 0, they are reset; -1, it cannot be read (Linux before 5.14). The control role leaves it at 0.",
+		}),
 	}
 	m.BuildInfo.WithLabelValues(version.String(), runtime.Version()).Set(1)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ProviderWrites, m.ProviderReads, m.ProviderConflicts,
 			m.ProviderErrors, m.Reconciles, m.ReconcileLatency, m.PlanOps, m.DrainCalls, m.DrainOutcomes, m.DrainWait, m.BuildInfo,
 			m.StateCertRenewals, m.StateCertFailures,
-			m.GateLatency, m.GateUnserved, m.Backends, m.ServicesOverLimit, m.HealthCheckStretched, m.HealthCheckRate, m.WaitingForReplicas} {
+			m.GateLatency, m.GateUnserved, m.Backends, m.ServicesOverLimit, m.HealthCheckStretched, m.HealthCheckRate, m.WaitingForReplicas, m.TCPMigrateReq} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

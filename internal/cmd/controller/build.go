@@ -408,6 +408,7 @@ func (in *Instance) startHAProxy(ctx context.Context, cfg Config, role service.R
 		if err := cfg.DataPlane.stateEndpoint(in.Manager, hp, in.Metrics, in.registerer, in.log); err != nil {
 			return nil, fmt.Errorf("data-plane state endpoint: %w", err)
 		}
+		reportTCPMigrateReq(in.Metrics, in.log)
 	}
 	return hp, nil
 }
