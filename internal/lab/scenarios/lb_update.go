@@ -25,7 +25,8 @@ type dataPlaneUpdater interface {
 }
 
 // The timed WebSockets' shape: a burst at the act's start, then one every
-// bound/timedSpread while the update runs, each lifetime one of
+// bound/timedSpread (at most one a second: a short bound with a long
+// update would open hundreds) while the update runs, each lifetime one of
 // timedSpread steps over 0–2× the bound. With the mean lifetime the
 // bound, about timedSpread of the stream plus what is left of the burst
 // are open at any moment: report.MinThroughOld or more through each of 3
@@ -75,7 +76,7 @@ func actLBUpdate(ctx context.Context, r *run) error {
 	})
 	wg.Go(func() {
 		if traffic.SleepCtx(ctx, timedBurst*burstEvery) {
-			stream = traffic.TimedWebSockets(ctx, dial, addr, timedLifetimes(1000, bound), bound/timedSpread, updating.Load)
+			stream = traffic.TimedWebSockets(ctx, dial, addr, timedLifetimes(1000, bound), max(bound/timedSpread, time.Second), updating.Load)
 		}
 	})
 	// The burst is open before the first node is touched.
