@@ -114,3 +114,19 @@ func (p *Provider) stopping() bool {
 	_, err := os.Stat(filepath.Join(p.paths.dir, stoppingFile))
 	return err == nil
 }
+
+// runtimeChain sends commands to the current worker: on the admin socket,
+// or, once the HAProxy stops softly, through the master CLI (`@1`, the
+// current worker, before each command): the draining worker has closed
+// the admin socket with its other listeners, yet it still holds
+// connections, so its backends are read and drained there until it exits.
+func (p *Provider) runtimeChain(ctx context.Context, commands []string) (string, error) {
+	if !p.stopping() {
+		return p.admin.chain(ctx, commands...)
+	}
+	prefixed := make([]string, len(commands))
+	for i, c := range commands {
+		prefixed[i] = "@1 " + c
+	}
+	return p.master.chain(ctx, prefixed...)
+}

@@ -60,8 +60,8 @@ func handOver(t *testing.T, oldOpts Options) (oldP *Provider, addr string, port 
 
 // TestSoftStopHandOver: of two HAProxies on one address and port, the one
 // SoftStop stops takes no new connection (all reach the other), keeps
-// serving the connection it holds, refuses a reload (which would bind the
-// listeners again), and its master exits when that connection ends:
+// serving the connection it holds, still reports its backends, refuses a
+// reload (which would bind the listeners again), and its master exits when that connection ends:
 // WaitStopped returns then, not before.
 func TestSoftStopHandOver(t *testing.T) {
 	ctx := testContext(t)
@@ -80,6 +80,11 @@ func TestSoftStopHandOver(t *testing.T) {
 	}
 	if body, err := lc.request(); err != nil || body != bs[0].id() {
 		t.Fatalf("established connection through the stopping HAProxy: %q, %v (want %s)", body, err, bs[0].id())
+	}
+	// Its backends are still read (the state endpoint answers with them
+	// while it drains), through the master CLI: the admin socket is closed.
+	if got, err := oldP.Backends(ctx, "default/web"); err != nil || len(got) != 1 || got[0].Address != bs[0].addr {
+		t.Fatalf("backends of the stopping HAProxy: %+v, %v; want %s", got, err, bs[0].id())
 	}
 
 	// A reload now would start a worker that listens again.

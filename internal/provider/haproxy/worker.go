@@ -32,7 +32,7 @@ func (p *Provider) exchange(ctx context.Context, count func(), commands ...strin
 	for {
 		p.hooks.OnRead("show-info")
 		count()
-		reply, err := p.admin.chain(ctx, append([]string{"show info"}, commands...)...)
+		reply, err := p.runtimeChain(ctx, append([]string{"show info"}, commands...))
 		if err != nil {
 			return "", err
 		}
