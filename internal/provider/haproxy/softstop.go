@@ -62,17 +62,23 @@ func SoftStop(ctx context.Context, dir string) (int, error) {
 // WaitStopped waits until no HAProxy answers on dir's master socket (its
 // master has exited, or never ran), or until ctx ends. It needs no PID, so
 // it works from another container of the pod, which shares the state
-// directory but not the PID namespace. A master that is reloading still
-// holds its master socket's listener (the new process inherits it), so the
-// socket stops answering only when the master is gone.
+// directory but not the PID namespace. The master is gone when the socket
+// refuses or is missing, or when what answers there is not a master's
+// `show proc` (a proxy in front of the socket, as the lab's counting one,
+// whose HAProxy is gone). A reload could drop a connection unanswered too,
+// but a directory marked stopping is not reloaded.
 func WaitStopped(ctx context.Context, dir string) error {
 	ps, err := resolvePaths(Options{Dir: dir})
 	if err != nil {
 		return err
 	}
 	for {
-		if _, err := (runtimeClient{path: ps.master}).do(ctx, "show proc"); err != nil {
-			if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+		reply, err := runtimeClient{path: ps.master}.do(ctx, "show proc")
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT):
+			return nil
+		case err == nil:
+			if _, perr := parseProc(reply); perr != nil {
 				return nil
 			}
 		}

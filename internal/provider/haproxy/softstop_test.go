@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -145,5 +147,48 @@ func TestSoftStopHardStopAfter(t *testing.T) {
 	}
 	if err := onlyReach(addr, port, 20, bs[1].id()); err != nil {
 		t.Fatalf("after the old HAProxy stopped: %v", err)
+	}
+}
+
+// TestWaitStoppedNotAMaster: what answers the master socket without a
+// master's `show proc` (a proxy whose HAProxy is gone) is no master, and a
+// missing socket is none; a master that answers is waited for.
+func TestWaitStoppedNotAMaster(t *testing.T) {
+	ctx := testContext(t)
+	for _, tc := range []struct {
+		name, reply string
+		gone        bool
+	}{
+		{name: "proxy, HAProxy gone", reply: "sockcount: HAProxy socket unreachable: connection refused\n", gone: true},
+		{name: "closed unanswered", reply: "", gone: true},
+		{name: "master", reply: "#<PID>          <type>          <reloads>       <uptime>        <version>\n1234            master          0 [failed: 0]   0d00h00m01s     2.6.12\n", gone: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ln, err := net.Listen("unix", filepath.Join(dir, "master.sock"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					_, _ = io.ReadAll(c)
+					_, _ = io.WriteString(c, tc.reply)
+					c.Close()
+				}
+			}()
+			short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			if err := WaitStopped(short, dir); (err == nil) != tc.gone {
+				t.Fatalf("WaitStopped: %v, want gone=%t", err, tc.gone)
+			}
+		})
+	}
+	if err := WaitStopped(ctx, t.TempDir()); err != nil {
+		t.Fatalf("no master socket: %v", err)
 	}
 }
