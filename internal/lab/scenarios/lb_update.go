@@ -95,7 +95,7 @@ func actLBUpdate(ctx context.Context, r *run) error {
 	}
 	fig.FailedRequests = (after.Failed - after.LateStall) - (before.Failed - before.LateStall)
 	fig.Nodes = nodes
-	attributeWindows(fig.Nodes, after.Failures)
+	attributeWindows(fig.Nodes, after.Failures, after.Seconds)
 	classifyTimed(&fig, append(burst, stream...), r.rec.Start, bound, r.hostNodes())
 	r.lab.logf("%s: %s", r.name(), fig.Check())
 	if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
@@ -116,16 +116,18 @@ func (r *run) hostNodes() map[string]string {
 	return out
 }
 
-// attributeWindows counts each failure (seconds since the traffic's
-// start) into the window of the node being replaced: from its start to
-// its end and IOTimeout more (a failed request shows when it ends). The
-// DaemonSet controller starts a node's replacement as the previous one
-// ends, so windows may overlap by a moment: a failure counts once, for
-// the node whose window began last before it. Requests the lab client's
-// own stall started late are not the data plane's and are left out.
-func attributeWindows(nodes []report.NodeUpdate, failures []traffic.Failure) {
-	for _, f := range failures {
-		at := f.At.Seconds()
+// attributeWindows counts the failures into the window of the node being
+// replaced: from its start to its end and IOTimeout more (a failed
+// request shows when it ends). The DaemonSet controller starts a node's
+// replacement as the previous one's new pod is ready, so windows overlap:
+// a failure counts once, for the node whose window began last before it.
+// The requests are counted by the second (seconds: every failure, where
+// the lab keeps only the first 2,000 failure events) less the long
+// connections' breaks and the requests the lab client's own stall
+// started late (not the data plane's) of the same second; the long
+// connections' breaks are counted from the events.
+func attributeWindows(nodes []report.NodeUpdate, failures []traffic.Failure, seconds []traffic.Bucket) {
+	owner := func(at float64) *report.NodeUpdate {
 		var n *report.NodeUpdate
 		for i := range nodes {
 			w := &nodes[i]
@@ -133,12 +135,25 @@ func attributeWindows(nodes []report.NodeUpdate, failures []traffic.Failure) {
 				n = w
 			}
 		}
+		return n
+	}
+	notRequests := map[int]int{} // per second: long breaks and the client's stalls
+	for _, f := range failures {
+		s := int(f.At / time.Second)
 		switch {
-		case n == nil:
 		case f.Source == "long":
-			n.BrokenLongConns++
-		case !strings.Contains(f.Detail, "the client's timer fired late"):
-			n.FailedRequests++
+			notRequests[s]++
+			if n := owner(f.At.Seconds()); n != nil {
+				n.BrokenLongConns++
+			}
+		case strings.Contains(f.Detail, "the client's timer fired late"):
+			notRequests[s]++
+		}
+	}
+	for s, b := range seconds {
+		// A second counts for the window its middle is in.
+		if n := owner(float64(s) + 0.5); n != nil {
+			n.FailedRequests += int64(max(b.Failures-notRequests[s], 0))
 		}
 	}
 }

@@ -68,28 +68,33 @@ func TestClassifyTimed(t *testing.T) {
 	}
 }
 
-// TestAttributeWindows: a failure counts for the node whose window (and
-// IOTimeout after it) it falls in; a request the client's own stall made
-// late counts for none.
+// TestAttributeWindows: a second's failed requests (its count, less the
+// long connections' breaks and the client's stalls of that second) count
+// for the node whose window (and IOTimeout after it) its middle falls in,
+// the latest begun when windows overlap; a long connection's break for the
+// window it falls in.
 func TestAttributeWindows(t *testing.T) {
 	nodes := []report.NodeUpdate{{Node: "a", StartSeconds: 10, EndSeconds: 20}, {Node: "b", StartSeconds: 30, EndSeconds: 40},
-		// c's window begins as b's ends: a failure there is c's only.
+		// c's window begins as b's ends: b's last seconds are c's.
 		{Node: "c", StartSeconds: 40, EndSeconds: 50}}
 	s := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+	seconds := make([]traffic.Bucket, 60)
+	seconds[5].Failures = 1  // before any window
+	seconds[15].Failures = 3 // a: 2 requests and a long break
+	seconds[21].Failures = 1 // a, within IOTimeout of its end
+	seconds[35].Failures = 2 // b: one request and one stall
+	seconds[41].Failures = 4 // c: 3 requests and a long break
+	seconds[55].Failures = 1 // after every window
 	attributeWindows(nodes, []traffic.Failure{
-		{At: s(5), Source: "request", Kind: traffic.KindReset},
-		{At: s(15), Source: "request", Kind: traffic.KindReset},
-		{At: s(21.5), Source: "request", Kind: traffic.KindEOF},
-		{At: s(15), Source: "long", Kind: traffic.KindNoClose},
-		{At: s(35), Source: "request", Kind: traffic.KindLate, Detail: "started 150ms after its slot (the client's timer fired late)"},
-		{At: s(35), Source: "request", Kind: traffic.KindLate, Detail: "started 150ms after its slot (every worker was busy with earlier requests)"},
-		{At: s(41), Source: "long", Kind: traffic.KindReset},
-	})
+		{At: s(15.2), Source: "long", Kind: traffic.KindNoClose},
+		{At: s(35.5), Source: "request", Kind: traffic.KindLate, Detail: "started 150ms after its slot (the client's timer fired late)"},
+		{At: s(41.5), Source: "long", Kind: traffic.KindReset},
+	}, seconds)
 	got := [][2]int64{}
 	for _, n := range nodes {
 		got = append(got, [2]int64{n.FailedRequests, n.BrokenLongConns})
 	}
-	if want := [][2]int64{{2, 1}, {1, 0}, {0, 1}}; !reflect.DeepEqual(got, want) {
+	if want := [][2]int64{{3, 1}, {1, 0}, {3, 1}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("failed and broken per node %v, want %v", got, want)
 	}
 }

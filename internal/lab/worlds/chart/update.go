@@ -119,9 +119,11 @@ func (r *run) UpdateDataPlane(ctx context.Context, mark func(string, ...any), si
 		return nil, err
 	}
 	mark("DaemonSet update done")
-	if err := traffic.WaitFor(ctx, 3*time.Minute, "every old data-plane pod gone", func() (bool, string) {
-		left := w.left(old)
-		return left == 0, fmt.Sprintf("%d old pods left", left)
+	// The DaemonSet's status may count a terminating old pod as ready (an
+	// update without surge): its node's new pod is waited for here too.
+	if err := traffic.WaitFor(ctx, 3*time.Minute, "every old data-plane pod gone and every new one ready", func() (bool, string) {
+		left, ready := w.left(old), w.readyNew(old)
+		return left == 0 && ready == r.w.N, fmt.Sprintf("%d old pods left, %d new ones ready", left, ready)
 	}); err != nil {
 		return nil, err
 	}
@@ -200,6 +202,20 @@ func (w *podWatch) left(old []types.UID) int {
 	n := 0
 	for _, uid := range old {
 		if w.pods[uid].gone.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
+// readyNew is how many pods that are not of old have been seen Ready and
+// are still there.
+func (w *podWatch) readyNew(old []types.UID) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for uid, l := range w.pods {
+		if !slices.Contains(old, uid) && !l.ready.IsZero() && l.gone.IsZero() {
 			n++
 		}
 	}
