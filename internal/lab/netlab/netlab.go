@@ -251,7 +251,14 @@ func (l *Lab) AddHost(ctx context.Context, name string) (*Host, error) {
 		for _, n := range l.Nodes {
 			cmds = append(cmds, "route add "+n.PodCIDR.String()+" via "+n.IP.String())
 		}
-		return veth(ctx, l.Fabric, "br0", "h"+strconv.Itoa(seq), ns, cmds...)
+		if err := veth(ctx, l.Fabric, "br0", "h"+strconv.Itoa(seq), ns, cmds...); err != nil {
+			return err
+		}
+		// A load-balancer host is set up as the chart README asks of a
+		// data-plane node: connections queued on a listener an old
+		// HAProxy closes at its soft stop move to the new HAProxy's
+		// listener of the same port (SO_REUSEPORT) instead of being reset.
+		return ns.SetSysctl(ctx, "net.ipv4.tcp_migrate_req", "1")
 	})
 	if err != nil {
 		return nil, err

@@ -107,6 +107,12 @@ func TestTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A host queues connections of a closing listener onto another of its
+	// port (the data-plane hand-over's node prerequisite); the root
+	// namespace keeps its own value.
+	if err := host.Netns.Run(ctx, "sh", "-c", "test \"$(cat /proc/sys/net/ipv4/tcp_migrate_req)\" = 1"); err != nil {
+		t.Errorf("host's net.ipv4.tcp_migrate_req is not 1: %v", err)
+	}
 	if !l.Nodes[0].PodCIDR.Contains(server.IP) || !l.Nodes[1].PodCIDR.Contains(client.IP) {
 		t.Fatalf("pod IPs %s, %s outside their nodes' CIDRs %s, %s", server.IP, client.IP, l.Nodes[0].PodCIDR, l.Nodes[1].PodCIDR)
 	}
