@@ -10,9 +10,9 @@ import (
 
 // surgeLossless: a surge of the chart's data plane in the lab loses
 // nothing and fits make test's 90 s. It is lossless since 8e344a5 (the
-// chart's soft stop, the lab's exec preStop, tcp_migrate_req; this
-// test's run at 8e344a5 with the skip removed: 0 failed, 0 of 35 broken
-// before the bound), but an old pod still lives out its 60 s grace period
+// chart's soft stop, the lab's exec preStop, tcp_migrate_req; the lab
+// command this test runs, run by hand at 8e344a5: 0 failed, 0 of 35
+// broken before the bound), but an old pod still lives out its 60 s grace period
 // with a 10 s hardStopAfter (its haproxy container's preStop does not
 // return when HAProxy's connections end), so the lab run takes 2 min.
 const surgeLossless = false
