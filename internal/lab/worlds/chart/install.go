@@ -57,7 +57,6 @@ func (r *run) values() []string {
 		fmt.Sprintf("drain.port=%d", world.DrainPort),
 		"drain.clusterIP=" + cluster.DrainClusterIP,
 		fmt.Sprintf("haproxy.metricsPort=%d", world.MetricsPort),
-		fmt.Sprintf("haproxy.probePort=%d", world.ProbesPort),
 		fmt.Sprintf("haproxy.statePort=%d", dataplane.StatePort),
 	}, strategyValues(r.w.update, r.w.hardStopAfter)...)
 }
