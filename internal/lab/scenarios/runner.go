@@ -45,6 +45,14 @@ func (r *run) actTimeout(sc scenario) time.Duration {
 		}
 	case report.ScenarioAPIServerDown:
 		d += r.lab.opts.Chaos.outage() + 90*time.Second
+	case ScenarioLBReplicaRestart:
+		// Its DaemonSet update (the chart's install) replaces one replica at
+		// a time, and each old pod may drain for its grace period (the
+		// chart's 60 s: its HAProxy stops softly and finishes the
+		// connections it holds) before the next one is replaced.
+		if dp, ok := r.world.(world.DataPlane); ok {
+			d += time.Duration(dp.Replicas()) * 90 * time.Second
+		}
 	case report.ScenarioLBUpdate:
 		// Each node's old pod may drain for its grace period (the chart's
 		// 60 s), and the timed WebSockets live up to twice that after the

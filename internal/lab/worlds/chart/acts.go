@@ -117,7 +117,9 @@ func (r *run) updateDaemonSet(ctx context.Context, act world.Act, n int) error {
 		return fmt.Errorf("update the data plane's DaemonSet: %w", err)
 	}
 	act.Mark("DaemonSet %s updated", r.dataPlaneName())
-	return traffic.WaitFor(ctx, 5*time.Minute, "the DaemonSet update done and every replica routed", func() (bool, string) {
+	// One replica at a time, each old pod draining for up to its grace
+	// period (its HAProxy stops softly) before the next is replaced.
+	return traffic.WaitFor(ctx, 2*time.Minute+time.Duration(n)*90*time.Second, "the DaemonSet update done and every replica routed", func() (bool, string) {
 		cur, err := ds.Get(ctx, r.dataPlaneName(), metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
