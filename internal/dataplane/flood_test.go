@@ -365,41 +365,16 @@ func TestReadFailsAtHandshakeBound(t *testing.T) {
 }
 
 func readFailsAtHandshakeBound(t *testing.T, alternate bool) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := silentListener(t)
 	var alternates []int
 	if alternate {
-		alt := silentListener(t)
-		alternates = []int{alt}
+		alternates = []int{silentListener(t)}
 	}
-	var held []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			_ = c.Close()
-		}
-	})
 	c := fake.NewClientBuilder().WithStatusSubresource(&corev1.Pod{}).Build()
 	dpPod(t, c, "zerodrop-system", "dp-a", "node-1", "127.0.0.1", corev1.PodRunning)
 	_, clientTLS := testTLS(t)
 	d := &Discovery{Reader: c, Namespace: "zerodrop-system", Selector: labels.SelectorFromSet(labels.Set{"app": "dataplane"}),
-		Port: ln.Addr().(*net.TCPAddr).Port, AlternatePorts: alternates, TLS: func(string) *tls.Config { return clientTLS.Clone() }}
+		Port: port, AlternatePorts: alternates, TLS: func(string) *tls.Config { return clientTLS.Clone() }}
 	rs, err := d.Replicas(context.Background())
 	if err != nil || len(rs) != 1 {
 		t.Fatalf("replicas %v, %v: want dp-a", rs, err)
