@@ -28,19 +28,8 @@ const leakMark = "987654"
 // unready. A probe that outlasts its timeout fails and leaves no process
 // behind, its forks included.
 func TestExecProbe(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the exec probe test makes network and mount namespaces and needs root")
-	}
 	ctx := context.Background()
-	l, err := netlab.New(ctx, netlab.Config{Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("close lab: %v", err)
-		}
-	})
+	l := newRootLab(t, "the exec probe test")
 	netPod, err := l.AddPod(ctx, l.Nodes[0])
 	if err != nil {
 		t.Fatal(err)
@@ -135,4 +124,24 @@ func TestExecProbe(t *testing.T) {
 	if ok, _ := r.execProbe(ctx, c, c.ReadinessProbe.Exec.Command); ok {
 		t.Error("the probe passed in a container whose process is gone")
 	}
+}
+
+// newRootLab is a lab of one node for a test of the pod runtime, closed
+// when the test ends; the test (what) makes network and mount namespaces,
+// which needs root.
+func newRootLab(t *testing.T, what string) *netlab.Lab {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal(what + " makes network and mount namespaces and needs root")
+	}
+	l, err := netlab.New(context.Background(), netlab.Config{Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("close lab: %v", err)
+		}
+	})
+	return l
 }

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"zerodrop.dev/zerodrop/internal/lab/netlab"
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
@@ -53,19 +52,8 @@ while :; do sleep 0.05; done
 // with every process it started, counts as failed, and the container still
 // gets its SIGTERM and, ignoring it, the kill.
 func TestExecPreStop(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the exec hook test makes network and mount namespaces and needs root")
-	}
 	ctx := context.Background()
-	l, err := netlab.New(ctx, netlab.Config{Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("close lab: %v", err)
-		}
-	})
+	l := newRootLab(t, "the exec hook test")
 	image, dir := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(image, "zerodrop"), []byte(execHookImage), 0o755); err != nil {
 		t.Fatal(err)
