@@ -84,19 +84,23 @@ func startDataPlane(t *testing.T, cfg *rest.Config, prov provider.Provider) *ser
 
 // startService runs the Service controller alone (without the gates that
 // controller.Build wires beside it) with opts, its metrics and logger the
-// test's, in a manager of its own until the test ends.
+// test's (its metrics the caller's when opts has them), in a manager of
+// its own until the test ends.
 func startService(t *testing.T, cfg *rest.Config, opts service.Options) *service.Controller {
 	t.Helper()
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
+	if opts.Metrics == nil {
+		m, err := metrics.New(prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Metrics = m
 	}
 	mgr, err := manager.New(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	opts.Metrics, opts.Logger = m, testr.New(t)
+	opts.Logger = testr.New(t)
 	ctl, err := service.New(ctx, mgr, opts)
 	if err != nil {
 		cancel()
