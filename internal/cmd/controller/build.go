@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/pflag"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
@@ -462,12 +461,8 @@ func (in *Instance) serviceOptions(cfg Config, w wiring, role service.Role) (ser
 	}
 	if role == service.RoleControl {
 		// A change of a replica's pod looks again at once at the load
-		// balancers waiting for the replicas (validate parsed the selector).
-		sel, err := labels.Parse(cfg.DataPlane.Selector)
-		if err != nil {
-			return service.Options{}, fmt.Errorf("--data-plane-selector: %w", err)
-		}
-		opts.ReplicaNamespace, opts.ReplicaSelector = cfg.DataPlane.Namespace, sel
+		// balancers waiting for the replicas.
+		opts.ReplicaNamespace, opts.ReplicaSelector = cfg.DataPlane.Namespace, cfg.DataPlane.selector()
 	}
 	if o.WrapRecorder != nil {
 		opts.Recorder = o.WrapRecorder(in.Manager.GetEventRecorder("zerodrop-service-controller"))

@@ -150,12 +150,19 @@ func (r *RoleConfig) validate(c *Config) error {
 	return nil
 }
 
+// selector is --data-plane-selector, parsed (validate refused it when it
+// does not parse).
+func (r *RoleConfig) selector() labels.Selector {
+	sel, _ := labels.Parse(r.Selector)
+	return sel
+}
+
 // fleet is the control role's provider and its replicas: the pods that
 // count, each read through its state endpoint over TLS that accepts only
 // that pod's certificate. The authority (the CA, every control replica's
 // client certificate) and the signer (the leader's) are added to mgr.
 func (r *RoleConfig) fleet(mgr ctrl.Manager, log logr.Logger) (provider.Provider, *dataplane.Discovery, error) {
-	sel, _ := labels.Parse(r.Selector) // validate parsed it
+	sel := r.selector()
 	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("data-plane CA client: %w", err)
