@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"syscall"
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
@@ -93,7 +92,7 @@ func stop(ctx context.Context, c StopConfig, stderr io.Writer) error {
 	if !c.Wait {
 		master, err := haproxy.SoftStop(ctx, c.Dir)
 		switch {
-		case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT):
+		case haproxy.NotRunning(err):
 			fmt.Fprintf(stderr, "zerodrop haproxy stop: no HAProxy answers in %s: nothing to stop\n", c.Dir)
 			return nil
 		case err != nil:

@@ -214,6 +214,11 @@ func (p *Proxy) handle(client *net.UnixConn, track func(net.Conn) bool) {
 		p.mu.Lock()
 		p.counts.DialErrors++
 		p.mu.Unlock()
+		// Read the command first (until the client's half-close, or a
+		// second): closing with it unread resets the connection, and the
+		// client reads ECONNRESET instead of this answer.
+		_ = client.SetDeadline(time.Now().Add(time.Second))
+		_, _ = io.Copy(io.Discard, client)
 		_ = client.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = fmt.Fprintf(client, "sockcount: HAProxy socket unreachable: %v\n", err)
 		return

@@ -366,3 +366,37 @@ func TestOnWrite(t *testing.T) {
 		t.Fatalf("hook saw %q, want %q", seen, want)
 	}
 }
+
+// TestUnreachableAnswers: with no HAProxy behind it, the proxy answers a
+// command with its error text, as a reply the client reads, rather than
+// closing with the command unread (which resets the client's connection:
+// haproxy.WaitStopped took a reset for a live master, and the data-plane
+// pods' preStop hooks waited out their grace period in the lab).
+func TestUnreachableAnswers(t *testing.T) {
+	dir := t.TempDir()
+	p := listen(t, filepath.Join(dir, "master.sock"), filepath.Join(dir, "master.sock.haproxy"))
+	for i := range 20 {
+		c, err := net.Dial("unix", p.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "show proc\n"); err != nil {
+			t.Fatalf("connection %d: write: %v", i, err)
+		}
+		if err := c.(*net.UnixConn).CloseWrite(); err != nil {
+			t.Fatalf("connection %d: half-close: %v", i, err)
+		}
+		reply, err := io.ReadAll(c)
+		c.Close()
+		if err != nil {
+			t.Fatalf("connection %d: read: %v (reply %q)", i, err, reply)
+		}
+		if !strings.HasPrefix(string(reply), "sockcount: HAProxy socket unreachable") {
+			t.Fatalf("connection %d: reply %q", i, reply)
+		}
+	}
+	if got := p.Counts().DialErrors; got != 20 {
+		t.Errorf("DialErrors %d, want 20", got)
+	}
+}

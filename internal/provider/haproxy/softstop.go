@@ -63,7 +63,8 @@ func SoftStop(ctx context.Context, dir string) (int, error) {
 // master has exited, or never ran), or until ctx ends. It needs no PID, so
 // it works from another container of the pod, which shares the state
 // directory but not the PID namespace. The master is gone when the socket
-// refuses or is missing, or when what answers there is not a master's
+// refuses or is missing, when the connection is reset unanswered (NotRunning), or
+// when what answers there is not a master's
 // `show proc` (a proxy in front of the socket, as the lab's counting one,
 // whose HAProxy is gone). A reload could drop a connection unanswered too,
 // but a directory marked stopping is not reloaded.
@@ -75,7 +76,7 @@ func WaitStopped(ctx context.Context, dir string) error {
 	for {
 		reply, err := runtimeClient{path: ps.master}.do(ctx, "show proc")
 		switch {
-		case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT):
+		case NotRunning(err):
 			return nil
 		case err == nil:
 			if _, perr := parseProc(reply); perr != nil {
@@ -88,6 +89,21 @@ func WaitStopped(ctx context.Context, dir string) error {
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// NotRunning reports whether err, a master CLI command's, says no HAProxy
+// listens there: the socket refuses or is missing, or the connection was
+// closed without the command being read (ECONNRESET on the read, EPIPE on
+// the write): what a socket whose listener is closing, or a proxy in front
+// of one that answers at once, does. A timeout is not gone: a listener that
+// accepts but does not answer yet may be a busy master.
+func NotRunning(err error) bool {
+	for _, e := range []error{syscall.ECONNREFUSED, syscall.ENOENT, syscall.ECONNRESET, syscall.EPIPE} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // ClearStopping removes dir's stopping mark: a container that starts

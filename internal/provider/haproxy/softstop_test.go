@@ -158,7 +158,14 @@ func TestWaitStoppedNotAMaster(t *testing.T) {
 	for _, tc := range []struct {
 		name, reply string
 		gone        bool
+		// unread: the listener closes each connection without reading
+		// the command, so the client's read is reset (ECONNRESET) or its
+		// write refused (EPIPE): the lab's counting proxy did so once
+		// HAProxy was gone, and both preStop hooks waited out the grace
+		// period.
+		unread bool
 	}{
+		{name: "closed unread", gone: true, unread: true},
 		{name: "proxy, HAProxy gone", reply: "sockcount: HAProxy socket unreachable: connection refused\n", gone: true},
 		{name: "closed unanswered", reply: "", gone: true},
 		{name: "master", reply: "#<PID>          <type>          <reloads>       <uptime>        <version>\n1234            master          0 [failed: 0]   0d00h00m01s     2.6.12\n", gone: false},
@@ -175,6 +182,12 @@ func TestWaitStoppedNotAMaster(t *testing.T) {
 					c, err := ln.Accept()
 					if err != nil {
 						return
+					}
+					if tc.unread {
+						// Let the command arrive unread, then close.
+						time.Sleep(20 * time.Millisecond)
+						c.Close()
+						continue
 					}
 					_, _ = io.ReadAll(c)
 					_, _ = io.WriteString(c, tc.reply)
