@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build image chaos procmem deps lab-deps packages control-plane cloud-provider-azure helm render-deploy haproxy network test unit lint fmt-check bench lab lab-azure demo clean docs
+.PHONY: all build image chaos procmem deps lab-deps packages control-plane cloud-provider-azure helm render-deploy haproxy frr network test unit lint fmt-check bench lab lab-azure demo clean docs
 
 all: build
 
@@ -45,6 +45,10 @@ render-deploy: helm
 haproxy:
 	@bash hack/setup-haproxy.sh
 
+# FRR (bgpd, zebra, vtysh): the real router internal/bgp's tests peer with.
+frr:
+	@bash hack/setup-frr.sh
+
 # iproute2 and nftables for the lab's network namespaces (internal/lab/netlab).
 network:
 	@bash hack/setup-network.sh
@@ -60,6 +64,7 @@ deps:
 
 packages:
 	@$(MAKE) --no-print-directory haproxy
+	@$(MAKE) --no-print-directory frr
 	@$(MAKE) --no-print-directory network
 
 # Unit and integration tests (real apiserver + etcd, real HAProxy).
