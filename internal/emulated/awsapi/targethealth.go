@@ -65,7 +65,9 @@ type Status struct {
 	Description string
 }
 
-func status(s State, r Reason) Status { return Status{State: s, Reason: r, Description: descriptions[r]} }
+func status(s State, r Reason) Status {
+	return Status{State: s, Reason: r, Description: descriptions[r]}
+}
 
 // CheckResult is one health check's outcome. HTTPCode is the status an
 // HTTP check got (0: no HTTP answer: refused, reset or timed out).

@@ -180,7 +180,7 @@ func TestReceiving(t *testing.T) {
 		prop    time.Duration
 		want    []Target
 	}{
-		{"both initial: none", []Member{{a, NewLife(t0, 60 * time.Second)}, {b, NewLife(t0, 60 * time.Second)}}, 30, 0, nil},
+		{"both initial: none", []Member{{a, NewLife(t0, 60*time.Second)}, {b, NewLife(t0, 60*time.Second)}}, 30, 0, nil},
 		{"both healthy", []Member{{a, healthy()}, {b, healthy()}}, 100, 0, []Target{a, b}},
 		{"one unhealthy: the healthy one", []Member{{a, failingAt(100)}, {b, healthy()}}, 200, 0, []Target{b}},
 		{"all unhealthy: fail open to them", []Member{{a, failingAt(100)}, {b, failingAt(100)}}, 200, 0, []Target{a, b}},
