@@ -8,15 +8,6 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/report"
 )
 
-// surgeLossless: a surge of the chart's data plane in the lab loses
-// nothing and fits make test's 90 s. It is lossless since 8e344a5 (the
-// chart's soft stop, the lab's exec preStop, tcp_migrate_req; the lab
-// command this test runs, run by hand at 8e344a5: 0 failed, 0 of 35
-// broken before the bound), but an old pod still lives out its 60 s grace period
-// with a 10 s hardStopAfter (its haproxy container's preStop does not
-// return when HAProxy's connections end), so the lab run takes 2 min.
-const surgeLossless = false
-
 // TestLabUpdate is `make test`'s short data-plane upgrade (issue 50): the
 // chart's data-plane DaemonSet of two nodes updated with surge (maxSurge
 // 1, maxUnavailable 0) under load, the old HAProxy's drain bounded by a
@@ -24,9 +15,6 @@ const surgeLossless = false
 // request may fail, and no WebSocket that ended before its old pod's bound
 // may break.
 func TestLabUpdate(t *testing.T) {
-	if !surgeLossless {
-		t.Skip("an old data-plane pod outlives haproxy.hardStopAfter to its grace period: the short upgrade takes 2 min, over make test's 90 s (issue 50)")
-	}
 	entries := runLab(t, 5*time.Minute, "--scenario", report.ScenarioLBUpdate, "--mode", "zerodrop",
 		"--data-plane-replicas", "2", "--from-chart", "--data-plane-update", report.UpdateSurge, "--data-plane-hard-stop-after", "10s")
 	raw, err := json.Marshal(entries)
