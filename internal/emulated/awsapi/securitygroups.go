@@ -195,22 +195,20 @@ func requestRules(p params) ([]Rule, error) {
 	return out, nil
 }
 
-func (e *Emulator) sgByID(id string) (*SecurityGroup, error) {
-	sg, ok := e.sgs[id]
+// ruleRequest is Authorize's and Revoke's group and rules.
+func (e *Emulator) ruleRequest(p params) (*SecurityGroup, []Rule, error) {
+	sg, ok := e.sgs[p.get("GroupId")]
 	if !ok {
-		return nil, errorf(http.StatusBadRequest, "InvalidGroup.NotFound", "The security group '%s' does not exist", id)
+		return nil, nil, errorf(http.StatusBadRequest, "InvalidGroup.NotFound", "The security group '%s' does not exist", p.get("GroupId"))
 	}
-	return sg, nil
+	rules, err := requestRules(p)
+	return sg, rules, err
 }
 
 // authorizeIngress adds the rules; one that exists already refuses the
 // whole call (InvalidPermission.Duplicate), as EC2 does.
 func (e *Emulator) authorizeIngress(p params) (any, error) {
-	sg, err := e.sgByID(p.get("GroupId"))
-	if err != nil {
-		return nil, err
-	}
-	rules, err := requestRules(p)
+	sg, rules, err := e.ruleRequest(p)
 	if err != nil {
 		return nil, err
 	}
@@ -229,11 +227,7 @@ func (e *Emulator) authorizeIngress(p params) (any, error) {
 // revokeIngress removes the rules that exist; when none does, EC2 answers
 // InvalidPermission.NotFound.
 func (e *Emulator) revokeIngress(p params) (any, error) {
-	sg, err := e.sgByID(p.get("GroupId"))
-	if err != nil {
-		return nil, err
-	}
-	rules, err := requestRules(p)
+	sg, rules, err := e.ruleRequest(p)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,9 @@ package awsapi
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -93,20 +95,11 @@ func (e *Emulator) tgDoc(tg *targetGroup) xmlTargetGroup {
 func (e *Emulator) tgLoadBalancers(arn string) []string {
 	var out []string
 	for _, la := range sortedKeys(e.listeners) {
-		if l := e.listeners[la]; l.tgARN == arn && !contains(out, l.lbARN) {
+		if l := e.listeners[la]; l.tgARN == arn && !slices.Contains(out, l.lbARN) {
 			out = append(out, l.lbARN)
 		}
 	}
 	return out
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // healthCheckFields reads the health check settings of CreateTargetGroup
@@ -212,7 +205,7 @@ func (e *Emulator) describeTargetGroups(p params) (any, error) {
 			}
 		}
 		for _, a := range sortedKeys(e.tgs) {
-			if lbARN == "" || contains(e.tgLoadBalancers(a), lbARN) {
+			if lbARN == "" || slices.Contains(e.tgLoadBalancers(a), lbARN) {
 				out = append(out, e.tgDoc(e.tgs[a]))
 			}
 		}
@@ -300,7 +293,7 @@ func (e *Emulator) registerTargets(p params) (any, error) {
 	}
 	if len(invalid) > 0 {
 		return nil, errorf(http.StatusBadRequest, "InvalidTarget",
-			"The following targets are not in a running state and can not be registered: %s", join(invalid))
+			"The following targets are not in a running state and can not be registered: %s", strings.Join(invalid, ", "))
 	}
 	now := e.opts.Now()
 	e.advance(tg, now)
@@ -444,15 +437,9 @@ func (e *Emulator) targetStatuses(tg *targetGroup, now time.Time, asked []Target
 // TargetHealth is what DescribeTargetHealth would answer now for the
 // target group: its registered targets, in registration order.
 func (e *Emulator) TargetHealth(tgARN string) ([]TargetStatus, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	tg, err := e.tgByARN(tgARN)
-	if err != nil {
-		return nil, err
-	}
-	now := e.opts.Now()
-	e.advance(tg, now)
-	return e.targetStatuses(tg, now, nil), nil
+	var out []TargetStatus
+	err := e.withGroup(tgARN, func(tg *targetGroup, now time.Time) { out = e.targetStatuses(tg, now, nil) })
+	return out, err
 }
 
 // Receiving is the targets of the target group that would receive new
@@ -460,31 +447,30 @@ func (e *Emulator) TargetHealth(tgARN string) ([]TargetStatus, error) {
 // targethealth.go, with the emulator's propagation time); a group no
 // listener forwards to receives nothing.
 func (e *Emulator) Receiving(tgARN string) ([]Target, error) {
+	var out []Target
+	err := e.withGroup(tgARN, func(tg *targetGroup, now time.Time) {
+		if len(e.tgLoadBalancers(tg.arn)) == 0 {
+			return
+		}
+		members := make([]Member, len(tg.members))
+		for i, m := range tg.members {
+			members[i] = Member{Target: m.target, Life: m.life}
+		}
+		out = Receiving(members, now, e.opts.Propagation)
+	})
+	return out, err
+}
+
+// withGroup runs f on the target group advanced to now, under the lock.
+func (e *Emulator) withGroup(tgARN string, f func(tg *targetGroup, now time.Time)) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	tg, err := e.tgByARN(tgARN)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	now := e.opts.Now()
 	e.advance(tg, now)
-	if len(e.tgLoadBalancers(tg.arn)) == 0 {
-		return nil, nil
-	}
-	members := make([]Member, len(tg.members))
-	for i, m := range tg.members {
-		members[i] = Member{Target: m.target, Life: m.life}
-	}
-	return Receiving(members, now, e.opts.Propagation), nil
-}
-
-func join(s []string) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += ", "
-		}
-		out += x
-	}
-	return out
+	f(tg, now)
+	return nil
 }
