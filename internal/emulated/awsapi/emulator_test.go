@@ -142,6 +142,12 @@ func TestNLBRoundTrip(t *testing.T) {
 		{Id: aws.String("i-a"), Port: aws.Int32(30080)}, {Id: aws.String("i-b"), Port: aws.Int32(30080)}}}); err != nil {
 		t.Fatal(err)
 	}
+	// No listener forwards to the group yet: its targets are not in use.
+	pre, err := w.elb.DescribeTargetHealth(ctx, &elbv2.DescribeTargetHealthInput{TargetGroupArn: tgARN})
+	if err != nil || len(pre.TargetHealthDescriptions) != 2 ||
+		pre.TargetHealthDescriptions[0].TargetHealth.Reason != elbv2types.TargetHealthReasonEnumNotInUse {
+		t.Fatalf("health before a listener: %+v, %v", pre, err)
+	}
 	if _, err := w.elb.CreateListener(ctx, &elbv2.CreateListenerInput{LoadBalancerArn: lb.LoadBalancerArn, Port: aws.Int32(80),
 		Protocol: elbv2types.ProtocolEnumTcp, DefaultActions: []elbv2types.Action{{Type: elbv2types.ActionTypeEnumForward, TargetGroupArn: tgARN}}}); err != nil {
 		t.Fatal(err)

@@ -293,7 +293,7 @@ func (e *Emulator) registerTargets(p params) (any, error) {
 	}
 	if len(invalid) > 0 {
 		return nil, errorf(http.StatusBadRequest, "InvalidTarget",
-			"The following targets are not in a running state and can not be registered: %s", strings.Join(invalid, ", "))
+			"The following targets are not in a running state and cannot be registered: %s", strings.Join(invalid, ", "))
 	}
 	now := e.opts.Now()
 	e.advance(tg, now)
