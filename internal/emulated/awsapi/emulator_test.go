@@ -432,6 +432,11 @@ func TestEC2Discovery(t *testing.T) {
 	if len(perm.IpRanges) != 2 || aws.ToString(perm.IpRanges[1].Description) != "kubernetes.io/rule/nlb/client=a0123" || aws.ToInt32(perm.FromPort) != 30080 {
 		t.Fatalf("permission %+v", perm)
 	}
+	// EC2 sends the empty source lists as empty elements, which the SDK
+	// decodes as empty slices, not nil.
+	if perm.UserIdGroupPairs == nil || perm.Ipv6Ranges == nil || perm.PrefixListIds == nil || len(perm.UserIdGroupPairs) != 0 {
+		t.Fatalf("empty source lists decoded as %#v, %#v, %#v; want empty slices", perm.UserIdGroupPairs, perm.Ipv6Ranges, perm.PrefixListIds)
+	}
 	if _, err := w.ec2.RevokeSecurityGroupIngress(ctx, &ec2.RevokeSecurityGroupIngressInput{GroupId: aws.String("sg-nodes"),
 		IpPermissions: []ec2types.IpPermission{rule("10.0.0.0/24")}}); err != nil {
 		t.Fatal(err)

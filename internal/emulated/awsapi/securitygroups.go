@@ -24,12 +24,24 @@ type xmlGroupPair struct {
 	Description string `xml:"description,omitempty"`
 }
 
+// xmlPermission always carries its four source lists, empty ones as
+// empty elements (<groups/>), as EC2 sends them: the SDK then decodes an
+// empty list as an empty, non-nil slice, and the CCM keys permissions by
+// their JSON (sets_ippermissions.go:172), where [] is not the null of the
+// rules it builds itself — what it then writes is the CCM's to show.
 type xmlPermission struct {
-	Protocol string         `xml:"ipProtocol"`
-	FromPort *int32         `xml:"fromPort,omitempty"`
-	ToPort   *int32         `xml:"toPort,omitempty"`
-	Groups   []xmlGroupPair `xml:"groups>item"`
-	Ranges   []xmlIPRange   `xml:"ipRanges>item"`
+	Protocol    string                `xml:"ipProtocol"`
+	FromPort    *int32                `xml:"fromPort,omitempty"`
+	ToPort      *int32                `xml:"toPort,omitempty"`
+	Groups      itemsOf[xmlGroupPair] `xml:"groups"`
+	Ranges      itemsOf[xmlIPRange]   `xml:"ipRanges"`
+	IPv6Ranges  itemsOf[struct{}]     `xml:"ipv6Ranges"`
+	PrefixLists itemsOf[struct{}]     `xml:"prefixListIds"`
+}
+
+// itemsOf is an ec2query list that is written even when empty.
+type itemsOf[T any] struct {
+	Items []T `xml:"item"`
 }
 
 type xmlSecurityGroup struct {
@@ -59,9 +71,9 @@ func permissions(rules []Rule) []xmlPermission {
 			out = append(out, p)
 		}
 		if r.GroupID != "" {
-			out[i].Groups = append(out[i].Groups, xmlGroupPair{GroupID: r.GroupID, UserID: AccountID, Description: r.Description})
+			out[i].Groups.Items = append(out[i].Groups.Items, xmlGroupPair{GroupID: r.GroupID, UserID: AccountID, Description: r.Description})
 		} else {
-			out[i].Ranges = append(out[i].Ranges, xmlIPRange{CIDR: r.CIDR, Description: r.Description})
+			out[i].Ranges.Items = append(out[i].Ranges.Items, xmlIPRange{CIDR: r.CIDR, Description: r.Description})
 		}
 	}
 	return out
