@@ -97,8 +97,13 @@ type flags struct {
 	scenario, mode, backend, policy, jsonPath, htmlPath, dir, appSigterm, prov, maintenanceSignal string
 	// dataPlaneUpdate is --data-plane-update ("": the chart's default),
 	// hardStopAfter --data-plane-hard-stop-after (0: the chart's).
-	dataPlaneUpdate               string
-	hardStopAfter                 time.Duration
+	dataPlaneUpdate string
+	hardStopAfter   time.Duration
+	// updateRollouts is --data-plane-update-rollouts.
+	updateRollouts bool
+	// dataPlaneGrace is --data-plane-grace-period, timedMax
+	// --timed-websockets-max.
+	dataPlaneGrace, timedMax      time.Duration
 	keep, fromChart, dryRun       bool
 	rate, dataPlane, idleRestarts int
 	az                            azureFlags
@@ -151,6 +156,9 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.IntVar(&f.dataPlane, "data-plane-replicas", 0, "zerodrop mode: an HAProxy data plane of `N` replicas (2 to 4), each written only by its own zerodrop process (--role=data-plane), the controllers in --role=control, the client routed to all by a resilient nexthop group; 0: one HAProxy written by the leader")
 	fs.StringVar(&f.dataPlaneUpdate, "data-plane-update", "", "with --from-chart: the data-plane DaemonSet's update strategy, set through the chart's haproxy.updateStrategy: "+
 		report.UpdateSurge+" (maxSurge 1, maxUnavailable 0) or "+report.UpdateUnavailable+" (maxSurge 0, maxUnavailable 1: lb-update's negative control); empty: the chart's default")
+	fs.DurationVar(&f.dataPlaneGrace, "data-plane-grace-period", 0, "with --from-chart: the chart's terminationGracePeriodSeconds (whole seconds); 0: the chart's default")
+	fs.DurationVar(&f.timedMax, "timed-websockets-max", 0, "lb-update: the longest timed WebSocket's lifetime (they spread over 0 to it); 0: twice the old pods' drain bound")
+	fs.BoolVar(&f.updateRollouts, "data-plane-update-rollouts", false, "lb-update: roll the workload's Deployment out again and again while the data plane's DaemonSet updates, so each node's surge meets a rollout's gates (they count both pods of a node as replicas); its figures add the rollouts' times")
 	fs.DurationVar(&f.hardStopAfter, "data-plane-hard-stop-after", 0, "with --from-chart: the chart's haproxy.hardStopAfter, which bounds an old HAProxy's drain (lb-update's timed WebSockets live up to twice the bound); 0: the chart's default")
 	fs.StringVar(&f.prov, "provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: the scenarios with traffic through an emulated Azure load balancer, written by the real cloud-provider-azure or by zerodrop; see docs/azure.md)")
 	fs.Usage = func() {
@@ -203,11 +211,21 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, error) {
 	if f.hardStopAfter < 0 || f.hardStopAfter > 0 && !f.fromChart {
 		return scenarios.Options{}, nil, fmt.Errorf("--data-plane-hard-stop-after %s: want a positive duration, with --from-chart", f.hardStopAfter)
 	}
+	if f.dataPlaneGrace < 0 || f.dataPlaneGrace%time.Second != 0 || f.dataPlaneGrace > 0 && !f.fromChart {
+		return scenarios.Options{}, nil, fmt.Errorf("--data-plane-grace-period %s: want whole seconds, with --from-chart", f.dataPlaneGrace)
+	}
+	if f.timedMax < 0 || f.timedMax > 0 && f.timedMax < time.Second {
+		return scenarios.Options{}, nil, fmt.Errorf("--timed-websockets-max %s: want 1s or more (0: twice the drain bound)", f.timedMax)
+	}
+	if f.updateRollouts && !f.fromChart {
+		return scenarios.Options{}, nil, fmt.Errorf("--data-plane-update-rollouts is lb-update's, with --from-chart")
+	}
 	if f.fromChart && f.dataPlane == 0 {
 		return scenarios.Options{}, nil, fmt.Errorf("--from-chart installs the chart's HAProxy data plane: give --data-plane-replicas 2 to %d", dataplane.MaxReplicas)
 	}
 	opts := scenarios.Options{KeepDir: f.keep, Dir: f.dir, Progress: stderr, Rate: f.rate, Recipe: f.recipe, Chaos: f.chaos,
-		IdleRestarts: f.idleRestarts, GracePeriod: f.gracePeriod, MaintenanceWait: f.maintenanceWait, MaintenanceSignal: f.maintenanceSignal}
+		IdleRestarts: f.idleRestarts, GracePeriod: f.gracePeriod, MaintenanceWait: f.maintenanceWait, MaintenanceSignal: f.maintenanceSignal,
+		UpdateRollouts: f.updateRollouts, TimedMax: f.timedMax}
 	switch f.appSigterm {
 	case traffic.AppSigtermGraceful:
 	case traffic.AppSigtermExit:
@@ -401,7 +419,7 @@ func (f flags) haproxyKind() world.Kind {
 func (f flags) haproxyWorld() world.World {
 	switch f.haproxyKind() {
 	case world.Chart:
-		return chart.New(chart.Options{Replicas: f.dataPlane, Update: f.dataPlaneUpdate, HardStopAfter: f.hardStopAfter})
+		return chart.New(chart.Options{Replicas: f.dataPlane, Update: f.dataPlaneUpdate, HardStopAfter: f.hardStopAfter, GracePeriod: f.dataPlaneGrace})
 	case world.Replicas:
 		return replicas.New(replicas.Options{Replicas: f.dataPlane})
 	}

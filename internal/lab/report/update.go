@@ -58,8 +58,14 @@ type UpdateFigures struct {
 	EndedBeforeReplacementBroken int `json:"websockets_ended_before_replacement_broken"`
 	UnknownNodeBroken            int `json:"websockets_unknown_node_broken"`
 	// FailedRequests are the requests that failed from the update's start
-	// to its end (but those the lab client's stall started late).
+	// to its end, or to the end of the last rollout with
+	// --data-plane-update-rollouts (but those the lab client's stall
+	// started late).
 	FailedRequests int64 `json:"failed_requests"`
+	// RolloutSeconds: with --data-plane-update-rollouts, each rollout of
+	// the workload begun during the update, from its start to steady (the
+	// new pods ready through every replica, the old ones gone).
+	RolloutSeconds []float64 `json:"rollout_seconds,omitempty"`
 }
 
 // NodeUpdate is one node's replacement: its old and new pod, when (seconds
@@ -118,6 +124,9 @@ func WriteUpdateFigures(w io.Writer, results []Result) {
 		fmt.Fprintf(w, "  timed WebSockets: %d; through an old pod at its replacement, ended before its bound: %d broken of %d; open at the bound: %d broken of %d; through a new pod: %d broken of %d; ended before their node's replacement: %d broken of %d; node unknown: %d broken of %d\n",
 			f.WebSockets, f.EndedBeforeBoundBroken, f.EndedBeforeBound, f.OpenAtBoundBroken, f.OpenAtBound, f.ThroughNewBroken, f.ThroughNew,
 			f.EndedBeforeReplacementBroken, f.EndedBeforeReplacement, f.UnknownNodeBroken, f.UnknownNode)
+		if len(f.RolloutSeconds) > 0 {
+			fmt.Fprintf(w, "  rollouts of the workload begun during the update: %d, to steady in %s s\n", len(f.RolloutSeconds), joinSeconds(f.RolloutSeconds))
+		}
 		fmt.Fprintf(w, "  %s\n", f.Check())
 	}
 }
@@ -148,4 +157,13 @@ func (f *UpdateFigures) Check() string {
 		fmt.Fprintf(&b, "check NOT MET: %d requests failed, %d WebSockets broken before the bound", f.FailedRequests, f.EndedBeforeBoundBroken)
 	}
 	return b.String()
+}
+
+// joinSeconds is "1.2, 3.4, …".
+func joinSeconds(ss []float64) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = fmt.Sprintf("%.1f", s)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -74,6 +74,15 @@ type Options struct {
 	// MaintenanceSignal is how maintenance marks its node leaving
 	// (report.MaintenanceSignals; default report.SignalTaint).
 	MaintenanceSignal string
+	// UpdateRollouts makes lb-update roll the workload out again and again
+	// while the data plane's DaemonSet updates (--data-plane-update-rollouts):
+	// each node's surge then meets a rollout whose readiness and
+	// termination gates count the replicas, both pods of that node among them.
+	UpdateRollouts bool
+	// TimedMax is the longest of lb-update's timed WebSockets' lifetimes
+	// (0: twice the old pods' drain bound): shorter than the bound, every
+	// one of them ends before its old pod's drain does.
+	TimedMax time.Duration
 	// AppExitOnSIGTERM makes the workload an app without SIGTERM handling:
 	// it exits at SIGTERM and every connection it holds is closed as a
 	// process exit closes it (podServer.exit; the default is a graceful

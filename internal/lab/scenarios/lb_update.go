@@ -38,13 +38,13 @@ const (
 	burstEvery  = 100 * time.Millisecond
 )
 
-// timedLifetimes are n lifetimes spread over (0, 2×bound], in an order
+// timedLifetimes are n lifetimes spread over (0, longest], in an order
 // that mixes short and long (step k*7 mod timedSpread: 7 is prime to it).
-func timedLifetimes(n int, bound time.Duration) []time.Duration {
+func timedLifetimes(n int, longest time.Duration) []time.Duration {
 	out := make([]time.Duration, n)
 	for k := range out {
 		step := (k*7)%timedSpread + 1
-		out[k] = 2 * bound * time.Duration(step) / timedSpread
+		out[k] = longest * time.Duration(step) / timedSpread
 	}
 	return out
 }
@@ -54,7 +54,8 @@ func timedLifetimes(n int, bound time.Duration) []time.Duration {
 // the act waits for every timed WebSocket to end and the workload to be
 // steady. It fails a negative control (strategy unavailable) that broke
 // nothing; surge's own check (0 failed requests, 0 broken before the
-// bound) is reported, not failed, until the hand-over is built.
+// bound) is reported, and TestLabUpdate fails on it. With UpdateRollouts
+// the workload is rolled out again and again while the update runs.
 func actLBUpdate(ctx context.Context, r *run) error {
 	u, ok := r.world.(dataPlaneUpdater)
 	if !ok {
@@ -65,6 +66,10 @@ func actLBUpdate(ctx context.Context, r *run) error {
 		return err
 	}
 	r.updateFigures = &fig
+	longest := 2 * bound
+	if r.lab.opts.TimedMax > 0 {
+		longest = r.lab.opts.TimedMax
+	}
 	dial, addr := r.lab.net.Client.DialContext, r.addr
 	var updating atomic.Bool
 	updating.Store(true)
@@ -72,11 +77,11 @@ func actLBUpdate(ctx context.Context, r *run) error {
 	var burst, stream []*traffic.TimedConn
 	always := func() bool { return true }
 	wg.Go(func() {
-		burst = traffic.TimedWebSockets(ctx, dial, addr, timedLifetimes(timedBurst, bound), burstEvery, always)
+		burst = traffic.TimedWebSockets(ctx, dial, addr, timedLifetimes(timedBurst, longest), burstEvery, always)
 	})
 	wg.Go(func() {
 		if traffic.SleepCtx(ctx, timedBurst*burstEvery) {
-			stream = traffic.TimedWebSockets(ctx, dial, addr, timedLifetimes(1000, bound), max(bound/timedSpread, time.Second), updating.Load)
+			stream = traffic.TimedWebSockets(ctx, dial, addr, timedLifetimes(1000, longest), max(longest/(2*timedSpread), time.Second), updating.Load)
 		}
 	})
 	// The burst is open before the first node is touched.
@@ -85,13 +90,24 @@ func actLBUpdate(ctx context.Context, r *run) error {
 	}
 	before := r.rec.Snapshot()
 	r.mark("%s: update the data plane's DaemonSet (strategy %s, drain bound %s)", report.ScenarioLBUpdate, fig.Strategy, bound)
+	var rolloutErr error
+	if r.lab.opts.UpdateRollouts {
+		wg.Go(func() { fig.RolloutSeconds, rolloutErr = r.rolloutsWhile(ctx, updating.Load) })
+	}
 	nodes, err := u.UpdateDataPlane(ctx, r.mark, r.rec.Start)
 	updating.Store(false)
 	after := r.rec.Snapshot()
-	r.mark("every old data-plane pod gone; waiting for the timed WebSockets to end")
+	r.mark("every old data-plane pod gone; waiting for the timed WebSockets (and a rollout in progress) to end")
 	wg.Wait()
+	if r.lab.opts.UpdateRollouts {
+		// The last rollout may end after the update: its failures count.
+		after = r.rec.Snapshot()
+	}
 	if err != nil {
 		return err
+	}
+	if rolloutErr != nil {
+		return fmt.Errorf("a rollout during the update: %w", rolloutErr)
 	}
 	fig.FailedRequests = (after.Failed - after.LateStall) - (before.Failed - before.LateStall)
 	fig.Nodes = nodes
@@ -105,6 +121,24 @@ func actLBUpdate(ctx context.Context, r *run) error {
 		return fmt.Errorf("the negative control (maxSurge 0, maxUnavailable 1) broke nothing: the check cannot fail as run")
 	}
 	return nil
+}
+
+// rolloutsWhile rolls the workload out, waits for steady, and begins
+// again while more() holds: each rollout's time to steady, in seconds.
+func (r *run) rolloutsWhile(ctx context.Context, more func() bool) ([]float64, error) {
+	var out []float64
+	for more() {
+		start := time.Now()
+		if err := r.rolloutRestart(ctx); err != nil {
+			return out, err
+		}
+		if err := r.waitSteady(ctx, replicas, r.steadyTimeout(replicas)); err != nil {
+			return out, err
+		}
+		out = append(out, time.Since(start).Seconds())
+		r.mark("rollout during the update steady after %.1fs", time.Since(start).Seconds())
+	}
+	return out, nil
 }
 
 // hostNodes maps each data-plane host's address to its Node's name.

@@ -44,6 +44,10 @@ type Options struct {
 	// bounds an old HAProxy's drain (lb-update's timed WebSockets spread
 	// over twice it), so a short one makes a short update.
 	HardStopAfter time.Duration
+	// GracePeriod, when set, is the chart's terminationGracePeriodSeconds
+	// (0: the chart's 60 s): with no hardStopAfter, it bounds an old
+	// HAProxy's drain.
+	GracePeriod time.Duration
 }
 
 // World is zerodrop installed from the chart.
@@ -52,6 +56,7 @@ type World struct {
 
 	update        string        // Options.Update
 	hardStopAfter time.Duration // Options.HardStopAfter
+	gracePeriod   time.Duration // Options.GracePeriod
 
 	mu  sync.Mutex
 	cur *run // zerodrop mode's run under way: the agent's hooks go to it
@@ -59,7 +64,8 @@ type World struct {
 
 // New is the world with opts.
 func New(opts Options) *World {
-	return &World{WorldBase: dataplane.NewWorldBase(opts.Replicas), update: opts.Update, hardStopAfter: opts.HardStopAfter}
+	return &World{WorldBase: dataplane.NewWorldBase(opts.Replicas), update: opts.Update, hardStopAfter: opts.HardStopAfter,
+		gracePeriod: opts.GracePeriod}
 }
 
 // Variant is the replicas and, when given, the update strategy.
@@ -70,6 +76,9 @@ func (w *World) Variant() string {
 	}
 	if w.hardStopAfter > 0 {
 		v += ", haproxy.hardStopAfter " + w.hardStopAfter.String()
+	}
+	if w.gracePeriod > 0 {
+		v += ", terminationGracePeriodSeconds " + strconv.Itoa(int(w.gracePeriod/time.Second))
 	}
 	return v
 }

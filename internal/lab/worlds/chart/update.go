@@ -24,8 +24,9 @@ import (
 // node's pods.
 
 // strategyValues are the chart values of an update strategy ("": the
-// chart's default) and of a hard-stop-after (0: the chart's default).
-func strategyValues(update string, hardStopAfter time.Duration) []string {
+// chart's default), of a hard-stop-after and of a grace period (0: the
+// chart's default).
+func strategyValues(update string, hardStopAfter, gracePeriod time.Duration) []string {
 	const p = "haproxy.updateStrategy.rollingUpdate."
 	var out []string
 	switch update {
@@ -36,6 +37,9 @@ func strategyValues(update string, hardStopAfter time.Duration) []string {
 	}
 	if hardStopAfter > 0 {
 		out = append(out, "haproxy.hardStopAfter="+hardStopAfter.String())
+	}
+	if gracePeriod > 0 {
+		out = append(out, fmt.Sprintf("terminationGracePeriodSeconds=%d", int(gracePeriod/time.Second)))
 	}
 	return out
 }
