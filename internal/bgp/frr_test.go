@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -34,13 +33,12 @@ const (
 )
 
 type frrRouter struct {
-	ns       string     // network namespace
-	link     string     // the veth end in the root namespace
-	node     netip.Addr // the speaker's address (root namespace)
-	addr     netip.Addr // the router's address
-	dir      string
-	cleanups []func()
-	once     sync.Once
+	ns     string     // network namespace
+	link   string     // the veth end in the root namespace
+	node   netip.Addr // the speaker's address (root namespace)
+	addr   netip.Addr // the router's address
+	dir    string
+	reaper *reaper
 }
 
 // startFRR makes the namespace, the link and the two daemons, and arranges
@@ -59,7 +57,6 @@ func startFRR(t *testing.T, ctx context.Context) *frrRouter {
 			t.Fatalf("FRR is not installed (%v): run make frr", err)
 		}
 	}
-	removeStale(t)
 	pid := os.Getpid()
 	// One /30 per process, so that two test processes never share one.
 	base := 4 * (pid % 64)
@@ -76,16 +73,23 @@ func startFRR(t *testing.T, ctx context.Context) *frrRouter {
 		t.Fatal(err)
 	}
 	r.dir = dir
-	r.onClose(func() { _ = os.RemoveAll(dir) })
-	// Ctrl-C ends the test binary without running t.Cleanup.
+	rp, err := startReaper(r.ns, r.link, r.dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	r.reaper = rp
+	// Ctrl-C ends the test binary without running t.Cleanup; the reaper
+	// would clean up after it anyway, but waiting for it lets a rerun
+	// start on a clean machine.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	stopSig := make(chan struct{})
 	go func() {
 		select {
 		case s := <-sig:
-			r.close()
-			fmt.Fprintf(os.Stderr, "interrupted (%v): removed namespace %s\n", s, r.ns)
+			err := rp.close()
+			fmt.Fprintf(os.Stderr, "interrupted (%v): removed namespace %s (%v)\n", s, r.ns, err)
 			os.Exit(1)
 		case <-stopSig:
 		}
@@ -98,10 +102,11 @@ func startFRR(t *testing.T, ctx context.Context) *frrRouter {
 				t.Logf("--- %s (tail)\n%s", f, tail(filepath.Join(r.dir, f), 40))
 			}
 		}
-		r.close()
+		if err := rp.close(); err != nil {
+			t.Errorf("clean up the router: %v", err)
+		}
 	})
 
-	r.onClose(func() { _ = exec.Command("ip", "netns", "del", r.ns).Run() })
 	peer := r.link + "r"
 	for _, args := range [][]string{
 		{"netns", "add", r.ns},
@@ -116,9 +121,6 @@ func startFRR(t *testing.T, ctx context.Context) *frrRouter {
 			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	// The root end goes with the namespace, but not if the namespace was
-	// never made.
-	r.onClose(func() { _ = exec.Command("ip", "link", "del", r.link).Run() })
 
 	frr, err := user.Lookup("frr")
 	if err != nil {
@@ -146,6 +148,7 @@ func startFRR(t *testing.T, ctx context.Context) *frrRouter {
 router bgp %d
  bgp router-id %s
  no bgp ebgp-requires-policy
+ bgp log-neighbor-changes
  neighbor %s remote-as %d
  neighbor %s passive
  neighbor %s password %s
@@ -168,19 +171,76 @@ router bgp %d
 	return r
 }
 
-func (r *frrRouter) onClose(f func()) { r.cleanups = append(r.cleanups, f) }
+// reapScript is the reaper: it collects the daemons' names and process ids
+// from its stdin and, when stdin closes (the test process closed it, or
+// ended however it ended, even by SIGKILL or a test timeout), stops them
+// (SIGTERM, SIGKILL after 5 s), deletes the namespace (which takes the veth
+// pair with it) and removes the directory and FRR's per-process crash-log
+// directories. It is the only cleanup path: the daemons drop to the frr
+// user, which clears a parent-death signal, so nothing else would stop them
+// if the test process died.
+const reapScript = `ns=$1 link=$2 dir=$3 pids= names=
+while read -r name pid; do pids="$pids $pid"; names="$names /var/tmp/frr/$name.$pid"; done
+# A process id counts only while it is still this router's daemon (its
+# command line names the directory), never a later process given the id.
+mine() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF -- "$dir"; }
+signal() { for p in $pids; do mine "$p" && kill "-$1" "$p" 2>/dev/null; done; return 0; }
+alive() { for p in $pids; do mine "$p" && return 0; done; return 1; }
+signal TERM
+i=0
+while alive && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+signal KILL
+ip netns del "$ns" 2>/dev/null
+ip link del "$link" 2>/dev/null
+rm -rf "$dir" $names
+exit 0`
 
-func (r *frrRouter) close() {
-	r.once.Do(func() {
-		for i := len(r.cleanups) - 1; i >= 0; i-- {
-			r.cleanups[i]()
-		}
-	})
+type reaper struct {
+	cmd  *exec.Cmd
+	in   *os.File // the reaper's stdin
+	once sync.Once
+	err  error
 }
 
-// daemon starts one FRR daemon in the namespace, in the foreground, so the
-// test owns it: it gets SIGTERM at the end (FRR then removes its sockets and
-// its crash-log directory) and dies with the test process in any case.
+func startReaper(ns, link, dir string) (*reaper, error) {
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("sh", "-c", reapScript, "reaper", ns, link, dir)
+	cmd.Stdin = rd
+	// Its own process group: Ctrl-C's SIGINT to the test's group must not
+	// kill it before it has cleaned up.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		rd.Close()
+		wr.Close()
+		return nil, fmt.Errorf("start the reaper: %w", err)
+	}
+	rd.Close()
+	return &reaper{cmd: cmd, in: wr}, nil
+}
+
+// add tells the reaper about a daemon.
+func (rp *reaper) add(name string, pid int) error {
+	_, err := fmt.Fprintf(rp.in, "%s %d\n", name, pid)
+	return err
+}
+
+// close has the reaper clean up and waits for it.
+func (rp *reaper) close() error {
+	rp.once.Do(func() {
+		rp.in.Close()
+		if err := rp.cmd.Wait(); err != nil {
+			rp.err = fmt.Errorf("reaper: %w", err)
+		}
+	})
+	return rp.err
+}
+
+// daemon starts one FRR daemon in the namespace, in the foreground (`ip
+// netns exec` execs it, so its process id is the daemon's), and hands it to
+// the reaper.
 func (r *frrRouter) daemon(t *testing.T, name string, args ...string) {
 	t.Helper()
 	cmd := exec.Command("ip", append([]string{"netns", "exec", r.ns, filepath.Join(frrDir, name)}, args...)...)
@@ -189,24 +249,14 @@ func (r *frrRouter) daemon(t *testing.T, name string, args ...string) {
 		t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); out.Close(); close(done) }()
-	// FRR keeps a per-process directory for crash logs that it does not
-	// remove on exit.
-	r.onClose(func() { _ = os.RemoveAll(fmt.Sprintf("/var/tmp/frr/%s.%d", name, cmd.Process.Pid)) })
-	r.onClose(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
+	go func() { _ = cmd.Wait(); out.Close() }() // reaps it
+	if err := r.reaper.add(name, cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill()
+		t.Fatalf("hand %s to the reaper: %v", name, err)
+	}
 }
 
 // waitFor polls cond every 20 ms until it holds, failing the test after 20 s.
@@ -287,7 +337,8 @@ type neighborState struct {
 	Dropped     int    `json:"connectionsDropped"`
 	LastReset   string `json:"lastResetDueTo"`
 	Messages    struct {
-		UpdatesRecv int `json:"updatesRecv"`
+		UpdatesRecv       int `json:"updatesRecv"`
+		NotificationsRecv int `json:"notificationsRecv"`
 	} `json:"messageStats"`
 	GR struct {
 		EndOfRibRecv map[string]bool `json:"endOfRibRecv"`
@@ -334,31 +385,6 @@ func (r *frrRouter) ribEntry(ctx context.Context, prefix netip.Prefix) (ribEntry
 		}
 	}
 	return e, nil
-}
-
-// removeStale deletes the namespaces of earlier runs whose process is gone
-// (killed too hard to clean up); their veth ends go with them.
-func removeStale(t *testing.T) {
-	out, err := exec.Command("ip", "netns", "list").Output()
-	if err != nil {
-		t.Fatalf("ip netns list: %v", err)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		name, _, _ := strings.Cut(line, " ")
-		rest, ok := strings.CutPrefix(name, routerName+"-")
-		if !ok {
-			continue
-		}
-		pidStr, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			t.Logf("removing stale namespace %s", name)
-			_ = exec.Command("ip", "netns", "del", name).Run()
-		}
-	}
 }
 
 func tail(path string, lines int) string {
