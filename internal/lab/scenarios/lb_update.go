@@ -91,18 +91,20 @@ func actLBUpdate(ctx context.Context, r *run) error {
 	before := r.rec.Snapshot()
 	r.mark("%s: update the data plane's DaemonSet (strategy %s, drain bound %s)", report.ScenarioLBUpdate, fig.Strategy, bound)
 	var rolloutErr error
-	if r.lab.opts.UpdateRollouts {
-		wg.Go(func() { fig.RolloutSeconds, rolloutErr = r.rolloutsWhile(ctx, updating.Load) })
-	}
+	rolled := make(chan struct{})
+	go func() {
+		defer close(rolled)
+		if r.lab.opts.UpdateRollouts {
+			fig.RolloutSeconds, rolloutErr = r.rolloutsWhile(ctx, updating.Load)
+		}
+	}()
 	nodes, err := u.UpdateDataPlane(ctx, r.mark, r.rec.Start)
 	updating.Store(false)
+	// The last rollout may end after the update: its failures count.
+	<-rolled
 	after := r.rec.Snapshot()
-	r.mark("every old data-plane pod gone; waiting for the timed WebSockets (and a rollout in progress) to end")
+	r.mark("every old data-plane pod gone; waiting for the timed WebSockets to end")
 	wg.Wait()
-	if r.lab.opts.UpdateRollouts {
-		// The last rollout may end after the update: its failures count.
-		after = r.rec.Snapshot()
-	}
 	if err != nil {
 		return err
 	}
