@@ -242,7 +242,7 @@ func (d *Discovery) Replicas(ctx context.Context) ([]lbtarget.Replica, error) {
 		if rc.port == nil {
 			r.BaseURL = "https://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(d.Port))
 		}
-		out = append(out, lbtarget.Replica{Name: p.Name, Provider: r})
+		out = append(out, lbtarget.Replica{Name: p.Name, Provider: r, Terminating: p.DeletionTimestamp != nil})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

@@ -84,6 +84,12 @@ func TestReplicasThatCount(t *testing.T) {
 		for _, r := range rs {
 			rem := r.Provider.(*Remote)
 			names = append(names, r.Name+"="+rem.BaseURL)
+			// A terminating replica still counts (it holds connections)
+			// and says so: it takes no new connection (the readiness
+			// gate does not ask it, lbtarget.Replica.Terminating).
+			if r.Terminating != (r.Name == "dp-terminating") {
+				t.Errorf("replica %s: Terminating %v", r.Name, r.Terminating)
+			}
 			// Each replica is read with the TLS configuration that
 			// accepts that replica's pod only.
 			var pod corev1.Pod

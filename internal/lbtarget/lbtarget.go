@@ -55,6 +55,11 @@ type Finder struct {
 type Replica struct {
 	Name     string
 	Provider provider.Provider
+	// Terminating: the replica's pod is being deleted. Its HAProxy takes
+	// no new connection from then on — the chart's preStop stops it softly
+	// (its listeners close at once), or the kubelet's SIGTERM stops it —
+	// while it keeps the connections it holds until they end or its bound.
+	Terminating bool
 }
 
 // views are the load balancers to read: the replicas, or Provider.
@@ -70,6 +75,31 @@ func (f *Finder) views(ctx context.Context) ([]Replica, error) {
 		return nil, fmt.Errorf("no data-plane replica counts: none can serve or drain the pod yet")
 	}
 	return rs, nil
+}
+
+// askedAbout are the replicas to read about pod. A pod not being deleted
+// is the readiness gate's: the question is whether new connections reach
+// it, and a terminating replica takes none (Replica.Terminating), so it is
+// not asked — during a data-plane update the old pod drains its
+// connections for up to its grace period, and a rollout's new pods would
+// wait for it all that time. It holds connections, so it is asked about a
+// pod being deleted (the termination gate: drained on every replica). A
+// pod not being deleted with every replica terminating has none to serve
+// it: an error, and the gate waits.
+func askedAbout(views []Replica, pod *corev1.Pod) ([]Replica, error) {
+	if pod.DeletionTimestamp != nil {
+		return views, nil
+	}
+	out := make([]Replica, 0, len(views))
+	for _, v := range views {
+		if !v.Terminating {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("every data-plane replica is terminating (%d): none takes new connections to serve the pod", len(views))
+	}
+	return out, nil
 }
 
 // unsupported reports the protocols the load balancers cannot balance.
@@ -169,6 +199,9 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 	}
 	views, err := f.views(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if views, err = askedAbout(views, pod); err != nil {
 		return nil, err
 	}
 	// What each Service asks of the pod, from the caches; then one read per

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -156,5 +157,59 @@ func TestTargetsReadsReplicasAtOnce(t *testing.T) {
 	}
 	if maxSilent != 2 {
 		t.Errorf("at most %d of dp-a's reads in flight at once, want both (one per load balancer)", maxSilent)
+	}
+}
+
+// staticReplica answers its backends of every load balancer, or err.
+type staticReplica struct {
+	provider.Provider
+	statuses []provider.BackendStatus
+	err      error
+	reads    *int
+}
+
+func (s staticReplica) Backends(_ context.Context, _ string) ([]provider.BackendStatus, error) {
+	*s.reads++
+	return s.statuses, s.err
+}
+
+// TestTerminatingReplicaNotAskedForReadiness: a replica whose pod is being
+// deleted takes no new connection (its HAProxy stops softly), so the
+// readiness gate's question — do new connections reach the pod? — skips
+// it: during a data-plane surge the old pod drains for up to its grace
+// period, and a rollout's new pods would wait for it. The termination
+// gate's question still asks it (it holds connections to drain). With every
+// replica terminating nothing can serve the pod: an error.
+func TestTerminatingReplicaNotAskedForReadiness(t *testing.T) {
+	p := pod("10.1.0.1")
+	reader := fake.NewClientBuilder().WithObjects(node(), p, service("web", "web")).Build()
+	served := []provider.BackendStatus{{Listener: listener("web"), Address: "10.1.0.1", Port: 8080, State: model.Active}}
+	var oldReads, newReads int
+	old := Replica{Name: "dp-old", Terminating: true,
+		Provider: staticReplica{err: errors.New("soft-stopping: reload refused"), reads: &oldReads}}
+	surge := Replica{Name: "dp-new", Provider: staticReplica{statuses: served, reads: &newReads}}
+	finder := func(rs ...Replica) *Finder {
+		return &Finder{Reader: reader, Services: classServices{},
+			Replicas: func(context.Context) ([]Replica, error) { return rs, nil }}
+	}
+	ctx := context.Background()
+
+	ts, err := finder(old, surge).Targets(ctx, p)
+	if err != nil || len(ts) != 1 || ts[0].Replica != "dp-new" || !ts[0].Registered {
+		t.Fatalf("readiness: Targets = (%s, %v), want dp-new's target only", Describe(ts), err)
+	}
+	if oldReads != 0 {
+		t.Errorf("readiness: the terminating replica was read %d times, want none", oldReads)
+	}
+
+	deleting := p.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	if _, err := finder(old, surge).Targets(ctx, deleting); err == nil || !strings.Contains(err.Error(), "dp-old") {
+		t.Errorf("termination: Targets error %v, want the terminating replica read (its error names dp-old)", err)
+	}
+
+	if ts, err := finder(old).Targets(ctx, p); err == nil || !strings.Contains(err.Error(), "terminating") {
+		t.Errorf("readiness, every replica terminating: Targets = (%s, %v), want an error", Describe(ts), err)
 	}
 }
