@@ -32,6 +32,10 @@ const (
 	routerName = "zdbgp" // prefix of every namespace and link the test makes
 )
 
+// routerPrefix is a route of the router's own, which it announces to the
+// speaker (and the speaker must not take).
+var routerPrefix = netip.MustParsePrefix("198.51.100.128/25")
+
 type frrRouter struct {
 	ns     string     // network namespace
 	link   string     // the veth end in the root namespace
@@ -58,8 +62,9 @@ func startFRR(t *testing.T, ctx context.Context) *frrRouter {
 		}
 	}
 	pid := os.Getpid()
-	// One /30 per process, so that two test processes never share one.
-	base := 4 * (pid % 64)
+	// One /30 per process in 198.51.100.0/25, so that two test processes
+	// never share one.
+	base := 4 * (pid % 32)
 	r := &frrRouter{
 		ns:   fmt.Sprintf("%s-%d-router", routerName, pid),
 		link: fmt.Sprintf("%s%d", routerName, pid%10000000),
@@ -114,6 +119,7 @@ func startFRR(t *testing.T, ctx context.Context) *frrRouter {
 		{"addr", "add", r.node.String() + "/30", "dev", r.link},
 		{"link", "set", r.link, "up"},
 		{"-n", r.ns, "link", "set", "lo", "up"},
+		{"-n", r.ns, "route", "add", "blackhole", routerPrefix.String()},
 		{"-n", r.ns, "addr", "add", r.addr.String() + "/30", "dev", peer},
 		{"-n", r.ns, "link", "set", peer, "up"},
 	} {
@@ -153,7 +159,10 @@ router bgp %d
  neighbor %s passive
  neighbor %s password %s
  neighbor %s timers connect 1
-`, routerASN, r.addr, r.node, nodeASN, r.node, r.node, md5Secret, r.node))
+ address-family ipv4 unicast
+  network %s
+ exit-address-family
+`, routerASN, r.addr, r.node, nodeASN, r.node, r.node, md5Secret, r.node, routerPrefix))
 	common := []string{"-u", "frr", "-g", "frr", "-P", "0", "--vty_socket", r.dir, "-z", filepath.Join(r.dir, "zserv.api")}
 	r.daemon(t, "zebra", append(common, "-f", filepath.Join(r.dir, "zebra.conf"), "-i", filepath.Join(r.dir, "zebra.pid"),
 		"--log", "file:"+filepath.Join(r.dir, "zebra.log"))...)

@@ -30,6 +30,7 @@ type Speaker struct {
 	srv       *server.BgpServer // nil until Start
 	stopped   bool
 	announced map[netip.Prefix]struct{}
+	stopWatch context.CancelFunc // ends the peer-state watch
 	// quiet silences GoBGP's error about stopping a stopped server, which
 	// its Stop logs after our StopBgp (see stop).
 	quiet *quietHandler
@@ -66,11 +67,13 @@ func (s *Speaker) Start(ctx context.Context) error {
 	s.quiet = newQuietHandler(s.log.With("component", "gobgp").Handler())
 	srv := server.NewBgpServer(server.LoggerOption(slog.New(s.quiet), nil))
 	go srv.Serve()
+	watchCtx, stopWatch := context.WithCancel(context.Background())
 	started := false
 	defer func() {
 		if !started {
 			s.quiet.silence()
 			srv.Stop()
+			stopWatch()
 		}
 	}()
 	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
@@ -86,7 +89,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	if err := originateOnly(ctx, srv); err != nil {
 		return err
 	}
-	if err := srv.WatchEvent(context.Background(), server.WatchEventMessageCallbacks{
+	if err := srv.WatchEvent(watchCtx, server.WatchEventMessageCallbacks{
 		OnPeerUpdate: s.logPeer,
 	}, server.WatchPeer()); err != nil {
 		return fmt.Errorf("watch peers: %w", err)
@@ -102,7 +105,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 		}
 	}
 	started = true
-	s.srv = srv
+	s.srv, s.stopWatch = srv, stopWatch
 	s.log.Info("speaker started", "peers", len(s.cfg.Peers), "announced", len(s.announced),
 		"gracefulRestart", s.cfg.GracefulRestart.Enabled, "restarting", s.cfg.GracefulRestart.Restarting)
 	return nil
@@ -150,25 +153,30 @@ func (s *Speaker) logPeer(e *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
 // Announce adds prefix's path (next hop the node's address). Announcing an
 // announced prefix does nothing: it is one path, and no UPDATE is sent.
 func (s *Speaker) Announce(prefix netip.Prefix) error {
-	return s.Sync(nil, []netip.Prefix{prefix}, nil)
+	return s.update([]netip.Prefix{prefix}, func(announced []netip.Prefix) []netip.Prefix {
+		return append(announced, prefix)
+	})
 }
 
 // Withdraw removes prefix's path; withdrawing a prefix that is not
 // announced does nothing.
 func (s *Speaker) Withdraw(prefix netip.Prefix) error {
-	return s.Sync(nil, nil, []netip.Prefix{prefix})
+	return s.update([]netip.Prefix{prefix}, func(announced []netip.Prefix) []netip.Prefix {
+		return slices.DeleteFunc(announced, func(p netip.Prefix) bool { return p == prefix.Masked() })
+	})
 }
 
-// Set makes the announced set exactly desired, touching only the prefixes
-// that differ.
+// Set makes the announced set exactly desired (nil or empty withdraws
+// everything), touching only the prefixes that differ.
 func (s *Speaker) Set(desired []netip.Prefix) error {
-	return s.Sync(desired, nil, nil)
+	return s.update(desired, func([]netip.Prefix) []netip.Prefix { return desired })
 }
 
-// Sync is Set(desired) when desired is non-nil, then Announce for each of
-// add and Withdraw for each of del. Before Start it only records the set.
-func (s *Speaker) Sync(desired, add, del []netip.Prefix) error {
-	for _, p := range slices.Concat(desired, add, del) {
+// update announces and withdraws what plan says turns the announced set
+// into desired(announced). Before Start it only records the set. Every
+// change goes through plan, so none touches a prefix that stays.
+func (s *Speaker) update(args []netip.Prefix, desired func(announced []netip.Prefix) []netip.Prefix) error {
+	for _, p := range args {
 		if !p.IsValid() || !p.Addr().Is4() {
 			return fmt.Errorf("bgp speaker: %q is not an IPv4 prefix", p)
 		}
@@ -178,24 +186,8 @@ func (s *Speaker) Sync(desired, add, del []netip.Prefix) error {
 	if s.stopped {
 		return ErrStopped
 	}
-	var toAdd, toDel []netip.Prefix
-	if desired != nil {
-		toAdd, toDel = plan(desired, s.announced)
-	}
-	for _, p := range add {
-		if _, ok := s.announced[p.Masked()]; !ok && !slices.Contains(toAdd, p.Masked()) {
-			toAdd = append(toAdd, p.Masked())
-		}
-	}
+	add, del := plan(desired(sortedPrefixes(s.announced)), s.announced)
 	for _, p := range del {
-		p = p.Masked()
-		if i := slices.Index(toAdd, p); i >= 0 {
-			toAdd = slices.Delete(toAdd, i, i+1)
-		} else if _, ok := s.announced[p]; ok && !slices.Contains(toDel, p) {
-			toDel = append(toDel, p)
-		}
-	}
-	for _, p := range toDel {
 		if s.srv != nil {
 			if err := deletePath(s.srv, p, s.cfg.SourceAddress); err != nil {
 				return err
@@ -204,7 +196,7 @@ func (s *Speaker) Sync(desired, add, del []netip.Prefix) error {
 		delete(s.announced, p)
 		s.log.Info("withdrawn", "prefix", p)
 	}
-	for _, p := range toAdd {
+	for _, p := range add {
 		if s.srv != nil {
 			if err := addPath(s.srv, p, s.cfg.SourceAddress); err != nil {
 				return err
@@ -269,6 +261,7 @@ func (s *Speaker) stop(ctx context.Context, restart bool) error {
 	// (already stopped) and logs that, which the quiet handler drops.
 	s.quiet.silence()
 	srv.Stop()
+	s.stopWatch()
 	if err != nil {
 		return fmt.Errorf("stop bgp (graceful restart %t): %w", restart, err)
 	}

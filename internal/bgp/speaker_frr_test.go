@@ -7,9 +7,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 )
 
 // TestSpeakerWithFRR drives the speaker against a real router, FRR, and
@@ -74,6 +79,15 @@ func TestSpeakerWithFRR(t *testing.T) {
 		}
 		return err == nil, err
 	})
+	// The router's own route reaches the speaker, which keeps it out of
+	// its table: it originates only, and never relays a router's routes.
+	r.waitFor(t, ctx, "the router's route at the speaker", func() (bool, error) {
+		in, err := speakerTable(sp, api.TableType_TABLE_TYPE_ADJ_IN, r.addr.String())
+		return err == nil && slices.Contains(in, routerPrefix), err
+	})
+	if rib, err := speakerTable(sp, api.TableType_TABLE_TYPE_GLOBAL, ""); err != nil || !slices.Equal(rib, first) {
+		t.Errorf("speaker's table: %v (%v), want only its own %v", rib, err, first)
+	}
 	n0, err := r.neighbor(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -307,4 +321,20 @@ func watch(ctx context.Context, r *frrRouter, interval time.Duration, check func
 		wg.Wait()
 		return polls, first
 	}
+}
+
+// speakerTable lists the prefixes in one of the speaker's GoBGP tables.
+func speakerTable(sp *Speaker, table api.TableType, name string) ([]netip.Prefix, error) {
+	sp.mu.Lock()
+	srv := sp.srv
+	sp.mu.Unlock()
+	var ps []netip.Prefix
+	err := srv.ListPath(apiutil.ListPathRequest{TableType: table, Name: name, Family: bgp.RF_IPv4_UC},
+		func(nlri bgp.NLRI, _ []*apiutil.Path) {
+			if p, err := netip.ParsePrefix(nlri.String()); err == nil {
+				ps = append(ps, p)
+			}
+		})
+	slices.SortFunc(ps, netip.Prefix.Compare)
+	return ps, err
 }
