@@ -55,11 +55,15 @@ type GracefulRestart struct {
 	// its session closed without a NOTIFICATION (StopForRestart); 0 means
 	// 120 s, FRR's default. At most 4095 s (a 12-bit field).
 	RestartTime time.Duration
-	// Restarting sets the Restart State bit: this speaker takes over from
-	// one stopped with StopForRestart. It holds its announcements until each
-	// router's End-of-RIB (or the restart time, at most) and then sends them
-	// all before its own End-of-RIB, which is when the router drops the
-	// stale paths that were not re-announced. Harmless on a first start.
+	// Restarting sets the Restart State bit, and the Forwarding State bit
+	// for IPv4 unicast, in the OPEN: this speaker takes over from one
+	// stopped with StopForRestart (gobgpd's -r). Without it a router drops
+	// the stale paths as soon as the session is back, before the new
+	// UPDATEs. The speaker holds its announcements until each router's
+	// End-of-RIB (at most a quarter of the restart time, at most 5 s) and
+	// then sends them all before its own End-of-RIB, which is when the
+	// router drops the stale paths that were not re-announced. Harmless on
+	// a first start: the router has nothing stale to keep.
 	Restarting bool
 }
 

@@ -125,6 +125,7 @@ func TestSpeakerWithFRR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	events := r.monitorRoutes(t, ctx)
 	stopWatch := watch(ctx, r, 50*time.Millisecond, func(rs map[netip.Prefix]route) error {
 		if got, ok := rs[first[0]]; !ok || got != watched {
 			return fmt.Errorf("route to %s is %+v (present %t), was %+v", first[0], got, ok, watched)
@@ -146,6 +147,12 @@ func TestSpeakerWithFRR(t *testing.T) {
 	if err != nil {
 		t.Errorf("during the churn: %v", err)
 	}
+	changes := events.stop(t, ctx)
+	for _, line := range changes {
+		if mentions(line, first[0].Addr()) {
+			t.Errorf("during the churn the router's kernel changed %s's route: %s", first[0], line)
+		}
+	}
 	if e, err := r.ribEntry(ctx, first[0]); err != nil || e != e0 {
 		t.Errorf("bgpd's entry for %s after the churn: %+v (%v), before: %+v", first[0], e, err, e0)
 	}
@@ -157,8 +164,8 @@ func TestSpeakerWithFRR(t *testing.T) {
 		t.Errorf("session after 100 addresses in and out: %s, established %d dropped %d; before: established %d dropped %d",
 			n2.State, n2.Established, n2.Dropped, n0.Established, n0.Dropped)
 	}
-	t.Logf("b: 100 addresses in and out in %s; first route's kernel entry read %d times",
-		time.Since(start).Round(time.Millisecond), polls)
+	t.Logf("b: 100 addresses in and out in %s; %d kernel route changes, first route's entry read %d times",
+		time.Since(start).Round(time.Millisecond), len(changes), polls)
 
 	// c. Graceful-restart hand-over: the routes never leave the router's
 	// table and keep their next hop, from the old speaker's stop until the
@@ -168,6 +175,7 @@ func TestSpeakerWithFRR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	events = r.monitorRoutes(t, ctx)
 	stopWatch = watch(ctx, r, 100*time.Millisecond, func(rs map[netip.Prefix]route) error {
 		for _, p := range first {
 			if got, ok := rs[p]; !ok || got != before[p] {
@@ -222,8 +230,16 @@ func TestSpeakerWithFRR(t *testing.T) {
 	if err != nil {
 		t.Errorf("during the hand-over: %v", err)
 	}
-	t.Logf("c: hand-over (stop to the successor's fresh paths) in %s; kernel routes read %d times",
-		handover.Round(time.Millisecond), polls)
+	changes = events.stop(t, ctx)
+	for _, line := range changes {
+		for _, p := range first {
+			if mentions(line, p.Addr()) {
+				t.Errorf("during the hand-over the router's kernel changed %s's route: %s", p, line)
+			}
+		}
+	}
+	t.Logf("c: hand-over (stop to the successor's fresh paths) in %s; kernel route changes %q, routes read %d times",
+		handover.Round(time.Millisecond), changes, polls)
 
 	// d. The node leaving: a Cease NOTIFICATION (so no restart timer keeps
 	// the routes) and the routes gone.
