@@ -18,15 +18,20 @@ import (
 )
 
 // TestSpeakerWithFRR drives the speaker against a real router, FRR, and
-// checks every property through the router's own view (its kernel routes
-// and bgpd's neighbor state):
+// checks every property through the router's own view (its kernel routes,
+// their changes as ip monitor prints them, and bgpd's neighbor and prefix
+// state):
 //
-//	a. three addresses announced are three routes via the node;
+//	a. three addresses announced are three routes via the node; announcing
+//	   one again sends no UPDATE; the router's own route stays out of the
+//	   speaker's table;
 //	b. a hundred other addresses announced and withdrawn one by one never
-//	   change the first address's route nor reset the session;
-//	c. StopForRestart and a successor within the restart time keep the
-//	   routes, next hop unchanged, throughout the hand-over;
-//	d. Stop withdraws them.
+//	   change the first address's route (no kernel change, the same bgpd
+//	   version) nor reset the session (established and dropped counters);
+//	c. StopForRestart (no NOTIFICATION) and a successor within the restart
+//	   time: no kernel change to the three routes from the stop until the
+//	   successor's paths replaced the stale ones;
+//	d. Stop sends a NOTIFICATION and the routes go.
 func TestSpeakerWithFRR(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -43,8 +48,7 @@ func TestSpeakerWithFRR(t *testing.T) {
 		Peers:         []Peer{{Address: r.addr, ASN: routerASN, Password: md5Secret}},
 		HoldTime:      9 * time.Second,
 		ConnectRetry:  time.Second,
-		// Long enough for a hand-over on a loaded machine, short enough that
-		// a successor which never came would be noticed by the router.
+		// Far longer than a hand-over takes on a loaded machine (2-3 s).
 		GracefulRestart: GracefulRestart{Enabled: true, RestartTime: 30 * time.Second},
 		Logger:          slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
