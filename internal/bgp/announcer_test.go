@@ -191,7 +191,7 @@ func TestNewAnnouncerErrors(t *testing.T) {
 	}{
 		{"no speaker", func(c *AnnouncerConfig) { c.Speaker = nil }},
 		{"no candidates", func(c *AnnouncerConfig) { c.Candidates = nil }},
-		{"check timeout over the interval", func(c *AnnouncerConfig) { c.Interval, c.CheckTimeout = time.Second, 2 * time.Second }},
+		{"check timeout over the interval", func(c *AnnouncerConfig) { c.Interval, c.CheckTimeout = time.Second, 2*time.Second }},
 		{"interval too short", func(c *AnnouncerConfig) { c.Interval = time.Millisecond }},
 	} {
 		c := ok
@@ -204,4 +204,3 @@ func TestNewAnnouncerErrors(t *testing.T) {
 		t.Errorf("defaults: %v", err)
 	}
 }
-
