@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -race -count=1 -timeout 25m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build image chaos procmem deps lab-deps packages control-plane cloud-provider-azure helm render-deploy haproxy frr network test unit lint fmt-check bench lab lab-azure demo clean docs
+.PHONY: all build image chaos procmem deps lab-deps packages control-plane cloud-provider-azure cloud-provider-aws helm render-deploy haproxy frr network test unit lint fmt-check bench lab lab-azure demo clean docs
 
 all: build
 
@@ -30,6 +30,12 @@ control-plane:
 # builds it ahead, beside the others (deps), for make test.
 cloud-provider-azure:
 	@bash hack/cloud-provider-azure.sh >/dev/null
+
+# The real aws-cloud-controller-manager of cloud-provider-aws, which the AWS
+# emulator's test (internal/lab/ccm's TestRealAWSCCM) runs, built from the Go
+# module proxy (cached) the same way; deps builds it beside the others.
+cloud-provider-aws:
+	@bash hack/cloud-provider-aws.sh >/dev/null
 
 # The real helm v3 CLI for the chart tests (the analyzer's, internal/install's)
 # and hack/render-deploy.sh, built from the Go module proxy (cached); the
@@ -60,7 +66,7 @@ network:
 # packages install meanwhile, one apt-get after the other (they share dpkg's
 # lock). make lab builds less (lab-deps).
 deps:
-	@$(MAKE) --no-print-directory -j4 control-plane cloud-provider-azure helm packages
+	@$(MAKE) --no-print-directory -j4 control-plane cloud-provider-azure cloud-provider-aws helm packages
 
 packages:
 	@$(MAKE) --no-print-directory haproxy

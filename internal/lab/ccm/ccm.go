@@ -37,13 +37,19 @@ const (
 // (hack/cloud-provider-azure.sh, minutes on a cold cache) shows its progress
 // on stderr; a second caller waits on its lock.
 func BinaryVersion(version string) (string, error) {
+	return build("cloud-provider-azure", version)
+}
+
+// build runs hack/<name>.sh for a release (its default for "") and returns
+// the path of the binary it built or found in the cache.
+func build(name, version string) (string, error) {
 	var args []string
 	if version != "" {
 		args = append(args, version)
 	}
-	bin, err := controlplane.Build("cloud-provider-azure.sh", args...)
+	bin, err := controlplane.Build(name+".sh", args...)
 	if err != nil {
-		return "", fmt.Errorf("build cloud-provider-azure %s: %w", version, err)
+		return "", fmt.Errorf("build %s %s: %w", name, version, err)
 	}
 	return bin, nil
 }
