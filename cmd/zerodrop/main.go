@@ -14,6 +14,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/check"
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/cmd/haproxyrun"
+	"zerodrop.dev/zerodrop/internal/cmd/speaker"
 	"zerodrop.dev/zerodrop/internal/drainrelay"
 	"zerodrop.dev/zerodrop/internal/probe"
 	"zerodrop.dev/zerodrop/internal/version"
@@ -26,6 +27,7 @@ commands:
   check        analyze manifests or a live cluster for rollout safety
   drain-relay  the drain hook's sidecar in application pods (injected by the webhook)
   haproxy      a data-plane replica's HAProxy container: prepare its state directory, then run HAProxy
+  speaker      a data-plane node's BGP speaker: announce the Service addresses its HAProxy serves (one per node, not in the data-plane pod)
   probe        an exec probe: ask a controller's probe socket (--health-probe-socket) for /healthz or /readyz
   lab          real rollouts under real traffic: the upstream controller, the recipe and zerodrop
                (development build only: make lab, or go run -tags lab ./cmd/zerodrop lab)
@@ -57,6 +59,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return haproxyrun.Run(args[1:], stderr)
 	case "probe":
 		return probe.Run(ctx, args[1:], stdout, stderr)
+	case "speaker":
+		return speaker.Run(ctx, args[1:], stdout, stderr)
 	case "lab":
 		return runLab(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
