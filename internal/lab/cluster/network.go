@@ -50,7 +50,19 @@ type Network struct {
 	// lbs are the data-plane replicas' hosts (--data-plane-replicas): lb
 	// first. The client reaches the frontend range through a resilient
 	// nexthop group over them (routeTo chooses its members).
-	LBs         []*netlab.Host
+	LBs []*netlab.Host
+	// Router forwards the client's frontend traffic to LBs through the
+	// nexthop group, when there are several (nil: the client routes to
+	// its one load balancer itself). A router of its own, as in a real
+	// network: in the client's namespace the group hashed the client's
+	// own packets, and the replies TCP sends outside the socket (the ACK
+	// of a TIME_WAIT, a reset) now and then left through another member
+	// than the connection's, so a load-balancer host never saw the
+	// connection's end and answered the port's next connection with the
+	// old one's ACK: a request timed out (lb-update at c6f29ae, packet
+	// captures of the client and the three hosts). Forwarded packets
+	// are hashed from their headers, all alike.
+	Router      *netlab.Host
 	apiserver   string // host:port of the API server in the root namespace
 	Kubeconfig  string // kubeconfig for processes in lab namespaces
 	kubeProxies []*netlab.Process
@@ -117,18 +129,57 @@ func (n *Network) addLBHosts(ctx context.Context, lbHosts int) error {
 	// through a nexthop group, as a router with ECMP routes to the replicas
 	// would: hashed on the 5-tuple (fib_multipath_hash_policy 1), and
 	// resilient, so a member taken out moves only its own flows.
+	if lbHosts > 1 {
+		if err := n.addRouter(ctx); err != nil {
+			return err
+		}
+	}
 	for i, h := range n.LBs {
 		if err := h.Run(ctx, "ip", "addr", "add", FrontendNet, "dev", "lo"); err != nil {
 			return err
 		}
-		if err := n.Client.Run(ctx, "ip", "nexthop", "add", "id", strconv.Itoa(i+1), "via", h.IP.String(), "dev", "eth0"); err != nil {
+		if err := n.groupHost().Run(ctx, "ip", "nexthop", "add", "id", strconv.Itoa(i+1), "via", h.IP.String(), "dev", "eth0"); err != nil {
 			return err
 		}
 	}
-	if err := n.Client.Run(ctx, "sysctl", "-qw", "net.ipv4.fib_multipath_hash_policy=1"); err != nil {
+	if err := n.groupHost().Run(ctx, "sysctl", "-qw", "net.ipv4.fib_multipath_hash_policy=1"); err != nil {
 		return err
 	}
 	return n.addFrontendGroup(ctx, []int{0})
+}
+
+// addRouter adds the router host (Network.Router) and routes the client's
+// frontend traffic through it. It forwards on the fabric it came in on, so
+// it sends no redirects (the client would then send to a host directly,
+// outside the group) and the client takes none; the hosts answer the
+// client directly.
+func (n *Network) addRouter(ctx context.Context) error {
+	r, err := n.Net.AddHost(ctx, "router")
+	if err != nil {
+		return err
+	}
+	n.Router = r
+	for _, kv := range [][2]string{{"net.ipv4.ip_forward", "1"}, {"net.ipv4.conf.all.send_redirects", "0"},
+		{"net.ipv4.conf.default.send_redirects", "0"}, {"net.ipv4.conf.eth0.send_redirects", "0"}} {
+		if err := r.SetSysctl(ctx, kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	for _, key := range []string{"net.ipv4.conf.all.accept_redirects", "net.ipv4.conf.eth0.accept_redirects"} {
+		if err := n.Client.SetSysctl(ctx, key, "0"); err != nil {
+			return err
+		}
+	}
+	return n.Client.Run(ctx, "ip", "route", "add", FrontendNet, "via", r.IP.String(), "dev", "eth0")
+}
+
+// groupHost is the namespace holding the nexthop group: the router, or
+// the client when there is none.
+func (n *Network) groupHost() *netlab.Host {
+	if n.Router != nil {
+		return n.Router
+	}
+	return n.Client
 }
 
 // startKubeProxies starts the real kube-proxy on every node, each reaching
@@ -214,10 +265,10 @@ func (n *Network) RouteTo(ctx context.Context, fresh bool, members ...int) error
 	if !fresh {
 		return n.nexthopGroup(ctx, "replace", members)
 	}
-	if err := n.Client.Run(ctx, "ip", "route", "del", FrontendNet); err != nil {
+	if err := n.groupHost().Run(ctx, "ip", "route", "del", FrontendNet); err != nil {
 		return err
 	}
-	if err := n.Client.Run(ctx, "ip", "nexthop", "del", "id", strconv.Itoa(frontendGroup)); err != nil {
+	if err := n.groupHost().Run(ctx, "ip", "nexthop", "del", "id", strconv.Itoa(frontendGroup)); err != nil {
 		return err
 	}
 	return n.addFrontendGroup(ctx, members)
@@ -229,7 +280,7 @@ func (n *Network) addFrontendGroup(ctx context.Context, members []int) error {
 	if err := n.nexthopGroup(ctx, "add", members); err != nil {
 		return err
 	}
-	return n.Client.Run(ctx, "ip", "route", "add", FrontendNet, "nhid", strconv.Itoa(frontendGroup))
+	return n.groupHost().Run(ctx, "ip", "route", "add", FrontendNet, "nhid", strconv.Itoa(frontendGroup))
 }
 
 // nexthopGroup runs `ip nexthop verb` for the client's resilient group over
@@ -239,7 +290,7 @@ func (n *Network) nexthopGroup(ctx context.Context, verb string, members []int) 
 	for k, i := range members {
 		ids[k] = strconv.Itoa(i + 1)
 	}
-	return n.Client.Run(ctx, "ip", "nexthop", verb, "id", strconv.Itoa(frontendGroup), "group", strings.Join(ids, "/"), "type", "resilient", "buckets", "64")
+	return n.groupHost().Run(ctx, "ip", "nexthop", verb, "id", strconv.Itoa(frontendGroup), "group", strings.Join(ids, "/"), "type", "resilient", "buckets", "64")
 }
 
 // frontendPool is run k's frontend address pool.
