@@ -18,8 +18,25 @@
 //   - The speaker only originates: it accepts no route from its peers, so it
 //     never relays one router's routes to another.
 //
-// What it does not do yet: it does not verify locally that the node serves an
-// address (its caller decides what to announce); it has no BFD, so a node that
-// fails hard is noticed by the router's hold timer; it announces IPv4 only;
-// and it dials out only (no listener, no eBGP multihop).
+// What it announces is the Announcer's decision (Decide): a Service address
+// while a TCP connection to one of its ports, made on the node to the
+// address itself, succeeds (the address must be on one of the node's
+// interfaces, so the check never leaves the node), withdrawn after
+// FallCount failed checks in a row, and nothing while the node is leaving
+// (NodeWatcher: the Node's exclusion label, the autoscaler's taint, its
+// deletion; its cordon with WithdrawOnCordon). The check needs neither the
+// API server nor the router, and the NodeWatcher changes its answer only on
+// what it sees, so an API outage never withdraws a serving node.
+//
+// Where it runs: a process of its own (`zerodrop speaker`, one per node),
+// never inside the HAProxy data-plane pod. That DaemonSet surges (two pods
+// per node during an update), and two speakers on one node would open two
+// sessions from one address, of which the router keeps one (RFC 4271 §6.8).
+// The speaker's own update is a graceful restart instead: the old process
+// calls StopForRestart, the new one starts with GracefulRestart.Restarting
+// and its first decision recorded before Start.
+//
+// What it does not do yet: it has no BFD, so a node that fails hard is
+// noticed by the router's hold timer; it announces IPv4 only; and it dials
+// out only (no listener, no eBGP multihop).
 package bgp
