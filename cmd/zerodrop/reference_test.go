@@ -69,6 +69,7 @@ var commands = []struct{ name, what string }{
 	{"check", "the rollout-safety analyzer"},
 	{"drain-relay", "the drain hook's sidecar the webhook injects into application pods"},
 	{"haproxy", "a data-plane replica's HAProxy container"},
+	{"speaker", "the BGP speaker of a data-plane node (not in the chart yet)"},
 }
 
 func flagsReference(t *testing.T) string {
