@@ -16,14 +16,10 @@ import (
 // shares no code with zerodrop; it writes the cloud config a cluster
 // outside AWS's metadata would give the CCM and starts the process.
 
-// AWSDefaultVersion is the release of k8s.io/cloud-provider-aws the lab
-// runs (hack/cloud-provider-aws.sh's default too).
-const AWSDefaultVersion = "v1.37.1"
-
 // AWSBinary builds (or reuses from the cache) the aws-cloud-controller-manager
-// of a release of k8s.io/cloud-provider-aws ("" is AWSDefaultVersion, or what
-// ZERODROP_CCM_AWS_VERSION names) and returns its path; on demand, by what
-// runs it, as BinaryVersion does for Azure.
+// of a release of k8s.io/cloud-provider-aws ("" is the script's default,
+// v1.37.1, or what ZERODROP_CCM_AWS_VERSION names) and returns its path; on
+// demand, by what runs it, as BinaryVersion does for Azure.
 func AWSBinary(version string) (string, error) {
 	return build("cloud-provider-aws", version)
 }

@@ -28,9 +28,11 @@ func TestBinaryVersionRefusesANonTag(t *testing.T) {
 	}
 	t.Setenv("PATH", bin)
 	t.Setenv("ZERODROP_CACHE", t.TempDir())
-	for _, v := range []string{"latest", "v1.33", "v1.33.2/../x", "v1.33.2 x"} {
-		if got, err := ccm.BinaryVersion(v); err == nil || !strings.Contains(err.Error(), "is not a release tag") {
-			t.Errorf("BinaryVersion(%q) = %q, %v; want it refused as not a release tag", v, got, err)
+	for name, build := range map[string]func(string) (string, error){"BinaryVersion": ccm.BinaryVersion, "AWSBinary": ccm.AWSBinary} {
+		for _, v := range []string{"latest", "v1.33", "v1.33.2/../x", "v1.33.2 x"} {
+			if got, err := build(v); err == nil || !strings.Contains(err.Error(), "is not a release tag") {
+				t.Errorf("%s(%q) = %q, %v; want it refused as not a release tag", name, v, got, err)
+			}
 		}
 	}
 }
