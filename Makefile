@@ -60,8 +60,9 @@ network:
 	@bash hack/setup-network.sh
 
 # Everything at once, for make test (whose TestRealCCM and Azure tests run
-# cloud-provider-azure), the benches, lab-azure, chaos and the demo: the three
-# builds from the Go module proxy overlap (one's downloads and links beside
+# cloud-provider-azure, TestRealAWSCCM cloud-provider-aws), the benches,
+# lab-azure, chaos and the demo: the four builds from the Go module proxy
+# overlap (one's downloads and links beside
 # another's compiles; each script takes its own lock) and the distribution's
 # packages install meanwhile, one apt-get after the other (they share dpkg's
 # lock). make lab builds less (lab-deps).

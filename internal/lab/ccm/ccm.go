@@ -1,10 +1,12 @@
-// Package ccm runs the real cloud-controller-manager of cloud-provider-azure
-// (sigs.k8s.io/cloud-provider-azure, built by hack/cloud-provider-azure.sh)
-// against the ARM emulator: the `upstream` writer of the Azure lab, and the
-// client that keeps the emulator honest in make test. It shares no code with
-// zerodrop's controller or its Azure provider; it only writes the
-// configuration a self-managed cluster would give the CCM and starts the
-// process.
+// Package ccm runs the real cloud-controller-managers against the emulated
+// clouds: cloud-provider-azure's (sigs.k8s.io/cloud-provider-azure, built by
+// hack/cloud-provider-azure.sh) against the ARM emulator, the `upstream`
+// writer of the Azure lab; and cloud-provider-aws's (k8s.io/cloud-provider-aws,
+// built by hack/cloud-provider-aws.sh; aws.go) against the ELBv2 and EC2
+// emulator. Each is the client that keeps its emulator honest in make test.
+// It shares no code with zerodrop's controller or its providers; it only
+// writes the configuration a self-managed cluster would give a CCM and starts
+// the process.
 package ccm
 
 import (
