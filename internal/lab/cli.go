@@ -103,7 +103,9 @@ type flags struct {
 	updateRollouts bool
 	// dataPlaneGrace is --data-plane-grace-period, timedMax
 	// --timed-websockets-max.
-	dataPlaneGrace, timedMax      time.Duration
+	dataPlaneGrace, timedMax time.Duration
+	// updateEnd is --data-plane-update-end.
+	updateEnd                     string
 	keep, fromChart, dryRun       bool
 	rate, dataPlane, idleRestarts int
 	az                            azureFlags
@@ -158,6 +160,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		report.UpdateSurge+" (maxSurge 1, maxUnavailable 0) or "+report.UpdateUnavailable+" (maxSurge 0, maxUnavailable 1: lb-update's negative control); empty: the chart's default")
 	fs.DurationVar(&f.dataPlaneGrace, "data-plane-grace-period", 0, "with --from-chart: the chart's terminationGracePeriodSeconds (whole seconds); 0: the chart's default")
 	fs.DurationVar(&f.timedMax, "timed-websockets-max", 0, "lb-update: the longest timed WebSocket's lifetime (they spread over 0 to it); 0: twice the old pods' drain bound")
+	fs.StringVar(&f.updateEnd, "data-plane-update-end", "old-gone", "lb-update: when the update ends: old-gone (every old pod gone) or new-ready (every node's new pod Ready and every old pod terminating: with a --data-plane-grace-period longer than the scenario, the old pods drain past its end and the lab's whole-run WebSockets end with the traffic)")
 	fs.BoolVar(&f.updateRollouts, "data-plane-update-rollouts", false, "lb-update: roll the workload's Deployment out again and again while the data plane's DaemonSet updates, so each node's surge meets a rollout's gates (they count both pods of a node as replicas); its figures add the rollouts' times")
 	fs.DurationVar(&f.hardStopAfter, "data-plane-hard-stop-after", 0, "with --from-chart: the chart's haproxy.hardStopAfter, which bounds an old HAProxy's drain (lb-update's timed WebSockets live up to twice the bound); 0: the chart's default")
 	fs.StringVar(&f.prov, "provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: the scenarios with traffic through an emulated Azure load balancer, written by the real cloud-provider-azure or by zerodrop; see docs/azure.md)")
@@ -217,6 +220,9 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, error) {
 	if f.timedMax < 0 || f.timedMax > 0 && f.timedMax < time.Second {
 		return scenarios.Options{}, nil, fmt.Errorf("--timed-websockets-max %s: want 1s or more (0: twice the drain bound)", f.timedMax)
 	}
+	if f.updateEnd != "old-gone" && f.updateEnd != "new-ready" {
+		return scenarios.Options{}, nil, fmt.Errorf("--data-plane-update-end %q: want old-gone or new-ready", f.updateEnd)
+	}
 	if f.updateRollouts && !f.fromChart {
 		return scenarios.Options{}, nil, fmt.Errorf("--data-plane-update-rollouts is lb-update's, with --from-chart")
 	}
@@ -225,7 +231,7 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, error) {
 	}
 	opts := scenarios.Options{KeepDir: f.keep, Dir: f.dir, Progress: stderr, Rate: f.rate, Recipe: f.recipe, Chaos: f.chaos,
 		IdleRestarts: f.idleRestarts, GracePeriod: f.gracePeriod, MaintenanceWait: f.maintenanceWait, MaintenanceSignal: f.maintenanceSignal,
-		UpdateRollouts: f.updateRollouts, TimedMax: f.timedMax}
+		UpdateRollouts: f.updateRollouts, TimedMax: f.timedMax, UpdateEndNewReady: f.updateEnd == "new-ready"}
 	switch f.appSigterm {
 	case traffic.AppSigtermGraceful:
 	case traffic.AppSigtermExit:

@@ -92,6 +92,10 @@ type NodeUpdate struct {
 	BrokenLongConns      int64   `json:"broken_long_conns"`
 	WebSocketsThroughOld int     `json:"websockets_through_old_pod"`
 	WebSocketsBroken     int     `json:"websockets_through_old_pod_broken"`
+	// OldDrainingAtEnd: the old pod was still draining when the act ended
+	// (--data-plane-update-end new-ready): EndSeconds and TwoPodsSeconds
+	// run to the act's end.
+	OldDrainingAtEnd bool `json:"old_pod_draining_at_end,omitempty"`
 }
 
 // Lossless is the hand-over's acceptance: no request failed and no
@@ -117,8 +121,12 @@ func WriteUpdateFigures(w io.Writer, results []Result) {
 		fmt.Fprintf(w, "\n%s %s: DaemonSet update, strategy %s (maxSurge %s, maxUnavailable %s), old pods' drain bound %.0f s (%s)\n",
 			r.Scenario, r.column(), f.Strategy, f.MaxSurge, f.MaxUnavailable, f.DrainBoundSeconds, f.DrainBoundFrom)
 		for _, n := range f.Nodes {
-			fmt.Fprintf(w, "  %s: %s -> %s at %.1f-%.1f s: two pods %.1f s, no ready pod %.1f s, %d requests failed, %d breaks of the 4 long WebSockets (reconnections included), %d of %d timed WebSockets through the old pod broken\n",
-				n.Node, n.OldPod, n.NewPod, n.StartSeconds, n.EndSeconds, n.TwoPodsSeconds, n.NoReadyPodSeconds, n.FailedRequests, n.BrokenLongConns,
+			draining := ""
+			if n.OldDrainingAtEnd {
+				draining = " (the old pod still draining at the act's end)"
+			}
+			fmt.Fprintf(w, "  %s: %s -> %s at %.1f-%.1f s%s: two pods %.1f s, no ready pod %.1f s, %d requests failed, %d breaks of the 4 long WebSockets (reconnections included), %d of %d timed WebSockets through the old pod broken\n",
+				n.Node, n.OldPod, n.NewPod, n.StartSeconds, n.EndSeconds, draining, n.TwoPodsSeconds, n.NoReadyPodSeconds, n.FailedRequests, n.BrokenLongConns,
 				n.WebSocketsBroken, n.WebSocketsThroughOld)
 		}
 		fmt.Fprintf(w, "  timed WebSockets: %d; through an old pod at its replacement, ended before its bound: %d broken of %d; open at the bound: %d broken of %d; through a new pod: %d broken of %d; ended before their node's replacement: %d broken of %d; node unknown: %d broken of %d\n",

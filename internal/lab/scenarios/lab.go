@@ -83,6 +83,12 @@ type Options struct {
 	// (0: twice the old pods' drain bound): shorter than the bound, every
 	// one of them ends before its old pod's drain does.
 	TimedMax time.Duration
+	// UpdateEndNewReady ends lb-update's update once every node's new pod
+	// is Ready and every old pod terminating, not gone
+	// (--data-plane-update-end new-ready): with a grace period longer than
+	// the scenario the old pods drain past its end, and the lab's
+	// whole-run WebSockets end with the traffic instead of being cut.
+	UpdateEndNewReady bool
 	// AppExitOnSIGTERM makes the workload an app without SIGTERM handling:
 	// it exits at SIGTERM and every connection it holds is closed as a
 	// process exit closes it (podServer.exit; the default is a graceful

@@ -21,7 +21,7 @@ import (
 // since) once every pod is replaced, routed, and every old pod gone.
 type dataPlaneUpdater interface {
 	UpdatePlan(ctx context.Context) (report.UpdateFigures, time.Duration, error)
-	UpdateDataPlane(ctx context.Context, mark func(string, ...any), since time.Time) ([]report.NodeUpdate, error)
+	UpdateDataPlane(ctx context.Context, mark func(string, ...any), since time.Time, oldMayDrain bool) ([]report.NodeUpdate, error)
 }
 
 // The timed WebSockets' shape: a burst at the act's start, then one every
@@ -98,7 +98,7 @@ func actLBUpdate(ctx context.Context, r *run) error {
 			fig.RolloutSeconds, rolloutErr = r.rolloutsWhile(ctx, updating.Load)
 		}
 	}()
-	nodes, err := u.UpdateDataPlane(ctx, r.mark, r.rec.Start)
+	nodes, err := u.UpdateDataPlane(ctx, r.mark, r.rec.Start, r.lab.opts.UpdateEndNewReady)
 	updating.Store(false)
 	// The last rollout may end after the update: its failures count.
 	<-rolled

@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -111,12 +112,10 @@ func (r *run) restartFirstControllerContainer(ctx context.Context, act world.Act
 // replaced every pod and the router stand-in routes all n.
 func (r *run) updateDaemonSet(ctx context.Context, act world.Act, n int) error {
 	ds := r.w.Lab.CP.Client.AppsV1().DaemonSets(world.ControllerNamespace)
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"lab.zerodrop.dev/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
-	updated, err := ds.Patch(ctx, r.dataPlaneName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	updated, err := r.patchDaemonSet(ctx, act)
 	if err != nil {
-		return fmt.Errorf("update the data plane's DaemonSet: %w", err)
+		return err
 	}
-	act.Mark("DaemonSet %s updated", r.dataPlaneName())
 	// One replica at a time, each old pod draining for up to its grace
 	// period (its HAProxy stops softly) before the next is replaced.
 	return traffic.WaitFor(ctx, 2*time.Minute+time.Duration(n)*90*time.Second, "the DaemonSet update done and every replica routed", func() (bool, string) {
@@ -129,6 +128,18 @@ func (r *run) updateDaemonSet(ctx context.Context, act world.Act, n int) error {
 		}
 		return r.Plane.Routed(n)
 	})
+}
+
+// patchDaemonSet changes the data plane's pod template (a new annotation,
+// as `kubectl rollout restart` does) and returns the DaemonSet as patched.
+func (r *run) patchDaemonSet(ctx context.Context, act world.Act) (*appsv1.DaemonSet, error) {
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"lab.zerodrop.dev/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
+	updated, err := r.w.Lab.CP.Client.AppsV1().DaemonSets(world.ControllerNamespace).Patch(ctx, r.dataPlaneName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("update the data plane's DaemonSet: %w", err)
+	}
+	act.Mark("DaemonSet %s updated", r.dataPlaneName())
+	return updated, nil
 }
 
 // leaseExpired: the Lease was last renewed more than its duration ago.

@@ -105,8 +105,11 @@ func drainBound(spec *corev1.PodSpec) (time.Duration, string, error) {
 // a new annotation, as `kubectl rollout restart` does) and returns once
 // every pod is replaced, every replica routed and every old pod gone
 // (within its grace period and a minute more), with each node's
-// replacement, its times in seconds since since.
-func (r *run) UpdateDataPlane(ctx context.Context, mark func(string, ...any), since time.Time) ([]report.NodeUpdate, error) {
+// replacement, its times in seconds since since. With oldMayDrain it
+// returns once every node's new pod is Ready and routed and every old pod
+// terminating: old pods whose grace period outlasts the scenario drain
+// past its end, their connections ending with the traffic.
+func (r *run) UpdateDataPlane(ctx context.Context, mark func(string, ...any), since time.Time, oldMayDrain bool) ([]report.NodeUpdate, error) {
 	w := &podWatch{pods: map[types.UID]*podLife{}}
 	w.sample(r.pods(r.dataPlaneName()), time.Now())
 	old := w.uids()
@@ -119,6 +122,23 @@ func (r *run) UpdateDataPlane(ctx context.Context, mark func(string, ...any), si
 	})
 	defer func() { stop(); wg.Wait() }()
 	act := world.Act{Mark: mark}
+	if oldMayDrain {
+		if _, err := r.patchDaemonSet(ctx, act); err != nil {
+			return nil, err
+		}
+		if err := traffic.WaitFor(ctx, 2*time.Minute+time.Duration(r.w.N)*30*time.Second, "every new data-plane pod ready and routed, every old one terminating", func() (bool, string) {
+			deleting, ready := w.deleting(old), w.readyNew(old)
+			if deleting < len(old) || ready < r.w.N {
+				return false, fmt.Sprintf("%d of %d old pods terminating, %d new ones ready", deleting, len(old), ready)
+			}
+			return r.Plane.Routed(r.w.N)
+		}); err != nil {
+			return nil, err
+		}
+		stop()
+		wg.Wait()
+		return w.nodes(old, since, time.Now()), nil
+	}
 	if err := r.updateDaemonSet(ctx, act, r.w.N); err != nil {
 		return nil, err
 	}
@@ -133,7 +153,7 @@ func (r *run) UpdateDataPlane(ctx context.Context, mark func(string, ...any), si
 	}
 	stop()
 	wg.Wait()
-	return w.nodes(old, since), nil
+	return w.nodes(old, since, time.Now()), nil
 }
 
 // podLife is what the lab saw of one data-plane pod: when it was first
@@ -212,6 +232,19 @@ func (w *podWatch) left(old []types.UID) int {
 	return n
 }
 
+// deleting is how many of the pods old have begun terminating (or are gone).
+func (w *podWatch) deleting(old []types.UID) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, uid := range old {
+		if !w.pods[uid].deleting.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
 // readyNew is how many pods that are not of old have been seen Ready and
 // are still there.
 func (w *podWatch) readyNew(old []types.UID) int {
@@ -227,8 +260,9 @@ func (w *podWatch) readyNew(old []types.UID) int {
 }
 
 // nodes is each node's replacement, from its old pod (of old) and the pod
-// that came after it on the same node, in the order the nodes began.
-func (w *podWatch) nodes(old []types.UID, since time.Time) []report.NodeUpdate {
+// that came after it on the same node, in the order the nodes began. An
+// old pod not gone by now is still draining: its times run to now.
+func (w *podWatch) nodes(old []types.UID, since, now time.Time) []report.NodeUpdate {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sec := func(t time.Time) float64 { return t.Sub(since).Seconds() }
@@ -242,7 +276,11 @@ func (w *podWatch) nodes(old []types.UID, since time.Time) []report.NodeUpdate {
 			}
 		}
 		u := report.NodeUpdate{Node: o.node, OldPod: o.name, OldDeletedSeconds: sec(o.deleting)}
-		start, end := o.deleting, o.gone
+		gone := o.gone
+		if gone.IsZero() {
+			gone, u.OldDrainingAtEnd = now, true
+		}
+		start, end := o.deleting, gone
 		if n != nil {
 			u.NewPod = n.name
 			if n.seen.Before(start) {
@@ -251,7 +289,7 @@ func (w *podWatch) nodes(old []types.UID, since time.Time) []report.NodeUpdate {
 			if n.ready.After(end) {
 				end = n.ready
 			}
-			u.TwoPodsSeconds = max(0, o.gone.Sub(n.seen).Seconds())
+			u.TwoPodsSeconds = max(0, gone.Sub(n.seen).Seconds())
 			u.NoReadyPodSeconds = max(0, n.ready.Sub(o.deleting).Seconds())
 		}
 		u.StartSeconds, u.EndSeconds = sec(start), sec(end)

@@ -45,7 +45,7 @@ func TestPodWatchNodes(t *testing.T) {
 	w.sample([]*corev1.Pod{pod("a-new", "a", true, false)}, at(21))
 	w.sample([]*corev1.Pod{pod("a-new", "a", true, false), pod("b-new", "b", false, false)}, at(22))
 	w.sample([]*corev1.Pod{pod("a-new", "a", true, false), pod("b-new", "b", true, false)}, at(26))
-	got := w.nodes(old, t0)
+	got := w.nodes(old, t0, at(30))
 	if len(got) != 2 {
 		t.Fatalf("%d nodes, want 2: %+v", len(got), got)
 	}
@@ -55,6 +55,25 @@ func TestPodWatchNodes(t *testing.T) {
 	}
 	if b.Node != "b" || b.NewPod != "b-new" || b.StartSeconds != 20 || b.EndSeconds != 26 || b.TwoPodsSeconds != 0 || b.NoReadyPodSeconds != 6 || b.OldDeletedSeconds != 20 {
 		t.Errorf("no surge: %+v, want start 20, end 26, no two pods, 6 s without a ready pod, old deleted at 20", b)
+	}
+	if a.OldDrainingAtEnd || b.OldDrainingAtEnd {
+		t.Errorf("old pods gone, yet reported draining at the end: %+v %+v", a, b)
+	}
+
+	// An old pod still draining when the act ends (--data-plane-update-end
+	// new-ready): its times run to the act's end.
+	w = &podWatch{pods: map[types.UID]*podLife{}}
+	w.sample([]*corev1.Pod{pod("c-old", "c", true, false)}, at(0))
+	old = w.uids()
+	w.sample([]*corev1.Pod{pod("c-old", "c", true, false), pod("c-new", "c", false, false)}, at(10))
+	w.sample([]*corev1.Pod{pod("c-old", "c", true, false), pod("c-new", "c", true, false)}, at(12))
+	w.sample([]*corev1.Pod{pod("c-old", "c", false, true), pod("c-new", "c", true, false)}, at(13))
+	got = w.nodes(old, t0, at(30))
+	if c := got[0]; !c.OldDrainingAtEnd || c.EndSeconds != 30 || c.TwoPodsSeconds != 20 || c.OldDeletedSeconds != 13 {
+		t.Errorf("draining at the end: %+v, want it flagged, end 30, two pods 20 s, old deleted at 13", c)
+	}
+	if n := w.deleting(old); n != 1 {
+		t.Errorf("%d old pods terminating, want 1", n)
 	}
 }
 
