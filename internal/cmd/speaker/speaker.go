@@ -32,6 +32,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"zerodrop.dev/zerodrop/internal/bgp"
@@ -41,8 +42,11 @@ import (
 type Config struct {
 	NodeName string
 	Speaker  bgp.Config
-	// Candidates are --addresses.
+	// Candidates are --addresses; none: the Services of Class (and
+	// classless ones with AdoptClassless), from the API server.
 	Candidates       bgp.StaticCandidates
+	Class            string
+	AdoptClassless   bool
 	CheckInterval    time.Duration
 	WithdrawOnCordon bool
 }
@@ -96,7 +100,9 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&passwordFile, "peer-password-file", "", "file holding the TCP MD5 password (RFC 2385) of every session; empty: none")
 	fs.DurationVar(&holdTime, "hold-time", 90*time.Second, "BGP hold time offered to the routers (3s..65535s); a node that fails hard is noticed after it")
 	fs.DurationVar(&restartTime, "graceful-restart-time", 120*time.Second, "how long a router keeps this node's routes after the speaker stops for a restart (1s..4095s); 0 disables graceful restart")
-	fs.StringVar(&addrs, "addresses", "", "the Service addresses this node may announce, IPv4:PORT,... (an address with several ports is checked on each until one answers)")
+	fs.StringVar(&addrs, "addresses", "", "the Service addresses this node may announce, IPv4:PORT,... (an address with several ports is checked on each until one answers); empty: the ingress addresses and TCP ports of the LoadBalancer Services of --load-balancer-class, from the API server (an outage keeps the last list)")
+	fs.StringVar(&c.Class, "load-balancer-class", "zerodrop.dev/haproxy", "without --addresses: the spec.loadBalancerClass whose Services' addresses are candidates (the controller's --load-balancer-class)")
+	fs.BoolVar(&c.AdoptClassless, "adopt-classless", false, "without --addresses: Services without a loadBalancerClass are candidates too (the controller's --adopt-classless)")
 	fs.DurationVar(&checkInterval, "check-interval", time.Second, "time between two local checks of every address (each check is bounded by half of it)")
 	fs.BoolVar(&withdrawOnCordon, "withdraw-on-cordon", false, "a cordoned node withdraws too: kubectl drain cordons first but leaves the speaker and HAProxy running, so without it a drain followed by a reboot keeps the node's routes stale for the graceful-restart time; off by default because a cordon alone does not stop HAProxy from serving")
 	fs.Usage = func() {
@@ -283,8 +289,24 @@ func run(ctx context.Context, c Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	var cands bgp.CandidateSource = c.Candidates
+	if len(c.Candidates) == 0 {
+		svcs, factory := bgp.NewServiceCandidates(cs, c.Class, c.AdoptClassless)
+		factory.Start(watchCtx.Done())
+		// The first round must know the Services: a restarting speaker's
+		// End-of-RIB with nothing announced would make the router drop
+		// the routes it keeps for the restart. Without the API server the
+		// session is not opened, and the router's restart timer decides.
+		for !cache.WaitForCacheSync(waitCtx(ctx, syncWait), svcs.Synced) {
+			if ctx.Err() != nil {
+				return nil
+			}
+			log.Warn("the Services are not listed yet; not opening the sessions", "class", c.Class)
+		}
+		cands = svcs
+	}
 	an, err := bgp.NewAnnouncer(bgp.AnnouncerConfig{
-		Speaker: sp, Candidates: c.Candidates, Leaving: w.Leaving,
+		Speaker: sp, Candidates: cands, Leaving: w.Leaving,
 		Interval: c.CheckInterval, Logger: log,
 	})
 	if err != nil {
@@ -305,4 +327,11 @@ func run(ctx context.Context, c Config, log *slog.Logger) error {
 		return fmt.Errorf("stop for a graceful restart: %w", err)
 	}
 	return nil
+}
+
+// waitCtx is a channel closed when ctx ends or d has passed.
+func waitCtx(ctx context.Context, d time.Duration) <-chan struct{} {
+	c, cancel := context.WithTimeout(ctx, d)
+	context.AfterFunc(c, cancel)
+	return c.Done()
 }

@@ -60,6 +60,10 @@ func TestParse(t *testing.T) {
 	if c.NodeName != "n2" || c.Speaker.SourceAddress != a("192.0.2.20") || c.Speaker.GracefulRestart.Enabled {
 		t.Errorf("from the environment, graceful restart off: %+v", c)
 	}
+	// Without --addresses the candidates are the Services of the class.
+	if len(c.Candidates) != 0 || c.Class != "zerodrop.dev/haproxy" || c.AdoptClassless {
+		t.Errorf("without --addresses: candidates %v, class %q, adopt classless %v; want none, zerodrop.dev/haproxy, false", c.Candidates, c.Class, c.AdoptClassless)
+	}
 }
 
 func TestParseErrors(t *testing.T) {
