@@ -201,6 +201,12 @@ func TestKubeProxyHealthCheckNodePort(t *testing.T) {
 	// kernel does) and never answers: /healthz reads fail, which keeps a
 	// drain call waiting rather than answering on stale rules.
 	kubeProxy.Signal(syscall.SIGSTOP)
+	// kill returns once the signal is queued; each thread stops when it is
+	// next scheduled, so one still running could answer the read below
+	// (seen once in CI on a loaded machine). Read once every thread is.
+	testutil.Eventually(t, 10*time.Second, "every thread of kube-proxy stopped", func() (bool, string) {
+		return allStopped(kubeProxy.Pid())
+	})
 	if _, err := kp.Read(ctx, node.IP.String()); err == nil {
 		t.Errorf("kube-proxy stopped with SIGSTOP answered /healthz")
 	}
@@ -227,4 +233,25 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config, server string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// allStopped reports whether every thread of process pid is stopped (state
+// T in /proc/PID/task/TID/stat).
+func allStopped(pid int) (bool, string) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false, err.Error()
+		}
+		// pid (comm) state …: comm may hold spaces; the state follows its ")".
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false, fmt.Sprintf("thread %s: %.40s", task.Name(), b[max(i, 0):])
+		}
+	}
+	return true, ""
 }
