@@ -20,33 +20,5 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
 
-VERSION="${1:-${ZERODROP_CCM_AWS_VERSION:-v1.37.1}}"
-if ! [[ "$VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
-	echo "cloud-provider-aws: version $VERSION is not a release tag (vX.Y.Z)" >&2
-	exit 2
-fi
-DIR="$CACHE/cloud-provider-aws/$VERSION"
-BIN="$DIR/aws-cloud-controller-manager"
-
-cache_reuse_or_lock cloud-provider-aws "$DIR" "$BIN" test -x "$BIN"
-
-tools="$DIR/.tools"
-mkdir -p "$tools"
-if [ ! -f "$tools/go.mod" ]; then
-	printf 'module zerodrop.dev/tools/cloudprovideraws\n\ngo 1.26\n' >"$tools/go.mod.tmp"
-	mv "$tools/go.mod.tmp" "$tools/go.mod"
-fi
-log "building aws-cloud-controller-manager $VERSION (minutes on a cold cache)"
-start=$SECONDS
-(
-	cd "$tools"
-	GOFLAGS=-mod=mod go get "k8s.io/cloud-provider-aws@$VERSION" >&2
-	# The release's go.sum pins what its own build resolved; the wrapper
-	# takes its hashes too, as hack/cloud-provider-azure.sh does.
-	sum="$(GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' "k8s.io/cloud-provider-aws")/go.sum"
-	sort -u go.sum "$sum" >go.sum.tmp && mv go.sum.tmp go.sum
-	GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN.tmp" k8s.io/cloud-provider-aws/cmd/aws-cloud-controller-manager
-)
-mv "$BIN.tmp" "$BIN"
-log "built aws-cloud-controller-manager $VERSION in $((SECONDS - start)) s"
-echo "$BIN"
+build_release_command cloud-provider-aws k8s.io/cloud-provider-aws \
+	"${1:-${ZERODROP_CCM_AWS_VERSION:-v1.37.1}}" cmd/aws-cloud-controller-manager

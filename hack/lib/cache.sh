@@ -1,6 +1,7 @@
 # Sourced by the scripts that build a binary from the Go module proxy
-# (hack/control-plane.sh, hack/helm.sh, hack/cloud-provider-azure.sh): the
-# cache they build into and the lock that keeps two builds of one thing apart.
+# (hack/control-plane.sh, hack/helm.sh, hack/cloud-provider-azure.sh,
+# hack/cloud-provider-aws.sh): the cache they build into, the lock that keeps
+# two builds of one thing apart, and the build of one release's command.
 # Each script prints what it built (or found) on stdout and nothing else; its
 # progress goes to stderr, and only while it builds.
 
@@ -35,4 +36,49 @@ cache_reuse_or_lock() {
 		echo "$out"
 		exit 0
 	fi
+}
+
+# build_release_command NAME MODULE VERSION PKG: builds the command PKG (a
+# package path inside MODULE, cmd/<binary>) of MODULE's release VERSION into
+# $CACHE/NAME/VERSION/<binary>, or finds it there, and prints the binary's
+# path; progress goes to stderr. Exits 2 when VERSION is not a release tag.
+# When the binary is cached already it exits the script (cache_reuse_or_lock),
+# so call it last and not in a subshell.
+#
+# The build goes through a generated wrapper module pinned to the release,
+# which takes the release's go.sum hashes too: they pin what the release's own
+# build resolved, and a release may require a module of its own repository
+# that the checksum database does not list (cloud-provider-azure v1.33.2's
+# pkg/azclient v0.8.5: the database answers 404 and the build stops there);
+# with the hash in go.sum the go command checks the download against it.
+build_release_command() {
+	local name="$1" module="$2" version="$3" pkg="$4"
+	if ! [[ "$version" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+		echo "$name: version $version is not a release tag (vX.Y.Z)" >&2
+		exit 2
+	fi
+	local dir="$CACHE/$name/$version"
+	local bin="$dir/${pkg##*/}"
+	cache_reuse_or_lock "$name" "$dir" "$bin" test -x "$bin"
+
+	local tools="$dir/.tools"
+	mkdir -p "$tools"
+	if [ ! -f "$tools/go.mod" ]; then
+		# The module's name is only the wrapper's own; dashes dropped.
+		printf 'module zerodrop.dev/tools/%s\n\ngo 1.26\n' "${name//-/}" >"$tools/go.mod.tmp"
+		mv "$tools/go.mod.tmp" "$tools/go.mod"
+	fi
+	log "building ${pkg##*/} $version (minutes on a cold cache)"
+	local start=$SECONDS
+	(
+		cd "$tools"
+		GOFLAGS=-mod=mod go get "$module@$version" >&2
+		local sum
+		sum="$(GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' "$module")/go.sum"
+		sort -u go.sum "$sum" >go.sum.tmp && mv go.sum.tmp go.sum
+		GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin.tmp" "$module/$pkg"
+	)
+	mv "$bin.tmp" "$bin"
+	log "built ${pkg##*/} $version in $((SECONDS - start)) s"
+	echo "$bin"
 }
