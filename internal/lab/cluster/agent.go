@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -402,6 +403,36 @@ func (a *Agent) Finished(key string) bool {
 	default:
 		return false
 	}
+}
+
+// WebSocket is one WebSocket a web pod of the agent holds: the pod's node
+// and the address the connection came from.
+type WebSocket struct {
+	PodNode string
+	Peer    netip.Addr
+}
+
+// WebSockets lists the WebSockets the web pods of namespace ns hold open.
+func (a *Agent) WebSockets(ns string) []WebSocket {
+	a.mu.Lock()
+	var servers []*podRuntime
+	for key, rt := range a.runtimes {
+		if strings.HasPrefix(key, ns+"/") && rt.server != nil {
+			servers = append(servers, rt)
+		}
+	}
+	a.mu.Unlock()
+	var out []WebSocket
+	for _, rt := range servers {
+		for _, p := range rt.server.WebSocketPeers() {
+			ap, err := netip.ParseAddrPort(p)
+			if err != nil {
+				continue
+			}
+			out = append(out, WebSocket{PodNode: rt.node, Peer: ap.Addr()})
+		}
+	}
+	return out
 }
 
 // runtime is the runtime of the pod key, nil when the agent runs none.

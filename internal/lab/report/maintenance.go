@@ -6,12 +6,16 @@ package report
 // broken); the restarts after it are in WritesPerRestart and
 // Failed/BrokenPerRestart.
 type MaintenanceFigures struct {
-	Node             string  `json:"node"`
-	Signal           string  `json:"signal"` // MaintenanceSignals
-	WaitSeconds      float64 `json:"wait_seconds"`
-	WritesDuringWait int64   `json:"writes_during_wait"`
-	FailedDuringWait int64   `json:"failed_requests_during_wait"`
-	BrokenDuringWait int64   `json:"broken_long_conns_during_wait"`
+	Node   string `json:"node"`
+	Signal string `json:"signal"` // MaintenanceSignals
+	// WebSocketsThrough is how many of the lab's open WebSockets entered
+	// by the node when it was marked (the scenario picks the node most
+	// entered by).
+	WebSocketsThrough int     `json:"websockets_through_node"`
+	WaitSeconds       float64 `json:"wait_seconds"`
+	WritesDuringWait  int64   `json:"writes_during_wait"`
+	FailedDuringWait  int64   `json:"failed_requests_during_wait"`
+	BrokenDuringWait  int64   `json:"broken_long_conns_during_wait"`
 }
 
 // The signals the maintenance scenario gives that a node leaves

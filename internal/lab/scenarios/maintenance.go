@@ -3,6 +3,8 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,17 +52,18 @@ func (o Options) maintenanceWait() time.Duration {
 	return DefaultMaintenanceWait
 }
 
-// actMaintenance marks the node of the workload's first pod (by name) as
-// leaving — tainted ToBeDeletedByClusterAutoscaler with the NoSchedule
+// actMaintenance marks a node that carries one of the lab's WebSockets
+// (leavingNode) as leaving — tainted ToBeDeletedByClusterAutoscaler with the NoSchedule
 // effect, as the cluster autoscaler does before it drains a node, or
 // labelled to be excluded from load balancers (Options.MaintenanceSignal)
 // — waits maintenanceWait counting what that costs, and then restarts the
 // writer as restart-idle does. The teardown takes the mark off again.
 func actMaintenance(ctx context.Context, r *run) error {
-	node, err := r.firstPodNode(ctx)
+	node, carried, err := r.leavingNode(ctx)
 	if err != nil {
 		return err
 	}
+	r.mark("%s carries %d of the lab's open WebSockets", node, carried)
 	signal := r.lab.opts.maintenanceSignal()
 	addr, err := r.lab.setLeaving(ctx, node, signal, true)
 	if err != nil {
@@ -111,10 +114,50 @@ func actMaintenance(ctx context.Context, r *run) error {
 	}
 	mu.Unlock()
 	now := r.rec.Snapshot()
-	r.maintenance = &report.MaintenanceFigures{Node: node, Signal: signal, WaitSeconds: wait.Seconds(), WritesDuringWait: after - before,
+	r.maintenance = &report.MaintenanceFigures{Node: node, Signal: signal, WebSocketsThrough: carried, WaitSeconds: wait.Seconds(), WritesDuringWait: after - before,
 		FailedDuringWait: now.Failed - snap.Failed, BrokenDuringWait: now.LongBroken - snap.LongBroken}
 	r.mark("%s of nothing else changing: %d writes", wait, after-before)
 	return actRestartIdle(ctx, r)
+}
+
+// leavingNode is the node the scenario marks leaving: the one that most of
+// the lab's open WebSockets entered by, so that the node's drain has a
+// connection to keep (with none, zerodrop rightly removes the drained
+// node at once, and the scenario would show nothing of a kept drain);
+// ties and no WebSocket at all go to the node of the workload's first
+// running pod (by name). A WebSocket entered by the node whose address it
+// came from (kube-proxy masquerades Cluster traffic), otherwise by its
+// pod's node (Local keeps the load balancer's address and the pod's node).
+func (r *run) leavingNode(ctx context.Context) (node string, carried int, err error) {
+	first, err := r.firstPodNode(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	nodes, err := r.lab.cp.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", 0, err
+	}
+	byAddr := map[string]string{}
+	for _, n := range nodes.Items {
+		if a := model.NodeAddress(&n); a != "" {
+			byAddr[a] = n.Name
+		}
+	}
+	count := map[string]int{}
+	for _, ws := range r.lab.agent.WebSockets(r.ns) {
+		entry, ok := byAddr[ws.Peer.String()]
+		if !ok {
+			entry = ws.PodNode
+		}
+		count[entry]++
+	}
+	node, carried = first, count[first]
+	for _, n := range slices.Sorted(maps.Keys(count)) {
+		if count[n] > carried {
+			node, carried = n, count[n]
+		}
+	}
+	return node, carried, nil
 }
 
 // firstPodNode is the node of the workload's first running pod, by name.

@@ -11,8 +11,9 @@ import (
 
 // wsConn is one WebSocket a pod serves.
 type wsConn struct {
-	c  *websocket.Conn
-	nc net.Conn // the TCP connection under it, for the kill's reset
+	c    *websocket.Conn
+	nc   net.Conn // the TCP connection under it, for the kill's reset
+	peer string   // the address the connection came from (r.RemoteAddr)
 
 	mu      sync.Mutex // held while an echo is written
 	closing bool       // goAway began: no more echoes
@@ -31,7 +32,7 @@ func (s *PodServer) wsEcho(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept answered the client
 	}
-	wc := &wsConn{c: c, nc: nc}
+	wc := &wsConn{c: c, nc: nc, peer: r.RemoteAddr}
 	s.mu.Lock()
 	if s.closing.Load() {
 		// Accepted on a connection that was open when SIGTERM came.
@@ -71,4 +72,17 @@ func (wc *wsConn) goAway() {
 	wc.closing = true
 	wc.mu.Unlock()
 	_ = wc.c.Close(websocket.StatusGoingAway, "pod shutting down")
+}
+
+// WebSocketPeers lists the address each open WebSocket came from (ip:port),
+// the data-plane host's or a node's (kube-proxy's masquerade), so the lab
+// can tell which node a connection entered by.
+func (s *PodServer) WebSocketPeers() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.ws))
+	for wc := range s.ws {
+		out = append(out, wc.peer)
+	}
+	return out
 }
