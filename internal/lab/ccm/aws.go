@@ -24,6 +24,18 @@ func AWSBinary(version string) (string, error) {
 	return build("cloud-provider-aws", version)
 }
 
+// DefaultAWSVersion is hack/cloud-provider-aws.sh's default release.
+const DefaultAWSVersion = "v1.37.1"
+
+// AWSVersion is the release AWSBinary("") builds: ZERODROP_CCM_AWS_VERSION's,
+// or DefaultAWSVersion.
+func AWSVersion() string {
+	if v := os.Getenv("ZERODROP_CCM_AWS_VERSION"); v != "" {
+		return v
+	}
+	return DefaultAWSVersion
+}
+
 // AWSConfig is one AWS CCM process's setting.
 type AWSConfig struct {
 	Binary     string
@@ -126,4 +138,54 @@ func StartAWS(c AWSConfig, name string) (*supervisor.Process, error) {
 	}
 	return supervisor.Start(supervisor.Spec{Name: c.Binary, Args: args, Env: c.AWSEnv(),
 		Log: LogPath(c.Dir, name), DieWithParent: true})
+}
+
+// AWSCluster is a cluster's VPC as the CCM finds an internet-facing NLB's
+// subnets and its nodes' instances in it: what TestRealAWSCCM and the AWS
+// lab seed into the emulator (SeedAWS).
+type AWSCluster struct {
+	// ClusterID is the kubernetes.io/cluster/<ClusterID> tag's name.
+	ClusterID, VPC string
+	// CIDR is the VPC's range (its main route table's local route).
+	CIDR string
+	// Subnets get the VPC, the cluster tag (shared) and
+	// kubernetes.io/role/elb: one public subnet per zone, as aws.go
+	// findELBSubnets keeps them (v1.37.1).
+	Subnets []awsapi.Subnet
+	Nodes   []AWSNode
+}
+
+// AWSNode is a node of the cluster and the EC2 instance it runs on.
+type AWSNode struct {
+	Name, InstanceID, Zone, Subnet, IP string
+}
+
+// ProviderID is the node's spec.providerID as the CCM maps it to its
+// instance (aws:///<zone>/<instance ID>).
+func (n AWSNode) ProviderID() string { return "aws:///" + n.Zone + "/" + n.InstanceID }
+
+// AWSNodesGroup is the nodes' security group, cluster-tagged (owned): the
+// one whose rules the CCM manages for an NLB's node ports (aws.go
+// findSecurityGroupForInstance).
+const AWSNodesGroup = "sg-0nodes"
+
+// SeedAWS seeds the cluster's VPC into emu: its subnets, a main route
+// table reaching an internet gateway (the subnets public), the nodes'
+// security group and one running instance per node, cluster-tagged.
+func SeedAWS(emu *awsapi.Emulator, c AWSCluster) {
+	tag := "kubernetes.io/cluster/" + c.ClusterID
+	for _, s := range c.Subnets {
+		s.VPCID, s.Tags = c.VPC, map[string]string{tag: "shared", "kubernetes.io/role/elb": "1"}
+		emu.AddSubnet(s)
+	}
+	emu.AddRouteTable(awsapi.RouteTable{ID: "rtb-0main", VPCID: c.VPC, Main: true,
+		Routes: []awsapi.Route{{DestinationCIDR: c.CIDR, GatewayID: "local"}, {DestinationCIDR: "0.0.0.0/0", GatewayID: "igw-0zerodrop"}}})
+	emu.AddSecurityGroup(awsapi.SecurityGroup{ID: AWSNodesGroup, Name: "nodes", Description: "the cluster's nodes",
+		VPCID: c.VPC, Tags: map[string]string{tag: "owned"}})
+	for _, n := range c.Nodes {
+		emu.AddInstance(awsapi.Instance{ID: n.InstanceID, PrivateIP: n.IP,
+			PrivateDNSName: "ip-" + strings.ReplaceAll(n.IP, ".", "-") + ".ec2.internal",
+			SubnetID:       n.Subnet, VPCID: c.VPC, AZ: n.Zone, SecurityGroups: []string{AWSNodesGroup},
+			Tags: map[string]string{tag: "owned", "Name": n.Name}})
+	}
 }

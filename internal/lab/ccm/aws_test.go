@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,12 +33,7 @@ const (
 	awsNS      = "aws"
 )
 
-var clusterTag = "kubernetes.io/cluster/" + awsCluster
-
-// awsNode is a node of the cluster and the EC2 instance it runs on.
-type awsNode struct{ name, id, zone, subnet, ip string }
-
-var awsNodes = []awsNode{
+var awsNodes = []ccm.AWSNode{
 	{"node-a0", "i-0000000000000000a", "us-east-1a", "subnet-0a", "10.0.0.10"},
 	{"node-a1", "i-0000000000000001a", "us-east-1a", "subnet-0a", "10.0.0.11"},
 	{"node-b0", "i-0000000000000000b", "us-east-1b", "subnet-0b", "10.0.1.10"},
@@ -70,25 +64,13 @@ func newAWSWorld(t *testing.T) *awsWorld {
 	}
 	w := &awsWorld{world: &world{World: &ccmworld.World{REST: env.Config, CS: kubernetes.NewForConfigOrDie(env.Config)}}}
 
-	// The VPC as the CCM finds an internet-facing NLB's subnets in it: one
-	// public subnet per zone (the main route table reaches an internet
-	// gateway), cluster-tagged and marked for ELBs (aws.go findELBSubnets);
-	// the nodes' security group cluster-tagged, the one whose rules it
-	// manages (aws.go findSecurityGroupForInstance).
+	// The VPC as the CCM finds an internet-facing NLB's subnets in it,
+	// and the nodes' instances (ccm.SeedAWS).
 	w.emu = awsapi.New(awsapi.Options{})
-	for _, s := range []awsapi.Subnet{{ID: "subnet-0a", AZ: "us-east-1a", CIDR: "10.0.0.0/24"}, {ID: "subnet-0b", AZ: "us-east-1b", CIDR: "10.0.1.0/24"}} {
-		s.VPCID, s.Tags = awsVPC, map[string]string{clusterTag: "shared", "kubernetes.io/role/elb": "1"}
-		w.emu.AddSubnet(s)
-	}
-	w.emu.AddRouteTable(awsapi.RouteTable{ID: "rtb-0main", VPCID: awsVPC, Main: true,
-		Routes: []awsapi.Route{{DestinationCIDR: "10.0.0.0/16", GatewayID: "local"}, {DestinationCIDR: "0.0.0.0/0", GatewayID: "igw-0zerodrop"}}})
-	w.emu.AddSecurityGroup(awsapi.SecurityGroup{ID: "sg-0nodes", Name: "nodes", Description: "the cluster's nodes",
-		VPCID: awsVPC, Tags: map[string]string{clusterTag: "owned"}})
+	ccm.SeedAWS(w.emu, ccm.AWSCluster{ClusterID: awsCluster, VPC: awsVPC, CIDR: "10.0.0.0/16", Nodes: awsNodes,
+		Subnets: []awsapi.Subnet{{ID: "subnet-0a", AZ: "us-east-1a", CIDR: "10.0.0.0/24"}, {ID: "subnet-0b", AZ: "us-east-1b", CIDR: "10.0.1.0/24"}}})
 	for _, n := range awsNodes {
-		w.emu.AddInstance(awsapi.Instance{ID: n.id, PrivateIP: n.ip, PrivateDNSName: "ip-" + strings.ReplaceAll(n.ip, ".", "-") + ".ec2.internal",
-			SubnetID: n.subnet, VPCID: awsVPC, AZ: n.zone, SecurityGroups: []string{"sg-0nodes"},
-			Tags: map[string]string{clusterTag: "owned", "Name": n.name}})
-		w.NodeWithProviderID(t, n.name, n.ip, "aws:///"+n.zone+"/"+n.id, nil)
+		w.NodeWithProviderID(t, n.Name, n.IP, n.ProviderID(), nil)
 	}
 	served, err := w.emu.ServeTLS(filepath.Join(t.TempDir(), "ca.pem"))
 	if err != nil {
@@ -343,7 +325,7 @@ func (w *awsWorld) checkNLBs(t *testing.T, ctx context.Context, svcs map[string]
 			got = append(got, fmt.Sprintf("%s:%d", s.Target.ID, s.Target.Port))
 		}
 		for _, n := range awsNodes {
-			want = append(want, fmt.Sprintf("%s:%d", n.id, svc.Spec.Ports[0].NodePort))
+			want = append(want, fmt.Sprintf("%s:%d", n.InstanceID, svc.Spec.Ports[0].NodePort))
 		}
 		slices.Sort(got)
 		slices.Sort(want)
