@@ -129,7 +129,7 @@ var figureAllowList = []allowed{
 		"checks every 2 s", "the 10 s command timeout", "1 s is Linux's initial SYN", "sends 6 connections",
 		"(inter 2000 ms, rise 2, fall 3)", "retried every 50 ms for up to 3 s", "(every 20 ms", "inter 2 s and rise 2, up to about 4 s",
 		"`--retry-period`, 2 s) and gives up only after `--renew-deadline` (10 s)", "`--lease-duration` (15 s)",
-		"after at least 10 s",
+		"after at least 10 s", "once past 16 MiB",
 	}},
 	{"docs/lab-network.md", "the lab's stop timeout", []string{"SIGKILL after 10 s"}},
 	{"docs/webhook.md", "intervals, timeouts and lifetimes of the code, the API server's webhook timeout, HAProxy's connect timeout", []string{

@@ -94,6 +94,10 @@ type Options struct {
 	// ReadBatchWindow is how long one runtime snapshot serves Observe and
 	// Backends (default DefaultReadBatchWindow; negative: every call reads).
 	ReadBatchWindow time.Duration
+	// LogMaxBytes bounds the owned master's haproxy.log: at a reload, a
+	// log past it moves to haproxy.log.1 and starts again empty (default
+	// DefaultLogMaxBytes; negative: never cut).
+	LogMaxBytes int64
 }
 
 // Provider drives one HAProxy instance that serves any number of load
@@ -203,6 +207,9 @@ func (opts Options) withDefaults() Options {
 	}
 	if opts.ReadBatchWindow == 0 {
 		opts.ReadBatchWindow = DefaultReadBatchWindow
+	}
+	if opts.LogMaxBytes == 0 {
+		opts.LogMaxBytes = DefaultLogMaxBytes
 	}
 	return opts
 }

@@ -1,12 +1,10 @@
 package haproxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -285,25 +283,6 @@ func (p *Provider) validate(ctx context.Context, file string) error {
 	return nil
 }
 
-// alertLines are the [ALERT] lines of HAProxy's output text, the last
-// `last` of them (all when last is 0), on one line; text itself when it has
-// none.
-func alertLines(text string, last int) string {
-	var alerts []string
-	for _, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(line, "[ALERT]") {
-			alerts = append(alerts, line)
-		}
-	}
-	if len(alerts) == 0 {
-		return text
-	}
-	if last > 0 && len(alerts) > last {
-		alerts = alerts[len(alerts)-last:]
-	}
-	return strings.Join(alerts, "; ")
-}
-
 // reload switches HAProxy to a new configuration without dropping a
 // connection: validate it, save the servers' runtime state, write it, ask the
 // master to reload, and wait for the new worker to answer. On any error
@@ -359,6 +338,7 @@ func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
 	p.reloading.Add(1)
 	defer p.reloading.Add(-1)
 	p.hooks.OnWrite("reload")
+	p.rotateLog()
 	logFrom := p.logSize()
 	reply, err := p.master.do(ctx, "reload")
 	if err != nil {
@@ -418,86 +398,6 @@ func (p *Provider) writeConfig(cfg, meta []byte) error {
 	}
 	return writeFileAtomic(p.paths.config, cfg)
 }
-
-// logTail is the end of the owned master's log, for error messages.
-func (p *Provider) logTail() string {
-	data, err := os.ReadFile(p.paths.log)
-	if err != nil {
-		return "(no log)"
-	}
-	if len(data) > 2000 {
-		data = data[len(data)-2000:]
-	}
-	return strings.TrimSpace(string(data))
-}
-
-// logSize is the log's length now: a reload's own lines are those after it.
-func (p *Provider) logSize() int64 {
-	st, err := os.Stat(p.paths.log)
-	if err != nil {
-		return 0
-	}
-	return st.Size()
-}
-
-// reloadAlerts are the alerts of the refused reload that started when the
-// log was from bytes long: its lines only, so that an alert of an earlier
-// reload, or a running worker's, is not taken for its cause (failNamed fails
-// the Services its alerts name). It waits, a bounded time, for the master's
-// closing line. Without a log (an HAProxy zerodrop attached to, as a
-// data-plane replica's, whose output is its container's) it answers at
-// once.
-func (p *Provider) reloadAlerts(ctx context.Context, from int64) string {
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		alerts, done, ok := p.alertsSince(from)
-		if !ok {
-			return "(no log)"
-		}
-		if done || time.Now().After(deadline) || ctx.Err() != nil {
-			if len(alerts) == 0 {
-				return p.logAlerts()
-			}
-			return strings.Join(alerts, "; ")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// alertsSince reads the log from offset from on (all of a log that rotated
-// since) and returns its last 20 alerts, whether the master's
-// verdict on a failed reload is there, and false when there is no log. An
-// owned HAProxy's log holds every warning too: at each reload one per proxy
-// paused and per server whose state it loads, megabytes at thousands of
-// Services, so it reads line by line, keeping alerts only.
-func (p *Provider) alertsSince(from int64) (alerts []string, done, ok bool) {
-	f, err := os.Open(p.paths.log)
-	if err != nil {
-		return nil, false, false
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() < from {
-		from = 0
-	}
-	sc := bufio.NewScanner(io.NewSectionReader(f, from, 1<<62))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "[ALERT]"):
-			if alerts = append(alerts, line); len(alerts) > 20 {
-				alerts = alerts[1:]
-			}
-		case strings.Contains(line, "Loading failure"):
-			done = true
-		}
-	}
-	return alerts, done, true
-}
-
-// logAlerts is the last alerts of the owned master's log (why a start or a
-// reload failed), or its tail when it has none.
-func (p *Provider) logAlerts() string { return alertLines(p.logTail(), 5) }
 
 // stop ends the HAProxy master and its workers: SIGTERM, then SIGKILL for
 // whatever is left after the timeout.
