@@ -123,21 +123,57 @@ var ErrNotLocal = errors.New("address is not on this node")
 type LocalDial struct {
 	// Timeout bounds one check, all ports together.
 	Timeout time.Duration
+	// interfaceAddrs lists the node's addresses; nil means
+	// net.InterfaceAddrs. A test counts the listings.
+	interfaceAddrs func() ([]net.Addr, error)
 }
 
-// Check implements Checker.
+// roundChecker is a Checker with work that all of one round's checks share:
+// checkAll asks it once a round for the checker of that round.
+type roundChecker interface {
+	Checker
+	forRound() Checker
+}
+
+// Check implements Checker: it lists the node's addresses for this one
+// check. The Announcer lists them once a round (forRound).
 func (d LocalDial) Check(ctx context.Context, c Candidate) error {
-	local, err := isLocal(c.Address)
-	if err != nil {
-		return err
+	return d.forRound().Check(ctx, c)
+}
+
+// forRound lists the node's addresses once for a round's checks. Listed
+// once a candidate, a node with thousands of Service addresses dumped all
+// of its interfaces' addresses thousands of times a round.
+func (d LocalDial) forRound() Checker {
+	list := d.interfaceAddrs
+	if list == nil {
+		list = net.InterfaceAddrs
 	}
-	if !local {
+	local, err := localAddrs(list)
+	return localRound{dial: d, local: local, err: err}
+}
+
+// localRound is LocalDial for one round: the node's addresses as listed at
+// its start.
+type localRound struct {
+	dial  LocalDial
+	local map[netip.Addr]bool
+	// err is the listing's failure, every check's of the round: which
+	// addresses are the node's is not known.
+	err error
+}
+
+func (r localRound) Check(ctx context.Context, c Candidate) error {
+	if r.err != nil {
+		return r.err
+	}
+	if !r.local[c.Address] {
 		return ErrNotLocal
 	}
 	if len(c.Ports) == 0 {
 		return errors.New("no ports to check")
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, r.dial.Timeout)
 	defer cancel()
 	var errs []error
 	for _, p := range c.Ports {
@@ -152,19 +188,22 @@ func (d LocalDial) Check(ctx context.Context, c Candidate) error {
 	return errors.Join(errs...)
 }
 
-func isLocal(a netip.Addr) (bool, error) {
-	addrs, err := net.InterfaceAddrs()
+// localAddrs is the set of the node's addresses; an IPv4 address listed in
+// its 16-byte form counts as IPv4.
+func localAddrs(list func() ([]net.Addr, error)) (map[netip.Addr]bool, error) {
+	addrs, err := list()
 	if err != nil {
-		return false, fmt.Errorf("list the node's addresses: %w", err)
+		return nil, fmt.Errorf("list the node's addresses: %w", err)
 	}
+	local := make(map[netip.Addr]bool, len(addrs))
 	for _, ia := range addrs {
 		if n, ok := ia.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
-				return true, nil
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				local[ip.Unmap()] = true
 			}
 		}
 	}
-	return false, nil
+	return local, nil
 }
 
 // Setter is what the announcer drives: the Speaker.
@@ -319,7 +358,8 @@ func (a *Announcer) Step(ctx context.Context) error {
 
 // checkAll checks every candidate at once (each bounded by the check
 // timeout) and returns each address's result; an address listed twice is
-// checked once, on all its ports.
+// checked once, on all its ports. What the checks share is done once for
+// the round (LocalDial lists the node's addresses), not once an address.
 func (a *Announcer) checkAll(ctx context.Context, cands []Candidate) map[netip.Addr]error {
 	merged := map[netip.Addr]Candidate{}
 	for _, c := range cands {
@@ -327,6 +367,10 @@ func (a *Announcer) checkAll(ctx context.Context, cands []Candidate) map[netip.A
 		m.Address = c.Address
 		m.Ports = append(m.Ports, c.Ports...)
 		merged[c.Address] = m
+	}
+	checker := a.cfg.Checker
+	if r, ok := checker.(roundChecker); ok {
+		checker = r.forRound()
 	}
 	var (
 		mu      sync.Mutex
@@ -342,7 +386,7 @@ func (a *Announcer) checkAll(ctx context.Context, cands []Candidate) map[netip.A
 			defer func() { <-sem }()
 			start := time.Now()
 			cctx, cancel := context.WithTimeout(ctx, a.cfg.CheckTimeout)
-			err := a.cfg.Checker.Check(cctx, c)
+			err := checker.Check(cctx, c)
 			cancel()
 			if a.cfg.Hooks.Checked != nil {
 				a.cfg.Hooks.Checked(c, err, time.Since(start))

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -202,5 +203,82 @@ func TestNewAnnouncerErrors(t *testing.T) {
 	}
 	if _, err := NewAnnouncer(ok); err != nil {
 		t.Errorf("defaults: %v", err)
+	}
+}
+
+// TestLocalDialRound: the default check lists the node's addresses once a
+// round however many candidates there are, with the behaviour of a listing
+// per check: the local address that answers is announced (listed in its
+// 16-byte form), the others fail as not local, and when the listing fails
+// every check of the round fails with it.
+func TestLocalDialRound(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	vip := netip.MustParseAddr("127.0.0.1")
+	cands := StaticCandidates{{Address: vip, Ports: []uint16{uint16(ln.Addr().(*net.TCPAddr).Port)}}}
+	for i := range 200 {
+		cands = append(cands, Candidate{Address: netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), Ports: []uint16{80}})
+	}
+	var listings atomic.Int32
+	var listErr error
+	list := func() ([]net.Addr, error) {
+		listings.Add(1)
+		if listErr != nil {
+			return nil, listErr
+		}
+		// net.ParseIP's IPv4 is 16 bytes long, as an interface's may be.
+		return []net.Addr{&net.IPNet{IP: net.ParseIP(vip.String()), Mask: net.CIDRMask(8, 32)}}, nil
+	}
+	var mu sync.Mutex
+	checked := map[netip.Addr]error{}
+	rec := &recorder{}
+	an, err := NewAnnouncer(AnnouncerConfig{Speaker: rec, Candidates: cands,
+		Checker: LocalDial{Timeout: time.Second, interfaceAddrs: list},
+		Rules:   Rules{FallCount: 1},
+		Hooks: Hooks{Checked: func(c Candidate, err error, _ time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			checked[c.Address] = err
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, round := range []struct {
+		desc    string
+		listErr error
+		want    []netip.Prefix
+		wantErr func(netip.Addr) error // each candidate's check
+	}{
+		{"addresses listed", nil, []netip.Prefix{netip.PrefixFrom(vip, 32)}, func(a netip.Addr) error {
+			if a == vip {
+				return nil
+			}
+			return ErrNotLocal
+		}},
+		{"listing failed", errors.New("netlink dump interrupted"), nil, func(netip.Addr) error { return listErr }},
+	} {
+		listErr = round.listErr
+		before := listings.Load()
+		if err := an.Step(context.Background()); err != nil {
+			t.Fatalf("%s: %v", round.desc, err)
+		}
+		if n := listings.Load() - before; n != 1 {
+			t.Errorf("%s: the node's addresses listed %d times for %d candidates; want once", round.desc, n, len(cands))
+		}
+		if got := rec.last(); !slices.Equal(got, round.want) {
+			t.Errorf("%s: set %v, want %v", round.desc, got, round.want)
+		}
+		if len(checked) != len(cands) {
+			t.Errorf("%s: %d addresses checked, want %d", round.desc, len(checked), len(cands))
+		}
+		for a, err := range checked {
+			if want := round.wantErr(a); !errors.Is(err, want) {
+				t.Errorf("%s: check of %s: %v, want %v", round.desc, a, err, want)
+				break
+			}
+		}
 	}
 }
