@@ -16,8 +16,8 @@ import (
 	"zerodrop.dev/zerodrop/internal/probe"
 )
 
-// surgeValues turn the data plane's DaemonSet update into a surge, as the
-// issue on upgrades that carry connections will make the default.
+// surgeValues turn the data plane's DaemonSet update into a surge, the
+// chart's default, written out.
 var surgeValues = []string{
 	"haproxy.updateStrategy.type=RollingUpdate",
 	"haproxy.updateStrategy.rollingUpdate.maxSurge=1",
@@ -31,8 +31,8 @@ var surgeValues = []string{
 // a non-zero maxSurge, or a rolling Deployment — starts its new pod on a node
 // whose old pod still runs, so such a pod template declares no container
 // port and no hostPort: otherwise the update stalls with the new pod Pending.
-// Checked on the chart's renders, the data plane's own (default) strategy
-// and a surge one. Without declared ports, the data plane's probes and its
+// Checked on the chart's renders, the data plane's own (default, a surge)
+// strategy, a surge written out and one without surge. Without declared ports, the data plane's probes and its
 // PodMonitor name the process's ports by number.
 func TestChartHostNetworkPodsThatSurgeDeclareNoPorts(t *testing.T) {
 	for _, tc := range []struct {
@@ -43,7 +43,9 @@ func TestChartHostNetworkPodsThatSurgeDeclareNoPorts(t *testing.T) {
 		surging int
 	}{
 		{name: "azure", set: allFeatures},
-		{name: "haproxy", set: append(append([]string{}, haproxyValues...), allFeatures...)},
+		{name: "haproxy", set: append(append([]string{}, haproxyValues...), allFeatures...), surging: 1},
+		{name: "haproxy without surge", set: append(append([]string{}, haproxyValues...), append(allFeatures,
+			"haproxy.updateStrategy.rollingUpdate.maxSurge=0", "haproxy.updateStrategy.rollingUpdate.maxUnavailable=1")...)},
 		{name: "haproxy with surge", set: append(append(append([]string{}, haproxyValues...), allFeatures...), surgeValues...), surging: 1},
 		{name: "haproxy with surge in percent", set: append(append(append([]string{}, haproxyValues...), allFeatures...),
 			"haproxy.updateStrategy.rollingUpdate.maxSurge=10%", "haproxy.updateStrategy.rollingUpdate.maxUnavailable=0"), surging: 1},
