@@ -28,7 +28,9 @@
 //     group does not fail open, its established connections are reset at
 //     their next packet, either direction:
 //     target_health_state.unhealthy.connection_termination.enabled is
-//     true by default. Deregistration never resets
+//     true by default. (That a group failing open resets nothing is an
+//     assumption: AWS documents fail-open for new connections only.)
+//     Deregistration never resets
 //     (deregistration_delay.connection_termination.enabled is false by
 //     default and cloud-provider-aws never sets it).
 //   - Health checks are real: the emulator asks its Options.Probe hook
@@ -37,6 +39,11 @@
 //     check's path on its port (a status in the group's matcher, 200-399
 //     by default) or a TCP connect, at the group's interval (times
 //     Config.ProbeScale), within its timeout.
+//
+// The data plane reads the emulator (awsapi.Emulator.Snapshot) every
+// Config.Poll: target health moves with the emulator's clock, not only
+// with its writes. The model (model.go) is built from a snapshot alone
+// and rendered as one nft transaction (nft.go) applied when it changed.
 //
 // Not modelled: UDP, TLS and TCP_UDP listeners (skipped, logged), IP
 // targets (the emulator registers instances only), cross-zone routing
