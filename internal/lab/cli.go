@@ -50,8 +50,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	if f.prov != "haproxy" && f.prov != ProviderAzureEmulator {
-		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s)\n", f.prov, ProviderAzureEmulator)
+	if f.prov != "haproxy" && f.prov != ProviderAzureEmulator && f.prov != ProviderAWSEmulator {
+		fmt.Fprintf(stderr, "zerodrop lab: unknown provider %q (haproxy, %s, %s)\n", f.prov, ProviderAzureEmulator, ProviderAWSEmulator)
 		return 2
 	}
 	opts, notRun, err := f.options(stderr)
@@ -66,6 +66,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		opts.World = azure.New(points[0])
+	}
+	if f.prov == ProviderAWSEmulator {
+		w, ok := f.awsWorld(&opts, stderr)
+		if !ok {
+			return 2
+		}
+		opts.World = w
 	}
 	plan, planNotRun, err := scenarios.Plan(opts)
 	if err != nil {
@@ -109,11 +116,13 @@ type flags struct {
 	keep, fromChart, dryRun       bool
 	rate, dataPlane, idleRestarts int
 	az                            azureFlags
+	aws                           awsFlags
 	recipe                        scenarios.Recipe
 	gracePeriod, maintenanceWait  time.Duration
-	// policyGiven: --traffic-policy was on the command line.
-	policyGiven bool
-	chaos       scenarios.ChaosOptions
+	// policyGiven: --traffic-policy was on the command line; recipeGiven:
+	// a --recipe-* flag was.
+	policyGiven, recipeGiven bool
+	chaos                    scenarios.ChaosOptions
 }
 
 // parseFlags parses args; ok false: exit with code (0 for -help, 2 for a
@@ -149,6 +158,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.StringVar(&f.az.idleChange, "azure-idle-change", azure.IdleChangeNone, "with --provider "+ProviderAzureEmulator+": what restart-idle changes while the writer is down: "+strings.Join(azure.IdleChanges, " or ")+" (endpoints-move: every Local other Service's endpoints move to other nodes, see --azure-services; pool-drift: one node's machine is rewritten out of band without the NIC-based pool, as infrastructure code would)")
 	fs.StringVar(&f.az.ccmLBs, "azure-ccm-lbs", azure.CCMSingleLB, "with --provider "+ProviderAzureEmulator+": cloud-provider-azure with one Standard load balancer ("+azure.CCMSingleLB+") or "+azure.CCMMultipleLBs+" (multipleStandardLoadBalancerConfigurations: two, nodes placed by availability set)")
 	f.az.declareConfigFlags(fs)
+	f.aws.declare(fs)
 	fs.IntVar(&f.az.services, "azure-services", 0, "with --provider "+ProviderAzureEmulator+": `N` other Services beside the workload's, node-backed, half of them Local, without traffic (their endpoints written by the lab): the load balancer's other tenants")
 	fs.BoolVar(&f.az.sharedLB, "azure-shared-lb", false, "with --provider "+ProviderAzureEmulator+": zerodrop mode writes the CCM's internal load balancer, with the CCM running beside it and writing the other Services (--azure-services)")
 	fs.StringVar(&f.az.armLatency, "arm-latency", azure.DefaultARMLatency.String(), "with --provider "+ProviderAzureEmulator+": how long an ARM write's operation takes (a GET shows Updating until then); a comma-separated list sweeps")
@@ -163,9 +173,9 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.StringVar(&f.updateEnd, "data-plane-update-end", "old-gone", "lb-update: when the update ends: old-gone (every old pod gone) or new-ready (every node's new pod Ready and every old pod terminating: with a --data-plane-grace-period longer than the scenario, the old pods drain past its end and the lab's whole-run WebSockets end with the traffic)")
 	fs.BoolVar(&f.updateRollouts, "data-plane-update-rollouts", false, "lb-update: roll the workload's Deployment out again and again while the data plane's DaemonSet updates, so each node's surge meets a rollout's gates (they count both pods of a node as replicas); its figures add the rollouts' times")
 	fs.DurationVar(&f.hardStopAfter, "data-plane-hard-stop-after", 0, "with --from-chart: the chart's haproxy.hardStopAfter, which bounds an old HAProxy's drain (lb-update's timed WebSockets live up to twice the bound); 0: the chart's default")
-	fs.StringVar(&f.prov, "provider", "haproxy", "haproxy|"+ProviderAzureEmulator+" (azure-emulator: the scenarios with traffic through an emulated Azure load balancer, written by the real cloud-provider-azure or by zerodrop; see docs/azure.md)")
+	fs.StringVar(&f.prov, "provider", "haproxy", "haproxy|"+ProviderAzureEmulator+"|"+ProviderAWSEmulator+" (azure-emulator: the scenarios with traffic through an emulated Azure load balancer, written by the real cloud-provider-azure or by zerodrop; see docs/azure.md; aws-emulator: through an emulated AWS Network Load Balancer written by the real cloud-provider-aws, see docs/aws.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down,lb-replica-restart,lb-update|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator [--arm-latency LIST] [--lb-propagation LIST] [--health-lag LIST]] [--rate N] [--json FILE] [--html FILE]")
+		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down,lb-replica-restart,lb-update|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator [--arm-latency LIST] [--lb-propagation LIST] [--health-lag LIST]|aws-emulator [--aws-registration-delay D] [--aws-propagation D]] [--rate N] [--json FILE] [--html FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -174,7 +184,10 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 		}
 		return flags{}, 2, false
 	}
-	fs.Visit(func(fl *flag.Flag) { f.policyGiven = f.policyGiven || fl.Name == "traffic-policy" })
+	fs.Visit(func(fl *flag.Flag) {
+		f.policyGiven = f.policyGiven || fl.Name == "traffic-policy"
+		f.recipeGiven = f.recipeGiven || strings.HasPrefix(fl.Name, "recipe-")
+	})
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "zerodrop lab: unexpected arguments %v\n", fs.Args())
 		return flags{}, 2, false
@@ -276,6 +289,10 @@ func (f flags) addScenarios(opts *scenarios.Options) (notRun []string, err error
 					notRun = append(notRun, fmt.Sprintf("%s: does not run on emulated Azure", s.Name))
 					continue
 				}
+				if f.prov == ProviderAWSEmulator && !slices.Contains(AWSScenarios, s.Name) {
+					notRun = append(notRun, fmt.Sprintf("%s: does not run on emulated AWS", s.Name))
+					continue
+				}
 				if err := scenarios.Runs(s.Name, f.haproxyKind()); err != nil {
 					notRun = append(notRun, err.Error())
 					continue
@@ -309,6 +326,7 @@ func execute(ctx context.Context, opts scenarios.Options, points []azure.Options
 		fmt.Fprintln(stdout)
 		report.WriteTable(stdout, results, opts.Modes)
 		writeAzureFigures(stdout, results)
+		writeAWSFigures(stdout, results)
 		report.WriteUpdateFigures(stdout, results)
 		report.WriteErrors(stderr, results)
 		fmt.Fprintf(stdout, "\n%d runs in %s\n", len(results), time.Since(start).Round(100*time.Millisecond))

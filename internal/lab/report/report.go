@@ -97,6 +97,8 @@ type Result struct {
 	Azure *AzureFigures `json:"azure,omitempty"`
 	// AzureClock is the clocks of a traffic run on emulated Azure.
 	AzureClock *AzureClock `json:"azure_clock,omitempty"`
+	// AWS holds the --provider aws-emulator figures (aws.go).
+	AWS *AWSFigures `json:"aws,omitempty"`
 
 	// Error is Err's text in the JSON (WriteJSON), so that a run that did
 	// not complete is there with its reason, not missing.

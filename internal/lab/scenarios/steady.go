@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"zerodrop.dev/zerodrop/internal/lab/report"
@@ -59,7 +60,11 @@ func (r *run) waitSteady(ctx context.Context, want int32, timeout time.Duration)
 			if err != nil || len(svc.Status.LoadBalancer.Ingress) == 0 {
 				return false, "no ingress address yet"
 			}
-			r.addr = net.JoinHostPort(svc.Status.LoadBalancer.Ingress[0].IP, strconv.Itoa(servicePort))
+			ip, err := r.ingressIP(ctx, svc.Status.LoadBalancer.Ingress[0])
+			if err != nil {
+				return false, err.Error()
+			}
+			r.addr = net.JoinHostPort(ip, strconv.Itoa(servicePort))
 		}
 		for _, v := range r.views() {
 			if ok, why := r.backendsSteady(ctx, v, want); !ok {
@@ -154,4 +159,17 @@ func (r *run) backendsSteady(ctx context.Context, v world.View, want int32) (boo
 		return false, fmt.Sprintf("HAProxy has %d active backends, want %d", active, wantUp)
 	}
 	return true, ""
+}
+
+// ingressIP is the address of a Service's ingress: its IP, or the address
+// the world resolves its hostname to (world.Resolver).
+func (r *run) ingressIP(ctx context.Context, ing corev1.LoadBalancerIngress) (string, error) {
+	if ing.IP != "" || ing.Hostname == "" {
+		return ing.IP, nil
+	}
+	res, ok := r.world.(world.Resolver)
+	if !ok {
+		return "", fmt.Errorf("the ingress is the hostname %s, which the lab cannot resolve", ing.Hostname)
+	}
+	return res.Resolve(ctx, ing.Hostname)
 }

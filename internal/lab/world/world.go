@@ -193,3 +193,11 @@ type Outage interface {
 type Churner interface {
 	Churn(ctx context.Context) error
 }
+
+// Resolver is a Run whose load balancer's ingress is a DNS name, not an
+// address (on AWS the CCM writes the NLB's hostname into the Service's
+// status): the runner sends its traffic to the address Resolve maps the
+// name to, as a client's resolver would.
+type Resolver interface {
+	Resolve(ctx context.Context, hostname string) (ip string, err error)
+}

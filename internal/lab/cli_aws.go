@@ -1,0 +1,123 @@
+package lab
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/emulated/awsapi"
+	"zerodrop.dev/zerodrop/internal/lab/ccm"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/scenarios"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/aws"
+)
+
+// ProviderAWSEmulator is the --provider value of the world of emulated
+// AWS (package worlds/aws).
+const ProviderAWSEmulator = "aws-emulator"
+
+// AWSScenarios are the scenarios `zerodrop lab --provider aws-emulator`
+// runs: the rollouts, restart-idle (leader changes with nothing changed)
+// and maintenance, node removal (with --maintenance-signal exclude-label:
+// DeregisterTargets, then draining).
+var AWSScenarios = []string{"rollout", "rollout-local", "restart-idle", "maintenance"}
+
+// AWSModes are the modes it runs: the real cloud-provider-aws with the
+// typical workload and with the recipe.
+var AWSModes = []report.Mode{report.ModeUpstream, report.ModeRecipe}
+
+// AWSRecipe is the recipe as the EKS Best Practices Guide gives it
+// (Load Balancing, "Availability and Pod Lifecycle": a preStop hook that
+// delays SIGTERM, "a simple Exec handler such as `sleep 10`", the grace
+// period long enough for cleanup — Kubernetes' default 30 s — readiness
+// probes and a PodDisruptionBudget, which the recipe mode has; no
+// minReadySeconds). Its readiness gates are the AWS Load Balancer
+// Controller's, not the CCM's. The recipe flags, given, replace it.
+var AWSRecipe = scenarios.Recipe{PreStopSleep: 10 * time.Second, GracePeriod: 30 * time.Second}
+
+// awsFlags are the flags of the world of emulated AWS.
+type awsFlags struct {
+	registrationDelay, propagation time.Duration
+}
+
+func (af *awsFlags) declare(fs *flag.FlagSet) {
+	fs.DurationVar(&af.registrationDelay, "aws-registration-delay", awsapi.DefaultRegistrationDelay, "with --provider "+ProviderAWSEmulator+
+		": how long a registered target stays in Elb.RegistrationInProgress before its health checks start (a field report, not documented by AWS; 0: none)")
+	fs.DurationVar(&af.propagation, "aws-propagation", awsapi.DefaultPropagation, "with --provider "+ProviderAWSEmulator+
+		": how long the NLB's data plane lags its target states: new connections still reach a target that long after it left service (a field report, aws/containers-roadmap#470; 0: none)")
+}
+
+// awsWorld checks the flags of the lab on emulated AWS, gives opts the
+// AWS recipe unless a recipe flag was given, and returns the world; false:
+// a usage error, reported on stderr.
+func (f flags) awsWorld(opts *scenarios.Options, stderr io.Writer) (*aws.World, bool) {
+	var bad string
+	for _, name := range opts.Scenarios {
+		if !slices.Contains(AWSScenarios, name) {
+			bad = fmt.Sprintf("--provider %s runs %s, not %s", ProviderAWSEmulator, strings.Join(AWSScenarios, ", "), name)
+		}
+	}
+	for _, m := range opts.Modes {
+		if !slices.Contains(AWSModes, m) {
+			bad = fmt.Sprintf("--provider %s runs the modes upstream and recipe (the real cloud-provider-aws), not %s", ProviderAWSEmulator, m)
+		}
+	}
+	switch {
+	case bad != "":
+	case f.aws.registrationDelay < 0 || f.aws.propagation < 0:
+		bad = "--aws-registration-delay and --aws-propagation: want 0 or more"
+	case f.dataPlane != 0 || f.fromChart:
+		bad = fmt.Sprintf("--data-plane-replicas and --from-chart are the HAProxy data plane's, not --provider %s's", ProviderAWSEmulator)
+	}
+	if bad != "" {
+		fmt.Fprintf(stderr, "zerodrop lab: %s\n", bad)
+		return nil, false
+	}
+	if !f.recipeGiven {
+		opts.Recipe = AWSRecipe
+	}
+	o := aws.Options{RegistrationDelay: f.aws.registrationDelay, Propagation: f.aws.propagation}
+	if !f.dryRun {
+		bin, err := ccm.AWSBinary("")
+		if err != nil {
+			fmt.Fprintf(stderr, "zerodrop lab: %v\n", err)
+			return nil, false
+		}
+		o.CCMBinary = bin
+	}
+	return aws.New(o), true
+}
+
+// writeAWSFigures prints, after the table, what the world of emulated AWS
+// counted in each run's act from the emulator's record.
+func writeAWSFigures(w io.Writer, results []report.Result) {
+	for _, r := range results {
+		a := r.AWS
+		if a == nil {
+			continue
+		}
+		name := r.Scenario + " " + r.ExternalTrafficPolicy + " " + r.Mode
+		fmt.Fprintf(w, "%s: writes %s, %d reads, refused %s, %d CCM sync errors, %d instance-metadata connections; %s (cloud-provider-aws %s), registration delay %gs, propagation %gs, deregistration delay %gs\n",
+			name, ops(a.Writes), a.Reads, ops(a.Refused), a.SyncErrors, a.MetadataConnections, a.LoadBalancer, a.CCMRelease,
+			a.RegistrationDelaySeconds, a.PropagationSeconds, a.DeregistrationDelaySeconds)
+		for i, s := range a.Stops {
+			fmt.Fprintf(w, "%s: stop %d (%s): writes %s\n", name, i+1, s, ops(a.WritesPerStop[i]))
+		}
+	}
+}
+
+// ops is a count by operation or code, sorted by name: "none" when empty.
+func ops(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
