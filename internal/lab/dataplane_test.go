@@ -100,6 +100,11 @@ func TestLabFromChart(t *testing.T) {
 	if !slices.Equal(restart.WritesPerRestart, []int64{0, 0}) {
 		t.Errorf("%s: writes per restart of replica 0's controller container %v, want [0 0]: nothing changed", restart.Scenario, restart.WritesPerRestart)
 	}
+	if f := restart.ReplicaDisruption; f != nil {
+		// The DaemonSet update (the chart's default strategy) and the hard
+		// failure are measured, not asserted: logged for the record.
+		t.Logf("%s: by phase %+v; requests late by the client's stall (not counted in them): %d", restart.Scenario, *f, restart.RequestsLateStall)
+	}
 	if f := restart.ReplicaDisruption; f == nil || f.RestartFailed != 0 || f.RestartBroken != 0 {
 		t.Errorf("%s: the controller container's restarts lost traffic: %+v", restart.Scenario, f)
 	}
