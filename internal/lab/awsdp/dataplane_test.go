@@ -57,6 +57,25 @@ func TestDataPlane(t *testing.T) {
 		defer open.close()
 		w.deregister(t, n3)
 		written := time.Now()
+		// For the propagation time it still takes new connections:
+		// counted from a quarter of it (the data plane reads the
+		// emulator every poll, so a data plane without the lag has
+		// stopped by then) to a half. A slow machine makes fewer tries;
+		// too few say nothing.
+		time.Sleep(propagation/4 - time.Since(written))
+		tries, landed := 0, 0
+		for time.Since(written) < propagation/2 {
+			tries++
+			if c, err := dial(w.cli, fe, time.Second); err == nil {
+				if line, err := c.get(); err == nil && strings.HasPrefix(line, "i-3 ") {
+					landed++
+				}
+				c.close()
+			}
+		}
+		if tries >= 20 && landed == 0 {
+			t.Errorf("i-3 took none of %d new connections %v to %v after its deregistration, want some until the propagation time %v", tries, propagation/4, propagation/2, propagation)
+		}
 		waitTargets(t, dp, fe, "i-1:healthy+", "i-2:healthy+", "i-3:draining")
 		if since := time.Since(written); since < propagation {
 			t.Errorf("i-3 stopped receiving %v after its deregistration, before the propagation time %v", since, propagation)
