@@ -37,8 +37,9 @@
 //     for the result of each scheduled check, and Probes answers it with
 //     what the data plane measured from the namespace: an HTTP GET of the
 //     check's path on its port (a status in the group's matcher, 200-399
-//     by default) or a TCP connect, at the group's interval (times
-//     Config.ProbeScale), within its timeout.
+//     by default) or a TCP connect, five times per interval of the group
+//     (times Config.ProbeScale), each within its timeout; the emulator's
+//     check at a time gets the last result sent by then.
 //
 // The data plane reads the emulator (awsapi.Emulator.Snapshot) every
 // Config.Poll: target health moves with the emulator's clock, not only

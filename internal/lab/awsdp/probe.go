@@ -93,6 +93,14 @@ func (p *Probes) forget(k probeKey) {
 	delete(p.results, k)
 }
 
+// samplesPerInterval is how many probes a key gets per health check
+// interval. The emulator's checks run on its own schedule, and each is
+// answered by the last probe sent by then: probed once per interval, a
+// check would see the target as it was up to a whole interval earlier,
+// and a target's failure would reach its state later than on AWS, whose
+// check sees the target as it is. Five bound that to a fifth of it.
+const samplesPerInterval = 5
+
 // prober probes one key until its context ends.
 type prober struct {
 	spec   probeSpec
@@ -100,7 +108,8 @@ type prober struct {
 	done   chan struct{}
 }
 
-// runProber probes k at once and then every interval.
+// runProber probes k at once and then samplesPerInterval times an
+// interval, one probe at a time.
 func (d *DataPlane) runProber(ctx context.Context, k probeKey, spec probeSpec, done chan struct{}) {
 	defer close(done)
 	timer := time.NewTimer(0)
@@ -123,7 +132,7 @@ func (d *DataPlane) runProber(ctx context.Context, k probeKey, spec probeSpec, d
 			d.logf("awsdp: health check %s %s%s: %s (%s)", k.Protocol, k.Addr, k.Path, verdict, detail)
 			last = verdict
 		}
-		timer.Reset(max(0, spec.Interval-time.Since(start)))
+		timer.Reset(max(0, spec.Interval/samplesPerInterval-time.Since(start)))
 	}
 }
 
