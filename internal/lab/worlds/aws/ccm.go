@@ -30,7 +30,8 @@ type ccmProc struct {
 }
 
 // leaseAcquired is what client-go's leader election logs once the process
-// leads (leaderelection.go, tryAcquireOrRenew's caller).
+// leads (leaderelection.go: "Successfully acquired lease" in structured
+// logs, "successfully acquired lease" in older releases' printf ones).
 const leaseAcquired = "successfully acquired lease"
 
 // startCCM starts one more CCM for the run.
@@ -46,10 +47,16 @@ func (a *run) startCCM() error {
 	return nil
 }
 
-// logHas reports whether the process's log has a line containing s.
+// logHas reports whether the process's log has a line containing s, in
+// any case.
 func (a *run) logHas(c *ccmProc, s string) bool {
-	b, err := os.ReadFile(ccm.LogPath(a.env.Dir, c.name))
-	return err == nil && strings.Contains(string(b), s)
+	return logContains(ccm.LogPath(a.env.Dir, c.name), s)
+}
+
+// logContains reports whether the file at path contains s, in any case.
+func logContains(path, s string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && strings.Contains(strings.ToLower(string(b)), strings.ToLower(s))
 }
 
 // leader is the running CCM that leads, or nil.

@@ -57,7 +57,6 @@ type run struct {
 // NewRun is the world's side of one run.
 func (w *World) NewRun(env world.Env) world.Run { return &run{w: w, env: env} }
 
-
 // orNone is d for the emulator's options, where 0 means its default and a
 // negative duration none.
 func orNone(d time.Duration) time.Duration {
