@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -62,7 +63,10 @@ type Network struct {
 	// old one's ACK: a request timed out (lb-update at c6f29ae, packet
 	// captures of the client and the three hosts). Forwarded packets
 	// are hashed from their headers, all alike.
-	Router      *netlab.Host
+	Router *netlab.Host
+	// routerClose are what a world started in the router's namespace (the
+	// lab's FRR), ended before the network is taken down (AtClose).
+	routerClose []func()
 	apiserver   string // host:port of the API server in the root namespace
 	Kubeconfig  string // kubeconfig for processes in lab namespaces
 	kubeProxies []*netlab.Process
@@ -237,8 +241,17 @@ func (n *Network) Close() error {
 	if n == nil || n.Net == nil {
 		return nil
 	}
+	for _, fn := range slices.Backward(n.routerClose) {
+		fn()
+	}
+	n.routerClose = nil
 	return n.Net.Close()
 }
+
+// AtClose has Close call fn first, before the lab's processes are stopped
+// and its namespaces removed: a router daemon's own cleanup (its
+// directories outside the lab's).
+func (n *Network) AtClose(fn func()) { n.routerClose = append(n.routerClose, fn) }
 
 // NodeName is lab node i's name: "lab-node-" and i in six base-36 digits,
 // the form of a scale-set instance's computer name (a prefix and the

@@ -48,6 +48,10 @@ type Options struct {
 	// (0: the chart's 60 s): with no hardStopAfter, it bounds an old
 	// HAProxy's drain.
 	GracePeriod time.Duration
+	// Router is the router in front of zerodrop mode's data plane
+	// (--router; "": the lab's stand-in): with FRR the chart's speaker
+	// DaemonSet is installed too (haproxy.bgp).
+	Router dataplane.Router
 }
 
 // World is zerodrop installed from the chart.
@@ -64,8 +68,10 @@ type World struct {
 
 // New is the world with opts.
 func New(opts Options) *World {
-	return &World{WorldBase: dataplane.NewWorldBase(opts.Replicas), update: opts.Update, hardStopAfter: opts.HardStopAfter,
+	w := &World{WorldBase: dataplane.NewWorldBase(opts.Replicas), update: opts.Update, hardStopAfter: opts.HardStopAfter,
 		gracePeriod: opts.GracePeriod}
+	w.Router = opts.Router
+	return w
 }
 
 // Variant is the replicas and, when given, the update strategy.
@@ -168,7 +174,7 @@ func (w *World) NewRun(env world.Env) world.Run {
 	var r *run
 	if env.Mode == report.ModeZerodrop {
 		r = &run{w: w, name: "zerodrop-" + strconv.Itoa(env.ID)}
-		r.RunBase = dataplane.RunBase{Env: env, Plane: dataplane.ForRun(w.Lab, env, w.N, r.dataPlaneName())}
+		r.RunBase = dataplane.RunBase{Env: env, Plane: w.RunPlane(env, r.dataPlaneName())}
 	}
 	w.mu.Lock()
 	w.cur = r

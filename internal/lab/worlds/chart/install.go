@@ -58,7 +58,7 @@ func (r *run) values() []string {
 		"drain.clusterIP=" + cluster.DrainClusterIP,
 		fmt.Sprintf("haproxy.metricsPort=%d", world.MetricsPort),
 		fmt.Sprintf("haproxy.statePort=%d", dataplane.StatePort),
-	}, strategyValues(r.w.update, r.w.hardStopAfter, r.w.gracePeriod)...)
+	}, append(strategyValues(r.w.update, r.w.hardStopAfter, r.w.gracePeriod), r.w.ChartValues(r.Env.Class)...)...)
 }
 
 // renderChart runs `helm template` on the repository's chart with values

@@ -166,6 +166,12 @@ func (p *Plane) StartChart(ctx, runCtx context.Context) error {
 	if err := p.watchNodes(ctx, runCtx); err != nil {
 		return err
 	}
+	if p.cfg.FRR != nil {
+		// The speakers announce only once their Nodes are not leaving.
+		if err := p.excludeHosts(ctx, false); err != nil {
+			return err
+		}
+	}
 	err := traffic.WaitFor(ctx, 120*time.Second, "the chart's data plane ready", func() (bool, string) {
 		ds, err := p.cfg.Client.AppsV1().DaemonSets(world.ControllerNamespace).Get(ctx, p.cfg.DaemonSet, metav1.GetOptions{})
 		if err != nil {
@@ -179,6 +185,9 @@ func (p *Plane) StartChart(ctx, runCtx context.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	if p.cfg.FRR != nil {
+		return p.startFRRRoutes(ctx)
 	}
 	serving := p.serving()
 	p.routeMu.Lock()

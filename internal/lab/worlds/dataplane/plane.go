@@ -54,6 +54,9 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// Mark puts an event on the run's timeline.
 	Mark func(format string, args ...any)
+	// FRR, when set, is the router (frr_plane.go): the lab routes nothing
+	// itself.
+	FRR *FRR
 }
 
 // Plane is a run's data plane of replicas.

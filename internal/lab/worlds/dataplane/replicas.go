@@ -237,6 +237,9 @@ func (p *Plane) Stop(ctx context.Context) {
 			}
 		}
 	}
+	if p.cfg.FRR != nil {
+		p.stopFRRRoutes(ctx)
+	}
 	if err := p.cfg.Net.RouteTo(ctx, true, 0); err != nil {
 		p.cfg.Logf("%s: route to the first load balancer: %v", p.cfg.Name, err)
 	}

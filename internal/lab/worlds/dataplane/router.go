@@ -121,6 +121,9 @@ func (p *Plane) serving() []int {
 // Routed: n hosts serve (what the router announces), and the client's
 // route has all n.
 func (p *Plane) Routed(n int) (bool, string) {
+	if p.cfg.FRR != nil {
+		return p.frrRouted(n)
+	}
 	serving := len(p.serving())
 	p.routeMu.Lock()
 	routed := len(p.routed)
@@ -133,6 +136,10 @@ func (p *Plane) Routed(n int) (bool, string) {
 // its node is down. With no host left, the route stays (a nexthop group
 // cannot be empty) and the lab says so.
 func (p *Plane) Withdraw(ctx context.Context, index int) error {
+	if p.cfg.FRR != nil {
+		p.cfg.Mark("host %d failed: the router's hold time (%s) withdraws its routes", index, HoldTime)
+		return nil
+	}
 	p.routeMu.Lock()
 	defer p.routeMu.Unlock()
 	members := slices.DeleteFunc(slices.Clone(p.routed), func(i int) bool { return i == index })

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/haproxy"
@@ -49,7 +51,7 @@ func (p *Plane) Views(key string, skip func(d *Replica) bool) []world.View {
 	var out []world.View
 	for _, d := range p.Replicas() {
 		if skip == nil || !skip(d) {
-			out = append(out, View(d, key))
+			out = append(out, p.routedView(View(d, key), d, key))
 		}
 	}
 	return out
@@ -116,6 +118,10 @@ type WorldBase struct {
 	N   int
 	One *haproxy.World
 	Lab world.Lab
+	// Router is the router in front of zerodrop mode's data plane
+	// ("": the stand-in); with FRR, frr is the lab's, from Prepare on.
+	Router Router
+	frr    *FRR
 }
 
 // NewWorldBase is the base of a world of n replicas.
@@ -123,8 +129,14 @@ func NewWorldBase(n int) WorldBase {
 	return WorldBase{N: n, One: haproxy.New(haproxy.Options{LoadBalancers: n})}
 }
 
-// Variant is the number of replicas.
-func (w *WorldBase) Variant() string { return fmt.Sprintf("%d data-plane replicas", w.N) }
+// Variant is the number of replicas, and the router when it is FRR.
+func (w *WorldBase) Variant() string {
+	v := fmt.Sprintf("%d data-plane replicas", w.N)
+	if w.Router.FRR() {
+		v += ", router " + string(w.Router)
+	}
+	return v
+}
 
 // LoadBalancerHosts: one per replica.
 func (w *WorldBase) LoadBalancerHosts() int { return w.N }
@@ -135,5 +147,53 @@ func (w *WorldBase) Clock(report.Mode, time.Duration) *report.AzureClock { retur
 // Prepare keeps the lab for the runs.
 func (w *WorldBase) Prepare(ctx context.Context, lab world.Lab) error {
 	w.Lab = lab
-	return w.One.Prepare(ctx, lab)
+	if err := w.One.Prepare(ctx, lab); err != nil {
+		return err
+	}
+	if !w.Router.FRR() {
+		return nil
+	}
+	lab.Progressf("starting the router: FRR (%s) in %s", w.Router, lab.Net.Router.Name)
+	frr, err := StartFRR(ctx, lab, w.Router)
+	if err != nil {
+		return err
+	}
+	w.frr = frr
+	progCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	lab.Net.AtClose(func() {
+		stop()
+		<-done
+		frr.Close()
+	})
+	if w.Router != RouterFRRResilient {
+		close(done)
+		return nil
+	}
+	var hosts []netip.Addr
+	for _, h := range lab.Net.LBs {
+		hosts = append(hosts, h.IP)
+	}
+	go func() {
+		defer close(done)
+		frr.programResilient(progCtx, netip.MustParsePrefix(cluster.FrontendNet), hosts)
+	}()
+	return nil
+}
+
+// RunPlane is the data plane of a run (ForRun) behind the world's router.
+func (w *WorldBase) RunPlane(env world.Env, daemonSet string) *Plane {
+	p := ForRun(w.Lab, env, w.N, daemonSet)
+	p.cfg.FRR = w.frr
+	return p
+}
+
+// ChartValues are the chart values the world's router needs (helm --set):
+// with FRR, the speaker DaemonSet peering with it, for the Services of
+// class; none with the stand-in.
+func (w *WorldBase) ChartValues(class string) []string {
+	if w.frr == nil {
+		return nil
+	}
+	return SpeakerValues(w.frr.host.IP, class)
 }

@@ -1,0 +1,192 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/supervisor"
+)
+
+// A run's data plane behind the lab's FRR (--router frr-ecmp or
+// frr-resilient): the lab routes nothing itself. Each load-balancer host's
+// speaker (the chart's haproxy.bgp DaemonSet) announces the run's Service
+// addresses it serves, and the router's routes are FRR's (or, resilient,
+// the lab's programmer's from FRR's table). The run is steady only once the
+// router routes the Service's address through every host the traffic
+// reaches (routedView).
+
+// startFRRRoutes readies the run's routing through FRR once the chart's
+// data plane serves: each load-balancer host gets the run's address pool
+// on its loopback as /32 addresses (the speaker announces an address only
+// while it is on one of the node's interfaces, and the lab's AnyIP route of
+// the whole frontend range is no interface address); the stand-in's route
+// in the router becomes unreachable, so an address no node announces is
+// not reached; and every node's session must be Established.
+func (p *Plane) startFRRRoutes(ctx context.Context) error {
+	if err := p.poolAddresses(ctx, "add"); err != nil {
+		return err
+	}
+	if err := p.cfg.FRR.host.Run(ctx, "ip", "route", "replace", "unreachable", cluster.FrontendNet); err != nil {
+		return err
+	}
+	n := len(p.cfg.Net.LBs)
+	if err := traffic.WaitFor(ctx, 90*time.Second, "every node's BGP session with the router", func() (bool, string) {
+		s, err := p.cfg.FRR.Sessions(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return Established(s) == n, fmt.Sprintf("%d of %d established", Established(s), n)
+	}); err != nil {
+		return err
+	}
+	p.cfg.Mark("every node's speaker has its BGP session with the router (%s)", p.cfg.FRR.Mode)
+	return nil
+}
+
+// stopFRRRoutes takes the run's addresses off the hosts' loopbacks and
+// puts the exclusion label back on their Nodes.
+func (p *Plane) stopFRRRoutes(ctx context.Context) {
+	if err := p.poolAddresses(ctx, "del"); err != nil {
+		p.cfg.Logf("%s: remove the run's addresses from the hosts: %v", p.cfg.Name, err)
+	}
+	if err := p.excludeHosts(ctx, true); err != nil {
+		p.cfg.Logf("%s: label the data-plane Nodes again: %v", p.cfg.Name, err)
+	}
+}
+
+// excludeHosts puts the exclusion label on the load-balancer hosts' Nodes
+// (on) or takes it off. The lab labels them so from their registration,
+// to keep them out of node-mode backends (they run no kube-proxy); the
+// speaker reads the label as its node leaving and announces nothing, so a
+// run behind FRR takes it off while it runs (and needs --backend ip) and
+// puts it back at its end.
+func (p *Plane) excludeHosts(ctx context.Context, on bool) error {
+	value := "null"
+	if on {
+		value = `"true"`
+	}
+	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, model.LabelExcludeFromLB, value))
+	var errs []error
+	for i := range p.cfg.Net.LBs {
+		if _, err := p.cfg.Client.CoreV1().Nodes().Patch(ctx, cluster.HostNodeName(i), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// poolAddresses runs `ip addr verb A/32 dev lo` on every load-balancer
+// host for every address A of the run's pool, in one batch per host.
+func (p *Plane) poolAddresses(ctx context.Context, verb string) error {
+	pool := netip.MustParsePrefix(cluster.FrontendPool(p.cfg.RunID))
+	var b strings.Builder
+	for a := pool.Addr(); pool.Contains(a); a = a.Next() {
+		fmt.Fprintf(&b, "addr %s %s/32 dev lo\n", verb, a)
+	}
+	batch := filepath.Join(p.cfg.Dir, "pool-"+verb+".batch")
+	if err := os.MkdirAll(p.cfg.Dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(batch, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	var errs []error
+	for _, h := range p.cfg.Net.LBs {
+		if err := supervisor.Run(ctx, supervisor.Command{Name: "ip", Args: []string{"-n", h.Name, "-force", "-batch", batch}}); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", h.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// frrHosts are the load-balancer hosts (indices, sorted) through which the
+// router's kernel routes the run's pool, each route's next hops joined.
+func (p *Plane) frrHosts(ctx context.Context, addr netip.Addr) ([]int, error) {
+	pool := netip.MustParsePrefix(cluster.FrontendPool(p.cfg.RunID))
+	if addr.IsValid() {
+		pool = netip.PrefixFrom(addr, 32)
+	}
+	routes, err := NextHops(ctx, p.cfg.FRR.host.Name, pool)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, hops := range routes {
+		for _, h := range hops {
+			for i, lb := range p.cfg.Net.LBs {
+				if lb.IP == h {
+					out = append(out, i)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// frrRouted: the router routes the run's addresses through n hosts.
+func (p *Plane) frrRouted(n int) (bool, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	hosts, err := p.frrHosts(ctx, netip.Addr{})
+	if err != nil {
+		return false, err.Error()
+	}
+	return len(hosts) == n, fmt.Sprintf("the router routes the run's addresses through hosts %v, want %d hosts", hosts, n)
+}
+
+// serviceAddress is the ingress address of the Service key (namespace/name).
+func (p *Plane) serviceAddress(ctx context.Context, key string) (netip.Addr, error) {
+	ns, name, _ := strings.Cut(key, "/")
+	svc, err := p.cfg.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if a, err := netip.ParseAddr(in.IP); err == nil {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("service %s has no ingress address yet", key)
+}
+
+// routedView is v, replica d's view, that with FRR also fails until the
+// router routes the Service key's address through d's host: a run is
+// steady, and its traffic starts, only once every node's speaker has
+// announced it.
+func (p *Plane) routedView(v world.View, d *Replica, key string) world.View {
+	if p.cfg.FRR == nil {
+		return v
+	}
+	backends := v.Backends
+	v.Backends = func(ctx context.Context) ([]provider.BackendStatus, error) {
+		addr, err := p.serviceAddress(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		hosts, err := p.frrHosts(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(hosts, d.index) {
+			return nil, fmt.Errorf("the router does not route %s through host %d (it does through %v)", addr, d.index, hosts)
+		}
+		return backends(ctx)
+	}
+	return v
+}
