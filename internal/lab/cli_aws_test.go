@@ -1,0 +1,84 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/scenarios"
+)
+
+// TestAWSFlags: --provider aws-emulator plans the AWS world's scenarios in
+// its modes, names the others as not run under `all`, refuses what it
+// cannot run, and gives the recipe mode the EKS guide's recipe unless a
+// recipe flag is given.
+func TestAWSFlags(t *testing.T) {
+	run := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := Run(context.Background(), append([]string{"--provider", "aws-emulator", "--dry-run"}, args...), &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	code, out, errOut := run("--mode", "upstream,recipe", "--scenario", "rollout,rollout-local,restart-idle,maintenance", "--traffic-policy", "both",
+		"--aws-registration-delay", "5s", "--aws-propagation", "0s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"rollout node/cluster recipe", "rollout-local node/local upstream", "restart-idle node/local upstream",
+		"maintenance node/cluster upstream", "world: emulated AWS, options: registration delay 5s, propagation 0s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	if code, out, errOut := run("--scenario", "all", "--mode", "upstream"); code != 0 || !strings.Contains(out, "not run: churn: does not run on emulated AWS") {
+		t.Errorf("--scenario all: exit %d, plan %q, stderr %q: want churn named as not run", code, out, errOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--mode", "zerodrop"}, "not zerodrop"},
+		{[]string{"--mode", "upstream", "--scenario", "churn"}, "not churn"},
+		{[]string{"--mode", "upstream", "--aws-propagation", "-1s"}, "--aws-propagation"},
+		{[]string{"--mode", "upstream", "--data-plane-replicas", "2"}, "--data-plane-replicas"},
+	} {
+		if code, _, errOut := run(tc.args...); code != 2 || !strings.Contains(errOut, tc.says) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 saying %q", tc.args, code, errOut, tc.says)
+		}
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want scenarios.Recipe
+	}{
+		{nil, AWSRecipe},
+		{[]string{"--recipe-prestop-sleep", "20s"}, scenarios.Recipe{PreStopSleep: 20 * time.Second,
+			GracePeriod: scenarios.DefaultRecipe.GracePeriod, MinReady: scenarios.DefaultRecipe.MinReady}},
+	} {
+		f, _, ok := parseFlags(append([]string{"--provider", "aws-emulator", "--mode", "recipe", "--dry-run"}, tc.args...), io.Discard)
+		if !ok {
+			t.Fatalf("%v: flags refused", tc.args)
+		}
+		opts, _, err := f.options(io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := f.awsWorld(&opts, io.Discard); !ok {
+			t.Fatalf("%v: refused", tc.args)
+		}
+		if opts.Recipe != tc.want {
+			t.Errorf("%v: recipe %+v, want %+v", tc.args, opts.Recipe, tc.want)
+		}
+	}
+	if !slices.Equal(AWSScenarios, []string{"rollout", "rollout-local", "restart-idle", "maintenance"}) {
+		t.Errorf("AWSScenarios %v: the scenarios docs/aws.md names", AWSScenarios)
+	}
+	for _, name := range AWSScenarios {
+		if _, ok := scenarios.ScenarioNamed(name); !ok {
+			t.Errorf("AWSScenarios names %s, which the lab does not have", name)
+		}
+	}
+}
