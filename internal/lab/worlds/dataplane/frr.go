@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // Router is the router in front of a data plane installed from the chart
@@ -244,12 +244,9 @@ func (f *FRR) Host() *netlab.Host { return f.host }
 
 // vtysh runs a show command against bgpd and decodes its JSON.
 func (f *FRR) vtysh(ctx context.Context, command string, v any) error {
-	cmd := exec.CommandContext(ctx, "vtysh", "--vty_socket", f.dir, "--config_dir", f.dir, "-d", "bgpd", "-c", command)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := supervisor.Output(ctx, supervisor.Command{Name: "vtysh", Args: []string{"--vty_socket", f.dir, "--config_dir", f.dir, "-d", "bgpd", "-c", command}})
 	if err != nil {
-		return fmt.Errorf("vtysh %q: %w: %s", command, err, bytes.TrimSpace(stderr.Bytes()))
+		return err
 	}
 	if err := json.Unmarshal(out, v); err != nil {
 		return fmt.Errorf("vtysh %q: parse %q: %w", command, out, err)
@@ -267,6 +264,12 @@ type Session struct {
 		UpdatesRecv       int `json:"updatesRecv"`
 		NotificationsRecv int `json:"notificationsRecv"`
 	} `json:"messageStats"`
+	GR struct {
+		// EndOfRibRecv: the speaker's End-of-RIB came, by address family:
+		// after a graceful restart, the router has then
+		// dropped the stale paths the speaker did not announce again.
+		EndOfRibRecv map[string]bool `json:"endOfRibRecv"`
+	} `json:"gracefulRestartInfo"`
 }
 
 // Sessions are the router's sessions, by the node's address.
