@@ -3,6 +3,8 @@ package lbtarget
 import (
 	"context"
 	"fmt"
+	"net"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,10 +70,16 @@ func (f *Finder) gateOnlyTargets(ctx context.Context, pod *corev1.Pod, svc *core
 		// this pod stops being ready, and the node is this pod's own.
 		LastLocal: local && !lv.readySibling, ReadySibling: lv.readySibling,
 		ChangePublished: lv.published, Connections: -1}
+	// An address, or (a ForeignHostReader's: AWS) a hostname; a hostname
+	// is skipped by a reader that looks rules up by address only.
+	hosts, _ := f.GateOnly.(provider.ForeignHostReader)
 	var ingress []string
 	for _, in := range svc.Status.LoadBalancer.Ingress {
-		if in.IP != "" {
+		switch {
+		case in.IP != "":
 			ingress = append(ingress, in.IP)
+		case in.Hostname != "" && hosts != nil:
+			ingress = append(ingress, in.Hostname)
 		}
 	}
 	var out []Target
@@ -85,14 +93,14 @@ func (f *Finder) gateOnlyTargets(ctx context.Context, pod *corev1.Pod, svc *core
 			t.Listener = model.ListenerName(svc.Namespace, svc.Name, proto, port.Port) + " (no ingress address yet)"
 			out = append(out, t)
 		}
-		for _, ip := range ingress {
-			r, err := f.GateOnly.ForeignRule(ctx, ip, port.Port, model.Protocol(proto))
+		for _, in := range ingress {
+			r, err := f.foreignRule(ctx, svc, in, port.Port, model.Protocol(proto))
 			if err != nil {
 				return nil, fmt.Errorf("gate-only Service %s/%s: %w", svc.Namespace, svc.Name, err)
 			}
 			t := base
 			if r == nil {
-				t.Listener = fmt.Sprintf("%s:%d/%s (no rule found)", ip, port.Port, proto)
+				t.Listener = fmt.Sprintf("%s:%d/%s (no rule found)", in, port.Port, proto)
 				out = append(out, t)
 				continue
 			}
@@ -103,6 +111,56 @@ func (f *Finder) gateOnlyTargets(ctx context.Context, pod *corev1.Pod, svc *core
 		}
 	}
 	return out, nil
+}
+
+// foreignRule reads the rule serving port over proto at ingress in (an
+// address, or a hostname for a ForeignHostReader). A rule whose backends
+// are instances (ForeignRule.ByInstance) gets its nodes' addresses in their
+// place, from the Nodes' spec.providerID; an instance no Node names is left
+// out (it is no node of this cluster: no kube-proxy to wait for, no pod).
+func (f *Finder) foreignRule(ctx context.Context, svc *corev1.Service, in string, port int32, proto model.Protocol) (*provider.ForeignRule, error) {
+	var (
+		r   *provider.ForeignRule
+		err error
+	)
+	if net.ParseIP(in) == nil {
+		hosts := f.GateOnly.(provider.ForeignHostReader) // gateOnlyTargets kept hostnames only for one
+		r, err = hosts.ForeignRuleByHost(ctx, provider.ForeignService{Namespace: svc.Namespace, Name: svc.Name,
+			UID: string(svc.UID), Hostname: in}, port, proto)
+	} else {
+		r, err = f.GateOnly.ForeignRule(ctx, in, port, proto)
+	}
+	if err != nil || r == nil || !r.ByInstance {
+		return r, err
+	}
+	var nodes corev1.NodeList
+	if err := f.Reader.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("list nodes for the instances of %s/%s: %w", r.LB, r.Rule, err)
+	}
+	byID := map[string]string{}
+	for i := range nodes.Items {
+		if id := InstanceID(nodes.Items[i].Spec.ProviderID); id != "" {
+			byID[id] = model.CanonicalIP(model.MapAddress(f.AddressMap, model.NodeAddress(&nodes.Items[i])))
+		}
+	}
+	out := *r
+	out.Backends = make([]provider.BackendStatus, 0, len(r.Backends))
+	for _, b := range r.Backends {
+		if addr := byID[b.Address]; addr != "" {
+			b.Address = addr
+			out.Backends = append(out.Backends, b)
+		}
+	}
+	return &out, nil
+}
+
+// InstanceID is the cloud's ID of a node from its spec.providerID: the
+// last path segment (aws:///us-east-1a/i-0123… → i-0123…); "" for none.
+func InstanceID(providerID string) string {
+	if providerID == "" {
+		return ""
+	}
+	return providerID[strings.LastIndex(providerID, "/")+1:]
 }
 
 // probedDown: the pod is terminating (started, its deletion's start, is

@@ -35,4 +35,29 @@ type ForeignRule struct {
 	// the provider reports applied, with their probe health where known.
 	// Listener is "<LB>/<Rule>".
 	Backends []BackendStatus
+	// ByInstance: each backend's Address is the cloud's ID of a node (an
+	// EC2 instance ID: AWS instance targets), the last segment of that
+	// Node's spec.providerID, not an address; the reader of the rule
+	// (lbtarget) puts the node's address in its place.
+	ByInstance bool
+}
+
+// ForeignHostReader is implemented by providers whose foreign load
+// balancers report a DNS name in the Service's status, not an address
+// (AWS's Network Load Balancers, as cloud-provider-aws writes them): the
+// gates of a gate-only Service with a hostname ingress read it through
+// this. Like ForeignReader it has no write.
+type ForeignHostReader interface {
+	// ForeignRuleByHost finds the rule (an NLB listener and its target
+	// group) serving port over proto for svc, whose ingress hostname is
+	// svc.Hostname; nil, nil when none is found.
+	ForeignRuleByHost(ctx context.Context, svc ForeignService, port int32, proto model.Protocol) (*ForeignRule, error)
+}
+
+// ForeignService is what a ForeignHostReader knows of a Service: the
+// other controller names and tags its load balancer after these (the
+// Service's UID, namespace/name), and the hostname it reported.
+type ForeignService struct {
+	Namespace, Name, UID string
+	Hostname             string
 }

@@ -34,6 +34,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/podcache"
 	"zerodrop.dev/zerodrop/internal/provider"
+	zdaws "zerodrop.dev/zerodrop/internal/provider/aws"
 	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 	"zerodrop.dev/zerodrop/internal/version"
 	"zerodrop.dev/zerodrop/internal/webhook"
@@ -247,9 +248,10 @@ func (c *Config) restConfig() (*rest.Config, error) {
 }
 
 // gateOnly: the gates serve gate-only Services (the Azure provider, given
-// load balancers another controller writes).
+// load balancers another controller writes; the AWS provider, which does
+// nothing else).
 func (c *Config) gateOnly() bool {
-	return c.Provider == "azure" && len(c.Azure.gateOnlyNames()) > 0
+	return c.Provider == "azure" && len(c.Azure.gateOnlyNames()) > 0 || c.Provider == "aws"
 }
 
 // leaderElection tells whether this process elects a leader: a data-plane
@@ -360,6 +362,12 @@ func (in *Instance) addProvider(ctx context.Context, cfg Config, role service.Ro
 		if w.prov, err = newAzure(ctx, cfg.Azure, opts); err != nil {
 			return w, err
 		}
+	case cfg.Provider == "aws":
+		prov, err := newAWS(ctx, cfg.AWS, zdaws.Options{Hooks: in.Metrics.ProviderHooks("aws"), Log: in.log.WithName("aws")})
+		if err != nil {
+			return w, err
+		}
+		w.prov = prov
 	default:
 		hp, err := in.startHAProxy(ctx, cfg, role)
 		if err != nil {

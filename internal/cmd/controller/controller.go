@@ -87,6 +87,7 @@ type Config struct {
 	// DataPlane is this process's part in an HAProxy data plane of replicas.
 	DataPlane RoleConfig
 	Azure     AzureConfig
+	AWS       AWSConfig
 	Webhook   webhook.Options
 	// Registerer receives the metrics (default: controller-runtime's registry).
 	Registerer prometheus.Registerer
@@ -101,7 +102,7 @@ func DefaultHAProxyDir() string { return filepath.Join(os.TempDir(), "zerodrop-h
 // Flags registers the command's flags on fs.
 func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, $KUBECONFIG or ~/.kube/config)")
-	fs.StringVar(&c.Provider, "provider", "haproxy", "load balancer provider: haproxy or azure")
+	fs.StringVar(&c.Provider, "provider", "haproxy", "load balancer provider: haproxy, azure, or aws (gate-only: the gates of Services annotated zerodrop.dev/gate-only=true on the NLBs cloud-provider-aws writes; zerodrop writes nothing on AWS)")
 	fs.StringVar(&c.Class, "load-balancer-class", "", "spec.loadBalancerClass to manage (default zerodrop.dev/<provider>)")
 	fs.BoolVar(&c.AdoptClassless, "adopt-classless", false, "also manage LoadBalancer Services without a loadBalancerClass")
 	fs.StringVar(&c.Sync, "sync", string(service.SyncIncremental), "incremental (write only differences) or full (upstream-like: rewrite everything on every sync)")
@@ -150,6 +151,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.HAProxy.StopOnClose, "haproxy-stop-on-exit", false, "stop the owned HAProxy when the controller exits (default: keep serving)")
 	c.HAProxyRead.flags(fs, "haproxy", DefaultHAProxyRead, "one runtime snapshot serves every read for 250 ms and no quota is spent: the limit only guards the controller's own CPU")
 	c.Azure.flags(fs)
+	c.AWS.flags(fs)
 }
 
 // Validate checks the configuration without connecting to anything: a bad
@@ -202,8 +204,15 @@ func (c *Config) Validate() error {
 		if err := c.Azure.validate(); err != nil {
 			return fmt.Errorf("--provider azure: %w", err)
 		}
+	case "aws":
+		if c.Override.Provider != nil {
+			break
+		}
+		if err := c.AWS.validate(); err != nil {
+			return fmt.Errorf("--provider aws: %w", err)
+		}
 	default:
-		return fmt.Errorf("--provider %q is not supported (haproxy, azure)", c.Provider)
+		return fmt.Errorf("--provider %q is not supported (haproxy, azure, aws)", c.Provider)
 	}
 	return nil
 }

@@ -57,7 +57,9 @@ func TestValidate(t *testing.T) {
 		{"haproxy defaults", nil, ""},
 		{"azure complete", azureArgs(nil), ""},
 		{"azure one load balancer, china", azureArgs(map[string]string{"azure-load-balancers": "lb", "azure-cloud": "china"}), ""},
-		{"unknown provider", []string{"--provider=aws"}, `--provider "aws" is not supported`},
+		{"unknown provider", []string{"--provider=gcp"}, `--provider "gcp" is not supported`},
+		{"aws: budget not positive", []string{"--provider=aws", "--aws-qps=0"}, "--aws-qps 0"},
+		{"aws: endpoint not a URL", []string{"--provider=aws", "--aws-endpoint=emulator"}, "--aws-endpoint"},
 		{"json logs", []string{"--log-format=json"}, ""},
 		{"unknown log format", []string{"--log-format=xml"}, `--log-format must be text or json, not "xml"`},
 		{"azure without anything", []string{"--provider=azure"}, "--azure-subscription-id (or $AZURE_SUBSCRIPTION_ID) is required"},
@@ -173,8 +175,8 @@ func TestHelpHidesKlogFlags(t *testing.T) {
 		}
 	}
 	stderr.Reset()
-	code := Run(context.Background(), []string{"-v=2", "--vmodule=reconcile=4", "--provider=aws"}, &stdout, &stderr)
-	if code != 2 || !strings.Contains(stderr.String(), `--provider "aws" is not supported`) {
+	code := Run(context.Background(), []string{"-v=2", "--vmodule=reconcile=4", "--provider=gcp"}, &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), `--provider "gcp" is not supported`) {
 		t.Errorf("klog flags with a bad provider: exit %d, %q; want 2 and the provider's message", code, stderr.String())
 	}
 	stderr.Reset()
