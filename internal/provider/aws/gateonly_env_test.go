@@ -288,22 +288,26 @@ func TestGateOnlyNLB(t *testing.T) {
 	}
 	// kube-proxy on n1 answers 503 now: the target turns unhealthy.
 	setUp(nodes["n1"].ip, false)
-	var seen time.Time
+	// notYet is when the last read of this test that had n1 not yet
+	// unhealthy began: the state changed after it, so any answer of
+	// zerodrop's that has it unhealthy came later.
+	var notYet, begun time.Time
 	testutil.Eventually(t, 60*time.Second, "n1's target unhealthy", func() (bool, string) {
+		notYet, begun = begun, time.Now()
 		s := health(nodes["n1"].id)
-		seen = time.Now()
 		return s == elbv2types.TargetHealthStateEnumUnhealthy, string(s)
 	})
+	if notYet.IsZero() {
+		t.Fatal("n1's target was unhealthy at the first read: nothing bounds when it turned")
+	}
 	select {
 	case a := <-answered:
 		if a.result != "drained" {
 			t.Fatalf("the termination gate answered %q: %s", a.result, strings.TrimSpace(a.body))
 		}
-		// The provider may have read the unhealthy state before this test
-		// did, by up to its health max age and this test's own read.
-		if early := seen.Add(propagation - time.Second); a.at.Before(early) {
-			t.Errorf("the termination gate answered %s after the test saw n1 unhealthy, want at least --aws-propagation (%s) less a second",
-				a.at.Sub(seen), propagation)
+		if a.at.Before(notYet.Add(propagation)) {
+			t.Errorf("the termination gate answered %s after n1's target was last seen not unhealthy, want at least --aws-propagation (%s)",
+				a.at.Sub(notYet), propagation)
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("the termination gate did not answer after n1's target turned unhealthy")
