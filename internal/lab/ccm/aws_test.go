@@ -20,10 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/emulated/awsapi"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
-	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/testutil/ccmworld"
 )
 
@@ -56,13 +54,8 @@ func newAWSWorld(t *testing.T) *awsWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := controlplane.StartEnv(t)
-	dir := t.TempDir()
-	kc, err := cluster.WriteKubeconfig(env.Config, env.Config.Host, filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &awsWorld{world: &world{World: &ccmworld.World{REST: env.Config, CS: kubernetes.NewForConfigOrDie(env.Config)}}}
+	rc, dir, kc := ccmworld.StartControlPlane(t)
+	w := &awsWorld{world: &world{World: &ccmworld.World{REST: rc, CS: kubernetes.NewForConfigOrDie(rc)}}}
 
 	// The VPC as the CCM finds an internet-facing NLB's subnets in it,
 	// and the nodes' instances (ccm.SeedAWS).

@@ -46,16 +46,25 @@ func New(t testing.TB, res ccm.Resources) *World {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rc, dir, kc := StartControlPlane(t)
+	w := &World{REST: rc, CS: kubernetes.NewForConfigOrDie(rc),
+		Base: ccm.Config{Binary: bin, Dir: dir, Kubeconfig: kc, Resources: res}}
+	w.NewEmulator(t)
+	return w
+}
+
+// StartControlPlane starts a control plane for a CCM test (stopped at the
+// test's end) and writes a kubeconfig for the CCM's processes into dir, a
+// directory of the test's: the part every cloud's CCM world shares.
+func StartControlPlane(t testing.TB) (rc *rest.Config, dir, kubeconfig string) {
+	t.Helper()
 	env := controlplane.StartEnv(t)
-	dir := t.TempDir()
+	dir = t.TempDir()
 	kc, err := cluster.WriteKubeconfig(env.Config, env.Config.Host, filepath.Join(dir, "kubeconfig"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &World{REST: env.Config, CS: kubernetes.NewForConfigOrDie(env.Config),
-		Base: ccm.Config{Binary: bin, Dir: dir, Kubeconfig: kc, Resources: res}}
-	w.NewEmulator(t)
-	return w
+	return env.Config, dir, kc
 }
 
 // NewEmulator gives the world a new emulator on HTTPS, holding only the
