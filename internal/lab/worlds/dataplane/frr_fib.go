@@ -52,6 +52,12 @@ func NextHops(ctx context.Context, ns string, within netip.Prefix) (map[netip.Pr
 	if err := ipJSON(ctx, ns, &objs, "nexthop", "show"); err != nil {
 		return nil, err
 	}
+	return routeHops(routes, objs, within), nil
+}
+
+// routeHops is NextHops from what `ip -j route show` and `ip -j nexthop
+// show` said.
+func routeHops(routes []kernelRoute, objs []kernelNexthop, within netip.Prefix) map[netip.Prefix][]netip.Addr {
 	byID := map[int]kernelNexthop{}
 	for _, o := range objs {
 		byID[o.ID] = o
@@ -69,17 +75,19 @@ func NextHops(ctx context.Context, ns string, within netip.Prefix) (map[netip.Pr
 		if err != nil || !within.Overlaps(p) || p.Bits() < within.Bits() {
 			continue
 		}
-		var gws []string
-		if r.NHID != 0 {
+		// The route's own next hops first: the kernel expands a nexthop
+		// object into the route's dump (nexthop_compat_mode), read at
+		// once with the route, while the objects are read after it and
+		// zebra may have replaced the route's object in between.
+		gws := []string{r.Gateway}
+		for _, nh := range r.Nexthops {
+			gws = append(gws, nh.Gateway)
+		}
+		if r.NHID != 0 && r.Gateway == "" && len(r.Nexthops) == 0 {
 			o := byID[r.NHID]
 			gws = append(gws, o.Gateway)
 			for _, m := range o.Group {
 				gws = append(gws, byID[m.ID].Gateway)
-			}
-		} else {
-			gws = append(gws, r.Gateway)
-			for _, nh := range r.Nexthops {
-				gws = append(gws, nh.Gateway)
 			}
 		}
 		var hops []netip.Addr
@@ -93,7 +101,7 @@ func NextHops(ctx context.Context, ns string, within netip.Prefix) (map[netip.Pr
 			out[p] = hops
 		}
 	}
-	return out, nil
+	return out
 }
 
 // ipJSON runs `ip -n ns -j args...` and decodes its output.
