@@ -310,9 +310,10 @@ func Established(s map[netip.Addr]Session) int {
 func (f *FRR) RIB(ctx context.Context) (map[netip.Prefix][]netip.Addr, error) {
 	var v struct {
 		Routes map[string][]struct {
-			Valid     bool `json:"valid"`
-			Bestpath  bool `json:"bestpath"`
-			Multipath bool `json:"multipath"`
+			Valid bool `json:"valid"`
+			// true in the table's JSON; an object in a prefix's.
+			Bestpath  json.RawMessage `json:"bestpath"`
+			Multipath bool            `json:"multipath"`
 			Nexthops  []struct {
 				IP string `json:"ip"`
 			} `json:"nexthops"`
@@ -329,7 +330,8 @@ func (f *FRR) RIB(ctx context.Context) (map[netip.Prefix][]netip.Addr, error) {
 		}
 		var hops []netip.Addr
 		for _, path := range paths {
-			if !path.Valid || !(path.Bestpath || path.Multipath) {
+			best := len(path.Bestpath) > 0 && string(path.Bestpath) != "false" && string(path.Bestpath) != "null"
+			if !path.Valid || !(best || path.Multipath) {
 				continue
 			}
 			for _, nh := range path.Nexthops {
