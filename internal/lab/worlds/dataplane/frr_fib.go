@@ -170,16 +170,21 @@ func (f *FRR) programResilient(ctx context.Context, within netip.Prefix, hosts [
 				ids[k] = strconv.Itoa(i + 1)
 			}
 			group := []string{"group", strings.Join(ids, "/"), "type", "resilient", "buckets", "64"}
+			id, ok := groups[p]
 			var err error
-			if id, ok := groups[p]; ok {
+			if ok {
 				err = run(append([]string{"nexthop", "replace", "id", strconv.Itoa(id)}, group...)...)
 			} else {
 				id = next
 				next++
 				if err = run(append([]string{"nexthop", "add", "id", strconv.Itoa(id)}, group...)...); err == nil {
 					groups[p] = id
-					err = run("route", "replace", p.String(), "nhid", strconv.Itoa(id))
 				}
+			}
+			if err == nil {
+				// Every time: a route that failed once is put in place
+				// by the next round.
+				err = run("route", "replace", p.String(), "nhid", strconv.Itoa(id))
 			}
 			if err != nil {
 				if ctx.Err() == nil {
