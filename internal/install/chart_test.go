@@ -105,7 +105,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		set  []string
 		want []string
 	}{
-		{[]string{"provider=aws"}, []string{`provider "aws" is not installable`, "provider=azure or provider=haproxy"}},
+		{[]string{"provider=gcp"}, []string{`provider "gcp" is not installable`, "provider=azure, provider=haproxy or provider=aws"}},
+		{[]string{"provider=aws"}, []string{"missing values for provider=aws", "aws.region"}},
 		{[]string{"provider=haproxy"}, []string{"missing values for provider=haproxy", "haproxy.addressPool"}},
 		{[]string{"azure.subscriptionID="}, []string{"missing values for provider=azure", "azure.subscriptionID"}},
 		{[]string{"azure.resourceGroup=", "azure.loadBalancers="}, []string{"azure.resourceGroup", "azure.loadBalancers"}},

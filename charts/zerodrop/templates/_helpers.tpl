@@ -71,8 +71,8 @@ Checks the values before anything renders, so that a missing setting fails
 */}}
 {{- define "zerodrop.validate" -}}
 {{- $provider := toString .Values.provider -}}
-{{- if not (has $provider (list "azure" "haproxy")) -}}
-{{- fail (printf "provider %q is not installable with this chart: provider=azure or provider=haproxy" $provider) -}}
+{{- if not (has $provider (list "azure" "haproxy" "aws")) -}}
+{{- fail (printf "provider %q is not installable with this chart: provider=azure, provider=haproxy or provider=aws" $provider) -}}
 {{- end -}}
 {{- if and (ne $provider "azure") (include "zerodrop.gateOnlyLoadBalancers" . | trim) -}}
 {{- fail (printf "azure.gateOnlyLoadBalancers is set but provider=%s: gate-only Services read Azure load balancers (provider=azure)" $provider) -}}
@@ -85,6 +85,8 @@ Checks the values before anything renders, so that a missing setting fails
 {{- if not .Values.azure.subnetID }}{{ $missing = append $missing "azure.subnetID (the frontends' subnet resource ID)" }}{{ end -}}
 {{- if not .Values.azure.location }}{{ $missing = append $missing "azure.location (the region, e.g. westeurope)" }}{{ end -}}
 {{- if and .Values.azure.workloadIdentity.enabled (not .Values.azure.workloadIdentity.clientID) }}{{ $missing = append $missing "azure.workloadIdentity.clientID (the managed identity's client ID; or set azure.workloadIdentity.enabled=false)" }}{{ end -}}
+{{- else if eq $provider "aws" -}}
+{{- if not .Values.aws.region }}{{ $missing = append $missing "aws.region (the NLBs' region, e.g. eu-west-1)" }}{{ end -}}
 {{- else -}}
 {{- if not .Values.haproxy.addressPool }}{{ $missing = append $missing "haproxy.addressPool (the CIDR of the frontend addresses, announced to your network)" }}{{ end -}}
 {{- end -}}
