@@ -231,13 +231,17 @@ func restartSpeakers(t *testing.T, ctx context.Context, lines *lineWatch, workDi
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
+		// Each change is noted once, when it is first read (and so is the
+		// return to the set before).
+		prev := rs.hops
 		for {
 			got, err := dataplane.NextHops(ctx, router, rs.addr)
 			switch {
 			case err != nil:
 				rs.changes = append(rs.changes, err.Error())
-			case !slices.Equal(got[rs.addr], rs.hops):
+			case !slices.Equal(got[rs.addr], prev):
 				rs.changes = append(rs.changes, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), got[rs.addr]))
+				prev = got[rs.addr]
 			}
 			rs.polls++
 			select {
