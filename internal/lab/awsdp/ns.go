@@ -31,6 +31,17 @@ var sysctls = []struct{ key, value string }{
 	// An NLB does not track TCP windows; conntrack's window checks would
 	// mark a late segment invalid and drop it.
 	{"net/netfilter/nf_conntrack_tcp_be_liberal", "1"},
+	// A SYN the target never answers (kube-proxy drops it for a Local
+	// Service with no ready pod on the node) leaves a SYN_SENT entry,
+	// which conntrack keeps 120 s by default, each retransmission
+	// renewing it. The lab's one client opens hundreds of connections a
+	// second and reuses a source port within that time: its new
+	// connection matched the old entry, went to the old target again
+	// and renewed it, so a node out of service kept failing requests
+	// long after the data plane stopped choosing it. Many clients do not
+	// reuse one 4-tuple that fast; a few seconds past the client's
+	// dial timeout (2 s) keeps a retransmitted SYN on its target.
+	{"net/netfilter/nf_conntrack_tcp_timeout_syn_sent", "5"},
 }
 
 // idleSysctl is conntrack's timeout of an established TCP connection in
