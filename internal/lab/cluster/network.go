@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -281,10 +282,24 @@ func (n *Network) RouteTo(ctx context.Context, fresh bool, members ...int) error
 	if err := n.groupHost().Run(ctx, "ip", "route", "del", FrontendNet); err != nil {
 		return err
 	}
-	if err := n.groupHost().Run(ctx, "ip", "nexthop", "del", "id", strconv.Itoa(frontendGroup)); err != nil {
-		return err
+	// With FRR in the router (--router frr-*), zebra has adopted the
+	// group of the route just deleted and may install it again when the
+	// group goes, before it has seen the route go: delete it again until
+	// the new one can be made.
+	for try := 1; ; try++ {
+		if err := n.groupHost().Run(ctx, "ip", "nexthop", "del", "id", strconv.Itoa(frontendGroup)); err != nil && try == 1 {
+			return err
+		}
+		err := n.nexthopGroup(ctx, "add", members)
+		if err == nil {
+			break
+		}
+		if try == 20 || !strings.Contains(err.Error(), "File exists") {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return n.addFrontendGroup(ctx, members)
+	return n.groupHost().Run(ctx, "ip", "route", "add", FrontendNet, "nhid", strconv.Itoa(frontendGroup))
 }
 
 // addFrontendGroup makes the client's group over members and routes the

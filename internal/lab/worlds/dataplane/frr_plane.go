@@ -34,14 +34,20 @@ import (
 // data plane serves: each load-balancer host gets the run's address pool
 // on its loopback as /32 addresses (the speaker announces an address only
 // while it is on one of the node's interfaces, and the lab's AnyIP route of
-// the whole frontend range is no interface address); the stand-in's route
-// in the router becomes unreachable, so an address no node announces is
-// not reached; and every node's session must be Established.
+// the whole frontend range is no interface address); the run's pool is
+// unreachable in the router (more specific than the stand-in's route of
+// the range, less than an announced address), so an address no node
+// announces is not reached; and every node's session must be Established.
 func (p *Plane) startFRRRoutes(ctx context.Context) error {
 	if err := p.poolAddresses(ctx, "add"); err != nil {
 		return err
 	}
-	if err := p.cfg.FRR.host.Run(ctx, "ip", "route", "replace", "unreachable", cluster.FrontendNet); err != nil {
+	// The run's pool, not the stand-in's route of the whole range: zebra
+	// has adopted that route's nexthop group from the kernel, and a
+	// route replaced under it leaves zebra holding the group, which it
+	// then installs again when the lab deletes it (Plane.Stop's fresh
+	// route to the first load balancer failed so).
+	if err := p.cfg.FRR.host.Run(ctx, "ip", "route", "replace", "unreachable", cluster.FrontendPool(p.cfg.RunID)); err != nil {
 		return err
 	}
 	n := len(p.cfg.Net.LBs)
@@ -58,9 +64,13 @@ func (p *Plane) startFRRRoutes(ctx context.Context) error {
 	return nil
 }
 
-// stopFRRRoutes takes the run's addresses off the hosts' loopbacks and
-// puts the exclusion label back on their Nodes.
+// stopFRRRoutes takes the run's addresses off the hosts' loopbacks and its
+// pool's unreachable route out of the router, and puts the exclusion label
+// back on their Nodes.
 func (p *Plane) stopFRRRoutes(ctx context.Context) {
+	if err := p.cfg.FRR.host.Run(ctx, "ip", "route", "del", "unreachable", cluster.FrontendPool(p.cfg.RunID)); err != nil {
+		p.cfg.Logf("%s: remove the run's unreachable route from the router: %v", p.cfg.Name, err)
+	}
 	if err := p.poolAddresses(ctx, "del"); err != nil {
 		p.cfg.Logf("%s: remove the run's addresses from the hosts: %v", p.cfg.Name, err)
 	}
