@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -85,15 +86,15 @@ type DataPlane struct {
 	lastErr   error
 
 	// Owned by the program loop (and New/Close around it).
-	probers    map[probeKey]*prober
-	addrs      map[netip.Addr]bool // frontend addresses added to lo
-	chains     []string
-	script     string // the last transaction applied, to skip repeats
-	full       map[string]bool
-	skipped    map[string]bool
-	seed       uint32
-	oldSysctls [][2]string
-	table      bool // the nft table exists
+	probers map[probeKey]*prober
+	lo      *netlab.LoAddrs // frontend addresses added to lo
+	chains  []string
+	script  string // the last transaction applied, to skip repeats
+	full    map[string]bool
+	skipped map[string]bool
+	seed    uint32
+	changed *netlab.SysctlChanges // sysctls set, with their old values
+	table   bool                  // the nft table exists
 
 	close func() error // teardown, once
 }
@@ -120,8 +121,8 @@ func New(ctx context.Context, cfg Config) (_ *DataPlane, err error) {
 		cfg.Poll = DefaultPoll
 	}
 	d := &DataPlane{cfg: cfg, ns: cfg.NS, done: make(chan struct{}), frontends: map[string]netip.Addr{},
-		probers: map[probeKey]*prober{}, addrs: map[netip.Addr]bool{}, full: map[string]bool{}, skipped: map[string]bool{},
-		seed: rand.Uint32()}
+		probers: map[probeKey]*prober{}, full: map[string]bool{}, skipped: map[string]bool{},
+		seed: rand.Uint32(), lo: cfg.NS.NewLoAddrs()}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.close = sync.OnceValue(d.teardown)
 	defer func() {
@@ -132,7 +133,8 @@ func New(ctx context.Context, cfg Config) (_ *DataPlane, err error) {
 			}
 		}
 	}()
-	if err := d.setSysctls(); err != nil {
+	all := append(slices.Clone(sysctls), netlab.Sysctl{Key: idleSysctl, Value: strconv.Itoa(int(cfg.IdleTimeout.Seconds()))})
+	if d.changed, err = d.ns.ChangeSysctls(all); err != nil {
 		return nil, fmt.Errorf("awsdp: %w", err)
 	}
 	if err := d.nft(ctx, setupScript()); err != nil {
@@ -210,7 +212,7 @@ func (d *DataPlane) sync(ctx context.Context) error {
 				fes = append(fes, l.Frontend)
 			}
 		}
-		if err := d.syncAddresses(ctx, fes); err != nil {
+		if err := d.lo.Sync(ctx, fes); err != nil {
 			return fmt.Errorf("awsdp: frontend addresses: %w", err)
 		}
 		if err := d.nft(ctx, script); err != nil {
@@ -303,10 +305,10 @@ func (d *DataPlane) teardown() error {
 			d.table = false
 		}
 	}
-	if err := d.syncAddresses(ctx, nil); err != nil {
+	if err := d.lo.Sync(ctx, nil); err != nil {
 		errs = append(errs, err)
 	}
-	if err := d.restoreSysctls(); err != nil {
+	if err := d.changed.Restore(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -122,17 +122,17 @@ type DataPlane struct {
 	kicked chan struct{} // a probe state changed
 
 	// Owned by the program loop (and New/Close around it).
-	want       model // the model to program (view once programmed)
-	probers    map[target]*prober
-	addrs      map[netip.Addr]bool // frontend addresses added to lo
-	marks      map[netip.Addr]uint32
-	hops       map[uint32]netip.Addr
-	retired    map[netip.Addr]time.Time // addresses no rule uses, since when
-	maxIdle    time.Duration
-	chains     chainSet
-	seed       uint32
-	oldSysctls [][2]string
-	tables     bool // the nft tables exist
+	want    model // the model to program (view once programmed)
+	probers map[target]*prober
+	lo      *netlab.LoAddrs // frontend addresses added to lo
+	marks   map[netip.Addr]uint32
+	hops    map[uint32]netip.Addr
+	retired map[netip.Addr]time.Time // addresses no rule uses, since when
+	maxIdle time.Duration
+	chains  chainSet
+	seed    uint32
+	changed *netlab.SysctlChanges // sysctls set, with their old values
+	tables  bool                  // the nft tables exist
 
 	unsubscribe func()
 	close       func() error // teardown, once
@@ -170,9 +170,9 @@ func New(ctx context.Context, cfg Config) (_ *DataPlane, err error) {
 	d := &DataPlane{
 		cfg: cfg, ns: cfg.NS, done: make(chan struct{}),
 		health: map[target]*health{}, queued: make(chan struct{}, 1), kicked: make(chan struct{}, 1),
-		probers: map[target]*prober{}, addrs: map[netip.Addr]bool{}, marks: map[netip.Addr]uint32{},
+		probers: map[target]*prober{}, marks: map[netip.Addr]uint32{},
 		hops: map[uint32]netip.Addr{}, retired: map[netip.Addr]time.Time{}, maxIdle: defaultIdle,
-		seed: rand.Uint32(),
+		seed: rand.Uint32(), lo: cfg.NS.NewLoAddrs(),
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.close = sync.OnceValue(d.teardown)
@@ -184,7 +184,7 @@ func New(ctx context.Context, cfg Config) (_ *DataPlane, err error) {
 			}
 		}
 	}()
-	if err := d.setSysctls(); err != nil {
+	if d.changed, err = d.ns.ChangeSysctls(sysctls); err != nil {
 		return nil, fmt.Errorf("azuredp: %w", err)
 	}
 	if err := d.nft(ctx, setupScript()); err != nil {
@@ -327,7 +327,7 @@ func (d *DataPlane) program(ctx context.Context) error {
 		return err
 	}
 	rs.marks, rs.nexthops = d.marks, d.hops
-	if err := d.syncAddresses(ctx, m.frontends()); err != nil {
+	if err := d.lo.Sync(ctx, m.frontends()); err != nil {
 		return fmt.Errorf("azuredp: frontend addresses: %w", err)
 	}
 	script, made := render(rs, d.chains)
@@ -439,10 +439,10 @@ func (d *DataPlane) teardown() error {
 			d.tables = false
 		}
 	}
-	if err := d.syncAddresses(ctx, nil); err != nil {
+	if err := d.lo.Sync(ctx, nil); err != nil {
 		errs = append(errs, err)
 	}
-	if err := d.restoreSysctls(); err != nil {
+	if err := d.changed.Restore(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

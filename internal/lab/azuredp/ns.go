@@ -3,14 +3,11 @@ package azuredp
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 
+	"zerodrop.dev/zerodrop/internal/lab/netlab"
 	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
@@ -19,15 +16,15 @@ import (
 // Close; nothing outside the namespace is touched.
 
 // sysctls the data plane sets, and why.
-var sysctls = []struct{ key, value string }{
+var sysctls = []netlab.Sysctl{
 	// Rules without floating IP are DNATed and forwarded by the IP stack.
-	{"net/ipv4/ip_forward", "1"},
+	{Key: "net/ipv4/ip_forward", Value: "1"},
 	// A DNATed packet leaves by the interface it came in on; an ICMP
 	// redirect would tell the backend to answer the client directly,
 	// around the reverse translation. send_redirects is on when either the
 	// "all" or the interface's value is: both go off.
-	{"net/ipv4/conf/all/send_redirects", "0"},
-	{"net/ipv4/conf/" + device + "/send_redirects", "0"},
+	{Key: "net/ipv4/conf/all/send_redirects", Value: "0"},
+	{Key: "net/ipv4/conf/" + device + "/send_redirects", Value: "0"},
 }
 
 // nft runs an nft script inside the namespace as one transaction. The
@@ -58,70 +55,6 @@ func (d *DataPlane) ip(ctx context.Context, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("netns %s: %w", d.ns.Name, err)
 	}
 	return out, nil
-}
-
-// setSysctls sets the data plane's sysctls, remembering each old value
-// (restoreSysctls puts them back).
-func (d *DataPlane) setSysctls() error {
-	return d.ns.Do(func() error {
-		for _, s := range sysctls {
-			path := filepath.Join("/proc/sys", s.key)
-			old, err := os.ReadFile(path)
-			if err != nil {
-				return fmt.Errorf("read %s: %w", path, err)
-			}
-			if err := os.WriteFile(path, []byte(s.value), 0o644); err != nil {
-				return fmt.Errorf("write %s: %w", path, err)
-			}
-			d.oldSysctls = append(d.oldSysctls, [2]string{path, strings.TrimSpace(string(old))})
-		}
-		return nil
-	})
-}
-
-// restoreSysctls puts back every sysctl setSysctls changed, last first.
-func (d *DataPlane) restoreSysctls() error {
-	if len(d.oldSysctls) == 0 {
-		return nil
-	}
-	err := d.ns.Do(func() error {
-		var errs []error
-		for _, s := range slices.Backward(d.oldSysctls) {
-			if err := os.WriteFile(s[0], []byte(s[1]), 0o644); err != nil {
-				errs = append(errs, fmt.Errorf("restore %s: %w", s[0], err))
-			}
-		}
-		return errors.Join(errs...)
-	})
-	d.oldSysctls = nil
-	return err
-}
-
-// syncAddresses makes the frontend addresses on lo exactly want (as /32s):
-// the namespace answers ARP for them on its device, so clients on the
-// fabric reach them. Only addresses the data plane added are removed.
-func (d *DataPlane) syncAddresses(ctx context.Context, want []netip.Addr) error {
-	var errs []error
-	for a := range d.addrs {
-		if !slices.Contains(want, a) {
-			if _, err := d.ip(ctx, "addr", "del", a.String()+"/32", "dev", "lo"); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			delete(d.addrs, a)
-		}
-	}
-	for _, a := range want {
-		if d.addrs[a] {
-			continue
-		}
-		if _, err := d.ip(ctx, "addr", "add", a.String()+"/32", "dev", "lo"); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		d.addrs[a] = true
-	}
-	return errors.Join(errs...)
 }
 
 // nextHop is where a floating-IP packet for addr goes: addr itself when it
