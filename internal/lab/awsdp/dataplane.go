@@ -137,7 +137,7 @@ func New(ctx context.Context, cfg Config) (_ *DataPlane, err error) {
 	if d.changed, err = d.ns.ChangeSysctls(all); err != nil {
 		return nil, fmt.Errorf("awsdp: %w", err)
 	}
-	if err := d.nft(ctx, setupScript()); err != nil {
+	if err := d.ns.NFT(ctx, setupScript()); err != nil {
 		return nil, fmt.Errorf("awsdp: create table: %w", err)
 	}
 	d.table = true
@@ -215,7 +215,7 @@ func (d *DataPlane) sync(ctx context.Context) error {
 		if err := d.lo.Sync(ctx, fes); err != nil {
 			return fmt.Errorf("awsdp: frontend addresses: %w", err)
 		}
-		if err := d.nft(ctx, script); err != nil {
+		if err := d.ns.NFT(ctx, script); err != nil {
 			d.script = ""
 			return fmt.Errorf("awsdp: program %d listeners: %w", len(m.listeners), err)
 		}
@@ -299,7 +299,7 @@ func (d *DataPlane) teardown() error {
 	defer cancel()
 	var errs []error
 	if d.table {
-		if err := d.nft(ctx, fmt.Sprintf("delete table ip %s\n", table)); err != nil {
+		if err := d.ns.NFT(ctx, fmt.Sprintf("delete table ip %s\n", table)); err != nil {
 			errs = append(errs, err)
 		} else {
 			d.table = false

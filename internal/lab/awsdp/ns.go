@@ -1,12 +1,6 @@
 package awsdp
 
-import (
-	"context"
-	"fmt"
-	"os"
-
-	"zerodrop.dev/zerodrop/internal/lab/netlab"
-)
+import "zerodrop.dev/zerodrop/internal/lab/netlab"
 
 // What the data plane changes in its namespace besides its nftables
 // table: frontend addresses on lo, and six sysctls. Each change is undone
@@ -41,24 +35,3 @@ var sysctls = []netlab.Sysctl{
 // idleSysctl is conntrack's timeout of an established TCP connection in
 // the namespace: the NLB's idle timeout.
 const idleSysctl = "net/netfilter/nf_conntrack_tcp_timeout_established"
-
-// nft runs an nft script inside the namespace as one transaction, through
-// a temporary file: a ruleset can outgrow an argument.
-func (d *DataPlane) nft(ctx context.Context, script string) error {
-	f, err := os.CreateTemp("", "awsdp-*.nft")
-	if err != nil {
-		return fmt.Errorf("nft script: %w", err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.WriteString(script); err != nil {
-		f.Close()
-		return fmt.Errorf("nft script: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("nft script: %w", err)
-	}
-	if err := d.ns.Run(ctx, "nft", "-f", f.Name()); err != nil {
-		return fmt.Errorf("nft: %w", err)
-	}
-	return nil
-}

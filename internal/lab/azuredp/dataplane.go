@@ -187,7 +187,7 @@ func New(ctx context.Context, cfg Config) (_ *DataPlane, err error) {
 	if d.changed, err = d.ns.ChangeSysctls(sysctls); err != nil {
 		return nil, fmt.Errorf("azuredp: %w", err)
 	}
-	if err := d.nft(ctx, setupScript()); err != nil {
+	if err := d.ns.NFT(ctx, setupScript()); err != nil {
 		return nil, fmt.Errorf("azuredp: create tables: %w", err)
 	}
 	d.tables = true
@@ -331,7 +331,7 @@ func (d *DataPlane) program(ctx context.Context) error {
 		return fmt.Errorf("azuredp: frontend addresses: %w", err)
 	}
 	script, made := render(rs, d.chains)
-	if err := d.nft(ctx, script); err != nil {
+	if err := d.ns.NFT(ctx, script); err != nil {
 		return fmt.Errorf("azuredp: program %d rules: %w", len(rs.rules), err)
 	}
 	d.chains = made
@@ -433,7 +433,7 @@ func (d *DataPlane) teardown() error {
 	var errs []error
 	if d.tables {
 		// Both tables, and with them every chain, map and element.
-		if err := d.nft(ctx, fmt.Sprintf("delete table netdev %[1]s\ndelete table ip %[1]s\n", table)); err != nil {
+		if err := d.ns.NFT(ctx, fmt.Sprintf("delete table netdev %[1]s\ndelete table ip %[1]s\n", table)); err != nil {
 			errs = append(errs, err)
 		} else {
 			d.tables = false

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os"
 
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
 	"zerodrop.dev/zerodrop/internal/supervisor"
@@ -25,27 +24,6 @@ var sysctls = []netlab.Sysctl{
 	// "all" or the interface's value is: both go off.
 	{Key: "net/ipv4/conf/all/send_redirects", Value: "0"},
 	{Key: "net/ipv4/conf/" + device + "/send_redirects", Value: "0"},
-}
-
-// nft runs an nft script inside the namespace as one transaction. The
-// script goes through a temporary file: a ruleset can outgrow an argument.
-func (d *DataPlane) nft(ctx context.Context, script string) error {
-	f, err := os.CreateTemp("", "azuredp-*.nft")
-	if err != nil {
-		return fmt.Errorf("nft script: %w", err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.WriteString(script); err != nil {
-		f.Close()
-		return fmt.Errorf("nft script: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("nft script: %w", err)
-	}
-	if err := d.ns.Run(ctx, "nft", "-f", f.Name()); err != nil {
-		return fmt.Errorf("nft: %w", err)
-	}
-	return nil
 }
 
 // ip runs `ip -n NS args…` and returns its output.

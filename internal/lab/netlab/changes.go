@@ -105,3 +105,24 @@ func (l *LoAddrs) Sync(ctx context.Context, want []netip.Addr) error {
 	}
 	return errors.Join(errs...)
 }
+
+// NFT runs an nft script inside the namespace as one transaction. The
+// script goes through a temporary file: a ruleset can outgrow an argument.
+func (n *Netns) NFT(ctx context.Context, script string) error {
+	f, err := os.CreateTemp("", "netlab-*.nft")
+	if err != nil {
+		return fmt.Errorf("nft script: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(script); err != nil {
+		f.Close()
+		return fmt.Errorf("nft script: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("nft script: %w", err)
+	}
+	if err := n.Run(ctx, "nft", "-f", f.Name()); err != nil {
+		return fmt.Errorf("nft: %w", err)
+	}
+	return nil
+}
