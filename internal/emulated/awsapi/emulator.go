@@ -27,6 +27,12 @@ const (
 	DefaultRegion   = "us-east-1"
 	// AccountID is the account in every ARN and owner ID.
 	AccountID = "123456789012"
+	// SecondAccessKeyID and SecondSecretAccessKey are a second key pair
+	// of the same account, for a second client whose calls the record
+	// tells apart (Call.Caller): the lab gives it to zerodrop, the first
+	// to the cloud controller.
+	SecondAccessKeyID     = "AKIDZERODROPSECOND01"
+	SecondSecretAccessKey = "zerodrop/emulated/secret/access/key/0001"
 )
 
 // ProbeRequest is one health check the emulator needs answered: which
@@ -97,9 +103,10 @@ func New(opts Options) *Emulator {
 	}
 	opts.RegistrationDelay, opts.Propagation = max(opts.RegistrationDelay, 0), max(opts.Propagation, 0)
 	return &Emulator{
-		opts:   opts,
-		verify: verifier{accessKey: AccessKeyID, secret: SecretAccessKey, region: opts.Region, now: time.Now, skew: 15 * time.Minute},
-		lbs:    map[string]*loadBalancer{}, tgs: map[string]*targetGroup{}, listeners: map[string]*listener{},
+		opts: opts,
+		verify: verifier{accessKey: AccessKeyID, secret: SecretAccessKey, region: opts.Region, now: time.Now, skew: 15 * time.Minute,
+			others: map[string]string{SecondAccessKeyID: SecondSecretAccessKey}},
+		lbs: map[string]*loadBalancer{}, tgs: map[string]*targetGroup{}, listeners: map[string]*listener{},
 		tags: map[string]map[string]string{}, instances: map[string]*Instance{}, subnets: map[string]*Subnet{},
 		routes: map[string]*RouteTable{}, sgs: map[string]*SecurityGroup{},
 	}
@@ -127,6 +134,9 @@ type Call struct {
 	Status int
 	// Error is the error code of a refused request.
 	Error string
+	// Caller is the access key ID the request was signed with ("" when
+	// unsigned); a refused signature's is only claimed.
+	Caller string
 }
 
 // Write reports whether the call was an accepted write (anything but
@@ -202,7 +212,7 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.seq++
 	reqID := fmt.Sprintf("00000000-0000-4000-8000-%012x", e.seq)
 	out, aerr := e.answer(r, body, form, api, op)
-	call := Call{Time: e.opts.Now(), API: api, Operation: op, Params: form, Status: http.StatusOK}
+	call := Call{Time: e.opts.Now(), API: api, Operation: op, Params: form, Status: http.StatusOK, Caller: signedBy(r)}
 	delete(call.Params, "Action")
 	delete(call.Params, "Version")
 	var doc []byte

@@ -79,7 +79,9 @@ func parseAuthorization(v string) (authHeader, bool) {
 // verifier checks requests against one key pair, region and clock.
 type verifier struct {
 	accessKey, secret, region string
-	now                       func() time.Time
+	// others are more key pairs it accepts, by access key ID.
+	others map[string]string
+	now    func() time.Time
 	// skew is how far X-Amz-Date may be from now (AWS: 15 minutes).
 	skew time.Duration
 }
@@ -90,7 +92,11 @@ func (v verifier) verify(req *http.Request, body []byte, service string) *sigFai
 	if !ok {
 		return &sigFailure{sigMissing, "Missing Authentication Token"}
 	}
-	if a.scope.accessKey != v.accessKey {
+	secret, ok := v.secret, a.scope.accessKey == v.accessKey
+	if !ok {
+		secret, ok = v.others[a.scope.accessKey]
+	}
+	if !ok {
 		return &sigFailure{sigUnknownKey, "The security token included in the request is invalid."}
 	}
 	if a.scope.service != service {
@@ -108,12 +114,19 @@ func (v verifier) verify(req *http.Request, body []byte, service string) *sigFai
 		return &sigFailure{sigExpired, "Signature expired: " + amzDate + " is now earlier or later than the allowed skew."}
 	}
 	canonical := canonicalRequest(req, a.signedHeaders, body)
-	want := signature(v.secret, a.scope, amzDate, canonical)
+	want := signature(secret, a.scope, amzDate, canonical)
 	if !hmac.Equal([]byte(want), []byte(a.signature)) {
 		return &sigFailure{sigMismatch, "The request signature we calculated does not match the signature you provided. " +
 			"Check your AWS Secret Access Key and signing method. Consult the service documentation for details."}
 	}
 	return nil
+}
+
+// signedBy is the access key ID req is signed with, "" when it is not
+// signed; verify says whether the signature holds.
+func signedBy(req *http.Request) string {
+	a, _ := parseAuthorization(req.Header.Get("Authorization"))
+	return a.scope.accessKey
 }
 
 func signature(secret string, s credentialScope, amzDate, canonical string) string {
