@@ -99,6 +99,9 @@ type Result struct {
 	AzureClock *AzureClock `json:"azure_clock,omitempty"`
 	// AWS holds the --provider aws-emulator figures (aws.go).
 	AWS *AWSFigures `json:"aws,omitempty"`
+	// Outside holds the outside client's counts beside the lab's
+	// (--outside-client-rate; outside.go).
+	Outside *OutsideFigures `json:"outside_client,omitempty"`
 
 	// Error is Err's text in the JSON (WriteJSON), so that a run that did
 	// not complete is there with its reason, not missing.

@@ -56,6 +56,9 @@ type Options struct {
 	Progress io.Writer
 	// Rate is the open-loop request rate per second (default 200).
 	Rate int
+	// OutsideRate, when above 0, runs the outside client (internal/lab/outside)
+	// beside each run's traffic at this many requests per second.
+	OutsideRate int
 	// Recipe is the recipe mode's workload (default DefaultRecipe).
 	Recipe Recipe
 	// GracePeriod is the workload pods' terminationGracePeriodSeconds in

@@ -107,6 +107,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 	// frontend is where the lab's clients send to.
 	l.progressf("%s traffic start frontend=%s netns=%s rate=%d/s", label, r.addr, l.net.Client.Name, l.opts.Rate)
 	trafficDone := r.runTraffic(tctx, landedBase)
+	outsideDone := r.startOutside(tctx)
 
 	if traffic.SleepCtx(ctx, settle) {
 		actx, cancel := context.WithTimeout(ctx, r.actTimeout(sc))
@@ -133,6 +134,7 @@ func (l *lab) runScenario(ctx context.Context, sc scenario, v variant, mode repo
 	}
 	snap := r.rec.Snapshot()
 	lerr := r.figures(&res, snap, base, landedBase, lanes)
+	outsideDone(&res)
 	if err == nil {
 		err = lerr
 	}
