@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/controlplane"
+	"zerodrop.dev/zerodrop/internal/lab/outside"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
@@ -45,6 +46,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == azure.Command {
 		// A controller pod on emulated Azure.
 		return azure.ControllerMain(args[1:], stderr)
+	}
+	if len(args) > 0 && args[0] == outside.Command {
+		// The outside client, in the client namespace (--outside-client-rate).
+		return outside.Main(args[1:], stderr)
 	}
 	f, code, ok := parseFlags(args, stderr)
 	if !ok {
@@ -125,6 +130,8 @@ type flags struct {
 	// a --recipe-* flag was.
 	policyGiven, recipeGiven bool
 	chaos                    scenarios.ChaosOptions
+	// outsideRate is --outside-client-rate.
+	outsideRate int
 }
 
 // parseFlags parses args; ok false: exit with code (0 for -help, 2 for a
@@ -147,6 +154,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.BoolVar(&f.keep, "keep", false, "keep the work directory (logs of every process) and print its path")
 	fs.StringVar(&f.dir, "dir", "", "work directory (default: a new temporary one); kept")
 	fs.IntVar(&f.rate, "rate", traffic.DefaultRate, "open-loop requests per `second` (each on a fresh connection)")
+	fs.IntVar(&f.outsideRate, "outside-client-rate", 0, "also run an outside client, a process of its own in the client namespace (open loop, GET on a new connection each), at `N` requests per second beside each run's traffic, and report its failed fraction beside the lab's; 0: none")
 	fs.DurationVar(&f.gracePeriod, "grace-period", scenarios.DefaultGracePeriod, "the workload pods' terminationGracePeriodSeconds in every mode but recipe (whole seconds, at least 1s): the gates' bound is this minus the shutdown budget")
 	f.recipe = scenarios.DefaultRecipe
 	fs.DurationVar(&f.recipe.PreStopSleep, "recipe-prestop-sleep", scenarios.DefaultRecipe.PreStopSleep, "recipe mode: the pods' preStop sleep")
@@ -213,6 +221,9 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, error) {
 	if f.rate <= 0 || f.rate > 2000 {
 		return scenarios.Options{}, nil, fmt.Errorf("--rate %d: want 1 to 2000 requests per second", f.rate)
 	}
+	if f.outsideRate < 0 || f.outsideRate > 2000 {
+		return scenarios.Options{}, nil, fmt.Errorf("--outside-client-rate %d: want 0 (none) or up to 2000 requests per second", f.outsideRate)
+	}
 	for _, d := range []time.Duration{f.recipe.PreStopSleep, f.recipe.GracePeriod, f.recipe.MinReady} {
 		if d < 0 || d%time.Second != 0 {
 			return scenarios.Options{}, nil, fmt.Errorf("recipe durations are whole seconds, not %s", d)
@@ -248,7 +259,7 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, error) {
 	if f.fromChart && f.dataPlane == 0 {
 		return scenarios.Options{}, nil, fmt.Errorf("--from-chart installs the chart's HAProxy data plane: give --data-plane-replicas 2 to %d", dataplane.MaxReplicas)
 	}
-	opts := scenarios.Options{KeepDir: f.keep, Dir: f.dir, Progress: stderr, Rate: f.rate, Recipe: f.recipe, Chaos: f.chaos,
+	opts := scenarios.Options{KeepDir: f.keep, Dir: f.dir, Progress: stderr, Rate: f.rate, OutsideRate: f.outsideRate, Recipe: f.recipe, Chaos: f.chaos,
 		IdleRestarts: f.idleRestarts, GracePeriod: f.gracePeriod, MaintenanceWait: f.maintenanceWait, MaintenanceSignal: f.maintenanceSignal,
 		UpdateRollouts: f.updateRollouts, TimedMax: f.timedMax, UpdateEndNewReady: f.updateEnd == "new-ready"}
 	switch f.appSigterm {
@@ -334,6 +345,7 @@ func execute(ctx context.Context, opts scenarios.Options, points []azure.Options
 		writeAzureFigures(stdout, results)
 		writeAWSFigures(stdout, results)
 		report.WriteUpdateFigures(stdout, results)
+		report.WriteOutsideFigures(stdout, results)
 		report.WriteErrors(stderr, results)
 		fmt.Fprintf(stdout, "\n%d runs in %s\n", len(results), time.Since(start).Round(100*time.Millisecond))
 	}
