@@ -110,7 +110,9 @@
 //
 // Served here: all of the above; ELBv2 AddTags, RemoveTags and
 // DescribeTags besides (in the CCM's interface, aws.go:355, not on the NLB
-// path). Not served: the classic ELB API, KMS, STS, IMDS, and EC2's
+// path). The classic ELB API (version 2012-06-01), what the CCM calls
+// for a Service without the NLB annotation: elb.go, elb_policies.go.
+// Not served: KMS, STS, IMDS, and EC2's
 // node- and route-controller calls (DescribeVpcs, DescribeNetworkInterfaces,
 // DescribeInstanceTopology, Create/DeleteRoute, ModifyInstanceAttribute).
 package awsapi

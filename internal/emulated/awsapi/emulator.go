@@ -80,6 +80,7 @@ type Emulator struct {
 	subnets   map[string]*Subnet
 	routes    map[string]*RouteTable
 	sgs       map[string]*SecurityGroup
+	classic   map[string]*classicLB // classic ELBs by name (elb.go)
 	calls     []Call
 	throttle  func(api, op string) bool
 }
@@ -108,7 +109,7 @@ func New(opts Options) *Emulator {
 			others: map[string]string{SecondAccessKeyID: SecondSecretAccessKey}},
 		lbs: map[string]*loadBalancer{}, tgs: map[string]*targetGroup{}, listeners: map[string]*listener{},
 		tags: map[string]map[string]string{}, instances: map[string]*Instance{}, subnets: map[string]*Subnet{},
-		routes: map[string]*RouteTable{}, sgs: map[string]*SecurityGroup{},
+		routes: map[string]*RouteTable{}, sgs: map[string]*SecurityGroup{}, classic: map[string]*classicLB{},
 	}
 }
 
@@ -127,7 +128,7 @@ func (e *Emulator) Throttle(f func(api, op string) bool) {
 // Call is one request the emulator answered.
 type Call struct {
 	Time      time.Time
-	API       string // elasticloadbalancing or ec2
+	API       string // elasticloadbalancing (ELBv2), elb (classic ELB) or ec2
 	Operation string
 	// Params is the request's form without Action and Version.
 	Params url.Values
@@ -180,7 +181,7 @@ func WritesByOperation(calls []Call) map[string]int {
 // e.mu is held.
 type handler func(e *Emulator, p params) (any, error)
 
-var handlers = map[string]map[string]handler{apiELB: elbHandlers, apiEC2: ec2Handlers}
+var handlers = map[string]map[string]handler{apiELB: elbHandlers, apiEC2: ec2Handlers, apiClassic: classicHandlers}
 
 // maxBody bounds a request's form.
 const maxBody = 1 << 20
@@ -202,8 +203,11 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		form[k] = append(form[k], v...)
 	}
 	api := apiELB
-	if form.Get("Version") == ec2Version {
+	switch form.Get("Version") {
+	case ec2Version:
 		api = apiEC2
+	case classicVersion:
+		api = apiClassic
 	}
 	op := form.Get("Action")
 
@@ -231,10 +235,14 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Emulator) answer(r *http.Request, body []byte, form url.Values, api, op string) (any, *apiError) {
-	if form.Get("Version") != elbVersion && form.Get("Version") != ec2Version {
+	if v := form.Get("Version"); v != elbVersion && v != ec2Version && v != classicVersion {
 		return nil, errorf(http.StatusBadRequest, "InvalidAction", "unsupported API version %q", form.Get("Version"))
 	}
-	if f := e.verify.verify(r, body, api); f != nil {
+	signing := api
+	if api == apiClassic { // both ELB APIs sign as elasticloadbalancing
+		signing = apiELB
+	}
+	if f := e.verify.verify(r, body, signing); f != nil {
 		return nil, authFailure(api, f)
 	}
 	if e.throttle != nil && e.throttle(api, op) {

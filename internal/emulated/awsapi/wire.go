@@ -26,6 +26,14 @@ const (
 	ec2Version = "2016-11-15"
 )
 
+// namespace is an awsquery API's XML namespace.
+func namespace(api string) string {
+	if api == apiClassic {
+		return classicNamespace
+	}
+	return elbNamespace
+}
+
 // params reads a request's form below a prefix ("" at the top).
 type params struct {
 	v      url.Values
@@ -141,7 +149,7 @@ func errorDocument(api string, e *apiError, requestID string) []byte {
 		if !e.sender {
 			typ = "Receiver"
 		}
-		doc = awsErrorResponse{Xmlns: elbNamespace, Type: typ, Code: e.code, Message: e.message, RequestID: requestID}
+		doc = awsErrorResponse{Xmlns: namespace(api), Type: typ, Code: e.code, Message: e.message, RequestID: requestID}
 	}
 	b, _ := xml.Marshal(doc)
 	return append([]byte(xml.Header), b...)
@@ -178,7 +186,7 @@ func resultDocument(api, op string, out any, requestID string) ([]byte, error) {
 			return nil, err
 		}
 	} else {
-		start := xml.StartElement{Name: xml.Name{Local: op + "Response"}, Attr: []xml.Attr{{Name: xml.Name{Local: "xmlns"}, Value: elbNamespace}}}
+		start := xml.StartElement{Name: xml.Name{Local: op + "Response"}, Attr: []xml.Attr{{Name: xml.Name{Local: "xmlns"}, Value: namespace(api)}}}
 		if err := enc.EncodeToken(start); err != nil {
 			return nil, err
 		}
