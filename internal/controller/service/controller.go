@@ -14,19 +14,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"zerodrop.dev/zerodrop/internal/lbtarget"
 	"zerodrop.dev/zerodrop/internal/metrics"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
@@ -54,101 +49,6 @@ const (
 	// (within their namespace).
 	sliceServiceIndex = "zerodrop.serviceName"
 )
-
-// SyncMode chooses how a reconcile writes.
-type SyncMode string
-
-const (
-	// SyncIncremental writes only the difference between desired and observed.
-	SyncIncremental SyncMode = "incremental"
-	// SyncFull rewrites every listener and backend on every sync, the way the
-	// upstream service controller does; it exists for side-by-side comparison.
-	SyncFull SyncMode = "full"
-)
-
-// Options configure the controller. Zero values get sane defaults.
-type Options struct {
-	Provider provider.Provider
-	// LoadBalancerClass selects the Services to manage (default
-	// zerodrop.dev/<provider name>).
-	LoadBalancerClass string
-	// AdoptClassless also manages LoadBalancer Services without a class.
-	AdoptClassless bool
-	Sync           SyncMode
-	// Workers reconcile different load balancers in parallel (default 4).
-	Workers int
-	// AddressPool, when valid, is where frontend addresses are allocated
-	// (providers that assign their own addresses leave it zero).
-	AddressPool netip.Prefix
-	// StatusPool is set from AddressPool in RoleDataPlane: a replica binds a
-	// Service's status address only when it is in this pool.
-	StatusPool netip.Prefix
-	// BackendAddressMap rewrites backend addresses (lab: published pod
-	// addresses → loopback).
-	BackendAddressMap []model.AddressMapping
-	// KubeProxyHealthzPort is probed by node-mode Cluster listeners (see
-	// model.DesiredOptions); 0 probes the nodePort over TCP.
-	KubeProxyHealthzPort int32
-	// Limits cap ports per Service and health checks per second (zero
-	// fields: no cap; the command passes its flags' defaults).
-	Limits model.Limits
-	// KeyFunc maps a Service to its load balancer (default namespace/name).
-	KeyFunc func(*corev1.Service) string
-	// ValidateService, when set, checks what the provider itself reads from
-	// a Service (the Azure provider: its load balancer annotation). An error
-	// makes the Service invalid like a bad zerodrop annotation: a Warning
-	// Event, ConfigValid=False, and its listeners stay as they are
-	// (invariant 7).
-	ValidateService func(*corev1.Service) error
-	// ResyncPeriod reconciles every load balancer again (default 10 min).
-	ResyncPeriod time.Duration
-	// ReadQPS and ReadBurst bound the provider reads (default 50, 100:
-	// the command passes its per-provider --<provider>-read-qps and
-	// --<provider>-read-burst instead).
-	ReadQPS   float64
-	ReadBurst int
-	// ImmediateRemoval removes backends at once instead of draining them
-	// first (upstream-like; for side-by-side comparison only).
-	ImmediateRemoval bool
-	// CoalesceWindow gathers endpoint changes of one load balancer into one
-	// write (default 250ms; negative: every change is reconciled at once).
-	CoalesceWindow time.Duration
-	// DrainPollInterval is how often a draining load balancer is checked
-	// again (default 1s). RoleControl: a deleted Service whose listeners
-	// remain on a replica that answers is looked at again after it too; a
-	// Service that waits for the replicas to serve it is looked at first
-	// after it, then as long after a look as it has waited, up to
-	// MaxReplicaWait (replicaWaits).
-	DrainPollInterval time.Duration
-	// MaxReplicaWait (RoleControl) is the longest a load balancer waiting
-	// for the data-plane replicas goes without a look (default 10 ×
-	// DrainPollInterval): a Service a replica has just served turns Ready
-	// within it when no replica pod changed.
-	MaxReplicaWait time.Duration
-	// ReplicaNamespace and ReplicaSelector (RoleControl) are the
-	// data-plane replicas' pods, as Replicas finds them: any change of one
-	// looks again at once at the load balancers waiting for the replicas
-	// (not at every one). Unset: they are looked at within MaxReplicaWait.
-	ReplicaNamespace string
-	ReplicaSelector  labels.Selector
-	// FailureEventThreshold is how many consecutive failures of one load
-	// balancer make a Warning Event (default 5): transient conflicts stay silent.
-	FailureEventThreshold int
-	// Role chooses which writes this process makes (default RoleAll).
-	Role Role
-	// Replicas lists the data-plane replicas that count (RoleControl, where
-	// it is required): the leader reads each one's load balancer, to set
-	// Ready and to let a deleted Service's finalizer go.
-	Replicas func(ctx context.Context) ([]lbtarget.Replica, error)
-	// ReplicaReadTimeout bounds each read of a data-plane replica
-	// (RoleControl; default 5s). The replicas are read at once, and a
-	// replica whose last read failed is not waited for (it counts as not
-	// answering) while one read of it at a time finds when it answers.
-	ReplicaReadTimeout time.Duration
-	Metrics            *metrics.Metrics
-	Recorder           events.EventRecorder
-	Logger             logr.Logger
-}
 
 // Controller reconciles the load balancers of LoadBalancer Services.
 type Controller struct {
@@ -485,122 +385,6 @@ func (c *Controller) Synced() bool {
 	defer c.mu.Unlock()
 	return c.first != nil && len(c.first) == 0
 }
-
-// watch maps every event to the load balancer key it concerns. Handlers only
-// enqueue keys: the worker re-reads current state (level-triggered).
-func (c *Controller) watch(ctx context.Context) error {
-	svcInf, err := c.cache.GetInformer(ctx, &corev1.Service{})
-	if err != nil {
-		return fmt.Errorf("service informer: %w", err)
-	}
-	onService := func(obj any) {
-		if svc, ok := unwrap(obj).(*corev1.Service); ok && (c.managed(svc) || hasFinalizer(svc)) {
-			c.queue.Add(c.opts.KeyFunc(svc))
-		}
-	}
-	if _, err := svcInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: onService,
-		UpdateFunc: func(old, cur any) {
-			onService(old) // a Service that left zerodrop still needs its cleanup
-			onService(cur)
-		},
-		DeleteFunc: onService,
-	}); err != nil {
-		return err
-	}
-
-	sliceInf, err := c.cache.GetInformer(ctx, &discoveryv1.EndpointSlice{})
-	if err != nil {
-		return fmt.Errorf("endpointslice informer: %w", err)
-	}
-	onSlice := func(obj any) {
-		slice, ok := unwrap(obj).(*discoveryv1.EndpointSlice)
-		if !ok {
-			return
-		}
-		name := slice.Labels[discoveryv1.LabelServiceName]
-		if name == "" {
-			return
-		}
-		var svc corev1.Service
-		if err := c.cache.Get(ctx, client.ObjectKey{Namespace: slice.Namespace, Name: name}, &svc); err != nil {
-			return
-		}
-		if c.managed(&svc) {
-			// Endpoint changes are coalesced: a burst of them becomes one
-			// reconcile (the queue holds a key once) and so one write.
-			c.queue.AddAfter(c.opts.KeyFunc(&svc), c.opts.CoalesceWindow)
-		}
-	}
-	if _, err := sliceInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    onSlice,
-		UpdateFunc: func(_, cur any) { onSlice(cur) },
-		DeleteFunc: onSlice,
-	}); err != nil {
-		return err
-	}
-
-	if err := c.watchPods(ctx); err != nil {
-		return err
-	}
-	if err := c.watchReplicaPods(ctx); err != nil {
-		return err
-	}
-	nodeInf, err := c.cache.GetInformer(ctx, &corev1.Node{})
-	if err != nil {
-		return fmt.Errorf("node informer: %w", err)
-	}
-	onNode := func(obj any) {
-		if _, ok := unwrap(obj).(*corev1.Node); ok {
-			c.enqueueNodeMode(ctx)
-		}
-	}
-	_, err = nodeInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: onNode,
-		UpdateFunc: func(old, cur any) {
-			if nodeChanged(old.(*corev1.Node), cur.(*corev1.Node)) {
-				onNode(cur)
-			}
-		},
-		DeleteFunc: onNode,
-	})
-	return err
-}
-
-// enqueueNodeMode enqueues the load balancers whose backends are nodes.
-func (c *Controller) enqueueNodeMode(ctx context.Context) {
-	var list corev1.ServiceList
-	if err := c.cache.List(ctx, &list); err != nil {
-		return
-	}
-	for i := range list.Items {
-		svc := &list.Items[i]
-		if c.managed(svc) && svc.Annotations[model.AnnotationBackendMode] == string(model.NodeMode) {
-			c.queue.Add(c.opts.KeyFunc(svc))
-		}
-	}
-}
-
-// nodeChanged ignores heartbeats and readiness: only what changes a backend
-// counts (model.NodeExcluded).
-func nodeChanged(old, cur *corev1.Node) bool {
-	return model.NodeAddress(old) != model.NodeAddress(cur) || model.NodeExcluded(old) != model.NodeExcluded(cur)
-}
-
-func unwrap(obj any) any {
-	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		return t.Obj
-	}
-	return obj
-}
-
-// maxRetryDelay caps the backoff of a load balancer whose reconcile keeps
-// failing. client-go's default grows to 1000 s: after a dozen failures in a
-// row (a provider refusing a change while a backend still has connections)
-// a load balancer would wait minutes for its next try long after the cause
-// is gone. The upstream service controller caps at 300 s; a load balancer
-// that serves traffic should not wait more than this.
-const maxRetryDelay = 30 * time.Second
 
 // refusedRetryDelay is the least wait before a load balancer the provider
 // refused (provider.ErrRefused) is tried again without a change.
