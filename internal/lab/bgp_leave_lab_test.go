@@ -1,0 +1,647 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/netlab"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
+	"zerodrop.dev/zerodrop/internal/model"
+	"zerodrop.dev/zerodrop/internal/supervisor"
+)
+
+// leaveFlows is how many WebSockets the test holds open through the
+// router in each phase: enough that each node's share of moved flows is
+// read to a few points.
+const leaveFlows = 240
+
+// bgpLeaveLabEnv turns TestLabBGPNodeLeaveAndFail on.
+const bgpLeaveLabEnv = "ZERODROP_LAB_BGP_LEAVE"
+
+// TestLabBGPNodeLeaveAndFail runs zerodrop installed from the chart over
+// three data-plane nodes behind FRR, once per router hashing (frr-resilient,
+// frr-ecmp), under restart-idle's traffic (a long act that changes no
+// route: the writers' containers restarted in place). While it runs, the
+// test holds WebSockets of its own through the router, each one's node
+// read from the nodes' sockets (ss in each node's namespace: which node's
+// HAProxy took it), and:
+//
+//  1. a node leaves: the first of the router's next hops (hash-threshold's
+//     ranges follow that order) gets the exclusion label, which its
+//     speaker reads as leaving and withdraws on; once the router's kernel
+//     route lacks it, every WebSocket sends one message. Broken flows per
+//     node are reported beside hash-threshold's prediction for the
+//     leaving member's position (dataplane.HashThresholdMoved); with
+//     resilient groups none may break on the other nodes. The label is
+//     then taken off and the node announced again.
+//  2. a node fails hard: the last of the router's next hops that holds
+//     WebSockets has its uplink drop every packet, the link up (nftables in
+//     its namespace), so only the router's BGP hold time (9 s, the chart's
+//     value in the lab; no BFD) notices. A prober opens a new connection
+//     every 50 ms; its failure window is reported beside the bound (the
+//     hold time plus the router's reaction, plus 1 s). Once the router's
+//     route lacks the node, no new connection may fail, and with resilient
+//     groups no WebSocket on another node may break.
+//
+// Times are reported, not asserted. Two labs of about four minutes each,
+// so it runs only when asked:
+//
+//	ZERODROP_LAB_BGP_LEAVE=1 go test -count=1 -v -run TestLabBGPNodeLeaveAndFail ./internal/lab/
+func TestLabBGPNodeLeaveAndFail(t *testing.T) {
+	if os.Getenv(bgpLeaveLabEnv) == "" {
+		t.Skipf("set %s=1 to run a node leaving and failing behind FRR, with both hashings", bgpLeaveLabEnv)
+	}
+	for _, r := range []dataplane.Router{dataplane.RouterFRRResilient, dataplane.RouterFRRECMP} {
+		t.Run(string(r), func(t *testing.T) { leaveAndFail(t, r) })
+	}
+}
+
+func leaveAndFail(t *testing.T, router dataplane.Router) {
+	started := time.Now()
+	load, _ := os.ReadFile("/proc/loadavg")
+	before := rootState(t)
+	ctx, cancel := context.WithTimeout(interrupted, 8*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	jsonPath, workDir := filepath.Join(dir, "lab.json"), filepath.Join(dir, "work")
+	if err := os.Mkdir(workDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lines := newLineWatch()
+	var stdout bytes.Buffer
+	var code int
+	labDone := make(chan struct{})
+	go func() {
+		defer close(labDone)
+		code = Run(ctx, []string{"--scenario", "restart-idle", "--idle-restarts", "4", "--mode", "zerodrop", "--data-plane-replicas", "3",
+			"--from-chart", "--router", string(router), "--json", jsonPath, "--dir", workDir}, &stdout, lines)
+	}()
+	t.Cleanup(func() {
+		if t.Failed() {
+			logEvidence(t, filepath.Join(workDir, "lab.log"))
+			logTail(t, workDir)
+		}
+	})
+	var lf leaveFigures
+	select {
+	case <-lines.seen("traffic start"):
+		lf = measureLeaveAndFail(t, ctx, router, lines, workDir)
+	case <-labDone:
+	}
+	<-labDone
+	t.Logf("%s\n%s", lines.String(), stdout.String())
+	lf.log(t, router)
+	if code != 0 {
+		t.Fatalf("zerodrop lab exited %d", code)
+	}
+	if d := cmp.Diff(before, rootState(t)); d != "" {
+		t.Errorf("the lab left something behind in the root namespace or the process table (-before +after):\n%s", d)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Scenarios []report.Result `json:"scenarios"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil || len(doc.Scenarios) != 1 {
+		t.Fatalf("want 1 run (%v), got %s", err, raw)
+	}
+	res := doc.Scenarios[0]
+	t.Logf("the lab's own traffic through the leave and the failure: %d requests, %d failed, %d long connections, %d broken; connections per node %v",
+		res.Requests, res.FailedRequests, res.LongConns, res.LongConnsBroken, res.DataPlaneSessions)
+	t.Logf("own elapsed time %.0fs; load average at the start %s", time.Since(started).Seconds(), strings.TrimSpace(string(load)))
+	lf.check(t, router)
+}
+
+// nodeFlows is what one node's WebSockets did in a phase.
+type nodeFlows struct {
+	Node      netip.Addr
+	Position  int // in the router's next hops before the phase's event
+	Flows     int
+	Broken    int
+	Predicted float64 // hash-threshold's share of its flows moved
+}
+
+// phaseFigures are one phase's: the node that left or failed, the
+// router's next hops before and after, each node's flows, and how long the
+// router took to take the node out from the event.
+type phaseFigures struct {
+	Node          netip.Addr
+	Before, After []netip.Addr
+	Nodes         []nodeFlows
+	Unknown       int // WebSockets no node's sockets showed
+	BrokenBefore  int // WebSockets that did not answer before the event
+	Withdrawn     time.Duration
+	WithdrawnOK   bool
+	Returned      bool // the node was routed again afterwards
+}
+
+// leaveFigures are the test's two phases.
+type leaveFigures struct {
+	leave, fail       phaseFigures
+	window            dataplane.Window
+	done              bool // both phases ran
+	trafficEndedFirst bool
+}
+
+// otherBroken are the broken flows on the nodes but the phase's.
+func (p phaseFigures) otherBroken() int {
+	n := 0
+	for _, f := range p.Nodes {
+		if f.Node != p.Node {
+			n += f.Broken
+		}
+	}
+	return n
+}
+
+func (lf leaveFigures) log(t *testing.T, router dataplane.Router) {
+	for _, ph := range []struct {
+		name string
+		p    phaseFigures
+	}{{"node leaving (exclusion label)", lf.leave}, {"hard failure (uplink dropping, link up)", lf.fail}} {
+		p := ph.p
+		t.Logf("%s, %s: %s; next hops %v -> %v, taken out %.1fs after the event (%v); %d WebSockets of no node, %d not answering before",
+			router, ph.name, p.Node, p.Before, p.After, p.Withdrawn.Seconds(), p.WithdrawnOK, p.Unknown, p.BrokenBefore)
+		for _, f := range p.Nodes {
+			t.Logf("  node %s (position %d): %d WebSockets, %d broken; hash-threshold predicts %.0f%% moved (%.1f)",
+				f.Node, f.Position, f.Flows, f.Broken, 100*f.Predicted, f.Predicted*float64(f.Flows))
+		}
+	}
+	w := lf.window
+	bound := dataplane.HoldTime + time.Second
+	t.Logf("%s, hard failure: %d of %d new connections failed, from %.2fs to %.2fs after the drop (bound: hold time %s plus the router's reaction, plus 1 s: %s); %d failed once the router had taken the node out",
+		router, w.Failed, w.Attempts, w.First.Seconds(), w.Last.Seconds(), dataplane.HoldTime, bound, w.FailedAfterQuiet)
+}
+
+// check asserts the behaviour: both phases ran under the lab's traffic,
+// the router took the node out each time and routed it again, no new
+// connection failed once the failed node was out, and with resilient
+// groups no WebSocket broke on another node.
+func (lf leaveFigures) check(t *testing.T, router dataplane.Router) {
+	if !lf.done {
+		t.Fatal("the phases did not run")
+	}
+	if lf.trafficEndedFirst {
+		t.Errorf("the lab's traffic ended before the phases were over")
+	}
+	for name, p := range map[string]phaseFigures{"leave": lf.leave, "fail": lf.fail} {
+		if !p.WithdrawnOK {
+			t.Errorf("%s: the router never took %s out (next hops %v)", name, p.Node, p.After)
+		}
+		if !p.Returned {
+			t.Errorf("%s: %s was not routed again afterwards", name, p.Node)
+		}
+		if len(p.Before) != 3 {
+			t.Errorf("%s: the router's next hops before were %v, want three nodes", name, p.Before)
+		}
+		if router == dataplane.RouterFRRResilient && p.otherBroken() != 0 {
+			t.Errorf("%s with resilient groups: %d WebSockets broke on the nodes other than %s", name, p.otherBroken(), p.Node)
+		}
+	}
+	if lf.window.Failed == 0 {
+		t.Errorf("no new connection failed while %s's uplink dropped: the failure was not seen", lf.fail.Node)
+	}
+	if lf.window.FailedAfterQuiet != 0 {
+		t.Errorf("%d new connections failed after the router had taken %s out", lf.window.FailedAfterQuiet, lf.fail.Node)
+	}
+}
+
+// leaveLab is what the test reaches of the lab: the router's namespace,
+// the data-plane nodes' namespaces by address, the client's namespace and
+// address, the Service's frontend, and the API.
+type leaveLab struct {
+	router   string
+	nodes    map[netip.Addr]string // node address -> namespace
+	names    map[netip.Addr]string // node address -> Node name
+	client   *netlab.Netns
+	clientIP netip.Addr
+	frontend netip.AddrPort
+	kube     kubernetes.Interface
+}
+
+var trafficStartRE = regexp.MustCompile(`traffic start frontend=(\S+) netns=(\S+)`)
+
+// openLeaveLab finds the lab's parts from its progress and its namespaces.
+func openLeaveLab(ctx context.Context, progress, workDir string) (*leaveLab, error) {
+	m := trafficStartRE.FindStringSubmatch(progress)
+	if m == nil {
+		return nil, fmt.Errorf("no traffic start line")
+	}
+	l := &leaveLab{nodes: map[netip.Addr]string{}, names: map[netip.Addr]string{}, client: &netlab.Netns{Name: m[2]}}
+	var err error
+	if l.frontend, err = netip.ParseAddrPort(m[1]); err != nil {
+		return nil, err
+	}
+	if l.router, _, err = labRouter(); err != nil {
+		return nil, err
+	}
+	prefix := strings.TrimSuffix(l.router, "-router")
+	entries, err := os.ReadDir("/run/netns")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix+"-lb")
+		if !ok {
+			continue
+		}
+		i := 0 // "lb" is the first load-balancer host, "lbK" the K-th
+		if rest != "" {
+			k, err := strconv.Atoi(rest)
+			if err != nil {
+				continue
+			}
+			i = k - 1
+		}
+		ip, err := eth0Addr(ctx, e.Name())
+		if err != nil {
+			return nil, err
+		}
+		l.nodes[ip], l.names[ip] = e.Name(), cluster.HostNodeName(i)
+	}
+	if l.clientIP, err = eth0Addr(ctx, l.client.Name); err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(workDir, "kubeconfig"))
+	if err != nil {
+		return nil, err
+	}
+	if l.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// eth0Addr is the IPv4 address of eth0 in namespace ns.
+func eth0Addr(ctx context.Context, ns string) (netip.Addr, error) {
+	var links []struct {
+		AddrInfo []struct {
+			Family string `json:"family"`
+			Local  string `json:"local"`
+		} `json:"addr_info"`
+	}
+	out, err := supervisor.Output(ctx, supervisor.Command{Name: "ip", Args: []string{"-n", ns, "-j", "addr", "show", "dev", "eth0"}})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if err := json.Unmarshal(out, &links); err != nil {
+		return netip.Addr{}, fmt.Errorf("%s: %w", ns, err)
+	}
+	for _, l := range links {
+		for _, a := range l.AddrInfo {
+			if a.Family == "inet" {
+				return netip.ParseAddr(a.Local)
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%s: eth0 has no IPv4 address", ns)
+}
+
+// label puts the exclusion label on node's Node, or takes it off.
+func (l *leaveLab) label(ctx context.Context, node netip.Addr, on bool) error {
+	value := "null"
+	if on {
+		value = `"true"`
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, model.LabelExcludeFromLB, value)
+	_, err := l.kube.CoreV1().Nodes().Patch(ctx, l.names[node], types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// order is the router's next hops for the frontend, in the kernel's order.
+func (l *leaveLab) order(ctx context.Context) ([]netip.Addr, error) {
+	return dataplane.RouteOrder(ctx, l.router, l.frontend.Addr())
+}
+
+// waitOrder polls the router's next hops every 100 ms until ok says so
+// or within has passed: what it read last, when, and whether ok said so.
+func (l *leaveLab) waitOrder(ctx context.Context, within time.Duration, ok func([]netip.Addr) bool) ([]netip.Addr, time.Time, bool) {
+	deadline := time.Now().Add(within)
+	var last []netip.Addr
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		got, err := l.order(ctx)
+		if err == nil {
+			last = got
+			if ok(got) {
+				return got, time.Now(), true
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return last, time.Now(), false
+}
+
+// flow is one of the test's WebSockets and the node that holds it.
+type flow struct {
+	port uint16
+	c    *websocket.Conn
+	node netip.Addr
+}
+
+// openFlows opens n WebSockets from the client's namespace to the
+// frontend's /ws (the workload's pods echo) and reads which node holds
+// each.
+func (l *leaveLab) openFlows(ctx context.Context, n int) ([]*flow, error) {
+	flows := make([]*flow, n)
+	errs := make([]error, n)
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			f := &flow{}
+			hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+				DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					c, err := l.client.DialContext(ctx, network, addr)
+					if err == nil {
+						f.port = uint16(c.LocalAddr().(*net.TCPAddr).Port)
+					}
+					return c, err
+				}}}
+			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			c, _, err := websocket.Dial(dctx, "ws://"+l.frontend.String()+"/ws", &websocket.DialOptions{HTTPClient: hc, CompressionMode: websocket.CompressionDisabled})
+			f.c, flows[i], errs[i] = c, f, err
+		})
+	}
+	wg.Wait()
+	var out []*flow
+	for i, f := range flows {
+		if errs[i] == nil {
+			out = append(out, f)
+		}
+	}
+	if len(out) < n*9/10 {
+		closeFlows(out)
+		return nil, fmt.Errorf("only %d of %d WebSockets opened (first error among the rest: %v)", len(out), n, firstErr(errs))
+	}
+	held, err := dataplane.HeldBy(ctx, l.nodes, l.clientIP, l.frontend)
+	if err != nil {
+		closeFlows(out)
+		return nil, err
+	}
+	for _, f := range out {
+		f.node = held[f.port]
+	}
+	return out, nil
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func closeFlows(flows []*flow) {
+	for _, f := range flows {
+		_ = f.c.CloseNow()
+	}
+}
+
+// pingAll sends one message on every flow at once and says which got its
+// echo within 3 s (a flow the router moved to another node is reset by
+// that node; one on a dead node is not answered).
+func pingAll(ctx context.Context, flows []*flow) map[*flow]bool {
+	out := map[*flow]bool{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, f := range flows {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			msg := "ping " + strconv.Itoa(i)
+			ok := f.c.Write(pctx, websocket.MessageText, []byte(msg)) == nil
+			if ok {
+				_, b, err := f.c.Read(pctx)
+				ok = err == nil && string(b) == msg
+			}
+			mu.Lock()
+			out[f] = ok
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// tally is a phase's flows per node: those that answered before the
+// event, and which of them broke after it, beside hash-threshold's
+// prediction for the router's next hops before and after.
+func tally(p *phaseFigures, flows []*flow, okBefore, okAfter map[*flow]bool) {
+	moved := dataplane.HashThresholdMoved(p.Before, p.After)
+	byNode := map[netip.Addr]*nodeFlows{}
+	for i, h := range p.Before {
+		byNode[h] = &nodeFlows{Node: h, Position: i, Predicted: moved[h]}
+	}
+	for _, f := range flows {
+		nf := byNode[f.node]
+		switch {
+		case !okBefore[f]:
+			p.BrokenBefore++
+		case nf == nil:
+			p.Unknown++
+		default:
+			nf.Flows++
+			if !okAfter[f] {
+				nf.Broken++
+			}
+		}
+	}
+	for _, h := range p.Before {
+		p.Nodes = append(p.Nodes, *byNode[h])
+	}
+}
+
+// measureLeaveAndFail runs the two phases while the lab's traffic runs.
+func measureLeaveAndFail(t *testing.T, ctx context.Context, router dataplane.Router, lines *lineWatch, workDir string) (lf leaveFigures) {
+	t.Helper()
+	l, err := openLeaveLab(ctx, lines.String(), workDir)
+	if err != nil {
+		t.Error(err)
+		return lf
+	}
+	if len(l.nodes) != 3 {
+		t.Errorf("data-plane nodes %v, want 3", l.nodes)
+		return lf
+	}
+	if err := l.leavePhase(ctx, &lf.leave); err != nil {
+		t.Errorf("node leaving: %v", err)
+		return lf
+	}
+	if err := l.failPhase(ctx, &lf.fail, &lf.window); err != nil {
+		t.Errorf("hard failure: %v", err)
+		return lf
+	}
+	lf.done = true
+	select {
+	case <-lines.seen("traffic end"):
+		lf.trafficEndedFirst = true
+	default:
+	}
+	return lf
+}
+
+// leavePhase is phase 1: the first of the router's next hops labelled
+// leaving, the flows pinged once the router lacks it, the label taken off.
+func (l *leaveLab) leavePhase(ctx context.Context, p *phaseFigures) error {
+	flows, err := l.openFlows(ctx, leaveFlows)
+	if err != nil {
+		return err
+	}
+	defer closeFlows(flows)
+	if p.Before, err = l.order(ctx); err != nil {
+		return err
+	}
+	if len(p.Before) == 0 {
+		return fmt.Errorf("the router does not route %s", l.frontend.Addr())
+	}
+	okBefore := pingAll(ctx, flows)
+	p.Node = p.Before[0]
+	labelled := time.Now()
+	if err := l.label(ctx, p.Node, true); err != nil {
+		return err
+	}
+	labelOn := true
+	defer func() {
+		if labelOn {
+			_ = l.label(context.WithoutCancel(ctx), p.Node, false)
+		}
+	}()
+	var at time.Time
+	p.After, at, p.WithdrawnOK = l.waitOrder(ctx, 30*time.Second, func(h []netip.Addr) bool { return len(h) > 0 && !slices.Contains(h, p.Node) })
+	p.Withdrawn = at.Sub(labelled)
+	time.Sleep(time.Second)
+	tally(p, flows, okBefore, pingAll(ctx, flows))
+	if err := l.label(ctx, p.Node, false); err != nil {
+		return err
+	}
+	labelOn = false
+	_, _, p.Returned = l.waitOrder(ctx, 60*time.Second, func(h []netip.Addr) bool { return len(h) == len(p.Before) })
+	return nil
+}
+
+// failPhase is phase 2: the last of the router's next hops that holds
+// flows has its uplink drop every packet while a prober opens a new
+// connection every 50 ms; the flows are pinged once the router lacks the
+// node, and the uplink is restored.
+func (l *leaveLab) failPhase(ctx context.Context, p *phaseFigures, w *dataplane.Window) error {
+	flows, err := l.openFlows(ctx, leaveFlows)
+	if err != nil {
+		return err
+	}
+	defer closeFlows(flows)
+	if p.Before, err = l.order(ctx); err != nil {
+		return err
+	}
+	okBefore := pingAll(ctx, flows)
+	for _, h := range slices.Backward(p.Before) {
+		if slices.ContainsFunc(flows, func(f *flow) bool { return f.node == h && okBefore[f] }) {
+			p.Node = h
+			break
+		}
+	}
+	if !p.Node.IsValid() {
+		return fmt.Errorf("no node of %v holds a WebSocket", p.Before)
+	}
+	stopProbe, attempts := l.probe(ctx, 50*time.Millisecond)
+	time.Sleep(time.Second)
+	failed := time.Now()
+	if err := dataplane.FailUplink(ctx, l.nodes[p.Node]); err != nil {
+		stopProbe()
+		return err
+	}
+	restored := false
+	restore := func() error {
+		if restored {
+			return nil
+		}
+		restored = true
+		return dataplane.RestoreUplink(context.WithoutCancel(ctx), l.nodes[p.Node])
+	}
+	defer restore()
+	var out time.Time
+	p.After, out, p.WithdrawnOK = l.waitOrder(ctx, dataplane.HoldTime+60*time.Second, func(h []netip.Addr) bool { return len(h) > 0 && !slices.Contains(h, p.Node) })
+	p.Withdrawn = out.Sub(failed)
+	time.Sleep(2 * time.Second)
+	stopProbe()
+	quiet := out
+	if !p.WithdrawnOK {
+		quiet = time.Time{}
+	}
+	*w = dataplane.FailureWindow(*attempts, failed, quiet)
+	tally(p, flows, okBefore, pingAll(ctx, flows))
+	if err := restore(); err != nil {
+		return err
+	}
+	_, _, p.Returned = l.waitOrder(ctx, 60*time.Second, func(h []netip.Addr) bool { return len(h) == len(p.Before) })
+	return nil
+}
+
+// probe opens a new TCP connection to the frontend from the client's
+// namespace every period (each given 1 s), until stop is called; stop
+// waits for the attempts in flight, and attempts then holds them all.
+func (l *leaveLab) probe(ctx context.Context, period time.Duration) (stop func(), attempts *[]dataplane.Attempt) {
+	var mu sync.Mutex
+	var out []dataplane.Attempt
+	pctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-tick.C:
+			}
+			wg.Go(func() {
+				start := time.Now()
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(pctx), time.Second)
+				defer cancel()
+				c, err := l.client.DialContext(dctx, "tcp", l.frontend.String())
+				if err == nil {
+					_ = c.Close()
+				}
+				mu.Lock()
+				out = append(out, dataplane.Attempt{Start: start, OK: err == nil})
+				mu.Unlock()
+			})
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		slices.SortFunc(out, func(a, b dataplane.Attempt) int { return a.Start.Compare(b.Start) })
+	}, &out
+}
