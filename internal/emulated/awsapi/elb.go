@@ -68,7 +68,8 @@ type classicListener struct {
 // AdditionalAttribute). That Describe returns the timeout while draining
 // is off, and the desync mode among AdditionalAttributes before anyone
 // set it, is moto 5.2.1's model (elb/models.py modify_load_balancer_attributes);
-// AWS documents neither.
+// AWS documents neither. cloud-provider-aws's attribute write does not
+// depend on it (TestRealAWSCCMClassic).
 type classicAttributes struct {
 	accessLog       bool
 	emitInterval    *int32
