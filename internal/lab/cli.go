@@ -30,6 +30,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/upstream"
 	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/aws"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/azure"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/chart"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
@@ -46,6 +47,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == azure.Command {
 		// A controller pod on emulated Azure.
 		return azure.ControllerMain(args[1:], stderr)
+	}
+	if len(args) > 0 && args[0] == aws.Command {
+		// A controller pod on emulated AWS (gates mode).
+		return aws.ControllerMain(args[1:], stderr)
 	}
 	if len(args) > 0 && args[0] == outside.Command {
 		// The outside client, in the client namespace (--outside-client-rate).
@@ -274,10 +279,10 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, error) {
 		return scenarios.Options{}, nil, err
 	}
 	if opts.Modes = parseModes(f.mode); opts.Modes == nil {
-		return scenarios.Options{}, nil, fmt.Errorf("--mode %q: want upstream, recipe, zerodrop (comma-separated; gates with --provider %s) or all", f.mode, ProviderAzureEmulator)
+		return scenarios.Options{}, nil, fmt.Errorf("--mode %q: want upstream, recipe, zerodrop (comma-separated; gates with --provider %s or %s) or all", f.mode, ProviderAzureEmulator, ProviderAWSEmulator)
 	}
-	if slices.Contains(opts.Modes, report.ModeGates) && f.prov != ProviderAzureEmulator {
-		return scenarios.Options{}, nil, fmt.Errorf("--mode gates keeps the cloud's own writer and adds zerodrop's gates: it runs with --provider %s only", ProviderAzureEmulator)
+	if slices.Contains(opts.Modes, report.ModeGates) && f.prov != ProviderAzureEmulator && f.prov != ProviderAWSEmulator {
+		return scenarios.Options{}, nil, fmt.Errorf("--mode gates keeps the cloud's own writer and adds zerodrop's gates: it runs with --provider %s or %s only", ProviderAzureEmulator, ProviderAWSEmulator)
 	}
 	var ok bool
 	if opts.Backends, ok = oneOrBoth(f.backend, scenarios.BackendIP, scenarios.BackendNode); !ok {
