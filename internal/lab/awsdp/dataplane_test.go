@@ -27,8 +27,8 @@ func TestDataPlane(t *testing.T) {
 		// DNAT to the node's address and node port, the client's address
 		// kept (an instance target group preserves it).
 		c := connTo(t, w.cli, fe, "i-2")
-		line, _ := c.get()
-		c.close()
+		line, _ := c.Get()
+		c.Close()
 		if want := "local=" + n2.host.IP.String() + ":30080 remote=" + w.cli.IP.String() + ":"; !strings.Contains(line, want) {
 			t.Errorf("the target saw %q, want %q", line, want)
 		}
@@ -39,10 +39,10 @@ func TestDataPlane(t *testing.T) {
 
 	t.Run("an unhealthy target's connections are reset", func(t *testing.T) {
 		open := connTo(t, w.cli, fe, "i-2")
-		defer open.close()
+		defer open.Close()
 		n2.healthy.Store(false)
 		waitTargets(t, dp, fe, "i-1:healthy+", "i-2:unhealthy!", "i-3:healthy+")
-		if line, err := open.get(); err == nil || !strings.Contains(err.Error(), "reset") {
+		if line, err := open.Get(); err == nil || !strings.Contains(err.Error(), "reset") {
 			t.Errorf("the connection open on i-2 after it turned unhealthy: %q, %v; want a reset", line, err)
 		}
 		if got := spread(t, w.cli, fe, 30); got["i-2"] > 0 || got[""] > 0 {
@@ -54,7 +54,7 @@ func TestDataPlane(t *testing.T) {
 
 	t.Run("a deregistered target keeps its connection and gets no new ones", func(t *testing.T) {
 		open := connTo(t, w.cli, fe, "i-3")
-		defer open.close()
+		defer open.Close()
 		w.deregister(t, n3)
 		written := time.Now()
 		// For the propagation time it still takes new connections:
@@ -67,10 +67,10 @@ func TestDataPlane(t *testing.T) {
 		for time.Since(written) < propagation/2 {
 			tries++
 			if c, err := dial(w.cli, fe, time.Second); err == nil {
-				if line, err := c.get(); err == nil && strings.HasPrefix(line, "i-3 ") {
+				if line, err := c.Get(); err == nil && strings.HasPrefix(line, "i-3 ") {
 					landed++
 				}
-				c.close()
+				c.Close()
 			}
 		}
 		if tries >= 20 && landed == 0 {
@@ -83,13 +83,13 @@ func TestDataPlane(t *testing.T) {
 		if got := spread(t, w.cli, fe, 30); got["i-3"] > 0 || got[""] > 0 {
 			t.Errorf("i-3 draining: 30 new connections answered by %v, want none by i-3", got)
 		}
-		if line, err := open.get(); err != nil || !strings.HasPrefix(line, "i-3 ") {
+		if line, err := open.Get(); err != nil || !strings.HasPrefix(line, "i-3 ") {
 			t.Errorf("draining, the connection open on i-3: %q, %v; want it still answered by i-3", line, err)
 		}
 		// Its draining over, the target leaves the group; its connection
 		// lives on until the idle timeout.
 		waitTargets(t, dp, fe, "i-1:healthy+", "i-2:healthy+")
-		if line, err := open.get(); err != nil || !strings.HasPrefix(line, "i-3 ") {
+		if line, err := open.Get(); err != nil || !strings.HasPrefix(line, "i-3 ") {
 			t.Errorf("deregistered, the connection open on i-3: %q, %v; want it still answered by i-3", line, err)
 		}
 	})
@@ -121,15 +121,15 @@ func TestDataPlane(t *testing.T) {
 		fe := w.frontend(t, dp)
 		waitTargets(t, dp, fe, "i-1:healthy+", "i-2:healthy+")
 		busy, quiet := connTo(t, w.cli, fe, "i-1"), connTo(t, w.cli, fe, "i-1")
-		defer busy.close()
-		defer quiet.close()
+		defer busy.Close()
+		defer quiet.Close()
 		for end := time.Now().Add(2 * idle); time.Now().Before(end); time.Sleep(idle / 4) {
-			if line, err := busy.get(); err != nil || !strings.HasPrefix(line, "i-1 ") {
+			if line, err := busy.Get(); err != nil || !strings.HasPrefix(line, "i-1 ") {
 				t.Fatalf("a connection used every %v: %q, %v; want it kept on i-1", idle/4, line, err)
 			}
 		}
 		// quiet has been idle twice the timeout: the data plane forgot it.
-		if line, err := quiet.get(); err == nil || !strings.Contains(err.Error(), "reset") {
+		if line, err := quiet.Get(); err == nil || !strings.Contains(err.Error(), "reset") {
 			t.Errorf("a connection idle for %v with an idle timeout of %v: %q, %v; want a reset", 2*idle, idle, line, err)
 		}
 	})

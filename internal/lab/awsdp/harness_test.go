@@ -1,18 +1,13 @@
 package awsdp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +18,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/emulated/awsapi"
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
+	"zerodrop.dev/zerodrop/internal/testutil/netlabtest"
 )
 
 // The tests' world: a netlab fabric with a load-balancer host, a client
@@ -62,34 +58,11 @@ type server struct {
 	healthy atomic.Bool
 }
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces")
-	}
-}
-
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	requireRoot(t)
-	ctx := context.Background()
-	l, err := netlab.New(ctx, netlab.Config{Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("lab teardown: %v", err)
-		}
-	})
+	l := netlabtest.NewLab(t)
 	w := &world{lab: l, probes: NewProbes(nil)}
-	host := func(name string) *netlab.Host {
-		h, err := l.AddHost(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
+	host := func(name string) *netlab.Host { return netlabtest.AddHost(t, l, name) }
 	w.lb, w.cli = host("lb"), host("cli")
 	w.emu = awsapi.New(awsapi.Options{Probe: w.probes.Check, RegistrationDelay: -1, Propagation: propagation})
 	w.emu.AddSubnet(awsapi.Subnet{ID: "subnet-a", VPCID: "vpc-1", AZ: "us-east-1a", CIDR: "198.18.0.0/16"})
@@ -129,25 +102,7 @@ func (w *world) serve(t *testing.T, s *server) {
 	if err := s.host.Run(context.Background(), "ip", "route", "add", w.cli.IP.String()+"/32", "via", w.lb.IP.String()); err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
-		local := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-		fmt.Fprintf(rw, "%s local=%s remote=%s\n", s.id, local, r.RemoteAddr)
-	})
-	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		if !s.healthy.Load() {
-			rw.WriteHeader(http.StatusServiceUnavailable)
-		}
-	})
-	for _, port := range []int{nodePort, healthPort} {
-		ln, err := s.host.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", port))
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go srv.Serve(ln) //nolint:errcheck // ends with Close
-		t.Cleanup(func() { srv.Close() })
-	}
+	netlabtest.ServeNamed(t, s.host, s.id, &s.healthy, nodePort, healthPort)
 }
 
 // createNLB makes what cloud-provider-aws makes for a Local Service
@@ -252,105 +207,29 @@ func waitTargets(t *testing.T, dp *DataPlane, fe netip.Addr, want ...string) {
 	})
 }
 
-// conn is one client connection through the frontend, kept open.
-type conn struct {
-	c  net.Conn
-	br *bufio.Reader
-}
+type conn = netlabtest.Conn
+
+func feAddr(fe netip.Addr) string { return netip.AddrPortFrom(fe, lbPort).String() }
 
 func dial(cli *netlab.Host, fe netip.Addr, timeout time.Duration) (*conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	c, err := cli.DialContext(ctx, "tcp", netip.AddrPortFrom(fe, lbPort).String())
-	if err != nil {
-		return nil, err
-	}
-	return &conn{c: c, br: bufio.NewReader(c)}, nil
+	return netlabtest.Dial(cli, feAddr(fe), timeout)
 }
-
-// get sends a request on the connection and returns the answering
-// target's line ("i-2 local=… remote=…").
-func (c *conn) get() (string, error) {
-	if err := c.c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		return "", err
-	}
-	if _, err := fmt.Fprintf(c.c, "GET / HTTP/1.1\r\nHost: lb\r\n\r\n"); err != nil {
-		return "", err
-	}
-	resp, err := http.ReadResponse(c.br, nil)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	line, err := bufio.NewReader(resp.Body).ReadString('\n')
-	return strings.TrimSpace(line), err
-}
-
-func (c *conn) close() { c.c.Close() }
 
 // spread opens n fresh connections and counts the targets that answer
 // each; a connection that cannot be opened or answered counts as "".
 func spread(t *testing.T, cli *netlab.Host, fe netip.Addr, n int) map[string]int {
 	t.Helper()
-	out := map[string]int{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			name := ""
-			if c, err := dial(cli, fe, 3*time.Second); err == nil {
-				if line, err := c.get(); err == nil {
-					name = strings.Fields(line)[0]
-				} else {
-					t.Logf("request through the frontend: %v", err)
-				}
-				c.close()
-			}
-			mu.Lock()
-			out[name]++
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return out
+	return netlabtest.Spread(t, cli, feAddr(fe), n, 3*time.Second)
 }
 
 // connTo opens connections until one lands on the named target, and
 // returns it open.
 func connTo(t *testing.T, cli *netlab.Host, fe netip.Addr, id string) *conn {
 	t.Helper()
-	for range 60 {
-		c, err := dial(cli, fe, 3*time.Second)
-		if err != nil {
-			continue
-		}
-		if line, err := c.get(); err == nil && strings.HasPrefix(line, id+" ") {
-			return c
-		}
-		c.close()
-	}
-	t.Fatalf("no connection landed on %s in 60 tries", id)
-	return nil
+	return netlabtest.ConnTo(t, cli, feAddr(fe), id)
 }
 
-// waitFor polls cond until it holds; the bound is generous (a loaded
-// machine), never part of what a test asserts.
 func waitFor(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	netlabtest.WaitFor(t, what, 60*time.Second, cond)
 }

@@ -28,16 +28,16 @@ func TestDataPlane(t *testing.T) {
 		// Floating IP: the backend receives the packet still addressed to
 		// the frontend and port, from the client's own address.
 		c := connTo(t, w.fipCli, fipPort, "b1")
-		line, _ := c.get()
-		c.close()
+		line, _ := c.Get()
+		c.Close()
 		if want := "local=" + vip + ":80 remote=" + w.fipCli.IP.String() + ":"; !strings.Contains(line, want) {
 			t.Errorf("floating IP: backend saw %q, want %q", line, want)
 		}
 		// Without floating IP: DNAT to the backend's address and port, the
 		// client's address kept.
 		c = connTo(t, w.natCli, natPort, "b2")
-		line, _ = c.get()
-		c.close()
+		line, _ = c.Get()
+		c.Close()
 		if want := "local=" + b2.host.IP.String() + ":8080 remote=" + w.natCli.IP.String() + ":"; !strings.Contains(line, want) {
 			t.Errorf("DNAT: backend saw %q, want %q", line, want)
 		}
@@ -67,8 +67,8 @@ func TestDataPlane(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		line, err := first.get()
-		first.reset()
+		line, err := first.Get()
+		first.Reset()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,8 +89,8 @@ func TestDataPlane(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the same 4-tuple again: %v", err)
 		}
-		defer again.reset()
-		line, err = again.get()
+		defer again.Reset()
+		line, err = again.Get()
 		if err != nil || strings.HasPrefix(line, old.name+" ") {
 			t.Errorf("the same 4-tuple after %s left the rule: %q, %v; want an answer from another backend", old.name, line, err)
 		}
@@ -98,8 +98,8 @@ func TestDataPlane(t *testing.T) {
 
 	t.Run("probe down stops new flows only", func(t *testing.T) {
 		openF, openN := connTo(t, w.fipCli, fipPort, "b2"), connTo(t, w.natCli, natPort, "b2")
-		defer openF.close()
-		defer openN.close()
+		defer openF.Close()
+		defer openN.Close()
 		b2.healthy.Store(false)
 		w.waitEligible(t, dp, "fip", "b1", "b3")
 		w.waitEligible(t, dp, "nat", "b1", "b3")
@@ -115,7 +115,7 @@ func TestDataPlane(t *testing.T) {
 			if got := spread(t, cli, x.port, 30); got["b2"] > 0 || got[""] > 0 {
 				t.Errorf("%s: with b2's probe down, 30 new connections answered by %v, want none by b2 and none failed", x.name, got)
 			}
-			if line, err := x.cli.get(); err != nil || !strings.HasPrefix(line, "b2 ") {
+			if line, err := x.cli.Get(); err != nil || !strings.HasPrefix(line, "b2 ") {
 				t.Errorf("%s: the connection open on b2: %q, %v; want it still answered by b2", x.name, line, err)
 			}
 		}
@@ -132,7 +132,7 @@ func TestDataPlane(t *testing.T) {
 				t.Errorf("nat: every probe down, new connections answered by %v, want none (AllProbedDown)", got)
 			}
 			for _, c := range []*conn{openF, openN} {
-				if line, err := c.get(); err != nil || !strings.HasPrefix(line, "b2 ") {
+				if line, err := c.Get(); err != nil || !strings.HasPrefix(line, "b2 ") {
 					t.Errorf("every probe down, the connection open on b2: %q, %v; want it still answered (Standard SKU)", line, err)
 				}
 			}
@@ -146,8 +146,8 @@ func TestDataPlane(t *testing.T) {
 
 	t.Run("admin state Down", func(t *testing.T) {
 		openF, openN := connTo(t, w.fipCli, fipPort, "b1"), connTo(t, w.natCli, natPort, "b1")
-		defer openF.close()
-		defer openN.close()
+		defer openF.Close()
+		defer openN.Close()
 		w.putPool(t, w.backends, map[string]armnetwork.LoadBalancerBackendAddressAdminState{"b1": armnetwork.LoadBalancerBackendAddressAdminStateDown})
 		w.waitEligible(t, dp, "fip", "b2", "b3")
 		w.waitEligible(t, dp, "nat", "b2", "b3")
@@ -158,7 +158,7 @@ func TestDataPlane(t *testing.T) {
 			t.Errorf("nat: b1 admin Down, 30 new connections answered by %v, want none by b1", got)
 		}
 		for _, c := range []*conn{openF, openN} {
-			if line, err := c.get(); err != nil || !strings.HasPrefix(line, "b1 ") {
+			if line, err := c.Get(); err != nil || !strings.HasPrefix(line, "b1 ") {
 				t.Errorf("admin Down, the connection open on b1: %q, %v; want it still answered (TCP flows persist)", line, err)
 			}
 		}

@@ -1,19 +1,14 @@
 package azuredp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +18,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
+	"zerodrop.dev/zerodrop/internal/testutil/netlabtest"
 )
 
 // The tests' world: a netlab fabric with a load-balancer host, two client
@@ -65,34 +61,11 @@ type server struct {
 	healthy atomic.Bool
 }
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces")
-	}
-}
-
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	requireRoot(t)
-	ctx := context.Background()
-	l, err := netlab.New(ctx, netlab.Config{Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("lab teardown: %v", err)
-		}
-	})
+	l := netlabtest.NewLab(t)
 	w := &world{lab: l, emu: azurearm.New(azurearm.Options{AddressPrefix: fabricVIPs})}
-	host := func(name string) *netlab.Host {
-		h, err := l.AddHost(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
+	host := func(name string) *netlab.Host { return netlabtest.AddHost(t, l, name) }
 	w.lb, w.fipCli, w.natCli = host("lb"), host("fipcli"), host("natcli")
 	for i := 1; i <= 3; i++ {
 		s := &server{name: fmt.Sprintf("b%d", i), host: host(fmt.Sprintf("b%d", i))}
@@ -127,25 +100,7 @@ func (w *world) serve(t *testing.T, s *server) {
 	if err := s.host.Run(ctx, "ip", "route", "add", w.natCli.IP.String()+"/32", "via", w.lb.IP.String()); err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
-		local := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-		fmt.Fprintf(rw, "%s local=%s remote=%s\n", s.name, local, r.RemoteAddr)
-	})
-	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		if !s.healthy.Load() {
-			rw.WriteHeader(http.StatusServiceUnavailable)
-		}
-	})
-	for _, port := range []int{fipPort, natBackendPort, healthPort} {
-		ln, err := s.host.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", port))
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go srv.Serve(ln) //nolint:errcheck // ends with Close
-		t.Cleanup(func() { srv.Close() })
-	}
+	netlabtest.ServeNamed(t, s.host, s.name, &s.healthy, fipPort, natBackendPort, healthPort)
 }
 
 // lbDoc is a load balancer as cloud-provider-azure writes one: an internal
@@ -229,76 +184,20 @@ func (w *world) start(t *testing.T, propagation time.Duration) *DataPlane {
 	return dp
 }
 
-// conn is one client connection through the frontend, kept open.
-type conn struct {
-	c  net.Conn
-	br *bufio.Reader
-}
+type conn = netlabtest.Conn
+
+func feAddr(port int) string { return net.JoinHostPort(vip, strconv.Itoa(port)) }
 
 // dial opens a connection from cli to the frontend's port; a frontend
 // that sends the SYN nowhere fails it within the timeout.
 func dial(cli *netlab.Host, port int, timeout time.Duration) (*conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	c, err := cli.DialContext(ctx, "tcp", fmt.Sprintf("%s:%d", vip, port))
-	if err != nil {
-		return nil, err
-	}
-	return &conn{c: c, br: bufio.NewReader(c)}, nil
-}
-
-// get sends a request on the connection and returns the answering
-// backend's line ("b2 local=… remote=…").
-func (c *conn) get() (string, error) {
-	if err := c.c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		return "", err
-	}
-	if _, err := fmt.Fprintf(c.c, "GET / HTTP/1.1\r\nHost: lb\r\n\r\n"); err != nil {
-		return "", err
-	}
-	resp, err := http.ReadResponse(c.br, nil)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	line, err := bufio.NewReader(resp.Body).ReadString('\n')
-	return strings.TrimSpace(line), err
-}
-
-func (c *conn) close() { c.c.Close() }
-
-// reset closes the connection with a RST (no TIME_WAIT), so that its
-// 4-tuple can be used again at once.
-func (c *conn) reset() {
-	if tc, ok := c.c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	c.c.Close()
+	return netlabtest.Dial(cli, feAddr(port), timeout)
 }
 
 // dialFrom opens a connection from cli's local port to the frontend's
 // port (SO_REUSEADDR: the port may have just been used).
 func dialFrom(cli *netlab.Host, local, port int) (*conn, error) {
-	var c net.Conn
-	err := cli.Do(func() error {
-		d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: cli.IP.AsSlice(), Port: local},
-			Control: func(_, _ string, rc syscall.RawConn) error {
-				var serr error
-				if err := rc.Control(func(fd uintptr) {
-					serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
-				}); err != nil {
-					return err
-				}
-				return serr
-			}}
-		var err error
-		c, err = d.Dial("tcp", net.JoinHostPort(vip, strconv.Itoa(port)))
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &conn{c: c, br: bufio.NewReader(c)}, nil
+	return netlabtest.DialFrom(cli, local, feAddr(port))
 }
 
 // serverNamed is the backend named name.
@@ -323,69 +222,19 @@ func spread(t *testing.T, cli *netlab.Host, port, n int) map[string]int {
 // wrongly).
 func spreadWithin(t *testing.T, cli *netlab.Host, port, n int, timeout time.Duration) map[string]int {
 	t.Helper()
-	out := map[string]int{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			name := ""
-			if c, err := dial(cli, port, timeout); err == nil {
-				line, err := c.get()
-				c.close()
-				if err == nil {
-					name = strings.Fields(line)[0]
-				} else {
-					t.Logf("request through the frontend: %v", err)
-				}
-			}
-			mu.Lock()
-			out[name]++
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return out
+	return netlabtest.Spread(t, cli, feAddr(port), n, timeout)
 }
 
 // connTo opens connections until one lands on the named backend, and
 // returns it open (the others are closed).
 func connTo(t *testing.T, cli *netlab.Host, port int, name string) *conn {
 	t.Helper()
-	for range 60 {
-		c, err := dial(cli, port, 3*time.Second)
-		if err != nil {
-			continue
-		}
-		line, err := c.get()
-		if err == nil && strings.HasPrefix(line, name+" ") {
-			return c
-		}
-		c.close()
-	}
-	t.Fatalf("no connection to port %d landed on %s in 60 tries", port, name)
-	return nil
+	return netlabtest.ConnTo(t, cli, feAddr(port), name)
 }
 
-// waitFor polls cond until it holds; the bound is generous (a loaded
-// machine), never part of what a test asserts.
 func waitFor(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	netlabtest.WaitFor(t, what, 30*time.Second, cond)
 }
 
 // waitEligible waits until the rule's eligible backends are exactly names.

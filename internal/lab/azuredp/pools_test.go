@@ -105,8 +105,8 @@ func TestPoolFlows(t *testing.T) {
 			w.waitEligible(t, dp, "fip", "b1", "b2", "b3")
 			w.waitEligible(t, dp, "nat", "b1", "b2", "b3")
 			openF, openN := connTo(t, w.fipCli, fipPort, "b2"), connTo(t, w.natCli, natPort, "b2")
-			defer openF.close()
-			defer openN.close()
+			defer openF.Close()
+			defer openN.Close()
 			w.putPool(t, []*server{b1, b3}, nil)
 			w.waitEligible(t, dp, "fip", "b1", "b3")
 			w.waitEligible(t, dp, "nat", "b1", "b3")
@@ -114,7 +114,7 @@ func TestPoolFlows(t *testing.T) {
 				rule string
 				c    *conn
 			}{{"fip", openF}, {"nat", openN}} {
-				line, err := x.c.get()
+				line, err := x.c.Get()
 				switch mode {
 				case PoolFlowsKeep:
 					if err != nil || !strings.HasPrefix(line, "b2 ") {
