@@ -12,7 +12,7 @@ import (
 // The classic Elastic Load Balancing API (version 2012-06-01): what
 // cloud-provider-aws v1.37.1 calls for a Service of type LoadBalancer
 // without the aws-load-balancer-type: nlb annotation (aws.go
-// EnsureLoadBalancer from :2570, aws_loadbalancer.go ensureLoadBalancer
+// EnsureLoadBalancer from :2568, aws_loadbalancer.go ensureLoadBalancer
 // :1169-1440, ensureLoadBalancerHealthCheck :1575, ensureLoadBalancerInstances
 // :1630, the policy calls :1695-1790; EnsureLoadBalancerDeleted aws.go:3345-3400).
 // It is awsquery like ELBv2 and signed with the same name

@@ -258,7 +258,7 @@ var policyTypes = []string{"ProxyProtocolPolicyType", "SSLNegotiationPolicyType"
 // DuplicatePolicyName (API reference) unless it is the same policy again:
 // that is accepted and changes nothing, as cloud-provider-aws reports of
 // AWS ("the aws-sdk does not seem to return an error to us in these
-// cases", aws_loadbalancer.go:1341 at v1.37.1, which creates its proxy
+// cases", aws_loadbalancer.go:1328-1337 at v1.37.1, which creates its proxy
 // protocol policy on every sync).
 func (e *Emulator) classicCreatePolicy(p params) (any, error) {
 	lb, err := e.classicLB(p.get("LoadBalancerName"))

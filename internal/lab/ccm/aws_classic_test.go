@@ -54,9 +54,9 @@ var classicSvcs = []classicSvc{
 //     values of two types are never deeply equal. (The emulator made to
 //     describe exactly the desired set still got the write.)
 //   - with proxy protocol on, CreateLoadBalancerPolicy on every sync
-//     (aws_loadbalancer.go:1333-1345, "this will issue an API request
+//     (aws_loadbalancer.go:1328-1337, "this will issue an API request
 //     every time"), and with additional tags, AddTags on every sync
-//     (:1396-1404). The backend policy, listeners, health check,
+//     (:1389-1399). The backend policy, listeners, health check,
 //     instances and security group rules are diffed and left alone.
 var wantRestartWrites = map[string]map[string]int{
 	"local":     {"ModifyLoadBalancerAttributes": 1},
