@@ -114,7 +114,8 @@ type Checker interface {
 var ErrNotLocal = errors.New("address is not on this node")
 
 // LocalDial is the default check: the address is on one of the node's
-// interfaces (HAProxy's listeners bind it there, on lo or a dummy link),
+// interfaces (the speaker's own link, AddressLink, or lo where the node's
+// configuration put it),
 // and a TCP connection to it on one of its ports succeeds. A connection to
 // a local address never leaves the node's network namespace, so the check
 // needs neither the API server nor the router; it is accepted by the
@@ -222,6 +223,9 @@ type Hooks struct {
 	// CandidatesFailed is a failure to read the candidates (the last list
 	// is kept).
 	CandidatesFailed func(err error)
+	// PlaceFailed is a failure to place the addresses (Placer); the round
+	// goes on, and an address not on the node is not announced.
+	PlaceFailed func(err error)
 }
 
 // AnnouncerConfig is an Announcer's configuration.
@@ -234,6 +238,11 @@ type AnnouncerConfig struct {
 	// Checker verifies each candidate; nil means LocalDial with
 	// CheckTimeout.
 	Checker Checker
+	// Placer, when set, puts the candidates' addresses on the node before
+	// each round's checks (AddressLink); nil: the node's own configuration
+	// does. The checks still decide: an address placed but not served is
+	// not announced.
+	Placer Placer
 	// Interval is the time between two rounds of checks; 0 means 1 s.
 	Interval time.Duration
 	// CheckTimeout bounds one candidate's check; 0 means half the
@@ -252,6 +261,11 @@ type Announcer struct {
 	candidates []Candidate
 	checks     map[netip.Addr]Check
 	leaving    bool
+	// listed: the candidates were read once. Until then nothing is placed,
+	// so a start without the Services never removes an address.
+	listed bool
+	// placeErr is the last placement's failure, logged when it changes.
+	placeErr string
 }
 
 // NewAnnouncer returns an announcer for cfg.
@@ -303,8 +317,8 @@ func (a *Announcer) Run(ctx context.Context) {
 }
 
 // Step is one round: read the candidates (keeping the last list when that
-// fails: the source's outage is not the node's), check each one, decide
-// and hand the decision to the speaker. Called before the speaker's Start,
+// fails: the source's outage is not the node's), place their addresses
+// (Placer), check each one, decide and hand the decision to the speaker. Called before the speaker's Start,
 // it records the first set, which a graceful-restart successor must
 // announce before its End-of-RIB.
 func (a *Announcer) Step(ctx context.Context) error {
@@ -315,8 +329,9 @@ func (a *Announcer) Step(ctx context.Context) error {
 		}
 		a.log.Warn("read the candidates; keeping the last list", "err", err, "candidates", len(a.candidates))
 	} else {
-		a.candidates = cands
+		a.candidates, a.listed = cands, true
 	}
+	a.place(ctx)
 	results := a.checkAll(ctx, a.candidates)
 	next := make(map[netip.Addr]Check, len(results))
 	for addr, err := range results {
@@ -354,6 +369,26 @@ func (a *Announcer) Step(ctx context.Context) error {
 	}
 	a.checks = next
 	return nil
+}
+
+// place has the Placer keep the candidates' addresses and those still
+// announced on the node, once the candidates were read.
+func (a *Announcer) place(ctx context.Context) {
+	if a.cfg.Placer == nil || !a.listed {
+		return
+	}
+	err := a.cfg.Placer.Place(ctx, placeWanted(a.candidates, a.checks))
+	if err != nil && a.cfg.Hooks.PlaceFailed != nil {
+		a.cfg.Hooks.PlaceFailed(err)
+	}
+	switch {
+	case err != nil && err.Error() != a.placeErr:
+		a.log.Error("place the addresses", "err", err)
+		a.placeErr = err.Error()
+	case err == nil && a.placeErr != "":
+		a.log.Info("addresses placed again")
+		a.placeErr = ""
+	}
 }
 
 // checkAll checks every candidate at once (each bounded by the check

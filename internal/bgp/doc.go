@@ -21,7 +21,9 @@
 // What it announces is the Announcer's decision (Decide): a Service address
 // while a TCP connection to one of its ports, made on the node to the
 // address itself, succeeds (the address must be on one of the node's
-// interfaces, so the check never leaves the node), withdrawn after
+// interfaces, so the check never leaves the node: AddressLink puts each
+// candidate's address on a dummy link of the speaker's own, leaving alone
+// one the node already has on another interface), withdrawn after
 // FallCount failed checks in a row, and nothing while the node is leaving
 // (NodeWatcher: the Node's exclusion label, the autoscaler's taint, its
 // deletion; its cordon with WithdrawOnCordon). The check needs neither the

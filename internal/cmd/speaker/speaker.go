@@ -10,9 +10,10 @@
 // routes, stale, for --graceful-restart-time) and the new one starts as a
 // restarting speaker and re-announces before its End-of-RIB.
 //
-// What it announces is verified on the node, not through the API server: an
-// address is announced while it is on one of the node's interfaces and a TCP
-// connection to one of its ports succeeds, so an API outage never withdraws a
+// What it announces is verified on the node, not through the API server: it
+// puts each candidate address on a link of its own (--address-link,
+// zerodrop0), and an address is announced while it is on one of the node's
+// interfaces and a TCP connection to one of its ports succeeds, so an API outage never withdraws a
 // serving node and a node whose HAProxy stops serving is withdrawn. The API
 // server only says whether the node is leaving (its Node's labels, taints
 // and deletion), and its outage keeps the last answer.
@@ -49,6 +50,9 @@ type Config struct {
 	AdoptClassless   bool
 	CheckInterval    time.Duration
 	WithdrawOnCordon bool
+	// AddressLink is the link the speaker puts the candidates' addresses
+	// on (bgp.AddressLink); empty: the node's configuration does.
+	AddressLink string
 }
 
 const (
@@ -64,8 +68,10 @@ const about = `usage: zerodrop speaker [flags]: announce this node's Service add
 
 One process per data-plane node, beside the HAProxy data plane and not inside its pods: that
 DaemonSet surges (two pods per node during an update), and two speakers on one node would open
-two sessions from one address (RFC 4271 6.8). An address is announced while it is on one of the
-node's interfaces and a TCP connection to one of its ports, made on the node, succeeds; it is
+two sessions from one address (RFC 4271 6.8). Each candidate address is put on the speaker's own
+link (--address-link; an address already on another interface, such as lo, is left there), and
+is announced while it is on one of the node's interfaces and a TCP connection to one of its ports,
+made on the node, succeeds; it is
 withdrawn after 3 failed checks in a row, and every address is withdrawn while the node is leaving
 (its Node has the node.kubernetes.io/exclude-from-external-load-balancers label or the
 ToBeDeletedByClusterAutoscaler taint, or is being deleted; cordoned, with --withdraw-on-cordon).
@@ -104,6 +110,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&c.Class, "load-balancer-class", "zerodrop.dev/haproxy", "without --addresses: the spec.loadBalancerClass whose Services' addresses are candidates (the controller's --load-balancer-class)")
 	fs.BoolVar(&c.AdoptClassless, "adopt-classless", false, "without --addresses: Services without a loadBalancerClass are candidates too (the controller's --adopt-classless)")
 	fs.DurationVar(&checkInterval, "check-interval", time.Second, "time between two local checks of every address (each check is bounded by half of it)")
+	fs.StringVar(&c.AddressLink, "address-link", bgp.DefaultAddressLink, "the link (a dummy link, created when missing; needs CAP_NET_ADMIN) the speaker puts each candidate address on as a /32, removing it once no Service has it and never at a stop; an address already on another interface (lo) is left there; empty: put the addresses on the nodes yourself")
 	fs.BoolVar(&withdrawOnCordon, "withdraw-on-cordon", false, "a cordoned node withdraws too: kubectl drain cordons first but leaves the speaker and HAProxy running, so without it a drain followed by a reboot keeps the node's routes stale for the graceful-restart time; off by default because a cordon alone does not stop HAProxy from serving")
 	fs.Usage = func() {
 		fmt.Fprint(out, about)
@@ -305,8 +312,12 @@ func run(ctx context.Context, c Config, log *slog.Logger) error {
 		}
 		cands = svcs
 	}
+	var placer bgp.Placer
+	if c.AddressLink != "" {
+		placer = &bgp.AddressLink{Name: c.AddressLink, Logger: log}
+	}
 	an, err := bgp.NewAnnouncer(bgp.AnnouncerConfig{
-		Speaker: sp, Candidates: cands, Leaving: w.Leaving,
+		Speaker: sp, Candidates: cands, Leaving: w.Leaving, Placer: placer,
 		Interval: c.CheckInterval, Logger: log,
 	})
 	if err != nil {

@@ -36,6 +36,12 @@ func TestParse(t *testing.T) {
 		!slices.Equal(c.Speaker.Peers, wantPeers) || c.CheckInterval != time.Second || c.WithdrawOnCordon {
 		t.Errorf("parsed %+v", c)
 	}
+	if c.AddressLink != "zerodrop0" {
+		t.Errorf("address link %q, want zerodrop0 by default", c.AddressLink)
+	}
+	if off, err := Parse(append(slices.Clone(base), "--address-link="), &bytes.Buffer{}); err != nil || off.AddressLink != "" {
+		t.Errorf("--address-link= (off): %q, %v; want empty", off.AddressLink, err)
+	}
 	if gr := c.Speaker.GracefulRestart; !gr.Enabled || !gr.Restarting || gr.RestartTime != 120*time.Second {
 		t.Errorf("graceful restart %+v, want on, restarting, 120s", gr)
 	}
