@@ -27,8 +27,9 @@ const ProviderAWSEmulator = "aws-emulator"
 var AWSScenarios = []string{"rollout", "rollout-local", "restart-idle", "maintenance"}
 
 // AWSModes are the modes it runs: the real cloud-provider-aws with the
-// typical workload and with the recipe.
-var AWSModes = []report.Mode{report.ModeUpstream, report.ModeRecipe}
+// typical workload, with the recipe, and with zerodrop's gates beside it
+// (gate-only: zerodrop reads the NLB, never writes it).
+var AWSModes = []report.Mode{report.ModeUpstream, report.ModeRecipe, report.ModeGates}
 
 // AWSRecipe is the recipe as the EKS Best Practices Guide gives it
 // (Load Balancing, "Availability and Pod Lifecycle": a preStop hook that
@@ -63,7 +64,7 @@ func (f flags) awsWorld(opts *scenarios.Options, stderr io.Writer) (*aws.World, 
 	}
 	for _, m := range opts.Modes {
 		if !slices.Contains(AWSModes, m) {
-			bad = fmt.Sprintf("--provider %s runs the modes upstream and recipe (the real cloud-provider-aws), not %s", ProviderAWSEmulator, m)
+			bad = fmt.Sprintf("--provider %s runs the modes upstream, recipe and gates (the real cloud-provider-aws writing), not %s", ProviderAWSEmulator, m)
 		}
 	}
 	switch {
@@ -104,6 +105,13 @@ func writeAWSFigures(w io.Writer, results []report.Result) {
 		fmt.Fprintf(w, "%s: writes %s, %d reads, refused %s, %d CCM sync errors, %d instance-metadata connections; %s (cloud-provider-aws %s), registration delay %gs, propagation %gs, deregistration delay %gs\n",
 			name, ops(a.Writes), a.Reads, ops(a.Refused), a.SyncErrors, a.MetadataConnections, a.LoadBalancer, a.CCMRelease,
 			a.RegistrationDelaySeconds, a.PropagationSeconds, a.DeregistrationDelaySeconds)
+		if z := a.Zerodrop; z != nil {
+			fmt.Fprintf(w, "%s: zerodrop's calls: writes %s, reads %s, refused %s\n", name, ops(z.Writes), ops(z.Reads), ops(z.Refused))
+		}
+		if h := a.HealthCheckResets; h != nil {
+			fmt.Fprintf(w, "%s: health-check resets: %d targets turned unhealthy, %d failed requests and %d broken WebSockets reset then\n",
+				name, h.Unhealthy, h.Requests, h.LongConns)
+		}
 		for i, s := range a.Stops {
 			fmt.Fprintf(w, "%s: stop %d (%s): writes %s\n", name, i+1, s, ops(a.WritesPerStop[i]))
 		}

@@ -33,6 +33,10 @@ func TestAWSFlags(t *testing.T) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
 		}
 	}
+	if code, out, errOut := run("--mode", "gates", "--scenario", "rollout,rollout-local", "--traffic-policy", "local"); code != 0 ||
+		!strings.Contains(out, "rollout node/local gates") || !strings.Contains(out, "rollout-local node/local gates") {
+		t.Errorf("--mode gates: exit %d, plan %q, stderr %q: want the gated rollouts planned", code, out, errOut)
+	}
 	if code, out, errOut := run("--scenario", "all", "--mode", "upstream"); code != 0 || !strings.Contains(out, "not run: churn: does not run on emulated AWS") {
 		t.Errorf("--scenario all: exit %d, plan %q, stderr %q: want churn named as not run", code, out, errOut)
 	}

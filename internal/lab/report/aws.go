@@ -14,11 +14,20 @@ type AWSFigures struct {
 	// LoadBalancer is the workload's NLB's DNS name, Frontend the address
 	// the lab resolves it to.
 	LoadBalancer string `json:"load_balancer,omitempty"`
-	// Writes are the act's accepted writes by operation; Reads its
-	// Describe calls; Refused its refused calls by error code.
+	// Writes are the CCM's accepted writes in the act by operation; Reads
+	// its Describe calls; Refused its refused calls by error code.
 	Writes  map[string]int `json:"writes_by_operation"`
 	Reads   int            `json:"reads"`
 	Refused map[string]int `json:"refused_by_code,omitempty"`
+	// Zerodrop is what zerodrop's gates called in the act (gates mode),
+	// told from the CCM's calls by the key that signed them.
+	Zerodrop *AWSCalls `json:"zerodrop,omitempty"`
+	// HealthCheckResets are the act's failed requests and broken
+	// WebSockets that were reset (RST) as a target of the Service turned
+	// unhealthy in the data plane: AWS's connection termination on an
+	// unhealthy target, which no gate can prevent (docs/aws.md), counted
+	// apart from the other failures.
+	HealthCheckResets *AWSResets `json:"health_check_resets,omitempty"`
 	// Stops are the writer's stops (restart-idle, maintenance), by
 	// signal; WritesPerStop the accepted writes by operation from each
 	// stop to the next (the last: to the act's end).
@@ -29,4 +38,25 @@ type AWSFigures struct {
 	// client made (it must make none).
 	SyncErrors          int   `json:"ccm_sync_errors"`
 	MetadataConnections int64 `json:"metadata_connections"`
+}
+
+// AWSCalls are one client's calls in a stretch of the record.
+type AWSCalls struct {
+	// Writes are the calls other than Describe*, accepted or not, by
+	// operation; Reads the Describe calls by operation; Refused the
+	// refused calls by error code.
+	Writes  map[string]int `json:"writes_by_operation"`
+	Reads   map[string]int `json:"reads_by_operation"`
+	Refused map[string]int `json:"refused_by_code,omitempty"`
+}
+
+// AWSResets count the failures a health check's reset explains.
+type AWSResets struct {
+	// Unhealthy is how many times a target of the Service turned
+	// unhealthy with its connections reset, in the act.
+	Unhealthy int `json:"targets_turned_unhealthy"`
+	// Requests and LongConns are the failed requests and broken
+	// WebSockets reset within a moment of one of those turns.
+	Requests  int64 `json:"requests"`
+	LongConns int64 `json:"long_conns"`
 }

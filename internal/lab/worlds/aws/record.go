@@ -19,7 +19,10 @@ import (
 // emulator's record: the accepted writes by operation, the reads, the
 // refused calls by code; per stop of the writer (world.RestartObserver),
 // the writes by operation from that stop to the next; the CCM's failed
-// syncs in its log and any call its metadata client made.
+// syncs in its log and any call its metadata client made. The CCM signs
+// with the emulator's first key, zerodrop's gates with its second
+// (controller.go): zerodrop's calls are counted apart, and any that is
+// not a Describe fails the run.
 
 var (
 	_ world.Measurer        = (*run)(nil)
@@ -29,9 +32,10 @@ var (
 // actRecord is where the act's stretch of the record starts, its stops,
 // and where each CCM log ended then.
 type actRecord struct {
-	mark  int
-	stops []stopAt
-	logs  map[string]int64
+	mark   int
+	stops  []stopAt
+	logs   map[string]int64
+	resets resetWatch // resets.go
 }
 
 // stopAt is one stop of the writer: its signal's name and where the
@@ -52,6 +56,7 @@ func (a *run) ActStart(ctx context.Context) error {
 			a.act.logs[c.name] = fi.Size()
 		}
 	}
+	a.act.resets.watch(a.workloadTargets)
 	return nil
 }
 
@@ -64,6 +69,7 @@ func (a *run) Stopping(_ int, stop string) {
 // ActEnd waits for the writer to go quiet and adds the act's figures to
 // res; a call of the CCM's metadata client fails the run.
 func (a *run) ActEnd(ctx context.Context, res *report.Result) error {
+	onsets := a.act.resets.end()
 	settleRecord(ctx, a.emu)
 	calls, end := a.emu.Calls(a.act.mark)
 	o := a.w.opts
@@ -71,13 +77,21 @@ func (a *run) ActEnd(ctx context.Context, res *report.Result) error {
 		RegistrationDelaySeconds: o.RegistrationDelay.Seconds(), PropagationSeconds: o.Propagation.Seconds(),
 		DeregistrationDelaySeconds: awsapi.DefaultDeregistrationDelay.Seconds(),
 		MetadataConnections:        a.imds.conns.Load()}
-	fig.Writes, fig.Reads, fig.Refused = countCalls(calls)
+	fig.Writes, fig.Reads, fig.Refused = countCalls(byCaller(calls, awsapi.AccessKeyID))
+	zd := callsOf(byCaller(calls, awsapi.SecondAccessKeyID))
+	if a.env.Mode == report.ModeGates {
+		fig.Zerodrop = &zd
+	}
+	if start, err := time.Parse(time.RFC3339Nano, res.TrafficStart); err == nil && res.Timeline != nil {
+		r := healthCheckResets(onsets, start, res.Timeline.Failures)
+		fig.HealthCheckResets = &r
+	}
 	if svc, err := a.env.CP.Client.CoreV1().Services(a.svc.Namespace).Get(ctx, a.svc.Name, metav1.GetOptions{}); err == nil &&
 		len(svc.Status.LoadBalancer.Ingress) > 0 {
 		fig.LoadBalancer = svc.Status.LoadBalancer.Ingress[0].Hostname
 	}
 	for _, s := range stretches(a.act.mark, end, a.act.stops) {
-		w, _, _ := countCalls(calls[s.from:s.to])
+		w, _, _ := countCalls(byCaller(calls[s.from:s.to], awsapi.AccessKeyID))
 		fig.Stops = append(fig.Stops, s.name)
 		fig.WritesPerStop = append(fig.WritesPerStop, w)
 	}
@@ -88,7 +102,42 @@ func (a *run) ActEnd(ctx context.Context, res *report.Result) error {
 	if fig.MetadataConnections > 0 {
 		return fmt.Errorf("the CCM's instance-metadata client made %d connections: it must make none", fig.MetadataConnections)
 	}
+	if len(zd.Writes) > 0 {
+		return fmt.Errorf("zerodrop called %v on AWS: gate-only must only read", zd.Writes)
+	}
 	return nil
+}
+
+// byCaller is the calls signed with the access key id.
+func byCaller(calls []awsapi.Call, id string) []awsapi.Call {
+	var out []awsapi.Call
+	for _, c := range calls {
+		if c.Caller == id {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// callsOf counts one client's calls: every call other than Describe*
+// (accepted or refused: gate-only must not even try) and the Describe
+// calls by operation, the refused ones by code.
+func callsOf(calls []awsapi.Call) report.AWSCalls {
+	out := report.AWSCalls{Writes: map[string]int{}, Reads: map[string]int{}}
+	for _, c := range calls {
+		if strings.HasPrefix(c.Operation, "Describe") {
+			out.Reads[c.Operation]++
+		} else {
+			out.Writes[c.Operation]++
+		}
+		if c.Error != "" {
+			if out.Refused == nil {
+				out.Refused = map[string]int{}
+			}
+			out.Refused[c.Error]++
+		}
+	}
+	return out
 }
 
 // countCalls counts a stretch of the record: accepted writes by

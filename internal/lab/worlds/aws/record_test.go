@@ -55,3 +55,30 @@ func TestStretches(t *testing.T) {
 		}
 	}
 }
+
+// TestCallsByCaller: the CCM's and zerodrop's calls are told apart by the
+// key that signed them, and every call of zerodrop's other than a
+// Describe counts as a write, refused or not.
+func TestCallsByCaller(t *testing.T) {
+	calls := []awsapi.Call{
+		{Operation: "DescribeTargetHealth", Status: http.StatusOK, Caller: awsapi.SecondAccessKeyID},
+		{Operation: "DescribeTargetHealth", Status: http.StatusOK, Caller: awsapi.SecondAccessKeyID},
+		{Operation: "DescribeLoadBalancers", Status: http.StatusBadRequest, Error: "Throttling", Caller: awsapi.SecondAccessKeyID},
+		{Operation: "ModifyTargetGroup", Status: http.StatusOK, Caller: awsapi.AccessKeyID},
+		{Operation: "DeregisterTargets", Status: http.StatusForbidden, Error: "AccessDenied", Caller: awsapi.SecondAccessKeyID},
+	}
+	ccmWrites, _, _ := countCalls(byCaller(calls, awsapi.AccessKeyID))
+	if want := map[string]int{"ModifyTargetGroup": 1}; !maps.Equal(ccmWrites, want) {
+		t.Errorf("the CCM's writes %v, want %v", ccmWrites, want)
+	}
+	zd := callsOf(byCaller(calls, awsapi.SecondAccessKeyID))
+	if want := map[string]int{"DeregisterTargets": 1}; !maps.Equal(zd.Writes, want) {
+		t.Errorf("zerodrop's writes %v, want %v (a refused write is still one it tried)", zd.Writes, want)
+	}
+	if want := map[string]int{"DescribeTargetHealth": 2, "DescribeLoadBalancers": 1}; !maps.Equal(zd.Reads, want) {
+		t.Errorf("zerodrop's reads %v, want %v", zd.Reads, want)
+	}
+	if want := map[string]int{"Throttling": 1, "AccessDenied": 1}; !maps.Equal(zd.Refused, want) {
+		t.Errorf("zerodrop's refused calls %v, want %v", zd.Refused, want)
+	}
+}

@@ -21,7 +21,9 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/awsdp"
 	"zerodrop.dev/zerodrop/internal/lab/ccm"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
 )
 
@@ -52,6 +54,7 @@ type run struct {
 	mu        sync.Mutex
 	stopWatch func() // OnWrite's poller
 	resolved  string // the DNS name Resolve was asked for
+	listener  string // the workload's listener, frontend:port, as Backends was last asked
 }
 
 // NewRun is the world's side of one run.
@@ -139,16 +142,47 @@ func (a *run) Stop() {
 }
 
 // OwnsWriters: the writer of the upstream and recipe modes is the CCM
-// alone.
-func (a *run) OwnsWriters() bool { return true }
+// alone; in gates mode zerodrop's controller pods run beside it.
+func (a *run) OwnsWriters() bool { return a.env.Mode != report.ModeGates }
 
-// Service asks the CCM for a Network Load Balancer.
+// ControllerArgs are gates mode's controller flags: `zerodrop lab
+// aws-controller` (controller.go), which runs `zerodrop controller
+// --provider aws` with the emulator as its endpoint, the run's cluster ID
+// and region, and --aws-propagation the emulator's own propagation (the
+// assumption docs/aws.md names, here true by construction); production
+// defaults otherwise.
+func (a *run) ControllerArgs([]string) []string {
+	env := a.env
+	return []string{
+		"lab", Command, "--emulator-ca=" + a.served.CAFile,
+		"--provider=aws",
+		"--kubeconfig=" + env.Net.Kubeconfig,
+		"--load-balancer-class=" + env.Class,
+		"--aws-endpoint=" + a.served.URL, "--aws-region=" + awsapi.DefaultRegion, "--aws-cluster-id=" + clusterID,
+		"--aws-propagation=" + a.w.opts.Propagation.String(),
+	}
+}
+
+// Service asks the CCM for a Network Load Balancer, and in gates mode
+// marks the Service gate-only for zerodrop.
 func (a *run) Service(svc *corev1.Service) {
 	a.svc = types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	if svc.Annotations == nil {
 		svc.Annotations = map[string]string{}
 	}
 	svc.Annotations[nlbAnnotation] = "nlb"
+	if a.env.Mode == report.ModeGates {
+		svc.Annotations[model.AnnotationGateOnly] = "true"
+	}
+}
+
+// Forwards: zerodrop's controller pods reach the run's emulator on their
+// loopback, as they reach the API server.
+func (a *run) Forwards() []string {
+	if a.served == nil || a.env.Mode != report.ModeGates {
+		return nil
+	}
+	return []string{strings.TrimPrefix(a.served.URL, "https://")}
 }
 
 var _ world.Resolver = (*run)(nil)
@@ -179,6 +213,9 @@ func (a *run) Backends(_ context.Context, addr string) ([]provider.BackendStatus
 	if err != nil {
 		return nil, fmt.Errorf("backends at %q: %w", addr, err)
 	}
+	a.mu.Lock()
+	a.listener = addr
+	a.mu.Unlock()
 	if err := a.dp.Err(); err != nil {
 		return nil, err
 	}
@@ -209,6 +246,19 @@ func (a *run) Writes() (int64, error) {
 func (a *run) SteadyTimeout(int32) time.Duration {
 	o := a.w.opts
 	return o.RegistrationDelay + 3*awsapi.ClusterCheck.Interval + o.Propagation
+}
+
+// workloadTargets are the programmed targets of the workload's listener
+// (the one Backends was last asked for).
+func (a *run) workloadTargets() ([]awsdp.Target, error) {
+	a.mu.Lock()
+	addr := a.listener
+	a.mu.Unlock()
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("the workload's listener %q: %w", addr, err)
+	}
+	return a.dp.Targets(ap.Addr(), ap.Port())
 }
 
 var _ world.WriteWatcher = (*run)(nil)

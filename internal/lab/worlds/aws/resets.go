@@ -1,0 +1,119 @@
+package aws
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	"zerodrop.dev/zerodrop/internal/lab/awsdp"
+	"zerodrop.dev/zerodrop/internal/lab/report"
+	"zerodrop.dev/zerodrop/internal/lab/traffic"
+)
+
+// What no gate can prevent on AWS: with connection termination on
+// unhealthy targets (AWS's default, which the CCM cannot change), the
+// data plane resets a target's established connections when the target
+// turns unhealthy — with Local, when its node's last pod starts
+// terminating. The world watches the data plane's programmed targets of
+// the workload's listener through the act, notes each turn to reset, and
+// counts the act's failures that are resets (RST) within a moment of one
+// apart from the others (docs/aws.md, "What gate-only cannot fix").
+
+// The moment around a turn to reset in which a reset the clients saw is
+// the health check's: the watch reads the programmed state every
+// resetPoll, after the ruleset took it; a WebSocket sends every 200 ms and
+// a request in flight gets the reset at once, so the client sees it
+// within resetAfter.
+const (
+	resetPoll   = 100 * time.Millisecond
+	resetBefore = 2 * resetPoll
+	resetAfter  = 2 * time.Second
+)
+
+// resetWatch notes when the data plane turned a target of one listener to
+// reset.
+type resetWatch struct {
+	mu     sync.Mutex
+	onsets []time.Time
+	stop   func()
+}
+
+// watch polls targets (the listener's programmed targets) every resetPoll
+// until stopped.
+func (w *resetWatch) watch(targets func() ([]awsdp.Target, error)) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	w.stop = func() { close(quit); <-done }
+	go func() {
+		defer close(done)
+		was := map[netip.AddrPort]bool{}
+		if ts, err := targets(); err == nil {
+			for _, t := range ts {
+				was[t.Addr] = t.Reset
+			}
+		}
+		tick := time.NewTicker(resetPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+			ts, err := targets()
+			if err != nil {
+				continue
+			}
+			now := time.Now()
+			w.mu.Lock()
+			w.onsets = append(w.onsets, turnedReset(was, ts, now)...)
+			w.mu.Unlock()
+		}
+	}()
+}
+
+// turnedReset updates was (each target's reset, by address) from ts and
+// returns now once for each target that turned to reset since.
+func turnedReset(was map[netip.AddrPort]bool, ts []awsdp.Target, now time.Time) []time.Time {
+	var out []time.Time
+	for _, t := range ts {
+		if t.Reset && !was[t.Addr] {
+			out = append(out, now)
+		}
+		was[t.Addr] = t.Reset
+	}
+	return out
+}
+
+// end stops the watch and returns the turns it saw.
+func (w *resetWatch) end() []time.Time {
+	if w.stop != nil {
+		w.stop()
+		w.stop = nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.onsets
+}
+
+// healthCheckResets counts the failures (At from start) that are resets
+// within [onset−resetBefore, onset+resetAfter] of a turn to reset.
+func healthCheckResets(onsets []time.Time, start time.Time, failures []traffic.Failure) report.AWSResets {
+	r := report.AWSResets{Unhealthy: len(onsets)}
+	for _, f := range failures {
+		if f.Kind != traffic.KindReset {
+			continue
+		}
+		at := start.Add(f.At)
+		for _, o := range onsets {
+			if !at.Before(o.Add(-resetBefore)) && !at.After(o.Add(resetAfter)) {
+				if f.Source == "long" {
+					r.LongConns++
+				} else {
+					r.Requests++
+				}
+				break
+			}
+		}
+	}
+	return r
+}
