@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -14,12 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"zerodrop.dev/zerodrop/internal/bgp"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/world"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
-	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // A run's data plane behind the lab's FRR (--router frr-ecmp or
@@ -31,17 +29,14 @@ import (
 // reaches (routedView).
 
 // startFRRRoutes readies the run's routing through FRR once the chart's
-// data plane serves: each load-balancer host gets the run's address pool
-// on its loopback as /32 addresses (the speaker announces an address only
-// while it is on one of the node's interfaces, and the lab's AnyIP route of
-// the whole frontend range is no interface address); the run's pool is
-// unreachable in the router (more specific than the stand-in's route of
-// the range, less than an announced address), so an address no node
-// announces is not reached; and every node's session must be Established.
+// data plane serves: the run's pool is unreachable in the router (more
+// specific than the stand-in's route of the range, less than an announced
+// address), so an address no node announces is not reached; and every
+// node's session must be Established. The lab puts no address on the
+// hosts: each speaker puts the Service addresses on its own link
+// (haproxy.bgp.addressLink), which the lab's AnyIP route of the whole
+// frontend range (no interface address) would not stand in for.
 func (p *Plane) startFRRRoutes(ctx context.Context) error {
-	if err := p.poolAddresses(ctx, "add"); err != nil {
-		return err
-	}
 	// The run's pool, not the stand-in's route of the whole range: zebra
 	// has adopted that route's nexthop group from the kernel, and a
 	// route replaced under it leaves zebra holding the group, which it
@@ -64,15 +59,19 @@ func (p *Plane) startFRRRoutes(ctx context.Context) error {
 	return nil
 }
 
-// stopFRRRoutes takes the run's addresses off the hosts' loopbacks and its
-// pool's unreachable route out of the router, and puts the exclusion label
-// back on their Nodes.
+// stopFRRRoutes takes the run's pool's unreachable route out of the
+// router, deletes the speakers' address links from the hosts (a speaker
+// leaves its addresses in place when it stops, for its successor), and
+// puts the exclusion label back on their Nodes.
 func (p *Plane) stopFRRRoutes(ctx context.Context) {
 	if err := p.cfg.FRR.host.Run(ctx, "ip", "route", "del", "unreachable", cluster.FrontendPool(p.cfg.RunID)); err != nil {
 		p.cfg.Logf("%s: remove the run's unreachable route from the router: %v", p.cfg.Name, err)
 	}
-	if err := p.poolAddresses(ctx, "del"); err != nil {
-		p.cfg.Logf("%s: remove the run's addresses from the hosts: %v", p.cfg.Name, err)
+	for _, h := range p.cfg.Net.LBs {
+		// Gone already when no speaker ran there.
+		if err := h.Run(ctx, "ip", "link", "del", bgp.DefaultAddressLink); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+			p.cfg.Logf("%s: delete the speaker's link %s from %s: %v", p.cfg.Name, bgp.DefaultAddressLink, h.Name, err)
+		}
 	}
 	if err := p.excludeHosts(ctx, true); err != nil {
 		p.cfg.Logf("%s: label the data-plane Nodes again: %v", p.cfg.Name, err)
@@ -95,30 +94,6 @@ func (p *Plane) excludeHosts(ctx context.Context, on bool) error {
 	for i := range p.cfg.Net.LBs {
 		if _, err := p.cfg.Client.CoreV1().Nodes().Patch(ctx, cluster.HostNodeName(i), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// poolAddresses runs `ip addr verb A/32 dev lo` on every load-balancer
-// host for every address A of the run's pool, in one batch per host.
-func (p *Plane) poolAddresses(ctx context.Context, verb string) error {
-	pool := netip.MustParsePrefix(cluster.FrontendPool(p.cfg.RunID))
-	var b strings.Builder
-	for a := pool.Addr(); pool.Contains(a); a = a.Next() {
-		fmt.Fprintf(&b, "addr %s %s/32 dev lo\n", verb, a)
-	}
-	batch := filepath.Join(p.cfg.Dir, "pool-"+verb+".batch")
-	if err := os.MkdirAll(p.cfg.Dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(batch, []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	var errs []error
-	for _, h := range p.cfg.Net.LBs {
-		if err := supervisor.Run(ctx, supervisor.Command{Name: "ip", Args: []string{"-n", h.Name, "-force", "-batch", batch}}); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", h.Name, err))
 		}
 	}
 	return errors.Join(errs...)
