@@ -67,8 +67,8 @@ type AWSConfig struct {
 // awsServiceIDs are the SDK ServiceIDs the CCM's endpoint resolvers match
 // an override's Service against (config.go, v1.37.1: ec2.ServiceID,
 // elb.ServiceID, elbv2.ServiceID, kms.ServiceID). All point at the
-// emulator, which serves EC2 and ELBv2 and refuses the others' API
-// versions, so that no call of any client leaves loopback.
+// emulator, which serves EC2, ELBv2 and the classic ELB and refuses the
+// other API versions (KMS), so that no call of any client leaves loopback.
 var awsServiceIDs = []string{"EC2", "Elastic Load Balancing", "Elastic Load Balancing v2", "KMS"}
 
 // CloudConfig is the CCM's gcfg cloud config: the region and zone given
