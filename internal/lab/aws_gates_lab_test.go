@@ -1,0 +1,89 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestLabAWSGates is gates mode's lab test on emulated AWS: the real
+// aws-cloud-controller-manager writes the NLB of instance targets, and
+// `zerodrop controller --provider aws` gates the pods of the gate-only
+// Service, externalTrafficPolicy Local, through a rolling update that
+// moves the workload's pod to another node (rollout-local: each pod its
+// node's last, the termination gate's hard case), the emulator's
+// registration delay and propagation scaled down (the health checks keep
+// the CCM's 10 s interval: the world has no option for it). The grace
+// period covers docs/aws.md's bound at these clocks (K + U·I + A + R + P
+// ≈ 1 + 20 + 5 + 0 + 5 = 31 s, within 60 s less the 20 s shutdown
+// budget). Every failed request and broken WebSocket must be a health
+// check's reset (AWS's connection termination on an unhealthy target,
+// which no gate prevents: counted apart), apart from requests the lab's own
+// client sent late because its process stalled; no preStop drain hook may
+// fail or end at its deadline; zerodrop must make no call to AWS but
+// Describes, and some of those.
+//
+//	go test -count=1 -run TestLabAWSGates ./internal/lab/
+func TestLabAWSGates(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "lab.json")
+	workDir := filepath.Join(dir, "work")
+	if err := os.Mkdir(workDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(interrupted, 8*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := Run(ctx, []string{"--provider", "aws-emulator", "--scenario", "rollout-local", "--mode", "gates", "--traffic-policy", "local",
+		"--aws-registration-delay", "5s", "--aws-propagation", "5s", "--grace-period", "60s",
+		"--json", jsonPath, "--dir", workDir}, &stdout, &stderr)
+	t.Logf("lab took %s\n%s\n%s", time.Since(start).Round(time.Second), stderr.String(), stdout.String())
+	defer func() {
+		if t.Failed() {
+			logEvidence(t, filepath.Join(workDir, "lab.log"))
+		}
+	}()
+	if code != 0 {
+		t.Fatalf("zerodrop lab exited %d", code)
+	}
+	rep, raw := readReport(t, jsonPath)
+	if len(rep.Scenarios) != 1 {
+		t.Fatalf("report %s: want one run", raw)
+	}
+	r := rep.Scenarios[0]
+	a := r.AWS
+	if a == nil || a.Zerodrop == nil || a.HealthCheckResets == nil {
+		t.Fatalf("no AWS figures, zerodrop's calls or health-check resets in %s", raw)
+	}
+	if r.Requests < 100 || r.LongConns == 0 {
+		t.Errorf("too little traffic through the NLB: %d requests, %d WebSockets", r.Requests, r.LongConns)
+	}
+	h := a.HealthCheckResets
+	if n := r.FailedRequests - h.Requests - r.RequestsLateStall; n > 0 {
+		t.Errorf("%d of %d requests failed other than by a health check's reset (%d) or the lab client's stall (%d)",
+			n, r.FailedRequests, h.Requests, r.RequestsLateStall)
+	}
+	if n := r.LongConnsBroken - h.LongConns; n > 0 {
+		t.Errorf("%d of %d WebSockets broke other than by a health check's reset (%d)", n, r.LongConnsBroken, h.LongConns)
+	}
+	if r.HookFailures > 0 || r.DrainDeadline > 0 {
+		t.Errorf("%d preStop drain hooks failed, %d drain calls ended at their deadline: a pod stopped undrained", r.HookFailures, r.DrainDeadline)
+	}
+	if r.DrainDrained == 0 {
+		t.Error("no drain call answered drained: the termination gate did not run")
+	}
+	z := a.Zerodrop
+	reads := 0
+	for _, n := range z.Reads {
+		reads += n
+	}
+	if len(z.Writes) > 0 || reads == 0 || z.Reads["DescribeTargetHealth"] == 0 {
+		t.Errorf("zerodrop's calls: writes %v, reads %v: want no write and DescribeTargetHealth among its reads", z.Writes, z.Reads)
+	}
+	t.Logf("rollout-local, gates on emulated AWS: %d of %d requests failed (%d health-check resets, %d client stalls), %d of %d WebSockets broken (%d health-check resets), %d targets turned unhealthy; zerodrop's reads %v; the CCM's writes %v; %.1f s to steady",
+		r.FailedRequests, r.Requests, h.Requests, r.RequestsLateStall, r.LongConnsBroken, r.LongConns, h.LongConns, h.Unhealthy, z.Reads, a.Writes, r.RolloutSeconds)
+}
