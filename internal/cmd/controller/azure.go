@@ -36,8 +36,8 @@ type AzureConfig struct {
 	// try of an ARM request, and of the wait for a write ARM accepted.
 	TryTimeout  time.Duration
 	PollTimeout time.Duration
-	// Read bounds the Service controller's ARM reads (--azure-read-qps,
-	// --azure-read-burst; zero: DefaultAzureRead).
+	// Read bounds the provider's ARM reads, every GET it causes
+	// (--azure-read-qps, --azure-read-burst; zero: DefaultAzureRead).
 	Read ReadLimit
 	// RuleHealth, RuleHealthQPS and RuleHealthBurst are azure.Options'
 	// RuleHealth, HealthQPS and HealthBurst: the gates' read-back of probe
@@ -91,7 +91,8 @@ func (a *AzureConfig) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&a.GateOnlyLoadBalancers, "azure-gate-only-load-balancers", "", "azure: comma-separated load balancers another controller writes "+
 		"(the cloud-controller-manager's, e.g. kubernetes-internal), read and never written: the pods of Services annotated "+
 		"zerodrop.dev/gate-only=true get the gates, from the rule of the Service's ingress address and port there; empty: gate-only is off")
-	a.Read.flags(fs, "azure", DefaultAzureRead, "each an ARM GET, under Azure Resource Manager's read bucket of 250 refilled at 25 a second per principal, subscription and region, "+
+	a.Read.flags(fs, "azure", DefaultAzureRead, "each an ARM GET; the same budget bounds every other GET zerodrop sends ARM: the gates' reads, "+
+		"each poll of a write's or a rule-health read's operation and its final GET, retries; all under Azure Resource Manager's read bucket of 250 refilled at 25 a second per principal, subscription and region, "+
 		"and Microsoft.Network's 10,000 GETs per 5 minutes per subscription and region, shared with every other client there")
 }
 
@@ -198,6 +199,11 @@ func (a *AzureConfig) options() (azure.Options, error) {
 		RuleHealth: a.RuleHealth, HealthQPS: a.RuleHealthQPS, HealthBurst: a.RuleHealthBurst,
 		GateOnlyLoadBalancers: a.gateOnlyNames(),
 	}
+	// The read limit bounds every ARM GET the provider causes (its SDK
+	// pipeline's budget, the polls of writes included), not only the
+	// Service controller's reads, which it also bounds (serviceOptions).
+	read := a.Read.orDefault(DefaultAzureRead)
+	opts.ReadQPS, opts.ReadBurst = read.QPS, read.Burst
 	if a.Credential != nil || a.ClientOptions != nil {
 		opts.Credential, opts.ClientOptions = a.Credential, a.ClientOptions
 		return opts, nil

@@ -65,6 +65,13 @@ type Options struct {
 	// empty its bucket (ARMThrottle); zero: never (limits.go). Off by
 	// default, like Limits.
 	Throttle Throttle
+	// RecordPolls records every poll of an operation's status
+	// (Kind "operation") and every read of its result ("operationResult")
+	// as a Call, so that a figure counts each GET a client sent. Off by
+	// default: polls are many (one each PollRetryAfter for as long as an
+	// operation runs), and earlier records left them out; a poll that
+	// learns its write was superseded is recorded either way.
+	RecordPolls bool
 }
 
 // Faults are injected into requests that are not polls. Rate is the share of

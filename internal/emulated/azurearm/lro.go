@@ -170,6 +170,20 @@ func (e *Emulator) recordSuperseded(req *http.Request, op *operation) {
 	e.appendCall(c)
 }
 
+// recordPoll records a GET of an operation's status or result when
+// Options.RecordPolls asks for it. Polls are never throttled (serve), so
+// they answer 200 unless the operation is unknown.
+func (e *Emulator) recordPoll(req *http.Request, t target, rep *reply) {
+	if !e.opts.RecordPolls {
+		return
+	}
+	c := Call{Time: time.Now(), Client: clientOf(req), Method: req.Method, Kind: t.kind,
+		Resource: "operations/" + t.operation, APIVersion: t.apiVersion, Status: rep.status}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.appendCall(c)
+}
+
 // setRetryAfter says when to poll again: ARM's Retry-After in seconds, or
 // for an emulator faster than ARM the milliseconds azcore also reads.
 func setRetryAfter(h http.Header, d time.Duration) {

@@ -228,6 +228,8 @@ func (e *Emulator) serve(req *http.Request, body []byte) (out *reply) {
 		e.mu.Unlock()
 		if canceled != nil {
 			e.recordSuperseded(req, canceled)
+		} else {
+			e.recordPoll(req, t, rep)
 		}
 		return rep
 	case kOperationResult:
@@ -235,6 +237,7 @@ func (e *Emulator) serve(req *http.Request, body []byte) (out *reply) {
 		e.mu.Lock()
 		e.counters.Polls++
 		e.mu.Unlock()
+		e.recordPoll(req, t, rep)
 		return rep
 	}
 	if rep := checkAuth(req); rep != nil {

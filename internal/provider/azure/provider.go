@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -97,6 +98,11 @@ type Options struct {
 	// may include one of LoadBalancers: zerodrop's children on a load
 	// balancer it shares are written as ever, the others only read.
 	GateOnlyLoadBalancers []string
+	// ReadQPS and ReadBurst are the budget of every ARM GET the provider
+	// causes, the SDK's polls and final GETs included (budget.go; defaults
+	// DefaultReadQPS, DefaultReadBurst).
+	ReadQPS   float64
+	ReadBurst int
 	// MaxFrontends and MaxRules are the most frontend IP configurations
 	// and rules (load-balancing and inbound NAT) one load balancer may
 	// have (defaults DefaultMaxFrontends and DefaultMaxRules, a Standard
@@ -176,6 +182,12 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if opts.HealthTimeout <= 0 {
 		opts.HealthTimeout = DefaultHealthTimeout
 	}
+	if opts.ReadQPS <= 0 {
+		opts.ReadQPS = DefaultReadQPS
+	}
+	if opts.ReadBurst <= 0 {
+		opts.ReadBurst = DefaultReadBurst
+	}
 	if opts.MaxFrontends <= 0 {
 		opts.MaxFrontends = DefaultMaxFrontends
 	}
@@ -205,6 +217,9 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		copts.Retry.TryTimeout = DefaultTryTimeout
 	}
 	opts.TryTimeout = copts.Retry.TryTimeout
+	reads := newReadBudget(opts.ReadQPS, opts.ReadBurst)
+	copts.PerCallPolicies = append(slices.Clone(copts.PerCallPolicies), reads.perCall())
+	copts.PerRetryPolicies = append(slices.Clone(copts.PerRetryPolicies), reads.perTry())
 	factory, err := armnetwork.NewClientFactory(opts.SubscriptionID, opts.Credential, copts)
 	if err != nil {
 		return nil, fmt.Errorf("azure: clients: %w", err)

@@ -11,6 +11,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider"
+	"zerodrop.dev/zerodrop/internal/provider/azure"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
@@ -157,7 +158,10 @@ func TestRandomWalkRoundTrip(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
 			emu := azurearm.New(azurearm.Options{Seed: seed})
 			var writes []string
-			p := newProvider(t, emu, provider.Hooks{Write: func(op string) { writes = append(writes, op) }})
+			// 80 steps of reads and polls: a read budget as large as the
+			// walk needs (the budget is budget_env_test.go's subject).
+			p := newProviderWith(t, emu, provider.Hooks{Write: func(op string) { writes = append(writes, op) }},
+				func(o *azure.Options) { o.ReadQPS, o.ReadBurst = 1000, 1000 })
 			ctx := context.Background()
 			w := &world{svcs: map[string]*svcState{}, nodes: addrs("10.240.0", 2)}
 			poolPuts := 0
