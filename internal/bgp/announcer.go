@@ -115,12 +115,12 @@ var ErrNotLocal = errors.New("address is not on this node")
 
 // LocalDial is the default check: the address is on one of the node's
 // interfaces (the speaker's own link, AddressLink, or lo where the node's
-// configuration put it),
-// and a TCP connection to it on one of its ports succeeds. A connection to
-// a local address never leaves the node's network namespace, so the check
-// needs neither the API server nor the router; it is accepted by the
-// kernel's listen queue, so it fails when no listener is open (HAProxy
-// stopped or its listener closed), not when HAProxy is slow to accept.
+// configuration put it), and a TCP connection to it on one of its ports
+// succeeds. A connection to a local address never leaves the node's
+// network namespace, so the check needs neither the API server nor the
+// router; it is accepted by the kernel's listen queue, so it fails when no
+// listener is open (HAProxy stopped or its listener closed), not when
+// HAProxy is slow to accept.
 type LocalDial struct {
 	// Timeout bounds one check, all ports together.
 	Timeout time.Duration
@@ -318,9 +318,9 @@ func (a *Announcer) Run(ctx context.Context) {
 
 // Step is one round: read the candidates (keeping the last list when that
 // fails: the source's outage is not the node's), place their addresses
-// (Placer), check each one, decide and hand the decision to the speaker. Called before the speaker's Start,
-// it records the first set, which a graceful-restart successor must
-// announce before its End-of-RIB.
+// (Placer), check each one, decide and hand the decision to the speaker.
+// Called before the speaker's Start, it records the first set, which a
+// graceful-restart successor must announce before its End-of-RIB.
 func (a *Announcer) Step(ctx context.Context) error {
 	cands, err := a.cfg.Candidates.Candidates(ctx)
 	if err != nil {
