@@ -87,9 +87,13 @@ func (a *run) Start(ctx context.Context) error {
 	if err := os.MkdirAll(env.Dir, 0o755); err != nil {
 		return err
 	}
-	if a.served, err = a.emu.ServeTLS(filepath.Join(env.Dir, "emulator-ca.pem")); err != nil {
+	served, err := a.emu.ServeTLS(filepath.Join(env.Dir, "emulator-ca.pem"))
+	if err != nil {
 		return err
 	}
+	a.mu.Lock() // the agent reads Forwards while Start runs
+	a.served = served
+	a.mu.Unlock()
 	// The data plane on the load-balancer host: each NLB an address of
 	// the run's frontend pool, its targets' health checks sent from there.
 	a.dp, err = awsdp.New(ctx, awsdp.Config{NS: env.Net.LB.Netns, Emulator: a.emu, Probes: probes,
@@ -122,6 +126,7 @@ func (a *run) Start(ctx context.Context) error {
 // the next run's CCM would take this one's classless Service too.
 func (a *run) Stop() {
 	a.OnWrite(nil)
+	a.act.resets.end()
 	for _, c := range a.ccm {
 		if err := c.proc.Stop(); err != nil {
 			a.env.Logf("%s: aws-cloud-controller-manager: %v", a.env.Name, err)
@@ -179,6 +184,8 @@ func (a *run) Service(svc *corev1.Service) {
 // Forwards: zerodrop's controller pods reach the run's emulator on their
 // loopback, as they reach the API server.
 func (a *run) Forwards() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.served == nil || a.env.Mode != report.ModeGates {
 		return nil
 	}
@@ -226,8 +233,8 @@ func (a *run) Backends(_ context.Context, addr string) ([]provider.BackendStatus
 	return backendsOf(ts, a.env.Listener), nil
 }
 
-// Writes are the writes the emulator accepted so far (the CCM's: no other
-// client writes).
+// Writes are the writes the emulator accepted so far, every client's (in
+// gates mode zerodrop's too, which must be none: record.go).
 func (a *run) Writes() (int64, error) {
 	calls, _ := a.emu.Calls(0)
 	var n int64
