@@ -94,6 +94,14 @@ type Options struct {
 	// ReadBatchWindow is how long one runtime snapshot serves Observe and
 	// Backends (default DefaultReadBatchWindow; negative: every call reads).
 	ReadBatchWindow time.Duration
+	// ReserveMemory, when set, is called before each validation of a
+	// configuration (`haproxy -c`: a child of this process, in its
+	// container) with the memory the validation is expected to take at its
+	// peak, and the function it returns once the validation has ended: the
+	// controller lowers its Go runtime's memory limit by that much
+	// meanwhile, so that its heap and the validation fit in the container's
+	// limit together.
+	ReserveMemory func(ctx context.Context, bytes int64) (release func())
 	// LogMaxBytes bounds the owned master's haproxy.log: at a reload, a
 	// log past it moves to haproxy.log.1 and starts again empty (default
 	// DefaultLogMaxBytes; negative: never cut).

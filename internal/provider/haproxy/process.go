@@ -199,7 +199,11 @@ func (p *Provider) startOrAttach(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := p.validate(ctx, p.paths.config); err != nil {
+	cfg, err := os.ReadFile(p.paths.config)
+	if err != nil {
+		return fmt.Errorf("haproxy: %w", err)
+	}
+	if err := p.validate(ctx, p.paths.config, cfg); err != nil {
 		return err
 	}
 	logFile, err := os.OpenFile(p.paths.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
@@ -270,12 +274,13 @@ func (p *Provider) waitReady(ctx context.Context, pid int) error {
 	}
 }
 
-// validate runs `haproxy -c` on a configuration file. Not with -q: that
-// silences HAProxy's alerts too, and the error must say why the file was
-// refused.
-func (p *Provider) validate(ctx context.Context, file string) error {
+// validate runs `haproxy -c` on a configuration file, whose content is
+// cfg. Not with -q: that silences HAProxy's alerts too, and the error must
+// say why the file was refused.
+func (p *Provider) validate(ctx context.Context, file string, cfg []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.ReloadTimeout)
 	defer cancel()
+	defer p.reserveForValidation(ctx, cfg)()
 	out, err := exec.CommandContext(ctx, p.binary, "-c", "-f", file).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("haproxy: invalid configuration %s: %w: %w: %s", file, errRejected, err, alertLines(strings.TrimSpace(string(out)), 0))
@@ -305,7 +310,7 @@ func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
 		return err
 	}
 	defer os.Remove(p.paths.config + ".new")
-	if err := p.validate(ctx, p.paths.config+".new"); err != nil {
+	if err := p.validate(ctx, p.paths.config+".new", candCfg); err != nil {
 		return err
 	}
 	before, err := p.procs(ctx)
