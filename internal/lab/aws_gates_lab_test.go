@@ -12,9 +12,9 @@ import (
 // TestLabAWSGates is gates mode's lab test on emulated AWS: the real
 // aws-cloud-controller-manager writes the NLB of instance targets, and
 // `zerodrop controller --provider aws` gates the pods of the gate-only
-// Service, externalTrafficPolicy Local, through a rolling update that
-// moves the workload's pod to another node (rollout-local: each pod its
-// node's last, the termination gate's hard case), the emulator's
+// Service, externalTrafficPolicy Local, through a rolling update of three
+// replicas on three nodes (a pod replaced on another node is its node's
+// last: the termination gate's Local case), the emulator's
 // registration delay and propagation scaled down (the health checks keep
 // the CCM's 10 s interval: the world has no option for it). The grace
 // period covers docs/aws.md's bound at these clocks (K + U·I + A + R + P
@@ -24,7 +24,11 @@ import (
 // which no gate prevents: counted apart), apart from requests the lab's own
 // client sent late because its process stalled; no preStop drain hook may
 // fail or end at its deadline; zerodrop must make no call to AWS but
-// Describes, and some of those.
+// Describes, and some of those. Not rollout-local: with one replica the
+// node it leaves may turn unhealthy before the node it moves to turns
+// healthy, and the NLB then fails open to every node, the one without a
+// pod too (docs/aws.md, "What gate-only cannot fix"); with three, a node
+// with a pod stays healthy.
 //
 //	go test -count=1 -run TestLabAWSGates ./internal/lab/
 func TestLabAWSGates(t *testing.T) {
@@ -38,7 +42,7 @@ func TestLabAWSGates(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
-	code := Run(ctx, []string{"--provider", "aws-emulator", "--scenario", "rollout-local", "--mode", "gates", "--traffic-policy", "local",
+	code := Run(ctx, []string{"--provider", "aws-emulator", "--scenario", "rollout", "--mode", "gates", "--traffic-policy", "local",
 		"--aws-registration-delay", "5s", "--aws-propagation", "5s", "--grace-period", "60s",
 		"--json", jsonPath, "--dir", workDir}, &stdout, &stderr)
 	t.Logf("lab took %s\n%s\n%s", time.Since(start).Round(time.Second), stderr.String(), stdout.String())
@@ -84,6 +88,6 @@ func TestLabAWSGates(t *testing.T) {
 	if len(z.Writes) > 0 || reads == 0 || z.Reads["DescribeTargetHealth"] == 0 {
 		t.Errorf("zerodrop's calls: writes %v, reads %v: want no write and DescribeTargetHealth among its reads", z.Writes, z.Reads)
 	}
-	t.Logf("rollout-local, gates on emulated AWS: %d of %d requests failed (%d health-check resets, %d client stalls), %d of %d WebSockets broken (%d health-check resets), %d targets turned unhealthy; zerodrop's reads %v; the CCM's writes %v; %.1f s to steady",
+	t.Logf("rollout, gates on emulated AWS: %d of %d requests failed (%d health-check resets, %d client stalls), %d of %d WebSockets broken (%d health-check resets), %d targets turned unhealthy; zerodrop's reads %v; the CCM's writes %v; %.1f s to steady",
 		r.FailedRequests, r.Requests, h.Requests, r.RequestsLateStall, r.LongConnsBroken, r.LongConns, h.LongConns, h.Unhealthy, z.Reads, a.Writes, r.RolloutSeconds)
 }
