@@ -16,14 +16,18 @@ import (
 // turns unhealthy — with Local, when its node's last pod starts
 // terminating. The world watches the data plane's programmed targets of
 // the workload's listener through the act, notes each turn to reset, and
-// counts the act's failures that are resets (RST) within a moment of one
-// apart from the others (docs/aws.md, "What gate-only cannot fix").
+// counts the act's failures that ended with a reset within a moment of one
+// apart from the others (docs/aws.md, "What gate-only cannot fix"). A
+// connection whose handshake straddles the turn ends that way too: the
+// target's SYN-ACK is already an established packet to reset, and the
+// client's SYN, sent again a second later, is answered with the reset —
+// to the client a refused connection.
 
 // The moment around a turn to reset in which a reset the clients saw is
 // the health check's: the watch reads the programmed state every
-// resetPoll, after the ruleset took it; a WebSocket sends every 200 ms and
-// a request in flight gets the reset at once, so the client sees it
-// within resetAfter.
+// resetPoll, after the ruleset took it; a WebSocket sends every 200 ms, a
+// request in flight gets the reset at once and a handshake at its SYN's
+// first retransmission (1 s), so the client sees it within resetAfter.
 const (
 	resetPoll   = 100 * time.Millisecond
 	resetBefore = 2 * resetPoll
@@ -95,12 +99,13 @@ func (w *resetWatch) end() []time.Time {
 	return w.onsets
 }
 
-// healthCheckResets counts the failures (At from start) that are resets
+// healthCheckResets counts the failures (At from start) that ended with a
+// reset (a reset connection, or a refused one: a reset answering the SYN)
 // within [onset−resetBefore, onset+resetAfter] of a turn to reset.
 func healthCheckResets(onsets []time.Time, start time.Time, failures []traffic.Failure) report.AWSResets {
 	r := report.AWSResets{Unhealthy: len(onsets)}
 	for _, f := range failures {
-		if f.Kind != traffic.KindReset {
+		if f.Kind != traffic.KindReset && f.Kind != traffic.KindRefused {
 			continue
 		}
 		at := start.Add(f.At)
