@@ -42,9 +42,9 @@ func TestHealthCheckResets(t *testing.T) {
 		return traffic.Failure{At: at, Source: source, Kind: kind}
 	}
 	got := healthCheckResets(onsets, start, []traffic.Failure{
-		f(10*time.Second+300*time.Millisecond, "request", traffic.KindReset), // at the first turn
-		f(10*time.Second+900*time.Millisecond, "long", traffic.KindReset),    // a WebSocket's next message
-		f(40*time.Second-100*time.Millisecond, "long", traffic.KindReset),    // seen a poll early
+		f(10*time.Second+300*time.Millisecond, "request", traffic.KindReset),    // at the first turn
+		f(10*time.Second+900*time.Millisecond, "long", traffic.KindReset),       // a WebSocket's next message
+		f(40*time.Second-100*time.Millisecond, "long", traffic.KindReset),       // seen a poll early
 		f(10*time.Second+1300*time.Millisecond, "request", traffic.KindRefused), // a handshake's SYN sent again
 		f(10*time.Second+200*time.Millisecond, "request", traffic.KindTimeout),
 		f(10*time.Second+400*time.Millisecond, "request", traffic.Kind5xx),
