@@ -146,7 +146,8 @@ func (p *Provider) oldWorkerConnections(ctx context.Context) (map[string]int64, 
 	out := map[string]int64{}
 	for _, pid := range info.OldWorkers {
 		p.hooks.OnRead("show-stat")
-		text, err := p.master.do(ctx, fmt.Sprintf("@!%d show stat", pid))
+		// Servers only (the type mask 4): the only rows counted here.
+		text, err := p.master.do(ctx, fmt.Sprintf("@!%d show stat -1 4 -1", pid))
 		if err != nil {
 			return nil, fmt.Errorf("old worker %d: %w", pid, err)
 		}

@@ -57,54 +57,75 @@ type serverStateRow struct {
 // parseServersState parses `show servers state` (format version 1), locating
 // columns by the header.
 func parseServersState(text string) ([]serverStateRow, error) {
-	lines := strings.Split(strings.TrimSpace(text), "\n")
-	if len(lines) == 0 || strings.TrimSpace(lines[0]) != "1" {
-		return nil, fmt.Errorf("show servers state: unknown format %q", firstLine(text))
+	text = strings.TrimSpace(text)
+	version, text, _ := strings.Cut(text, "\n")
+	if strings.TrimSpace(version) != "1" {
+		return nil, fmt.Errorf("show servers state: unknown format %q", version)
 	}
-	if len(lines) < 2 || !strings.HasPrefix(lines[1], "# ") {
+	headerLine, text, _ := strings.Cut(text, "\n")
+	if !strings.HasPrefix(headerLine, "# ") {
 		return nil, fmt.Errorf("show servers state: no header")
 	}
+	header := strings.Fields(strings.TrimPrefix(headerLine, "# "))
 	col := map[string]int{}
-	for i, h := range strings.Fields(strings.TrimPrefix(lines[1], "# ")) {
+	for i, h := range header {
 		col[h] = i
 	}
-	for _, need := range []string{"be_name", "srv_name", "srv_addr", "srv_op_state", "srv_admin_state", "srv_uweight", "srv_check_state", "srv_port"} {
-		if _, ok := col[need]; !ok {
+	names := []string{"be_name", "srv_name", "srv_addr", "srv_op_state", "srv_admin_state", "srv_uweight", "srv_check_state", "srv_port"}
+	idx := make([]int, len(names))
+	for i, need := range names {
+		c, ok := col[need]
+		if !ok {
 			return nil, fmt.Errorf("show servers state: no %q column", need)
 		}
+		idx[i] = c
 	}
+	// Tens of thousands of lines at every snapshot: one slice of fields
+	// serves them all, and the strings kept are copied, so that the reply
+	// is not held for as long as the snapshot is.
 	var rows []serverStateRow
-	for _, line := range lines[2:] {
-		f := strings.Fields(line)
+	f := make([]string, 0, len(header))
+	for text != "" {
+		var line string
+		line, text, _ = strings.Cut(text, "\n")
+		f = appendFields(f[:0], line)
 		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
 			continue
 		}
 		if len(f) < len(col) {
 			return nil, fmt.Errorf("show servers state: short line %q", line)
 		}
-		atoi := func(name string) (int, error) {
-			n, err := strconv.Atoi(f[col[name]])
+		var n [5]int
+		for i := range n {
+			v, err := strconv.Atoi(f[idx[3+i]])
 			if err != nil {
-				return 0, fmt.Errorf("show servers state: %s in %q: %w", name, line, err)
+				return nil, fmt.Errorf("show servers state: %s in %q: %w", names[3+i], line, err)
 			}
-			return n, nil
+			n[i] = v
 		}
-		var row serverStateRow
-		var port, weight int
-		var err error
-		for _, x := range []struct {
-			name string
-			dst  *int
-		}{{"srv_op_state", &row.OpState}, {"srv_admin_state", &row.AdminState}, {"srv_uweight", &weight}, {"srv_check_state", &row.CheckState}, {"srv_port", &port}} {
-			if *x.dst, err = atoi(x.name); err != nil {
-				return nil, err
-			}
-		}
-		row.Backend, row.Name, row.Addr = f[col["be_name"]], f[col["srv_name"]], f[col["srv_addr"]]
-		row.Port, row.UWeight = int32(port), int32(weight)
-		rows = append(rows, row)
+		rows = append(rows, serverStateRow{
+			Backend: f[idx[0]], Name: strings.Clone(f[idx[1]]), Addr: strings.Clone(f[idx[2]]),
+			OpState: n[0], AdminState: n[1], UWeight: int32(n[2]), CheckState: n[3], Port: int32(n[4]),
+		})
 	}
 	return rows, nil
+}
+
+// appendFields appends the words of line (separated by spaces and tabs, as
+// HAProxy writes them) to f.
+func appendFields(f []string, line string) []string {
+	for {
+		line = strings.TrimLeft(line, " \t\r")
+		if line == "" {
+			return f
+		}
+		end := strings.IndexAny(line, " \t\r")
+		if end < 0 {
+			return append(f, line)
+		}
+		f = append(f, line[:end])
+		line = line[end:]
+	}
 }
 
 // replyUnknownMap starts the reply of `show map <file>` when HAProxy has not
@@ -180,12 +201,12 @@ func (s serverView) backend() model.Backend {
 func buildSnapshot(stat []StatRow, servers []serverStateRow, meta map[string]string) *snapshot {
 	s := &snapshot{proxies: map[string]*proxyView{}}
 	for _, r := range stat {
-		key, listener, ok := parseProxyName(r.Proxy)
-		if !ok {
-			continue
-		}
 		pv := s.proxies[r.Proxy]
 		if pv == nil {
+			key, listener, ok := parseProxyName(r.Proxy)
+			if !ok {
+				continue
+			}
 			pv = &proxyView{Name: r.Proxy, Key: key, Listener: listener}
 			if v, ok := meta[r.Proxy]; ok {
 				// Undecodable metadata leaves a zero probe: Diff then plans an
@@ -198,10 +219,11 @@ func buildSnapshot(stat []StatRow, servers []serverStateRow, meta map[string]str
 			pv.Address, pv.Port = splitStatAddr(r.Addr)
 		}
 	}
-	status := map[string]StatRow{}
-	for _, r := range stat {
-		if r.Type == statServer {
-			status[r.Proxy+"/"+r.Name] = r
+	type server struct{ proxy, name string }
+	status := map[server]*StatRow{}
+	for i := range stat {
+		if r := &stat[i]; r.Type == statServer {
+			status[server{r.Proxy, r.Name}] = r
 		}
 	}
 	for _, row := range servers {
@@ -209,7 +231,12 @@ func buildSnapshot(stat []StatRow, servers []serverStateRow, meta map[string]str
 		if pv == nil {
 			continue
 		}
-		st := status[row.Backend+"/"+row.Name]
+		// The proxy's name, not the reply's: see parseServersState.
+		row.Backend = pv.Name
+		var st StatRow
+		if r := status[server{row.Backend, row.Name}]; r != nil {
+			st = *r
+		}
 		pv.Servers = append(pv.Servers, serverView{serverStateRow: row, Status: st.Status, CheckStatus: st.CheckStatus, Scur: st.Scur})
 	}
 	s.byKey = map[string][]*proxyView{}
@@ -315,7 +342,11 @@ func version(lb *model.LoadBalancer) string {
 // metadata map. Three reads, not atomic together; see Apply for what that
 // means for concurrency.
 func (p *Provider) snapshot(ctx context.Context) (*snapshot, error) {
-	statText, err := p.read(ctx, "show-stat", "show stat")
+	// Listeners and servers only (the type mask 8|4): their rows are all
+	// the snapshot reads, and a proxy's FRONTEND and BACKEND rows were two
+	// in five of a reply that is megabytes at thousands of load balancers.
+	// Every zerodrop proxy has a listener row (option socket-stats).
+	statText, err := p.read(ctx, "show-stat", "show stat -1 12 -1")
 	if err != nil {
 		return nil, err
 	}

@@ -64,11 +64,13 @@ func (c runtimeClient) chain(ctx context.Context, commands ...string) (string, e
 			return "", fmt.Errorf("runtime command %q: half-close: %w", command, err)
 		}
 	}
-	reply, err := io.ReadAll(conn)
-	if err != nil {
-		return string(reply), fmt.Errorf("runtime command %q: read: %w", command, err)
+	// Into the string returned, without a copy: a snapshot's replies are
+	// megabytes at thousands of load balancers.
+	var reply strings.Builder
+	if _, err := io.Copy(&reply, conn); err != nil {
+		return reply.String(), fmt.Errorf("runtime command %q: read: %w", command, err)
 	}
-	return string(reply), nil
+	return reply.String(), nil
 }
 
 // CommandError is a runtime API command that HAProxy refused; Reply is

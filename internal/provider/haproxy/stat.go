@@ -86,6 +86,7 @@ func parseStat(text string) ([]StatRow, error) {
 	// (copied, so that the reading itself can be freed); a quoted one goes
 	// through the CSV reader.
 	var rows []StatRow
+	var proxy string
 	f := make([]string, len(statFields))
 	for rest != "" {
 		var line string
@@ -113,8 +114,12 @@ func parseStat(text string) ([]StatRow, error) {
 		}
 		scur, _ := strconv.ParseInt(f[4], 10, 64)
 		stot, _ := strconv.ParseInt(f[7], 10, 64)
+		// A proxy's rows come together: its name is copied once.
+		if f[0] != proxy {
+			proxy = strings.Clone(f[0])
+		}
 		rows = append(rows, StatRow{
-			Proxy: strings.Clone(f[0]), Name: strings.Clone(f[1]), Type: typ, Status: strings.Clone(f[3]), Scur: scur, Sessions: stot,
+			Proxy: proxy, Name: strings.Clone(f[1]), Type: typ, Status: strings.Clone(f[3]), Scur: scur, Sessions: stot,
 			CheckStatus: strings.Clone(strings.TrimPrefix(f[5], "* ")), Addr: strings.Clone(f[6]),
 		})
 	}
