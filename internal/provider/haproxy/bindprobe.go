@@ -35,7 +35,7 @@ func (p *Provider) refuseHeld(ctx context.Context, members []*reloadMember) ([]*
 		return members, nil
 	}
 	served := map[string]bool{}
-	for _, lb := range snap.all() {
+	for _, lb := range snap.unversioned() {
 		for _, l := range lb.Listeners {
 			served[listenAddr(l)] = true
 		}

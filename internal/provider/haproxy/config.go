@@ -46,9 +46,14 @@ type renderInput struct {
 type proxySpec struct {
 	Key      string
 	Listener model.Listener
+	// Name is the proxy's, proxyName(Key, Listener.Name) (empty: computed
+	// by render).
+	Name string
 }
 
-// proxySpecs flattens load balancers into the proxies that serve them.
+// proxySpecs flattens load balancers into the proxies that serve them,
+// sorted by proxy name (each computed once: at 10,000 listeners a sort
+// that named both sides of every comparison made hundreds of thousands).
 func proxySpecs(lbs map[string]*model.LoadBalancer) []proxySpec {
 	var out []proxySpec
 	for key, lb := range lbs {
@@ -56,12 +61,10 @@ func proxySpecs(lbs map[string]*model.LoadBalancer) []proxySpec {
 			continue
 		}
 		for _, l := range lb.Listeners {
-			out = append(out, proxySpec{Key: key, Listener: l})
+			out = append(out, proxySpec{Key: key, Listener: l, Name: proxyName(key, l.Name)})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		return proxyName(out[i].Key, out[i].Listener.Name) < proxyName(out[j].Key, out[j].Listener.Name)
-	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
@@ -109,7 +112,10 @@ func render(in renderInput) (cfg, meta []byte, err error) {
 	m.WriteString("# zerodrop listener metadata: <proxy> <probe settings>\n")
 	seen := map[string]bool{}
 	for _, ps := range in.Proxies {
-		name := proxyName(ps.Key, ps.Listener.Name)
+		name := ps.Name
+		if name == "" {
+			name = proxyName(ps.Key, ps.Listener.Name)
+		}
 		if seen[name] {
 			return nil, nil, fmt.Errorf("render: two listeners map to proxy %s", name)
 		}

@@ -357,7 +357,7 @@ func (p *Provider) reloadAll(ctx context.Context, members []*reloadMember, befor
 			return nil, err
 		}
 	}
-	lbs := snap.all()
+	lbs := snap.unversioned()
 	for _, m := range members {
 		delete(lbs, m.key)
 		if m.target != nil && len(m.target.Listeners) > 0 {

@@ -16,7 +16,7 @@ func (p *Provider) mirrorRead(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, meta, err := p.render(snap.all())
+	cfg, meta, err := p.render(snap.unversioned())
 	if err != nil {
 		return nil, err
 	}

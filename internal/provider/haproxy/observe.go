@@ -294,6 +294,17 @@ func (s *snapshot) loadBalancer(key string) *model.LoadBalancer {
 
 // lbOf is loadBalancer for key's proxies pvs, sorted by name.
 func lbOf(key string, pvs []*proxyView) *model.LoadBalancer {
+	lb := unversionedOf(key, pvs)
+	if lb != nil {
+		lb.Version = version(lb)
+	}
+	return lb
+}
+
+// unversionedOf is lbOf without the version: what a configuration is
+// rendered from, which never reads it (a version is a JSON encoding and a
+// hash of the load balancer, for each of thousands at every reload).
+func unversionedOf(key string, pvs []*proxyView) *model.LoadBalancer {
 	if len(pvs) == 0 {
 		return nil
 	}
@@ -305,9 +316,7 @@ func lbOf(key string, pvs []*proxyView) *model.LoadBalancer {
 		}
 		lb.Listeners = append(lb.Listeners, l)
 	}
-	lb = model.Canonical(lb)
-	lb.Version = version(lb)
-	return lb
+	return model.Canonical(lb)
 }
 
 // all is every load balancer HAProxy serves, by key.
@@ -315,6 +324,15 @@ func (s *snapshot) all() map[string]*model.LoadBalancer {
 	out := make(map[string]*model.LoadBalancer, len(s.byKey))
 	for key, pvs := range s.byKey {
 		out[key] = lbOf(key, pvs)
+	}
+	return out
+}
+
+// unversioned is all without the versions, to render a configuration from.
+func (s *snapshot) unversioned() map[string]*model.LoadBalancer {
+	out := make(map[string]*model.LoadBalancer, len(s.byKey))
+	for key, pvs := range s.byKey {
+		out[key] = unversionedOf(key, pvs)
 	}
 	return out
 }
