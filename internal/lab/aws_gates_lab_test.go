@@ -44,7 +44,7 @@ func TestLabAWSGates(t *testing.T) {
 	start := time.Now()
 	code := Run(ctx, []string{"--provider", "aws-emulator", "--scenario", "rollout", "--mode", "gates", "--traffic-policy", "local",
 		"--aws-registration-delay", "5s", "--aws-propagation", "5s", "--grace-period", "60s",
-		"--json", jsonPath, "--dir", workDir}, &stdout, &stderr)
+		"--json", jsonPath, "--html", filepath.Join(dir, "lab.html"), "--dir", workDir}, &stdout, &stderr)
 	t.Logf("lab took %s\n%s\n%s", time.Since(start).Round(time.Second), stderr.String(), stdout.String())
 	defer func() {
 		if t.Failed() {
