@@ -67,7 +67,8 @@ func (a *run) Stopping(_ int, stop string) {
 }
 
 // ActEnd waits for the writer to go quiet and adds the act's figures to
-// res; a call of the CCM's metadata client fails the run.
+// res; a call of the CCM's metadata client, or one of zerodrop's that is
+// not a Describe, fails the run.
 func (a *run) ActEnd(ctx context.Context, res *report.Result) error {
 	onsets := a.act.resets.end()
 	settleRecord(ctx, a.emu)
