@@ -78,7 +78,7 @@ packages:
 test: deps fmt-check
 	$(GO) vet ./...
 	$(GO) vet -tags lab ./cmd/...
-	$(GO) test $(GOTESTFLAGS) -skip 'TestLabDataPlane|TestLabFromChart|TestLabUpdate|TestLabBGPSpeakerRestart' ./...
+	$(GO) test $(GOTESTFLAGS) -skip 'TestLabDataPlane|TestLabFromChart|TestLabUpdate|TestLabBGPSpeakerRestart|TestLabBGPServiceChurn|TestLabAWSGates' ./...
 	# The upstream service controller races with itself (see
 	# internal/lab/upstream/upstream_test.go): its tests run without -race.
 	$(GO) test -count=1 -timeout 10m -run 'TestUpstreamServiceController|TestLabUpstream|TestLabRestartIdle|TestLabMaintenance' ./internal/lab/ ./internal/lab/upstream/
@@ -91,8 +91,10 @@ test: deps fmt-check
 	# The data-plane labs (four HAProxy and zerodrop processes, the lab's pod
 	# servers in its own process; TestLabUpdate the chart's data plane
 	# updated with surge; TestLabBGPSpeakerRestart the speakers restarted
-	# behind a real FRR router) run alone, not beside other packages.
-	$(GO) test $(GOTESTFLAGS) -run 'TestLabDataPlane|TestLabFromChart|TestLabUpdate|TestLabBGPSpeakerRestart' ./internal/lab/
+	# and TestLabBGPServiceChurn 100 Services churned behind a real FRR
+	# router; TestLabAWSGates a gates-mode rollout on emulated AWS beside the
+	# real cloud-provider-aws) run alone, not beside other packages.
+	$(GO) test $(GOTESTFLAGS) -run 'TestLabDataPlane|TestLabFromChart|TestLabUpdate|TestLabBGPSpeakerRestart|TestLabBGPServiceChurn|TestLabAWSGates' ./internal/lab/
 
 # The generated references (docs/flags.md, docs/metrics.md,
 # docs/annotations.md) written anew from the code; TestReferenceDocs fails
