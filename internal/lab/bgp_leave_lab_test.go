@@ -85,7 +85,13 @@ func leaveAndFail(t *testing.T, router dataplane.Router) {
 	before := rootState(t)
 	ctx, cancel := context.WithTimeout(interrupted, 8*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
+	// Not t.TempDir: the test's name would make the HAProxy master
+	// socket's path longer than a unix socket's 108 bytes.
+	dir, err := os.MkdirTemp("", "zdleave")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	jsonPath, workDir := filepath.Join(dir, "lab.json"), filepath.Join(dir, "work")
 	if err := os.Mkdir(workDir, 0o755); err != nil {
 		t.Fatal(err)
