@@ -58,7 +58,8 @@ type Options struct {
 	Hooks         provider.Hooks
 	Log           logr.Logger
 	// PollFrequency is how often a long-running operation is polled when
-	// ARM sends no Retry-After (default 1s; the SDK allows less only in tests).
+	// ARM sends no Retry-After, and the most often it is polled when ARM asks
+	// for less (pollfloor.go; default 1s; the SDK allows less only in tests).
 	PollFrequency time.Duration
 	// TryTimeout bounds each try of every ARM request, each poll of a
 	// long-running operation included (the SDK's per-try timeout,
@@ -218,7 +219,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	opts.TryTimeout = copts.Retry.TryTimeout
 	reads := newReadBudget(opts.ReadQPS, opts.ReadBurst)
-	copts.PerCallPolicies = append(slices.Clone(copts.PerCallPolicies), reads.perCall())
+	copts.PerCallPolicies = append(slices.Clone(copts.PerCallPolicies), reads.perCall(), pollFloor(opts.PollFrequency))
 	copts.PerRetryPolicies = append(slices.Clone(copts.PerRetryPolicies), reads.perTry())
 	factory, err := armnetwork.NewClientFactory(opts.SubscriptionID, opts.Credential, copts)
 	if err != nil {
