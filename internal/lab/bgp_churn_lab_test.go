@@ -1,9 +1,7 @@
 package lab
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -14,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,7 +22,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
-	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
 )
 
@@ -55,58 +51,10 @@ const churnPhaseMax = 90 * time.Second
 func TestLabBGPServiceChurn(t *testing.T) {
 	started := time.Now()
 	load, _ := os.ReadFile("/proc/loadavg")
-	before := rootState(t)
-	ctx, cancel := context.WithTimeout(interrupted, 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	jsonPath, workDir := filepath.Join(dir, "lab.json"), filepath.Join(dir, "work")
-	if err := os.Mkdir(workDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lines := newLineWatch()
-	var stdout bytes.Buffer
-	var code int
-	labDone := make(chan struct{})
-	go func() {
-		defer close(labDone)
-		code = Run(ctx, []string{"--scenario", "rollout", "--mode", "zerodrop", "--data-plane-replicas", "2", "--from-chart",
-			"--router", string(dataplane.RouterFRRECMP), "--json", jsonPath, "--dir", workDir}, &stdout, lines)
-	}()
-	t.Cleanup(func() {
-		if t.Failed() {
-			logEvidence(t, filepath.Join(workDir, "lab.log"))
-			logTail(t, workDir)
-		}
-	})
-
 	var cf churnFigures
-	select {
-	case <-lines.seen("traffic start"):
+	roll := frrRollout(t, func(ctx context.Context, lines *lineWatch, workDir string) {
 		cf = churnServicesUnderTraffic(t, ctx, lines, workDir)
-	case <-labDone:
-	}
-	<-labDone
-	t.Logf("%s\n%s", lines.String(), stdout.String())
-	if code != 0 {
-		t.Fatalf("zerodrop lab exited %d", code)
-	}
-	if d := cmp.Diff(before, rootState(t)); d != "" {
-		t.Errorf("the lab left something behind in the root namespace or the process table (-before +after):\n%s", d)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Scenarios []report.Result `json:"scenarios"`
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if len(doc.Scenarios) != 1 {
-		t.Fatalf("want 1 run, got %s", raw)
-	}
-	roll := doc.Scenarios[0]
+	})
 	t.Logf("rollout through FRR with %d Services created and deleted: %d requests, %d failed (%d by a client stall), %d long connections, %d broken",
 		churnServices, roll.Requests, roll.FailedRequests, roll.RequestsLateStall, roll.LongConns, roll.LongConnsBroken)
 	t.Logf("own elapsed time %.0fs; load average at the start %s", time.Since(started).Seconds(), strings.TrimSpace(string(load)))

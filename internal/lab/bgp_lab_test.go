@@ -46,58 +46,10 @@ import (
 func TestLabBGPSpeakerRestart(t *testing.T) {
 	started := time.Now()
 	load, _ := os.ReadFile("/proc/loadavg")
-	before := rootState(t)
-	ctx, cancel := context.WithTimeout(interrupted, 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	jsonPath, workDir := filepath.Join(dir, "lab.json"), filepath.Join(dir, "work")
-	if err := os.Mkdir(workDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lines := newLineWatch()
-	var stdout bytes.Buffer
-	var code int
-	labDone := make(chan struct{})
-	go func() {
-		defer close(labDone)
-		code = Run(ctx, []string{"--scenario", "rollout", "--mode", "zerodrop", "--data-plane-replicas", "2", "--from-chart",
-			"--router", string(dataplane.RouterFRRECMP), "--json", jsonPath, "--dir", workDir}, &stdout, lines)
-	}()
-	t.Cleanup(func() {
-		if t.Failed() {
-			logEvidence(t, filepath.Join(workDir, "lab.log"))
-			logTail(t, workDir)
-		}
-	})
-
 	var rs restartFigures
-	select {
-	case <-lines.seen("traffic start"):
+	roll := frrRollout(t, func(ctx context.Context, lines *lineWatch, workDir string) {
 		rs = restartSpeakers(t, ctx, lines, workDir)
-	case <-labDone:
-	}
-	<-labDone
-	t.Logf("%s\n%s", lines.String(), stdout.String())
-	if code != 0 {
-		t.Fatalf("zerodrop lab exited %d", code)
-	}
-	if d := cmp.Diff(before, rootState(t)); d != "" {
-		t.Errorf("the lab left something behind in the root namespace or the process table (-before +after):\n%s", d)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Scenarios []report.Result `json:"scenarios"`
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if len(doc.Scenarios) != 1 {
-		t.Fatalf("want 1 run, got %s", raw)
-	}
-	roll := doc.Scenarios[0]
+	})
 	t.Logf("rollout through FRR with both speakers restarted: %d requests, %d failed (%d by a client stall), %d long connections, %d broken",
 		roll.Requests, roll.FailedRequests, roll.RequestsLateStall, roll.LongConns, roll.LongConnsBroken)
 	if roll.FailedRequests-roll.RequestsLateStall != 0 || roll.LongConnsBroken != 0 {
@@ -138,6 +90,65 @@ func TestLabBGPSpeakerRestart(t *testing.T) {
 				host, s.State, s.Dropped, s.Messages.NotificationsRecv)
 		}
 	}
+}
+
+// frrRollout runs one rollout of zerodrop's chart on two data-plane nodes
+// behind FRR's hash-threshold ECMP (--router frr-ecmp), calls act once the
+// traffic has started, and returns the run's result; it fails the test when
+// the lab exits non-zero or leaves anything behind in the root namespace.
+func frrRollout(t *testing.T, act func(ctx context.Context, lines *lineWatch, workDir string)) report.Result {
+	t.Helper()
+	before := rootState(t)
+	ctx, cancel := context.WithTimeout(interrupted, 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	jsonPath, workDir := filepath.Join(dir, "lab.json"), filepath.Join(dir, "work")
+	if err := os.Mkdir(workDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lines := newLineWatch()
+	var stdout bytes.Buffer
+	var code int
+	labDone := make(chan struct{})
+	go func() {
+		defer close(labDone)
+		code = Run(ctx, []string{"--scenario", "rollout", "--mode", "zerodrop", "--data-plane-replicas", "2", "--from-chart",
+			"--router", string(dataplane.RouterFRRECMP), "--json", jsonPath, "--dir", workDir}, &stdout, lines)
+	}()
+	t.Cleanup(func() {
+		if t.Failed() {
+			logEvidence(t, filepath.Join(workDir, "lab.log"))
+			logTail(t, workDir)
+		}
+	})
+
+	select {
+	case <-lines.seen("traffic start"):
+		act(ctx, lines, workDir)
+	case <-labDone:
+	}
+	<-labDone
+	t.Logf("%s\n%s", lines.String(), stdout.String())
+	if code != 0 {
+		t.Fatalf("zerodrop lab exited %d", code)
+	}
+	if d := cmp.Diff(before, rootState(t)); d != "" {
+		t.Errorf("the lab left something behind in the root namespace or the process table (-before +after):\n%s", d)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Scenarios []report.Result `json:"scenarios"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Scenarios) != 1 {
+		t.Fatalf("want 1 run, got %s", raw)
+	}
+	return doc.Scenarios[0]
 }
 
 // TestRouterFlag (dry runs only): --router takes stand-in (the default),
