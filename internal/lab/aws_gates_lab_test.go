@@ -1,12 +1,7 @@
 package lab
 
 import (
-	"bytes"
-	"context"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 )
 
 // TestLabAWSGates is gates mode's lab test on emulated AWS: the real
@@ -32,33 +27,7 @@ import (
 //
 //	go test -count=1 -run TestLabAWSGates ./internal/lab/
 func TestLabAWSGates(t *testing.T) {
-	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "lab.json")
-	workDir := filepath.Join(dir, "work")
-	if err := os.Mkdir(workDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(interrupted, 8*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	start := time.Now()
-	code := Run(ctx, []string{"--provider", "aws-emulator", "--scenario", "rollout", "--mode", "gates", "--traffic-policy", "local",
-		"--aws-registration-delay", "5s", "--aws-propagation", "5s", "--grace-period", "60s",
-		"--json", jsonPath, "--html", filepath.Join(dir, "lab.html"), "--dir", workDir}, &stdout, &stderr)
-	t.Logf("lab took %s\n%s\n%s", time.Since(start).Round(time.Second), stderr.String(), stdout.String())
-	defer func() {
-		if t.Failed() {
-			logEvidence(t, filepath.Join(workDir, "lab.log"))
-		}
-	}()
-	if code != 0 {
-		t.Fatalf("zerodrop lab exited %d", code)
-	}
-	rep, raw := readReport(t, jsonPath)
-	if len(rep.Scenarios) != 1 {
-		t.Fatalf("report %s: want one run", raw)
-	}
-	r := rep.Scenarios[0]
+	r, raw := runAWSLab(t, "--mode", "gates", "--traffic-policy", "local", "--grace-period", "60s")
 	a := r.AWS
 	if a == nil || a.Zerodrop == nil || a.HealthCheckResets == nil {
 		t.Fatalf("no AWS figures, zerodrop's calls or health-check resets in %s", raw)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
+	"zerodrop.dev/zerodrop/internal/lab/report"
 )
 
 // awsLabEnv enables the lab tests on emulated AWS: `make test` runs every
@@ -34,33 +35,7 @@ func TestLabAWSRollout(t *testing.T) {
 	if os.Getenv(awsLabEnv) == "" {
 		t.Skipf("set %s=1 to run the lab on emulated AWS", awsLabEnv)
 	}
-	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "lab.json")
-	workDir := filepath.Join(dir, "work")
-	if err := os.Mkdir(workDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(interrupted, 8*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	start := time.Now()
-	code := Run(ctx, []string{"--provider", "aws-emulator", "--scenario", "rollout", "--mode", "upstream", "--traffic-policy", "cluster",
-		"--aws-registration-delay", "5s", "--aws-propagation", "5s",
-		"--json", jsonPath, "--html", filepath.Join(dir, "lab.html"), "--dir", workDir}, &stdout, &stderr)
-	t.Logf("lab took %s\n%s\n%s", time.Since(start).Round(time.Second), stderr.String(), stdout.String())
-	defer func() {
-		if t.Failed() {
-			logEvidence(t, filepath.Join(workDir, "lab.log"))
-		}
-	}()
-	if code != 0 {
-		t.Fatalf("zerodrop lab exited %d", code)
-	}
-	rep, raw := readReport(t, jsonPath)
-	if len(rep.Scenarios) != 1 {
-		t.Fatalf("report %s: want one run", raw)
-	}
-	r := rep.Scenarios[0]
+	r, raw := runAWSLab(t, "--mode", "upstream", "--traffic-policy", "cluster")
 	a := r.AWS
 	if a == nil {
 		t.Fatalf("no AWS figures in %s", raw)
@@ -83,4 +58,38 @@ func TestLabAWSRollout(t *testing.T) {
 	}
 	t.Logf("rollout, upstream on emulated AWS: %d of %d requests failed, %d of %d WebSockets broken; act's writes %v, reads %d",
 		r.FailedRequests, r.Requests, r.LongConnsBroken, r.LongConns, a.Writes, a.Reads)
+}
+
+// runAWSLab runs zerodrop lab on emulated AWS, one rollout with the
+// emulator's registration delay and propagation scaled down to 5 s and
+// args added, and returns its result and the report's JSON; a non-zero exit
+// fails the test, with the lab's log.
+func runAWSLab(t *testing.T, args ...string) (report.Result, []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "lab.json")
+	workDir := filepath.Join(dir, "work")
+	if err := os.Mkdir(workDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(interrupted, 8*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := Run(ctx, append([]string{"--provider", "aws-emulator", "--scenario", "rollout", "--aws-registration-delay", "5s", "--aws-propagation", "5s",
+		"--json", jsonPath, "--html", filepath.Join(dir, "lab.html"), "--dir", workDir}, args...), &stdout, &stderr)
+	t.Logf("lab took %s\n%s\n%s", time.Since(start).Round(time.Second), stderr.String(), stdout.String())
+	t.Cleanup(func() { // after the caller's checks too
+		if t.Failed() {
+			logEvidence(t, filepath.Join(workDir, "lab.log"))
+		}
+	})
+	if code != 0 {
+		t.Fatalf("zerodrop lab exited %d", code)
+	}
+	rep, raw := readReport(t, jsonPath)
+	if len(rep.Scenarios) != 1 {
+		t.Fatalf("report %s: want one run", raw)
+	}
+	return rep.Scenarios[0], raw
 }
