@@ -103,7 +103,7 @@ func leaveAndFail(t *testing.T, router dataplane.Router) {
 	go func() {
 		defer close(labDone)
 		code = Run(ctx, []string{"--scenario", "restart-idle", "--idle-restarts", "4", "--mode", "zerodrop", "--data-plane-replicas", "3",
-			"--from-chart", "--router", string(router), "--json", jsonPath, "--dir", workDir}, &stdout, lines)
+			"--from-chart", "--router", string(router), "--json", jsonPath, "--html", filepath.Join(dir, "lab.html"), "--dir", workDir}, &stdout, lines)
 	}()
 	t.Cleanup(func() {
 		if t.Failed() {
