@@ -1,5 +1,10 @@
 package report
 
+import (
+	"fmt"
+	"io"
+)
+
 // AWSFigures are what the world of emulated AWS counts in a run's act
 // from its emulator's record (internal/lab/worlds/aws).
 type AWSFigures struct {
@@ -38,6 +43,19 @@ type AWSFigures struct {
 	// client made (it must make none).
 	SyncErrors          int   `json:"ccm_sync_errors"`
 	MetadataConnections int64 `json:"metadata_connections"`
+	// GatesBound is docs/aws.md's bound on the gates at the run's clocks
+	// (AWSBoundAt, bound_aws.go): gates mode only, none when the world
+	// could not read the clocks (its reason is in the lab's log).
+	GatesBound *AWSBound `json:"gates_bound,omitempty"`
+}
+
+// writeAWSBound prints, under the table, whether each run's bound on
+// AWS held; nothing for a run without one.
+func writeAWSBound(w io.Writer, r Result) {
+	if r.AWS == nil || r.AWS.GatesBound == nil {
+		return
+	}
+	fmt.Fprintf(w, "%s %s: %s\n", r.row(), r.column(), r.AWS.GatesBound)
 }
 
 // AWSCalls are one client's calls in a stretch of the record.

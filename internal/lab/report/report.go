@@ -257,7 +257,8 @@ func WriteTable(w io.Writer, results []Result, modes []Mode) {
 }
 
 // writeNotes prints, under the table, the figures of a run that have no
-// column: writes per restart and the chaos scenarios' own.
+// column: writes per restart, the chaos scenarios' own and whether the
+// gates' bound on AWS held.
 func writeNotes(w io.Writer, results []Result) {
 	for _, r := range results {
 		if len(r.WritesPerRestart) > 0 {
@@ -284,6 +285,7 @@ func writeNotes(w io.Writer, results []Result) {
 			fmt.Fprintf(w, "%s %s: API server stopped %.1fs; writes during %d, after %d; backends changed in %d samples; leader process ended: %v\n",
 				r.row(), r.column(), c.OutageSeconds, c.WritesDuringOutage, c.WritesAfterRecovery, c.PoolChanges, c.LeaderExited)
 		}
+		writeAWSBound(w, r)
 	}
 }
 
