@@ -10,22 +10,18 @@ import (
 // The gates' bound on AWS (docs/aws.md, "The bound, before any run"),
 // evaluated at a run's clocks as PromiseAt does on Azure, so that a run on
 // emulated AWS says whether the bound held there. The world supplies the
-// clocks it read (internal/lab/worlds/aws); the constants are zerodrop's
-// defaults the bound is stated with, which the lab does not change.
+// clocks it read (internal/lab/worlds/aws); K and R are the docs'.
 const (
 	// boundAWSRead (R) is one DescribeTargetHealth under the budget: the
 	// docs take it as 0, the lab's gates being the only reader besides
 	// the CCM.
 	boundAWSRead = 0
-	// boundKubeProxyMargin (M) is --kube-proxy-sync-margin's default, what
-	// the Cluster gate adds to kube-proxy's sync.
-	boundKubeProxyMargin = 2 * time.Second
 )
 
 // AWSClock is what the gates' bound on AWS is evaluated at for one run:
 // the target group's health check as the CCM set it (read from the
-// emulator), zerodrop's --aws-health-max-age and --aws-propagation, and
-// the workload's grace period.
+// emulator), zerodrop's --aws-health-max-age, --aws-propagation and
+// --kube-proxy-sync-margin, and the workload's grace period.
 type AWSClock struct {
 	// Policy is the Service's externalTrafficPolicy (Local or Cluster).
 	Policy string `json:"external_traffic_policy"`
@@ -38,6 +34,9 @@ type AWSClock struct {
 	// --aws-health-max-age and --aws-propagation.
 	HealthMaxAgeSeconds float64 `json:"health_max_age_seconds"`
 	PropagationSeconds  float64 `json:"propagation_seconds"`
+	// KubeProxyMarginSeconds (M) is zerodrop's --kube-proxy-sync-margin,
+	// what the Cluster gate waits after kube-proxy's sync.
+	KubeProxyMarginSeconds float64 `json:"kube_proxy_sync_margin_seconds"`
 	// GraceSeconds (G) is the workload pods' terminationGracePeriodSeconds.
 	GraceSeconds float64 `json:"grace_seconds"`
 }
@@ -75,8 +74,9 @@ func AWSBoundAt(mode Mode, c AWSClock) *AWSBound {
 		formula = fmt.Sprintf("K + U·I + A + R + P = %s + %d·%s + %s + %s + %s = %s",
 			boundKubeProxy, c.UnhealthyThreshold, i, a, time.Duration(boundAWSRead), p, t)
 	} else { // Cluster, Kubernetes' default
-		t = boundKubeProxy + boundKubeProxyMargin
-		formula = fmt.Sprintf("K + M = %s + %s = %s", boundKubeProxy, boundKubeProxyMargin, t)
+		m := sec(c.KubeProxyMarginSeconds)
+		t = boundKubeProxy + m
+		formula = fmt.Sprintf("K + M = %s + %s = %s", boundKubeProxy, m, t)
 		whatever = ", whatever I, U and P"
 	}
 	out := &AWSBound{AWSClock: c, BoundSeconds: t.Seconds(), ShutdownBudgetSeconds: b.Seconds(), Holds: t <= g-b}

@@ -13,16 +13,16 @@ import (
 // holds. The interval and thresholds are the run's (5 s and 3: 26 s, within
 // 31 s less 5 s but not 30 s). The CCM's Cluster check (30 s, 3) is not in
 // Cluster's bound, K + M = 3 s, which holds at a grace period of 6 s (B =
-// 2 s, a third of it) and not at 3 s (B = 1 s). Upstream and recipe have
-// none.
+// 2 s, a third of it) and not at 3 s (B = 1 s), and with a margin M of
+// 10 s not at 15 s. Upstream and recipe have none.
 func TestAWSBoundAt(t *testing.T) {
 	local := func(i float64, u int, p, g float64) AWSClock {
 		return AWSClock{Policy: "Local", HealthCheckIntervalSeconds: i, UnhealthyThreshold: u, HealthyThreshold: 2,
 			HealthMaxAgeSeconds: 5, PropagationSeconds: p, GraceSeconds: g}
 	}
-	cluster := func(g float64) AWSClock {
+	cluster := func(m, g float64) AWSClock {
 		return AWSClock{Policy: "Cluster", HealthCheckIntervalSeconds: 30, UnhealthyThreshold: 3, HealthyThreshold: 3,
-			HealthMaxAgeSeconds: 5, PropagationSeconds: 35, GraceSeconds: g}
+			HealthMaxAgeSeconds: 5, PropagationSeconds: 35, KubeProxyMarginSeconds: m, GraceSeconds: g}
 	}
 	cases := []struct {
 		name   string
@@ -41,9 +41,10 @@ func TestAWSBoundAt(t *testing.T) {
 		{"Local, the target group's interval and threshold count", ModeGates, local(5, 3, 5, 31), false, 26, 5, true},
 		{"Local, the same at grace 30s", ModeGates, local(5, 3, 5, 30), false, 26, 5, false},
 		{"Local, no propagation, short grace", ModeGates, local(10, 2, 0, 15), false, 26, 5, false},
-		{"Cluster, grace 30s", ModeGates, cluster(30), false, 3, 5, true},
-		{"Cluster, grace 6s", ModeGates, cluster(6), false, 3, 2, true},
-		{"Cluster, grace 3s", ModeGates, cluster(3), false, 3, 1, false},
+		{"Cluster, grace 30s", ModeGates, cluster(2, 30), false, 3, 5, true},
+		{"Cluster, grace 6s", ModeGates, cluster(2, 6), false, 3, 2, true},
+		{"Cluster, grace 3s", ModeGates, cluster(2, 3), false, 3, 1, false},
+		{"Cluster, margin 10s, grace 15s", ModeGates, cluster(10, 15), false, 11, 5, false},
 		{"upstream", ModeUpstream, local(10, 2, 35, 90), true, 0, 0, false},
 		{"recipe", ModeRecipe, local(10, 2, 35, 90), true, 0, 0, false},
 	}

@@ -63,7 +63,9 @@ func (w *World) Name() string { return "emulated AWS" }
 func (w *World) Options() Options { return w.opts }
 
 // Clock: the report's clocks are Azure's; the AWS world's are in its
-// variant and its figures.
+// variant and its figures, the gates' bound too (AWSFigures.GatesBound,
+// bound.go): the target group's health check is known only once the CCM
+// has written it.
 func (w *World) Clock(report.Mode, time.Duration) *report.AzureClock { return nil }
 
 // Variant is the world's clocks.

@@ -19,7 +19,8 @@ import (
 // emulator's record: the accepted writes by operation, the reads, the
 // refused calls by code; per stop of the writer (world.RestartObserver),
 // the writes by operation from that stop to the next; the CCM's failed
-// syncs in its log and any call its metadata client made. The CCM signs
+// syncs in its log and any call its metadata client made; in gates mode,
+// the gates' bound at the run's clocks (bound.go). The CCM signs
 // with the emulator's first key, zerodrop's gates with its second
 // (controller.go): zerodrop's calls are counted apart, and any that is
 // not a Describe fails the run.
@@ -87,9 +88,19 @@ func (a *run) ActEnd(ctx context.Context, res *report.Result) error {
 		r := healthCheckResets(onsets, start, res.Timeline.Failures)
 		fig.HealthCheckResets = &r
 	}
-	if svc, err := a.env.CP.Client.CoreV1().Services(a.svc.Namespace).Get(ctx, a.svc.Name, metav1.GetOptions{}); err == nil &&
-		len(svc.Status.LoadBalancer.Ingress) > 0 {
+	svc, err := a.env.CP.Client.CoreV1().Services(a.svc.Namespace).Get(ctx, a.svc.Name, metav1.GetOptions{})
+	if err == nil && len(svc.Status.LoadBalancer.Ingress) > 0 {
 		fig.LoadBalancer = svc.Status.LoadBalancer.Ingress[0].Hostname
+	}
+	if a.env.Mode == report.ModeGates {
+		// The bound at the run's clocks (bound.go); a run without one says
+		// why, and its figures stand.
+		if err == nil {
+			fig.GatesBound, err = a.gatesBound(ctx, svc)
+		}
+		if err != nil {
+			a.env.Progressf("%s: no gates' bound on AWS for this run: %v", a.env.Name, err)
+		}
 	}
 	for _, s := range stretches(a.act.mark, end, a.act.stops) {
 		w, _, _ := countCalls(byCaller(calls[s.from:s.to], awsapi.AccessKeyID))
