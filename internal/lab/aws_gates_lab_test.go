@@ -13,8 +13,8 @@ import (
 // registration delay and propagation scaled down (the health checks keep
 // the CCM's 10 s interval: the world has no option for it). The grace
 // period covers docs/aws.md's bound at these clocks (K + U·I + A + R + P
-// ≈ 1 + 20 + 5 + 0 + 5 = 31 s, within 60 s less the 20 s shutdown
-// budget). Every failed request and broken WebSocket must be a health
+// ≈ 1 + 20 + 5 + 0 + 5 = 31 s, within 60 s less the shutdown budget,
+// 5 s by default: drain.ShutdownBudgetOf). Every failed request and broken WebSocket must be a health
 // check's reset (AWS's connection termination on an unhealthy target,
 // which no gate prevents: counted apart), apart from requests the lab's own
 // client sent late because its process stalled; no preStop drain hook may
