@@ -32,6 +32,11 @@ func TestLabAWSGates(t *testing.T) {
 	if a == nil || a.Zerodrop == nil || a.HealthCheckResets == nil {
 		t.Fatalf("no AWS figures, zerodrop's calls or health-check resets in %s", raw)
 	}
+	// The run is a cell where the gates must lose nothing: its grace
+	// period covers the bound at the clocks the world read.
+	if b := a.GatesBound; b == nil || !b.Holds {
+		t.Errorf("the gates' bound at the run's clocks %+v: want one computed, and held", b)
+	}
 	if r.Requests < 100 || r.LongConns == 0 {
 		t.Errorf("too little traffic through the NLB: %d requests, %d WebSockets", r.Requests, r.LongConns)
 	}
