@@ -94,14 +94,29 @@ func TestLabBGPSpeakerRestart(t *testing.T) {
 
 // frrRollout runs one rollout of zerodrop's chart on two data-plane nodes
 // behind FRR's hash-threshold ECMP (--router frr-ecmp), calls act once the
-// traffic has started, and returns the run's result; it fails the test when
-// the lab exits non-zero or leaves anything behind in the root namespace.
+// traffic has started, and returns the run's result.
 func frrRollout(t *testing.T, act func(ctx context.Context, lines *lineWatch, workDir string)) report.Result {
 	t.Helper()
+	return frrRun(t, 5*time.Minute, act, "--scenario", "rollout", "--data-plane-replicas", "2", "--router", string(dataplane.RouterFRRECMP))
+}
+
+// frrRun runs one zerodrop-mode lab of the chart behind FRR with args
+// (scenario, replicas, router) within timeout, calls act once the traffic
+// has started, and returns the run's result; it fails the test when the lab
+// exits non-zero, leaves anything behind in the root namespace, or reports
+// other than one run. Its directory is not t.TempDir: a subtest's name
+// there would make the HAProxy master socket's path longer than a unix
+// socket's 108 bytes.
+func frrRun(t *testing.T, timeout time.Duration, act func(ctx context.Context, lines *lineWatch, workDir string), args ...string) report.Result {
+	t.Helper()
 	before := rootState(t)
-	ctx, cancel := context.WithTimeout(interrupted, 5*time.Minute)
+	ctx, cancel := context.WithTimeout(interrupted, timeout)
 	defer cancel()
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", "zdfrr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	jsonPath, workDir := filepath.Join(dir, "lab.json"), filepath.Join(dir, "work")
 	if err := os.Mkdir(workDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -112,8 +127,8 @@ func frrRollout(t *testing.T, act func(ctx context.Context, lines *lineWatch, wo
 	labDone := make(chan struct{})
 	go func() {
 		defer close(labDone)
-		code = Run(ctx, []string{"--scenario", "rollout", "--mode", "zerodrop", "--data-plane-replicas", "2", "--from-chart",
-			"--router", string(dataplane.RouterFRRECMP), "--json", jsonPath, "--dir", workDir}, &stdout, lines)
+		code = Run(ctx, append([]string{"--mode", "zerodrop", "--from-chart", "--json", jsonPath, "--html", filepath.Join(dir, "lab.html"),
+			"--dir", workDir}, args...), &stdout, lines)
 	}()
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -121,7 +136,6 @@ func frrRollout(t *testing.T, act func(ctx context.Context, lines *lineWatch, wo
 			logTail(t, workDir)
 		}
 	})
-
 	select {
 	case <-lines.seen("traffic start"):
 		act(ctx, lines, workDir)

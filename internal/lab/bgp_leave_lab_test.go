@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -27,7 +25,6 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
-	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
 	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/supervisor"
@@ -82,61 +79,11 @@ func TestLabBGPNodeLeaveAndFail(t *testing.T) {
 func leaveAndFail(t *testing.T, router dataplane.Router) {
 	started := time.Now()
 	load, _ := os.ReadFile("/proc/loadavg")
-	before := rootState(t)
-	ctx, cancel := context.WithTimeout(interrupted, 8*time.Minute)
-	defer cancel()
-	// Not t.TempDir: the test's name would make the HAProxy master
-	// socket's path longer than a unix socket's 108 bytes.
-	dir, err := os.MkdirTemp("", "zdleave")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	jsonPath, workDir := filepath.Join(dir, "lab.json"), filepath.Join(dir, "work")
-	if err := os.Mkdir(workDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lines := newLineWatch()
-	var stdout bytes.Buffer
-	var code int
-	labDone := make(chan struct{})
-	go func() {
-		defer close(labDone)
-		code = Run(ctx, []string{"--scenario", "restart-idle", "--idle-restarts", "4", "--mode", "zerodrop", "--data-plane-replicas", "3",
-			"--from-chart", "--router", string(router), "--json", jsonPath, "--html", filepath.Join(dir, "lab.html"), "--dir", workDir}, &stdout, lines)
-	}()
-	t.Cleanup(func() {
-		if t.Failed() {
-			logEvidence(t, filepath.Join(workDir, "lab.log"))
-			logTail(t, workDir)
-		}
-	})
 	var lf leaveFigures
-	select {
-	case <-lines.seen("traffic start"):
+	res := frrRun(t, 8*time.Minute, func(ctx context.Context, lines *lineWatch, workDir string) {
 		lf = measureLeaveAndFail(t, ctx, router, lines, workDir)
-	case <-labDone:
-	}
-	<-labDone
-	t.Logf("%s\n%s", lines.String(), stdout.String())
-	lf.log(t, router)
-	if code != 0 {
-		t.Fatalf("zerodrop lab exited %d", code)
-	}
-	if d := cmp.Diff(before, rootState(t)); d != "" {
-		t.Errorf("the lab left something behind in the root namespace or the process table (-before +after):\n%s", d)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Scenarios []report.Result `json:"scenarios"`
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil || len(doc.Scenarios) != 1 {
-		t.Fatalf("want 1 run (%v), got %s", err, raw)
-	}
-	res := doc.Scenarios[0]
+		lf.log(t, router)
+	}, "--scenario", "restart-idle", "--idle-restarts", "4", "--data-plane-replicas", "3", "--router", string(router))
 	t.Logf("the lab's own traffic through the leave and the failure: %d requests, %d failed, %d long connections, %d broken; connections per node %v",
 		res.Requests, res.FailedRequests, res.LongConns, res.LongConnsBroken, res.DataPlaneSessions)
 	t.Logf("own elapsed time %.0fs; load average at the start %s", time.Since(started).Seconds(), strings.TrimSpace(string(load)))
