@@ -1,16 +1,14 @@
 package aws
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/emulated/awsapi"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // zerodrop's controller pods on emulated AWS (gates mode) run `zerodrop
@@ -61,12 +59,5 @@ func ControllerMain(args []string, stderr io.Writer) int {
 			return 2
 		}
 	}
-	cfg.LogOutput = stderr
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := controller.RunConfig(ctx, cfg); err != nil {
-		fmt.Fprintf(stderr, "zerodrop lab aws-controller: %v\n", err)
-		return 1
-	}
-	return 0
+	return world.RunController("zerodrop lab aws-controller", cfg, stderr)
 }

@@ -1,16 +1,14 @@
 package azure
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
+	"zerodrop.dev/zerodrop/internal/lab/world"
 )
 
 // zerodrop's controller pods on emulated Azure run `zerodrop lab
@@ -45,12 +43,5 @@ func ControllerMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
 		return 2
 	}
-	cfg.LogOutput = stderr
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := controller.RunConfig(ctx, cfg); err != nil {
-		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
-		return 1
-	}
-	return 0
+	return world.RunController("zerodrop lab azure-controller", cfg, stderr)
 }
