@@ -8,7 +8,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/emulated/awsapi"
-	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/controllerpod"
 )
 
 // zerodrop's controller pods on emulated AWS (gates mode) run `zerodrop
@@ -59,5 +59,5 @@ func ControllerMain(args []string, stderr io.Writer) int {
 			return 2
 		}
 	}
-	return world.RunController("zerodrop lab aws-controller", cfg, stderr)
+	return controllerpod.Run("zerodrop lab aws-controller", cfg, stderr)
 }

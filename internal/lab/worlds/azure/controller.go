@@ -8,7 +8,7 @@ import (
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
-	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/controllerpod"
 )
 
 // zerodrop's controller pods on emulated Azure run `zerodrop lab
@@ -43,5 +43,5 @@ func ControllerMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zerodrop lab azure-controller: %v\n", err)
 		return 2
 	}
-	return world.RunController("zerodrop lab azure-controller", cfg, stderr)
+	return controllerpod.Run("zerodrop lab azure-controller", cfg, stderr)
 }

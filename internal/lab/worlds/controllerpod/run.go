@@ -1,4 +1,8 @@
-package world
+// Package controllerpod runs zerodrop's controller as the emulated clouds'
+// worlds' controller pods do. It lives outside package world because it
+// links the controller and every provider, which the scenario runner must
+// not (TestScenariosImportNoWorld).
+package controllerpod
 
 import (
 	"context"
@@ -11,11 +15,11 @@ import (
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
 )
 
-// RunController runs zerodrop's controller with cfg, logging to stderr,
+// Run runs zerodrop's controller with cfg, logging to stderr,
 // until SIGINT or SIGTERM, as the lab's controller pods of the emulated
 // clouds do once their environment is set; name prefixes its error. It
 // returns the process' exit code (1 when the controller failed).
-func RunController(name string, cfg controller.Config, stderr io.Writer) int {
+func Run(name string, cfg controller.Config, stderr io.Writer) int {
 	cfg.LogOutput = stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
