@@ -253,36 +253,17 @@ func restartSpeakers(t *testing.T, ctx context.Context, lines *lineWatch, workDi
 		t.Error(err)
 		return rs
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		// Each change is noted once, when it is first read (and so is the
-		// return to the set before).
-		prev := rs.hops
-		for {
-			got, err := dataplane.NextHops(ctx, router, rs.addr)
-			switch {
-			case err != nil:
-				rs.changes = append(rs.changes, err.Error())
-			case !slices.Equal(got[rs.addr], prev):
-				rs.changes = append(rs.changes, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), got[rs.addr]))
-				prev = got[rs.addr]
-			}
-			rs.polls++
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	})
+	hops := watchHops(ctx, router, rs.addr, rs.hops)
 	defer func() {
 		select {
 		case <-lines.seen("traffic end"):
 		case <-ctx.Done():
 		}
-		close(stop)
-		wg.Wait()
+		var changes []hopChange
+		rs.polls, changes = hops.Stop()
+		for _, c := range changes {
+			rs.changes = append(rs.changes, c.String())
+		}
 	}()
 	signalled := time.Now()
 	killed, deleted := rs.hops[1], rs.hops[0]
@@ -328,11 +309,118 @@ func sessionsBack(s map[netip.Addr]dataplane.Session, hosts []netip.Addr) bool {
 	for _, h := range hosts {
 		// IPv4 unicast is the one family negotiated (its JSON key differs
 		// between FRR's versions).
-		if x := s[h]; x.State != "Established" || x.Dropped < 1 || !slices.Contains(slices.Collect(maps.Values(x.GR.EndOfRibRecv)), true) {
+		if x := s[h]; x.State != "Established" || x.Dropped < 1 || !endOfRib(x) {
 			return false
 		}
 	}
 	return true
+}
+
+// endOfRib: the router has the session's End-of-RIB. IPv4 unicast is the
+// one family negotiated (its JSON key differs between FRR's versions).
+func endOfRib(s dataplane.Session) bool {
+	return slices.Contains(slices.Collect(maps.Values(s.GR.EndOfRibRecv)), true)
+}
+
+// hopWatch polls the router's kernel route for one address every 100 ms
+// (ip -j route show, ip -j nexthop show in its namespace) until Stop,
+// noting each change of its next-hop set once, when it is first read (and
+// so is the return to the set before), and every failed read.
+type hopWatch struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	last    []netip.Addr
+	polls   int
+	changes []hopChange
+}
+
+// hopChange is a change of the next-hop set, or a failed read, when it
+// was read.
+type hopChange struct {
+	At   time.Time
+	Hops []netip.Addr
+	Err  error
+}
+
+func (c hopChange) String() string {
+	if c.Err != nil {
+		return fmt.Sprintf("%s: %v", c.At.Format("15:04:05.000"), c.Err)
+	}
+	return fmt.Sprintf("%s: %v", c.At.Format("15:04:05.000"), c.Hops)
+}
+
+// watchHops starts polling router (a namespace's name) for addr, whose
+// next hops are hops before the first read.
+func watchHops(ctx context.Context, router string, addr netip.Prefix, hops []netip.Addr) *hopWatch {
+	w := &hopWatch{stop: make(chan struct{}), last: hops}
+	w.wg.Go(func() {
+		for {
+			got, err := dataplane.NextHops(ctx, router, addr)
+			w.mu.Lock()
+			switch {
+			case err != nil:
+				w.changes = append(w.changes, hopChange{At: time.Now(), Err: err})
+			case !slices.Equal(got[addr], w.last):
+				w.last = got[addr]
+				w.changes = append(w.changes, hopChange{At: time.Now(), Hops: got[addr]})
+			}
+			w.polls++
+			w.mu.Unlock()
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	})
+	return w
+}
+
+// until waits until the next-hop set last read satisfies ok, for at most
+// within, and not past done or ctx's end: the set, when the poller first
+// read it (the time of the change to it, or of the call when it was
+// already so), and whether ok said so.
+func (w *hopWatch) until(ctx context.Context, done <-chan struct{}, within time.Duration, ok func([]netip.Addr) bool) ([]netip.Addr, time.Time, bool) {
+	called := time.Now()
+	deadline := time.After(within)
+	for {
+		w.mu.Lock()
+		last, n := w.last, len(w.changes)
+		at := called
+		for i := n - 1; i >= 0; i-- {
+			if c := w.changes[i]; c.Err == nil {
+				at = c.At
+				break
+			}
+		}
+		w.mu.Unlock()
+		if ok(last) {
+			if at.Before(called) {
+				at = called
+			}
+			return last, at, true
+		}
+		select {
+		case <-ctx.Done():
+			return last, time.Now(), false
+		case <-done:
+			return last, time.Now(), false
+		case <-deadline:
+			return last, time.Now(), false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Stop ends the polling: how often the route was read, and its changes.
+func (w *hopWatch) Stop() (polls int, changes []hopChange) {
+	close(w.stop)
+	w.wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.polls, slices.Clone(w.changes)
 }
 
 // labRouter finds this process's lab's router namespace and its FRR's vty
@@ -382,48 +470,64 @@ func inNetns(link, name string) bool {
 	return link == fmt.Sprintf("net:[%d]", st.Ino)
 }
 
-// speakerProc is a running `zerodrop speaker` process and its pod.
-type speakerProc struct {
+// chartProc is a running process of a chart pod's container, and its pod.
+type chartProc struct {
 	pid int
 	pod string
 }
 
 // speakerProcesses are the running `zerodrop speaker` processes of the
-// lab's nodes hosts, by the node's address (their HOST_IP; their HOSTNAME
-// is the pod's name, as the kubelet sets it).
-func speakerProcesses(hosts []netip.Addr) (map[netip.Addr]speakerProc, error) {
+// lab's nodes hosts, by the node's address (one a node: the speaker's
+// DaemonSet never surges).
+func speakerProcesses(hosts []netip.Addr) (map[netip.Addr]chartProc, error) {
+	procs, err := zerodropProcesses(hosts, func(args []string) bool { return args[1] == "speaker" })
+	out := map[netip.Addr]chartProc{}
+	for h, ps := range procs {
+		out[h] = ps[0]
+	}
+	return out, err
+}
+
+// zerodropProcesses are the running processes of the zerodrop build on
+// the lab's nodes hosts whose arguments match says so, by the node's
+// address (their HOST_IP; their HOSTNAME is the pod's name, as the
+// kubelet sets it), in the order of their process ids.
+func zerodropProcesses(hosts []netip.Addr, match func(args []string) bool) (map[netip.Addr][]chartProc, error) {
 	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
 	if err != nil {
 		return nil, err
 	}
-	out := map[netip.Addr]speakerProc{}
+	out := map[netip.Addr][]chartProc{}
 	for _, p := range procs {
 		cmd, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
 		args := strings.Split(string(cmd), "\x00")
-		if len(args) < 2 || filepath.Base(args[0]) != "zerodrop" || args[1] != "speaker" {
+		if len(args) < 2 || filepath.Base(args[0]) != "zerodrop" || !match(args) {
 			continue
 		}
 		env, err := os.ReadFile(filepath.Join(filepath.Dir(p), "environ"))
 		if err != nil {
 			continue
 		}
-		var sp speakerProc
+		var cp chartProc
 		var host netip.Addr
 		for _, kv := range strings.Split(string(env), "\x00") {
 			if v, ok := strings.CutPrefix(kv, "HOST_IP="); ok {
 				host, _ = netip.ParseAddr(v)
 			}
 			if v, ok := strings.CutPrefix(kv, "HOSTNAME="); ok {
-				sp.pod = v
+				cp.pod = v
 			}
 		}
 		if slices.Contains(hosts, host) {
-			sp.pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(p)))
-			out[host] = sp
+			cp.pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			out[host] = append(out[host], cp)
 		}
+	}
+	for _, ps := range out {
+		slices.SortFunc(ps, func(a, b chartProc) int { return a.pid - b.pid })
 	}
 	return out, nil
 }
