@@ -11,7 +11,7 @@ import (
 // replicas on three nodes (a pod replaced on another node is its node's
 // last: the termination gate's Local case), the emulator's
 // registration delay and propagation scaled down (the health checks keep
-// the CCM's 10 s interval: the world has no option for it). The grace
+// the CCM's 10 s interval: the bound below is the shipped check's). The grace
 // period covers docs/aws.md's bound at these clocks (K + U·I + A + R + P
 // ≈ 1 + 20 + 5 + 0 + 5 = 31 s, within 60 s less the shutdown budget,
 // 5 s by default: drain.ShutdownBudgetOf). Every failed request and broken WebSocket must be a health

@@ -21,10 +21,13 @@ import (
 const ProviderAWSEmulator = "aws-emulator"
 
 // AWSScenarios are the scenarios `zerodrop lab --provider aws-emulator`
-// runs: the rollouts, restart-idle (leader changes with nothing changed)
-// and maintenance, node removal (with --maintenance-signal exclude-label:
-// DeregisterTargets, then draining).
-var AWSScenarios = []string{"rollout", "rollout-local", "restart-idle", "maintenance"}
+// runs: the rollouts, drain-node (a cordon changes no target: the CCM's
+// node set ignores it, so the drained node's target stays registered and,
+// with Local, turns unhealthy when its last pod goes), restart-idle
+// (leader changes with nothing changed) and maintenance, node removal
+// (with --maintenance-signal exclude-label: DeregisterTargets, then
+// draining).
+var AWSScenarios = []string{"rollout", "rollout-local", "drain-node", "restart-idle", "maintenance"}
 
 // AWSModes are the modes it runs: the real cloud-provider-aws with the
 // typical workload, with the recipe, and with zerodrop's gates beside it
@@ -43,6 +46,9 @@ var AWSRecipe = scenarios.Recipe{PreStopSleep: 10 * time.Second, GracePeriod: 30
 // awsFlags are the flags of the world of emulated AWS.
 type awsFlags struct {
 	registrationDelay, propagation time.Duration
+	// assumed is --aws-assumed-propagation, unset: --aws-propagation.
+	assumed     optionalDuration
+	healthCheck aws.HealthCheck
 }
 
 func (af *awsFlags) declare(fs *flag.FlagSet) {
@@ -50,6 +56,42 @@ func (af *awsFlags) declare(fs *flag.FlagSet) {
 		": how long a registered target stays in Elb.RegistrationInProgress before its health checks start (a field report, not documented by AWS; 0: none)")
 	fs.DurationVar(&af.propagation, "aws-propagation", awsapi.DefaultPropagation, "with --provider "+ProviderAWSEmulator+
 		": how long the NLB's data plane lags its target states: new connections still reach a target that long after it left service (a field report, aws/containers-roadmap#470; 0: none)")
+	fs.Var(&af.assumed, "aws-assumed-propagation", "with --provider "+ProviderAWSEmulator+
+		" and --mode gates: zerodrop's --aws-propagation, the lag its termination gate assumes (default: --aws-propagation, the emulator's); set apart, a sweep of --aws-propagation shows where the gate's bound ends")
+	fs.DurationVar(&af.healthCheck.Interval, "aws-health-check-interval", 0, "with --provider "+ProviderAWSEmulator+
+		": the workload's NLB health-check interval, asked of the CCM through the Service's healthcheck-interval annotation (whole seconds, 5s to 300s; the timeout annotation the CCM's 10s, cut to the interval); 0: the CCM's (Local 10s, Cluster 30s)")
+	fs.IntVar(&af.healthCheck.Thresholds, "aws-health-check-thresholds", 0, "with --provider "+ProviderAWSEmulator+
+		": the workload's NLB healthy and unhealthy thresholds, asked of the CCM through the Service's annotations (2 to 10); 0: the CCM's (Local 2, Cluster 3)")
+}
+
+// optionalDuration is a duration flag that knows whether it was given.
+type optionalDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (o *optionalDuration) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return o.d.String()
+}
+
+func (o *optionalDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	o.d, o.set = d, true
+	return nil
+}
+
+// or is the duration given, else def.
+func (o optionalDuration) or(def time.Duration) time.Duration {
+	if o.set {
+		return o.d
+	}
+	return def
 }
 
 // awsWorld checks the flags of the lab on emulated AWS, gives opts the
@@ -69,8 +111,10 @@ func (f flags) awsWorld(opts *scenarios.Options, stderr io.Writer) (*aws.World, 
 	}
 	switch {
 	case bad != "":
-	case f.aws.registrationDelay < 0 || f.aws.propagation < 0:
-		bad = "--aws-registration-delay and --aws-propagation: want 0 or more"
+	case f.aws.registrationDelay < 0 || f.aws.propagation < 0 || f.aws.assumed.or(0) < 0:
+		bad = "--aws-registration-delay, --aws-propagation and --aws-assumed-propagation: want 0 or more"
+	case f.aws.healthCheck.Validate() != nil:
+		bad = "--aws-health-check-interval, --aws-health-check-thresholds: " + f.aws.healthCheck.Validate().Error()
 	case f.dataPlane != 0 || f.fromChart:
 		bad = fmt.Sprintf("--data-plane-replicas and --from-chart are the HAProxy data plane's, not --provider %s's", ProviderAWSEmulator)
 	}
@@ -81,7 +125,8 @@ func (f flags) awsWorld(opts *scenarios.Options, stderr io.Writer) (*aws.World, 
 	if !f.recipeGiven {
 		opts.Recipe = AWSRecipe
 	}
-	o := aws.Options{RegistrationDelay: f.aws.registrationDelay, Propagation: f.aws.propagation}
+	o := aws.Options{RegistrationDelay: f.aws.registrationDelay, Propagation: f.aws.propagation,
+		AssumedPropagation: f.aws.assumed.or(f.aws.propagation), HealthCheck: f.aws.healthCheck}
 	if !f.dryRun {
 		bin, err := ccm.AWSBinary("")
 		if err != nil {

@@ -37,6 +37,19 @@ func TestAWSFlags(t *testing.T) {
 		!strings.Contains(out, "rollout node/local gates") || !strings.Contains(out, "rollout-local node/local gates") {
 		t.Errorf("--mode gates: exit %d, plan %q, stderr %q: want the gated rollouts planned", code, out, errOut)
 	}
+	if code, out, errOut := run("--mode", "upstream,recipe,gates", "--scenario", "drain-node", "--traffic-policy", "both"); code != 0 ||
+		!strings.Contains(out, "drain-node node/local gates") || !strings.Contains(out, "drain-node node/cluster recipe") ||
+		!strings.Contains(out, "drain-node node/cluster upstream") {
+		t.Errorf("drain-node: exit %d, plan %q, stderr %q: want it planned in every mode and policy", code, out, errOut)
+	}
+	// The sweep's flags: the gate's assumption apart from the emulator's
+	// lag, and the CCM's health check scaled through the annotations.
+	code, out, errOut = run("--mode", "recipe,gates", "--scenario", "rollout-local", "--aws-propagation", "120s",
+		"--aws-assumed-propagation", "35s", "--aws-health-check-interval", "5s", "--aws-health-check-thresholds", "2")
+	if want := "propagation 2m0s, deregistration delay 5m0s (the target group's default), gates assume propagation 35s, health check every 5s, thresholds 2"; code != 0 ||
+		!strings.Contains(out, want) {
+		t.Errorf("sweep flags: exit %d, plan %q, stderr %q: want the world's options %q", code, out, errOut, want)
+	}
 	if code, out, errOut := run("--scenario", "all", "--mode", "upstream"); code != 0 || !strings.Contains(out, "not run: churn: does not run on emulated AWS") {
 		t.Errorf("--scenario all: exit %d, plan %q, stderr %q: want churn named as not run", code, out, errOut)
 	}
@@ -48,6 +61,9 @@ func TestAWSFlags(t *testing.T) {
 		{[]string{"--mode", "upstream", "--scenario", "churn"}, "not churn"},
 		{[]string{"--mode", "upstream", "--aws-propagation", "-1s"}, "--aws-propagation"},
 		{[]string{"--mode", "upstream", "--data-plane-replicas", "2"}, "--data-plane-replicas"},
+		{[]string{"--mode", "gates", "--aws-assumed-propagation", "-1s"}, "--aws-assumed-propagation"},
+		{[]string{"--mode", "upstream", "--aws-health-check-interval", "4s"}, "5s to 300s"},
+		{[]string{"--mode", "upstream", "--aws-health-check-thresholds", "11"}, "2 to 10"},
 	} {
 		if code, _, errOut := run(tc.args...); code != 2 || !strings.Contains(errOut, tc.says) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 saying %q", tc.args, code, errOut, tc.says)
@@ -77,7 +93,7 @@ func TestAWSFlags(t *testing.T) {
 			t.Errorf("%v: recipe %+v, want %+v", tc.args, opts.Recipe, tc.want)
 		}
 	}
-	if !slices.Equal(AWSScenarios, []string{"rollout", "rollout-local", "restart-idle", "maintenance"}) {
+	if !slices.Equal(AWSScenarios, []string{"rollout", "rollout-local", "drain-node", "restart-idle", "maintenance"}) {
 		t.Errorf("AWSScenarios %v: the scenarios docs/aws.md names", AWSScenarios)
 	}
 	for _, name := range AWSScenarios {

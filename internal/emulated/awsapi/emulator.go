@@ -61,6 +61,12 @@ type Options struct {
 	// RegistrationDelay and Propagation: see the Default constants.
 	// Negative means zero.
 	RegistrationDelay, Propagation time.Duration
+	// HealthCheckRanges refuses a target group's health-check timing
+	// outside AWS's ranges, as AWS does (targets.go, healthCheckRanges):
+	// on where a real client writes what a user asked for (the lab's
+	// world, the CCM writing a Service's annotations); off for harnesses
+	// that compress time into checks a second apart.
+	HealthCheckRanges bool
 }
 
 // Emulator is an in-memory ELBv2 and EC2 for one account and region,

@@ -47,8 +47,16 @@ type world struct {
 // group and three running nodes, and serves it.
 func newWorld(t *testing.T, probe func(awsapi.ProbeRequest, time.Time) awsapi.CheckResult) *world {
 	t.Helper()
+	return newWorldWith(t, awsapi.Options{Probe: probe})
+}
+
+// newWorldWith is newWorld with the emulator's options (its clock the
+// test's).
+func newWorldWith(t *testing.T, opts awsapi.Options) *world {
+	t.Helper()
 	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	emu := awsapi.New(awsapi.Options{Now: clock.Now, Probe: probe})
+	opts.Now = clock.Now
+	emu := awsapi.New(opts)
 	for i, az := range []string{"us-east-1a", "us-east-1b"} {
 		id := "subnet-" + az[len(az)-1:]
 		emu.AddSubnet(awsapi.Subnet{ID: id, VPCID: "vpc-1", AZ: az, CIDR: []string{"10.0.0.0/24", "10.0.1.0/24"}[i],

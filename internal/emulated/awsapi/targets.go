@@ -123,6 +123,45 @@ func healthCheckFields(h *healthCheck, p params) {
 	h.unhealthy = atoi32(p.get("UnhealthyThresholdCount"), h.unhealthy)
 }
 
+// healthCheckRanges are the ranges CreateTargetGroup and ModifyTargetGroup
+// accept for a health check's timing (API reference, CreateTargetGroup:
+// HealthCheckIntervalSeconds "Valid Range: Minimum value of 5. Maximum
+// value of 300", HealthCheckTimeoutSeconds 2 to 120, HealthyThresholdCount
+// and UnhealthyThresholdCount 2 to 10). With Options.HealthCheckRanges, a
+// value outside is refused before anything changes, as AWS's input
+// validation refuses it; the CCM passes the Service's healthcheck
+// annotations through unchecked (buildNLBHealthCheckConfiguration), so
+// this is where a bad one fails.
+var healthCheckRanges = []struct {
+	field    string
+	get      func(healthCheck) int32
+	min, max int32
+}{
+	{"healthCheckIntervalSeconds", func(h healthCheck) int32 { return h.interval }, 5, 300},
+	{"healthCheckTimeoutSeconds", func(h healthCheck) int32 { return h.timeout }, 2, 120},
+	{"healthyThresholdCount", func(h healthCheck) int32 { return h.healthy }, 2, 10},
+	{"unhealthyThresholdCount", func(h healthCheck) int32 { return h.unhealthy }, 2, 10},
+}
+
+// validHealthCheck refuses a health check whose timing is out of range,
+// in AWS's words for a failed constraint, when the emulator checks ranges.
+func (e *Emulator) validHealthCheck(h healthCheck) error {
+	if !e.opts.HealthCheckRanges {
+		return nil
+	}
+	for _, r := range healthCheckRanges {
+		switch v := r.get(h); {
+		case v < r.min:
+			return errorf(http.StatusBadRequest, "ValidationError",
+				"1 validation error detected: Value '%d' at '%s' failed to satisfy constraint: Member must have value greater than or equal to %d", v, r.field, r.min)
+		case v > r.max:
+			return errorf(http.StatusBadRequest, "ValidationError",
+				"1 validation error detected: Value '%d' at '%s' failed to satisfy constraint: Member must have value less than or equal to %d", v, r.field, r.max)
+		}
+	}
+	return nil
+}
+
 func (e *Emulator) createTargetGroup(p params) (any, error) {
 	name := p.get("Name")
 	if name == "" || len(name) > 32 {
@@ -148,6 +187,9 @@ func (e *Emulator) createTargetGroup(p params) (any, error) {
 		if !p.has("HealthCheckTimeoutSeconds") && tg.hc.protocol == "HTTP" {
 			tg.hc.timeout = 6
 		}
+	}
+	if err := e.validHealthCheck(tg.hc); err != nil {
+		return nil, err
 	}
 	for _, o := range e.tgs {
 		if o.name == name {
@@ -218,8 +260,13 @@ func (e *Emulator) modifyTargetGroup(p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	hc := tg.hc
+	healthCheckFields(&hc, p)
+	if err := e.validHealthCheck(hc); err != nil {
+		return nil, err
+	}
 	e.advance(tg, e.opts.Now())
-	healthCheckFields(&tg.hc, p)
+	tg.hc = hc
 	return targetGroupsDoc{[]xmlTargetGroup{e.tgDoc(tg)}}, nil
 }
 

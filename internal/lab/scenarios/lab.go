@@ -265,6 +265,33 @@ func (l *lab) progressDone(sc scenario, v variant, mode report.Mode, res report.
 			l.progressf("%-10s %-13s %-8s the bound promises nothing here (%s)", sc.Name, v, mode, c.Promise.Why)
 		}
 	}
+	if verdict := awsBoundVerdict(res); verdict != "" {
+		l.progressf("%-10s %-13s %-8s %s", sc.Name, v, mode, verdict)
+	}
+}
+
+// awsBoundVerdict is the progress line's word on a gates run's bound on
+// emulated AWS (report.AWSBound), as Azure's promise gets one: a loss
+// where the bound holds, or a bound that promises nothing; "" otherwise.
+// The health check's resets are AWS's connection termination, which no
+// gate prevents (docs/aws.md), and a request the lab's own client sent
+// late while its process stalled is the client's: neither is a loss here.
+func awsBoundVerdict(res report.Result) string {
+	if res.AWS == nil || res.AWS.GatesBound == nil {
+		return ""
+	}
+	b := res.AWS.GatesBound
+	requests, longConns := res.FailedRequests-res.RequestsLateStall, res.LongConnsBroken
+	if h := res.AWS.HealthCheckResets; h != nil {
+		requests, longConns = requests-h.Requests, longConns-h.LongConns
+	}
+	switch lost := requests > 0 || longConns > 0; {
+	case b.Holds && lost:
+		return fmt.Sprintf("LOST WHERE ITS BOUND HOLDS: %d requests and %d WebSockets beyond the health check's resets (%s)", max(requests, 0), max(longConns, 0), b.Why)
+	case !b.Holds:
+		return fmt.Sprintf("the bound promises nothing here (%s)", b.Why)
+	}
+	return ""
 }
 
 // variant is a run's backend and traffic policy.

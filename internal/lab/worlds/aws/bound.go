@@ -52,10 +52,30 @@ func (a *run) gatesBound(ctx context.Context, svc *corev1.Service) (*report.AWSB
 	if err != nil {
 		return nil, err
 	}
-	return report.AWSBoundAt(a.env.Mode, report.AWSClock{Policy: string(svc.Spec.ExternalTrafficPolicy),
+	b := report.AWSBoundAt(a.env.Mode, report.AWSClock{Policy: string(svc.Spec.ExternalTrafficPolicy),
 		HealthCheckIntervalSeconds: hc.Interval.Seconds(), UnhealthyThreshold: hc.UnhealthyThreshold, HealthyThreshold: hc.HealthyThreshold,
 		HealthMaxAgeSeconds: cfg.AWS.HealthMaxAge.Seconds(), PropagationSeconds: cfg.AWS.Propagation.Seconds(),
-		KubeProxyMarginSeconds: cfg.KubeProxyMargin.Seconds(), GraceSeconds: grace.Seconds()}), nil
+		KubeProxyMarginSeconds: cfg.KubeProxyMargin.Seconds(), GraceSeconds: grace.Seconds()})
+	return beyondAssumption(b, a.w.opts.Propagation), nil
+}
+
+// beyondAssumption is b, not held when its Local gate assumes a shorter
+// lag than the data plane's, lag: docs/aws.md, "the gate's promise ends
+// where P ends" — new connections then still reach the node after its
+// last pod was let go, whatever the grace period. The formula cannot see
+// this (P is zerodrop's flag); the world, which sets the emulator's lag,
+// can. Cluster's bound does not depend on P.
+func beyondAssumption(b *report.AWSBound, lag time.Duration) *report.AWSBound {
+	if b == nil || b.Policy != string(corev1.ServiceExternalTrafficPolicyLocal) {
+		return b
+	}
+	p := time.Duration(b.PropagationSeconds * float64(time.Second))
+	if lag <= p {
+		return b
+	}
+	b.Holds = false
+	b.Why += fmt.Sprintf("; but the data plane lags %s, more than the P = %s the gate assumes: the bound ends there", lag, p)
+	return b
 }
 
 // workloadCheck is the health check of the target group that the listener

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,9 +132,10 @@ func TestGraceOf(t *testing.T) {
 // TestGatesBound: a gates run's bound is computed at the clocks where the
 // run set them: the workload's target group in the emulator (Local: 7 s,
 // 4 unhealthy), the propagation zerodrop's controller was given (the
-// world's 5 s) and its default health-answer age (5 s), and the
+// world's assumed 5 s) and its default health-answer age (5 s), and the
 // Deployment's grace period. 1 + 4·7 + 5 + 0 + 5 = 39 s: held with 60 s,
-// not with 40 s (B = 5 s).
+// not with 40 s (B = 5 s), and not when the emulator's data plane lags
+// more than the 5 s the gate assumes (held when it lags less).
 func TestGatesBound(t *testing.T) {
 	emu, served, nlb := emulatedNLBs(t)
 	dns := nlb("aworkload", healthCheck{port: 80, interval: 7, healthy: 3, u: 4})
@@ -142,12 +144,13 @@ func TestGatesBound(t *testing.T) {
 		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{Hostname: dns}}}}}
 	for _, tc := range []struct {
 		grace int64
+		lag   time.Duration
 		holds bool
-	}{{60, true}, {40, false}} {
+	}{{60, 5 * time.Second, true}, {40, 5 * time.Second, false}, {60, 20 * time.Second, false}, {60, 0, true}} {
 		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "lab-1", Name: "web"}, Spec: appsv1.DeploymentSpec{
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
 				Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To(tc.grace)}}}}
-		a := &run{w: New(Options{Propagation: 5 * time.Second}), emu: emu, served: served, listener: "10.0.0.5:80",
+		a := &run{w: New(Options{Propagation: tc.lag, AssumedPropagation: 5 * time.Second}), emu: emu, served: served, listener: "10.0.0.5:80",
 			svc: types.NamespacedName{Namespace: "lab-1", Name: "web"},
 			env: world.Env{Mode: report.ModeGates, Class: "zerodrop.dev/lab-1", Net: &cluster.Network{Kubeconfig: "/lab/kubeconfig"},
 				CP: &cluster.ControlPlane{Client: fake.NewClientset(dep)}}}
@@ -158,7 +161,10 @@ func TestGatesBound(t *testing.T) {
 		want := report.AWSClock{Policy: "Local", HealthCheckIntervalSeconds: 7, UnhealthyThreshold: 4, HealthyThreshold: 3,
 			HealthMaxAgeSeconds: 5, PropagationSeconds: 5, KubeProxyMarginSeconds: 2, GraceSeconds: float64(tc.grace)}
 		if b.AWSClock != want || b.BoundSeconds != 39 || b.Holds != tc.holds {
-			t.Errorf("grace %ds: %+v, bound %gs, holds %v; want %+v, 39s, %v", tc.grace, b.AWSClock, b.BoundSeconds, b.Holds, want, tc.holds)
+			t.Errorf("grace %ds, lag %s: %+v, bound %gs, holds %v; want %+v, 39s, %v", tc.grace, tc.lag, b.AWSClock, b.BoundSeconds, b.Holds, want, tc.holds)
+		}
+		if beyond := strings.Contains(b.Why, "more than the P"); beyond != (tc.lag > 5*time.Second) {
+			t.Errorf("grace %ds, lag %s: why %q: want the lag beyond P named exactly when it is", tc.grace, tc.lag, b.Why)
 		}
 	}
 }

@@ -54,10 +54,10 @@ func TestControllerEnv(t *testing.T) {
 
 // TestGatesControllerArgs: gates mode's controller flags are `zerodrop
 // controller --provider aws`'s, valid, with the run's emulator, region,
-// cluster ID and the emulator's propagation; the other modes run no
-// controller of zerodrop's.
+// cluster ID and the propagation the world assumes (here not the
+// emulator's); the other modes run no controller of zerodrop's.
 func TestGatesControllerArgs(t *testing.T) {
-	a := &run{w: New(Options{Propagation: 5 * time.Second}),
+	a := &run{w: New(Options{Propagation: 120 * time.Second, AssumedPropagation: 5 * time.Second}),
 		env:    world.Env{Mode: report.ModeGates, Class: "zerodrop.dev/lab-1", Net: &cluster.Network{Kubeconfig: "/lab/kubeconfig"}},
 		served: &awsapi.Served{URL: "https://127.0.0.1:4443", CAFile: "/lab/ca.pem"}}
 	args := a.ControllerArgs(nil)
@@ -73,7 +73,7 @@ func TestGatesControllerArgs(t *testing.T) {
 	}
 	if cfg.Provider != "aws" || cfg.AWS.Endpoint != "https://127.0.0.1:4443" || cfg.AWS.Region != awsapi.DefaultRegion ||
 		cfg.AWS.ClusterID != clusterID || cfg.AWS.Propagation != 5*time.Second {
-		t.Errorf("config %+v: want --provider aws on the run's emulator, region, cluster and propagation", cfg.AWS)
+		t.Errorf("config %+v: want --provider aws on the run's emulator, region, cluster and the assumed propagation (5s)", cfg.AWS)
 	}
 	if a.OwnsWriters() {
 		t.Error("gates mode: the world owns the writers, so the runner would start no zerodrop controller")

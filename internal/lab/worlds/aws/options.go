@@ -34,15 +34,25 @@ type Options struct {
 	// Propagation is how long the data plane lags the target states
 	// (awsapi.DefaultPropagation: a field report).
 	Propagation time.Duration
+	// AssumedPropagation is zerodrop's --aws-propagation in gates mode, the
+	// lag the termination gate assumes: the emulator's Propagation unless
+	// the lab is told otherwise, so that a sweep can move the emulator's
+	// lag past a fixed assumption (where the gate's promise ends).
+	AssumedPropagation time.Duration
+	// HealthCheck, when set, is the health check the workload's Service
+	// asks the CCM for through its annotations; zero: the CCM's own.
+	HealthCheck HealthCheck
 	// CCMBinary is cloud-provider-aws's aws-cloud-controller-manager
 	// (ccm.AWSBinary: built on first use, then cached).
 	CCMBinary string
 }
 
 // Defaults are the timings, each the emulator's default with its
-// source there.
+// source there; the gate assumes the emulator's propagation, and the
+// health checks are the CCM's.
 func Defaults() Options {
-	return Options{RegistrationDelay: awsapi.DefaultRegistrationDelay, Propagation: awsapi.DefaultPropagation}
+	return Options{RegistrationDelay: awsapi.DefaultRegistrationDelay, Propagation: awsapi.DefaultPropagation,
+		AssumedPropagation: awsapi.DefaultPropagation}
 }
 
 // World is emulated AWS, at one point of the options.
@@ -70,6 +80,14 @@ func (w *World) Clock(report.Mode, time.Duration) *report.AzureClock { return ni
 
 // Variant is the world's clocks.
 func (w *World) Variant() string {
-	return fmt.Sprintf("registration delay %s, propagation %s, deregistration delay %s (the target group's default)",
-		w.opts.RegistrationDelay, w.opts.Propagation, awsapi.DefaultDeregistrationDelay)
+	o := w.opts
+	v := fmt.Sprintf("registration delay %s, propagation %s, deregistration delay %s (the target group's default)",
+		o.RegistrationDelay, o.Propagation, awsapi.DefaultDeregistrationDelay)
+	if o.AssumedPropagation != o.Propagation {
+		v += fmt.Sprintf(", gates assume propagation %s", o.AssumedPropagation)
+	}
+	if o.HealthCheck != (HealthCheck{}) {
+		v += ", health check " + o.HealthCheck.String()
+	}
+	return v
 }

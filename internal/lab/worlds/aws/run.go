@@ -3,6 +3,7 @@ package aws
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -78,8 +79,11 @@ func (a *run) Start(ctx context.Context) error {
 		return err
 	}
 	probes := awsdp.NewProbes(nil)
+	// AWS's health-check ranges hold: the CCM writes what the Service's
+	// annotations ask (healthcheck.go), and AWS would refuse what is out
+	// of range.
 	a.emu = awsapi.New(awsapi.Options{RegistrationDelay: orNone(o.RegistrationDelay), Propagation: orNone(o.Propagation),
-		Probe: probes.Check})
+		Probe: probes.Check, HealthCheckRanges: true})
 	ccm.SeedAWS(a.emu, vpc)
 	if err := a.setProviderIDs(ctx, vpc); err != nil {
 		return err
@@ -153,9 +157,9 @@ func (a *run) OwnsWriters() bool { return a.env.Mode != report.ModeGates }
 // ControllerArgs are gates mode's controller flags: `zerodrop lab
 // aws-controller` (controller.go), which runs `zerodrop controller
 // --provider aws` with the emulator as its endpoint, the run's cluster ID
-// and region, and --aws-propagation the emulator's own propagation (the
-// assumption docs/aws.md names, here true by construction); production
-// defaults otherwise.
+// and region, and --aws-propagation the world's AssumedPropagation (the
+// assumption docs/aws.md names: by default the emulator's own, true by
+// construction; a sweep sets it apart); production defaults otherwise.
 func (a *run) ControllerArgs([]string) []string {
 	env := a.env
 	return []string{
@@ -164,18 +168,20 @@ func (a *run) ControllerArgs([]string) []string {
 		"--kubeconfig=" + env.Net.Kubeconfig,
 		"--load-balancer-class=" + env.Class,
 		"--aws-endpoint=" + a.served.URL, "--aws-region=" + awsapi.DefaultRegion, "--aws-cluster-id=" + clusterID,
-		"--aws-propagation=" + a.w.opts.Propagation.String(),
+		"--aws-propagation=" + a.w.opts.AssumedPropagation.String(),
 	}
 }
 
-// Service asks the CCM for a Network Load Balancer, and in gates mode
-// marks the Service gate-only for zerodrop.
+// Service asks the CCM for a Network Load Balancer, with the world's
+// health check when it has one (healthcheck.go), and in gates mode marks
+// the Service gate-only for zerodrop.
 func (a *run) Service(svc *corev1.Service) {
 	a.svc = types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	if svc.Annotations == nil {
 		svc.Annotations = map[string]string{}
 	}
 	svc.Annotations[nlbAnnotation] = "nlb"
+	maps.Copy(svc.Annotations, a.w.opts.HealthCheck.annotations())
 	if a.env.Mode == report.ModeGates {
 		svc.Annotations[model.AnnotationGateOnly] = "true"
 	}
@@ -248,11 +254,12 @@ func (a *run) Writes() (int64, error) {
 
 // SteadyTimeout: with instance targets a rollout changes no target, but
 // the targets' health follows the pods (Local: the health-check node port)
-// and a new load balancer's targets wait out the registration delay and the
-// Cluster health check's three checks 30 s apart, then the propagation.
+// and a new load balancer's targets wait out the registration delay and
+// the slower health check's healthy threshold (the CCM's Cluster check:
+// three checks 30 s apart), then the propagation.
 func (a *run) SteadyTimeout(int32) time.Duration {
 	o := a.w.opts
-	return o.RegistrationDelay + 3*awsapi.ClusterCheck.Interval + o.Propagation
+	return o.RegistrationDelay + o.HealthCheck.turnHealthy() + o.Propagation
 }
 
 // workloadTargets are the programmed targets of the workload's listener
