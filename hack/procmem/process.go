@@ -78,6 +78,7 @@ func controllerArgs(hdir, kubeconfig string, extra []string) ([]string, urls, er
 			"--haproxy-socket="+filepath.Join(hdir, "admin.sock"),
 			"--haproxy-master-socket="+filepath.Join(hdir, "master.sock"),
 			"--haproxy-config="+filepath.Join(hdir, "haproxy.cfg"),
+			"--haproxy-validate-socket="+filepath.Join(hdir, "validate.sock"),
 			fmt.Sprintf("--state-bind-address=127.0.0.1:%d", ports[3]),
 			"--pod-name=data-plane-0", "--pod-namespace="+releaseNS, "--pod-uid=00000000-0000-0000-0000-000000000001")
 		// The chart passes the haproxy container's limit, which bounds the

@@ -25,7 +25,7 @@ const FlagsLine = "flags changed from the shipped defaults: "
 // TestSiteFlagsAreFlags keeps each a flag of the command.
 var SiteFlags = []string{
 	"metrics-bind-address", "health-probe-bind-address", "drain-bind-address", "state-bind-address",
-	"haproxy-dir", "haproxy-socket", "haproxy-master-socket", "haproxy-config",
+	"haproxy-dir", "haproxy-socket", "haproxy-master-socket", "haproxy-config", "haproxy-validate-socket",
 	"provider", "role", "pod-name", "pod-namespace", "pod-uid", "data-plane-namespace", "data-plane-selector",
 	"address-pool", "backend-address-map",
 	"azure-subscription-id", "azure-resource-group", "azure-subnet-id", "azure-location", "azure-load-balancers",

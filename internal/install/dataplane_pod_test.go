@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
@@ -94,6 +95,16 @@ func TestChartDataPlanePodRuns(t *testing.T) {
 		return cmd
 	}
 	hproc := container()
+	// The validator `zerodrop haproxy` starts beside HAProxy, which the
+	// controller's --haproxy-validate-socket names: here in process (the
+	// test binary is not zerodrop), on the same socket.
+	vln, err := haproxy.ListenValidation(hcfg.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vctx, vstop := context.WithCancel(context.Background())
+	t.Cleanup(vstop)
+	go func() { _ = haproxy.ServeValidation(vctx, vln, hcfg.Binary, hcfg.Dir, logr.Discard()) }()
 
 	// The controller container, in process.
 	restCfg := controlplane.Start(t)

@@ -398,7 +398,6 @@ func (in *Instance) startHAProxy(ctx context.Context, cfg Config, role service.R
 	}
 	hcfg.Hooks = in.Metrics.ProviderHooks("haproxy")
 	hcfg.Log = in.log.WithName("haproxy")
-	hcfg.ReserveMemory = newMemReserver(in.log.WithName("memory")).reserve
 	hp, err := haproxy.New(ctx, hcfg)
 	if err != nil {
 		return nil, fmt.Errorf("start haproxy provider: %w", err)

@@ -138,6 +138,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HAProxy.AdminSocket, "haproxy-socket", "", "attach to an existing HAProxy: its admin stats socket")
 	fs.StringVar(&c.HAProxy.MasterSocket, "haproxy-master-socket", "", "attach: the master CLI socket (for hitless reloads)")
 	fs.StringVar(&c.HAProxy.ConfigFile, "haproxy-config", "", "attach: the config file zerodrop owns (loaded by that HAProxy)")
+	fs.StringVar(&c.HAProxy.ValidateSocket, "haproxy-validate-socket", "", "attach: the validation socket of the zerodrop haproxy command (DIR/"+haproxy.ValidationSocketName+"): each configuration is checked there before a reload (haproxy -c), in HAProxy's container and charged to its memory (181 MiB at 10,000 listeners); empty: haproxy -c runs as this process's child")
 	fs.BoolVar(&c.HAProxy.NoStrictLimits, "haproxy-no-strict-limits", false, "let HAProxy start when it cannot raise its open-file limit to what its listeners and checked servers need (a warning instead of a refused reload)")
 	// Old workers: each keeps a whole configuration while a connection is
 	// on it. A count bound is what makes HAProxy's memory boundable; by

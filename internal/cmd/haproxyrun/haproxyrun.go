@@ -5,7 +5,9 @@
 // container's main process is HAProxy itself: zerodrop's process may stop
 // and start again without touching it, and when it is gone the kubelet
 // restarts the container, which serves the configuration and server-state
-// file zerodrop last wrote.
+// file zerodrop last wrote. Before it becomes HAProxy it starts the
+// validator beside it (ValidatorCommand), which checks each configuration
+// for the replica in this container's memory.
 //
 // Started as root (to bind the Services' ports below 1024), it runs
 // HAProxy's workers, which hold the Internet-facing connections, as the
@@ -43,7 +45,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("zerodrop haproxy", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() { usage(fs, out) }
-	fs.StringVar(&c.Dir, "dir", DefaultDir, "state directory shared with the data-plane replica's zerodrop process (--haproxy-socket DIR/admin.sock --haproxy-master-socket DIR/master.sock --haproxy-config DIR/haproxy.cfg)")
+	fs.StringVar(&c.Dir, "dir", DefaultDir, "state directory shared with the data-plane replica's zerodrop process (--haproxy-socket DIR/admin.sock --haproxy-master-socket DIR/master.sock --haproxy-config DIR/haproxy.cfg --haproxy-validate-socket DIR/"+haproxy.ValidationSocketName+")")
 	fs.StringVar(&c.Binary, "binary", "haproxy", "HAProxy executable")
 	fs.StringVar(&c.WorkerUser, "worker-user", haproxy.DefaultWorkerUser, "UID:GID HAProxy's workers run as when it starts as root (its master stays root to bind the listeners and reload; it needs CAP_SETUID, CAP_SETGID and CAP_KILL); empty: the workers keep the user HAProxy starts as. Ignored when not started as root: the workers are not root then")
 	if err := fs.Parse(args); err != nil {
@@ -58,21 +60,28 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	return c, nil
 }
 
-// usage prints both forms of the command: the reference (docs/flags.md)
+// usage prints the command's forms: the reference (docs/flags.md)
 // is `zerodrop haproxy -h`.
 func usage(fs *flag.FlagSet, out io.Writer) {
 	fmt.Fprintf(out, "usage: zerodrop haproxy [flags]: prepare the state directory, then run HAProxy's master in its place\n")
 	fs.PrintDefaults()
+	fmt.Fprintf(out, "\nusage: zerodrop haproxy %s [flags]: started by the command above before it becomes HAProxy's master, on a socket it passes (DIR/%s): runs `haproxy -c` on each configuration the replica's zerodrop process names (--haproxy-validate-socket), so that the check's memory is this container's\n", ValidatorCommand, haproxy.ValidationSocketName)
+	var vc ValidatorConfig
+	validatorFlags(&vc, out).PrintDefaults()
 	fmt.Fprintf(out, "\nusage: zerodrop haproxy %s [flags]: stop that HAProxy softly (SIGUSR1 to its master: listeners closed, connections finished) and wait until its master has exited; a preStop hook\n", StopCommand)
 	var sc StopConfig
 	stopFlags(&sc, out).PrintDefaults()
 }
 
-// Run parses args, prepares the directory and executes HAProxy; it returns
-// only on failure. `zerodrop haproxy stop …` is RunStop.
+// Run parses args, prepares the directory, starts the validator and
+// executes HAProxy; it returns only on failure. `zerodrop haproxy stop …`
+// is RunStop, `zerodrop haproxy validator …` RunValidator.
 func Run(args []string, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == StopCommand {
 		return RunStop(args[1:], stderr)
+	}
+	if len(args) > 0 && args[0] == ValidatorCommand {
+		return RunValidator(args[1:], stderr)
 	}
 	c, err := Parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -92,6 +101,9 @@ func Run(args []string, stderr io.Writer) int {
 func exe(c Config, stderr io.Writer) error {
 	path, args, err := Prepare(c, stderr)
 	if err != nil {
+		return err
+	}
+	if err := startValidator(c, path, stderr); err != nil {
 		return err
 	}
 	return syscall.Exec(path, append([]string{c.Binary}, args...), os.Environ())

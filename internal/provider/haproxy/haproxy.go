@@ -4,7 +4,8 @@
 // Backend changes (servers added, removed, weighted, drained) go through the
 // runtime API on the admin stats socket and never reload HAProxy. Frontend
 // changes (a listener created, changed or deleted) re-render the
-// configuration, validate it with `haproxy -c` and reload through the master
+// configuration, validate it with `haproxy -c` (in HAProxy's container, when
+// attached to one: ValidateSocket) and reload through the master
 // socket: the new worker takes the listening sockets over and old workers
 // finish their connections, so no connection is dropped. Every runtime change
 // is mirrored into the configuration file and the server-state file, so that
@@ -47,7 +48,7 @@ type Options struct {
 	// Dir is the state directory. Default: the directory of ConfigFile.
 	Dir string
 	// Binary is the haproxy executable, used to start HAProxy and to validate
-	// configurations. Default "haproxy" from PATH.
+	// configurations (without ValidateSocket). Default "haproxy" from PATH.
 	Binary string
 	// AdminSocket is the stats socket (level admin) of an HAProxy to attach
 	// to. Default Dir/admin.sock.
@@ -94,14 +95,12 @@ type Options struct {
 	// ReadBatchWindow is how long one runtime snapshot serves Observe and
 	// Backends (default DefaultReadBatchWindow; negative: every call reads).
 	ReadBatchWindow time.Duration
-	// ReserveMemory, when set, is called before each validation of a
-	// configuration (`haproxy -c`: a child of this process, in its
-	// container) with the memory the validation is expected to take at its
-	// peak, and the function it returns once the validation has ended: the
-	// controller lowers its Go runtime's memory limit by that much
-	// meanwhile, so that its heap and the validation fit in the container's
-	// limit together.
-	ReserveMemory func(ctx context.Context, bytes int64) (release func())
+	// ValidateSocket is the socket of a validator that checks each
+	// configuration before it is loaded (`zerodrop haproxy` serves one in
+	// HAProxy's container: ServeValidation), so that the check's memory is
+	// that container's. Empty: `haproxy -c` runs as a child of this
+	// process, in its container.
+	ValidateSocket string
 	// LogMaxBytes bounds the owned master's haproxy.log: at a reload, a
 	// log past it moves to haproxy.log.1 and starts again empty (default
 	// DefaultLogMaxBytes; negative: never cut).

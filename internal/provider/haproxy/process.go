@@ -199,11 +199,7 @@ func (p *Provider) startOrAttach(ctx context.Context) error {
 			return err
 		}
 	}
-	cfg, err := os.ReadFile(p.paths.config)
-	if err != nil {
-		return fmt.Errorf("haproxy: %w", err)
-	}
-	if err := p.validate(ctx, p.paths.config, cfg); err != nil {
+	if err := p.validate(ctx, p.paths.config); err != nil {
 		return err
 	}
 	logFile, err := os.OpenFile(p.paths.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
@@ -274,18 +270,38 @@ func (p *Provider) waitReady(ctx context.Context, pid int) error {
 	}
 }
 
-// validate runs `haproxy -c` on a configuration file, whose content is
-// cfg. Not with -q: that silences HAProxy's alerts too, and the error must
-// say why the file was refused.
-func (p *Provider) validate(ctx context.Context, file string, cfg []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, p.opts.ReloadTimeout)
-	defer cancel()
-	defer p.reserveForValidation(ctx, cfg)()
-	out, err := exec.CommandContext(ctx, p.binary, "-c", "-f", file).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("haproxy: invalid configuration %s: %w: %w: %s", file, errRejected, err, alertLines(strings.TrimSpace(string(out)), 0))
+// runCheck runs `binary -c -f file` (validator.go) and returns HAProxy's alerts. Not
+// with -q: that silences the alerts too, and a refusal must say why.
+// rejected is HAProxy's own no; any other error means the check did not
+// run to its end (not started, killed by a timeout or the memory limit)
+// and says nothing about the configuration.
+func runCheck(ctx context.Context, binary, file string) (rejected bool, alerts string, err error) {
+	out, err := exec.CommandContext(ctx, binary, "-c", "-f", file).CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return false, "", nil
+	case errors.As(err, &exit) && exit.Exited() && ctx.Err() == nil:
+		return true, fmt.Sprintf("%v: %s", err, alertLines(strings.TrimSpace(string(out)), 0)), nil
+	default:
+		return false, "", fmt.Errorf("haproxy: checking %s: %w: %s", file, errors.Join(err, ctx.Err()), alertLines(strings.TrimSpace(string(out)), 5))
 	}
-	return nil
+}
+
+// StartDetached starts name with args as a child this process neither
+// waits for nor reaps, with extra as its descriptor 3 and out as its
+// output: `zerodrop haproxy` starts its validator so just before it
+// becomes HAProxy's master, which reaps it (a goroutine waiting for it
+// would not survive the exec). It returns the child's PID.
+func StartDetached(name string, args []string, extra, out *os.File) (int, error) {
+	cmd := exec.Command(name, args...)
+	cmd.ExtraFiles = []*os.File{extra}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	pid := cmd.Process.Pid
+	return pid, cmd.Process.Release()
 }
 
 // reload switches HAProxy to a new configuration without dropping a
@@ -310,7 +326,7 @@ func (p *Provider) reload(ctx context.Context, cfg, meta []byte) error {
 		return err
 	}
 	defer os.Remove(p.paths.config + ".new")
-	if err := p.validate(ctx, p.paths.config+".new", candCfg); err != nil {
+	if err := p.validate(ctx, p.paths.config+".new"); err != nil {
 		return err
 	}
 	before, err := p.procs(ctx)
