@@ -8,6 +8,10 @@
 // made of (issue 49: OOM-killed at the chart's limit while its caches
 // synced).
 //
+// What many pods hold alike (namespaces, node names, label sets, the
+// conditions' words, readiness gates) is kept once for them all
+// (intern.go): a cached pod must never be changed in place.
+//
 // Transform keeps an allowlist — a field the API adds later is dropped, not
 // kept by default. A reader of cached Pods that needs a field not kept here
 // must add it to Transform (and to the test's table): from the cache it
@@ -69,34 +73,39 @@ func Transform(in any) (any, error) {
 	return trim(pod), nil
 }
 
-// trim is the trimmed copy Transform caches. It shares the kept maps and
-// slices with pod (each its own allocation, so pod's other fields can be
+// trim is the trimmed copy Transform caches. Strings many pods hold alike
+// (namespaces, nodes, labels, conditions' words), label sets and readiness
+// gates are one value for every pod that has them (shared, below); the rest
+// is shared with pod (each its own allocation, so pod's other fields can be
 // collected).
 func trim(pod *corev1.Pod) *corev1.Pod {
-	return &corev1.Pod{
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	in := &shared
+	out := &corev1.Pod{
 		// The kind, as the server sent it (empty from a typed watch).
-		TypeMeta: pod.TypeMeta,
+		TypeMeta: metav1.TypeMeta{Kind: in.str(pod.Kind), APIVersion: in.str(pod.APIVersion)},
 		ObjectMeta: metav1.ObjectMeta{
 			// Identity: the cache's key and namespace index, every
 			// reader's logs, Events on the pod (name, namespace, uid,
 			// resourceVersion); uid is how the gates and the replicas'
 			// discovery tell a pod from a newer one of the same name.
 			Name:      pod.Name,
-			Namespace: pod.Namespace,
+			Namespace: in.str(pod.Namespace),
 			UID:       pod.UID,
 			// The informer's and the podgate patch's optimistic lock.
 			ResourceVersion: pod.ResourceVersion,
-			// Not read today; kept, with creationTimestamp and
-			// ownerReferences, because they are a few words per pod and
-			// what a reader of a pod's identity expects to find (a log, an
-			// owner lookup).
+			// Not read today; kept, with creationTimestamp, because they
+			// are words of the Pod struct, which holds them anyway, and
+			// what a reader of a pod's identity expects to find (a log).
+			// ownerReferences, a slice of its own per pod that nothing
+			// reads, are not kept.
 			Generation:        pod.Generation,
 			CreationTimestamp: pod.CreationTimestamp,
-			OwnerReferences:   pod.OwnerReferences,
 			// Which Services select the pod (lbtarget.Finder.Selecting,
 			// the Service controller's pod watch); the replicas'
 			// discovery lists by label selector.
-			Labels: pod.Labels,
+			Labels: in.labelSet(pod.Labels),
 			// When the deletion began and the termination gate's deadline
 			// (lbtarget.DeletionStart, drain.deadline); the gates and
 			// gatePending skip pods being deleted. No annotation is read
@@ -108,21 +117,38 @@ func trim(pod *corev1.Pod) *corev1.Pod {
 			// The node backend in node mode and gate-only Services
 			// (lbtarget), local endpoints (localView), a replica's node
 			// Lease (dataplane.Discovery).
-			NodeName: pod.Spec.NodeName,
+			NodeName: in.str(pod.Spec.NodeName),
 			// Whether the pod carries zerodrop's gate (podgate.HasGate).
-			ReadinessGates: pod.Spec.ReadinessGates,
+			ReadinessGates: in.gates(pod.Spec.ReadinessGates),
 		},
 		Status: corev1.PodStatus{
 			// Terminal phases: stoppedPods, dataplane.Discovery.
-			Phase: pod.Status.Phase,
+			Phase: corev1.PodPhase(in.str(string(pod.Status.Phase))),
 			// Whole: the gate's merge patch replaces the list with the
 			// cached one plus its own condition (see the package comment);
 			// ContainersReady and the gate's condition are read.
-			Conditions: pod.Status.Conditions,
+			Conditions: in.conditions(pod.Status.Conditions),
 			// The pod's backend addresses (lbtarget, stoppedPods), the
 			// replica's state endpoint address, the drain's IP family.
 			PodIP:  pod.Status.PodIP,
-			PodIPs: pod.Status.PodIPs,
+			PodIPs: podIPs(pod.Status.PodIP, pod.Status.PodIPs),
 		},
 	}
+	return out
+}
+
+// podIPs is ips with the entry equal to podIP holding podIP's string: the
+// first of status.podIPs is status.podIP, decoded twice.
+func podIPs(podIP string, ips []corev1.PodIP) []corev1.PodIP {
+	if len(ips) == 0 {
+		return ips
+	}
+	out := make([]corev1.PodIP, len(ips))
+	for i, ip := range ips {
+		if ip.IP == podIP {
+			ip.IP = podIP
+		}
+		out[i] = ip
+	}
+	return out
 }

@@ -47,7 +47,7 @@ func TestTransformKeepsWhatReadersRead(t *testing.T) {
 		{"metadata.generation", func(p *corev1.Pod) any { return p.Generation }, true},
 		{"metadata.creationTimestamp", func(p *corev1.Pod) any { return p.CreationTimestamp }, true},
 		{"metadata.labels", func(p *corev1.Pod) any { return p.Labels }, true},
-		{"metadata.ownerReferences", func(p *corev1.Pod) any { return p.OwnerReferences }, true},
+		{"metadata.ownerReferences", func(p *corev1.Pod) any { return p.OwnerReferences }, false},
 		{"metadata.deletionTimestamp", func(p *corev1.Pod) any { return p.DeletionTimestamp }, true},
 		{"metadata.deletionGracePeriodSeconds", func(p *corev1.Pod) any { return p.DeletionGracePeriodSeconds }, true},
 		{"spec.nodeName", func(p *corev1.Pod) any { return p.Spec.NodeName }, true},
@@ -94,7 +94,7 @@ func TestTransformKeepsWhatReadersRead(t *testing.T) {
 // say) shows here even if the table does not name it.
 func TestTransformKeepsNothingElse(t *testing.T) {
 	allowed := []string{"metadata.name", "metadata.namespace", "metadata.uid", "metadata.resourceVersion", "metadata.generation",
-		"metadata.creationTimestamp", "metadata.labels", "metadata.ownerReferences", "metadata.deletionTimestamp",
+		"metadata.creationTimestamp", "metadata.labels", "metadata.deletionTimestamp",
 		"metadata.deletionGracePeriodSeconds", "spec.nodeName", "spec.readinessGates", "spec.containers", "status.phase",
 		"status.conditions", "status.podIP", "status.podIPs"}
 	raw, err := json.Marshal(trimmed(t, fromServer(fullPod("shop", "web-a"))))
