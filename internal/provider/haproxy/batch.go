@@ -59,6 +59,9 @@ func (p *Provider) shared(ctx context.Context) (*snapshot, error) {
 	}
 	call := &batchCall{done: make(chan struct{})}
 	b.inflight = call
+	// Stale: let it go now rather than once the new one is read, so that
+	// two whole snapshots are not held at once.
+	b.snap = nil
 	b.mu.Unlock()
 
 	// The read is shared: it runs on a context of its own (the caller's

@@ -18,6 +18,7 @@
 package haproxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -118,6 +119,9 @@ type Provider struct {
 	admin  runtimeClient
 	master runtimeClient
 
+	// reading is held while a runtime snapshot is read (snapshot): one
+	// reading at a time, each megabytes at thousands of load balancers.
+	reading sync.Mutex
 	// mu serialises the writes of this Provider: every key shares the one
 	// configuration file and the reloads. A group reload's leader holds it
 	// for the whole reload; the members wait without it.
@@ -266,6 +270,12 @@ func (p *Provider) ConfigFile() string { return p.paths.config }
 // read sends one read-only command to the admin socket.
 func (p *Provider) read(ctx context.Context, op, command string) (string, error) {
 	return p.exchange(ctx, func() { p.hooks.OnRead(op) }, command)
+}
+
+// readStream is read with the reply handed to consume as it arrives
+// (exchangeStream), for the readings that are megabytes.
+func (p *Provider) readStream(ctx context.Context, op, command string, consume func(*bufio.Reader) error) error {
+	return p.exchangeStream(ctx, func() { p.hooks.OnRead(op) }, consume, command)
 }
 
 // write sends one mutating command to the admin socket.

@@ -33,10 +33,26 @@ func (c runtimeClient) do(ctx context.Context, command string) (string, error) {
 // after the other in one go, with nothing else of the CLI in between. The
 // replies come back concatenated.
 func (c runtimeClient) chain(ctx context.Context, commands ...string) (string, error) {
+	var reply strings.Builder
+	err := c.stream(ctx, func(r io.Reader) error {
+		// Into the string returned, without a copy.
+		if _, err := io.Copy(&reply, r); err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		return nil
+	}, commands...)
+	return reply.String(), err
+}
+
+// stream is chain with the replies handed to consume as they arrive, never
+// held whole: at thousands of load balancers a `show stat` is megabytes,
+// and a reading parsed line by line holds only what it keeps. An error
+// consume returns is the call's (the connection is closed, unread).
+func (c runtimeClient) stream(ctx context.Context, consume func(io.Reader) error, commands ...string) error {
 	for _, cmd := range commands {
 		if strings.ContainsAny(cmd, "\n;") {
 			// ';' chains commands on the CLI: refuse it inside one command.
-			return "", fmt.Errorf("runtime command %q: newline or ';' not allowed", cmd)
+			return fmt.Errorf("runtime command %q: newline or ';' not allowed", cmd)
 		}
 	}
 	command := strings.Join(commands, "; ")
@@ -45,32 +61,29 @@ func (c runtimeClient) chain(ctx context.Context, commands ...string) (string, e
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", c.path)
 	if err != nil {
-		return "", fmt.Errorf("runtime command %q: %w", command, err)
+		return fmt.Errorf("runtime command %q: %w", command, err)
 	}
 	defer conn.Close()
 	if deadline, ok := ctx.Deadline(); ok {
 		if err := conn.SetDeadline(deadline); err != nil {
-			return "", fmt.Errorf("runtime command %q: %w", command, err)
+			return fmt.Errorf("runtime command %q: %w", command, err)
 		}
 	}
 	// Unblock the read when the context is canceled before the deadline.
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
 	if _, err := io.WriteString(conn, command+"\n"); err != nil {
-		return "", fmt.Errorf("runtime command %q: write: %w", command, err)
+		return fmt.Errorf("runtime command %q: write: %w", command, err)
 	}
 	if uc, ok := conn.(*net.UnixConn); ok {
 		if err := uc.CloseWrite(); err != nil {
-			return "", fmt.Errorf("runtime command %q: half-close: %w", command, err)
+			return fmt.Errorf("runtime command %q: half-close: %w", command, err)
 		}
 	}
-	// Into the string returned, without a copy: a snapshot's replies are
-	// megabytes at thousands of load balancers.
-	var reply strings.Builder
-	if _, err := io.Copy(&reply, conn); err != nil {
-		return reply.String(), fmt.Errorf("runtime command %q: read: %w", command, err)
+	if err := consume(conn); err != nil {
+		return fmt.Errorf("runtime command %q: %w", command, err)
 	}
-	return reply.String(), nil
+	return nil
 }
 
 // CommandError is a runtime API command that HAProxy refused; Reply is

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -143,12 +145,25 @@ func (p *Provider) stopping() bool {
 // the admin socket with its other listeners, yet it still holds
 // connections, so its backends are read and drained there until it exits.
 func (p *Provider) runtimeChain(ctx context.Context, commands []string) (string, error) {
+	var reply strings.Builder
+	err := p.runtimeStream(ctx, commands, func(r io.Reader) error {
+		if _, err := io.Copy(&reply, r); err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		return nil
+	})
+	return reply.String(), err
+}
+
+// runtimeStream is runtimeChain with the replies handed to consume as they
+// arrive (runtimeClient.stream).
+func (p *Provider) runtimeStream(ctx context.Context, commands []string, consume func(io.Reader) error) error {
 	if !p.stopping() {
-		return p.admin.chain(ctx, commands...)
+		return p.admin.stream(ctx, consume, commands...)
 	}
 	prefixed := make([]string, len(commands))
 	for i, c := range commands {
 		prefixed[i] = "@1 " + c
 	}
-	return p.master.chain(ctx, prefixed...)
+	return p.master.stream(ctx, consume, prefixed...)
 }

@@ -1,9 +1,12 @@
 package haproxy
 
 import (
+	"bufio"
 	"context"
 	"encoding/csv"
+	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 )
@@ -51,48 +54,37 @@ type StatRow struct {
 func (r StatRow) IsFrontend() bool { return r.Type == statFrontend }
 
 // parseStat parses `show stat` CSV, locating columns by the header.
-func parseStat(text string) ([]StatRow, error) {
-	text = strings.TrimPrefix(strings.TrimLeft(text, "\n"), "# ")
-	headerLine, rest, _ := strings.Cut(text, "\n")
-	header, err := csvLine(headerLine)
-	if err != nil {
-		return nil, fmt.Errorf("show stat: header: %w", err)
-	}
-	col := map[string]int{}
-	for i, h := range header {
-		col[h] = i
-	}
+func parseStat(text string) ([]StatRow, error) { return parseStatFrom(strings.NewReader(text)) }
+
+// parseStatFrom is parseStat reading the reply from r line by line, as it
+// arrives: the reply is never held whole.
+func parseStatFrom(r io.Reader) ([]StatRow, error) {
 	// The columns used, in the order of statFields; slot maps a column to
 	// its place there.
 	statFields := []string{"pxname", "svname", "type", "status", "scur", "check_status", "addr", "stot"}
-	slot := make([]int, len(header))
-	for i := range slot {
-		slot[i] = -1
-	}
-	for k, need := range statFields {
-		i, ok := col[need]
-		if !ok && need == "stot" {
-			// Only the lab's session counts read it; a reply without it
-			// (a test's fake HAProxy) reads as 0.
-			continue
-		}
-		if !ok {
-			return nil, fmt.Errorf("show stat: no %q column in %q", need, strings.Join(header, ","))
-		}
-		slot[i] = k
-	}
+	var (
+		slot  []int
+		rows  []StatRow
+		proxy string
+		f     = make([]string, len(statFields))
+	)
 	// Thousands of rows of about 80 columns, read on every snapshot: a row
 	// without quotes is split in place and only the used columns kept
-	// (copied, so that the reading itself can be freed); a quoted one goes
+	// (copied, so that the line itself can be freed); a quoted one goes
 	// through the CSV reader.
-	var rows []StatRow
-	var proxy string
-	f := make([]string, len(statFields))
-	for rest != "" {
-		var line string
-		line, rest, _ = strings.Cut(rest, "\n")
+	err := eachLine(r, func(line string) error {
 		if line == "" {
-			continue
+			return nil
+		}
+		if slot == nil {
+			header, err := csvLine(strings.TrimPrefix(line, "# "))
+			if err != nil {
+				return fmt.Errorf("show stat: header: %w", err)
+			}
+			if slot, err = statSlots(header, statFields); err != nil {
+				return err
+			}
+			return nil
 		}
 		clear(f)
 		if strings.IndexByte(line, '"') < 0 {
@@ -100,7 +92,7 @@ func parseStat(text string) ([]StatRow, error) {
 		} else {
 			rec, err := csvLine(line)
 			if err != nil {
-				return nil, fmt.Errorf("show stat: %w", err)
+				return fmt.Errorf("show stat: %w", err)
 			}
 			for i, v := range rec {
 				if i < len(slot) && slot[i] >= 0 {
@@ -110,7 +102,7 @@ func parseStat(text string) ([]StatRow, error) {
 		}
 		typ, err := strconv.Atoi(f[2])
 		if err != nil {
-			return nil, fmt.Errorf("show stat: %s/%s: type %q", f[0], f[1], f[2])
+			return fmt.Errorf("show stat: %s/%s: type %q", f[0], f[1], f[2])
 		}
 		scur, _ := strconv.ParseInt(f[4], 10, 64)
 		stot, _ := strconv.ParseInt(f[7], 10, 64)
@@ -122,8 +114,57 @@ func parseStat(text string) ([]StatRow, error) {
 			Proxy: proxy, Name: strings.Clone(f[1]), Type: typ, Status: strings.Clone(f[3]), Scur: scur, Sessions: stot,
 			CheckStatus: strings.Clone(strings.TrimPrefix(f[5], "* ")), Addr: strings.Clone(f[6]),
 		})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if slot == nil {
+		return nil, errors.New("show stat: header: empty reply")
 	}
 	return rows, nil
+}
+
+// statSlots maps each column of header to its place in fields (-1: not
+// used).
+func statSlots(header, fields []string) ([]int, error) {
+	col := map[string]int{}
+	for i, h := range header {
+		col[h] = i
+	}
+	slot := make([]int, len(header))
+	for i := range slot {
+		slot[i] = -1
+	}
+	for k, need := range fields {
+		i, ok := col[need]
+		if !ok && need == "stot" {
+			// Only the lab's session counts read it; a reply without it
+			// (a test's fake HAProxy) reads as 0.
+			continue
+		}
+		if !ok {
+			return nil, fmt.Errorf("show stat: no %q column in %q", need, strings.Join(header, ","))
+		}
+		slot[i] = k
+	}
+	return slot, nil
+}
+
+// eachLine calls fn with each line of r (without its newline), reading r
+// as it arrives.
+func eachLine(r io.Reader, fn func(line string) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		if err := fn(sc.Text()); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	return nil
 }
 
 // csvLine reads one CSV record.

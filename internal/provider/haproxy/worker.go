@@ -1,8 +1,10 @@
 package haproxy
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,31 +29,68 @@ import (
 // one named server). Each time it sends the line it counts the `show info`
 // as a read and calls count for the commands (the hooks count what is sent).
 func (p *Provider) exchange(ctx context.Context, count func(), commands ...string) (string, error) {
+	var reply string
+	err := p.exchangeStream(ctx, count, func(r *bufio.Reader) error {
+		var b strings.Builder
+		if _, err := io.Copy(&b, r); err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		reply = b.String()
+		return nil
+	}, commands...)
+	return reply, err
+}
+
+// exchangeStream is exchange with the current worker's replies handed to
+// consume as they arrive (runtimeClient.stream): `show info`'s answer comes
+// first and names the worker, so an old worker's replies are discarded
+// unread. consume may be called again, from the start, if the first
+// answer was an old worker's.
+func (p *Provider) exchangeStream(ctx context.Context, count func(), consume func(*bufio.Reader) error, commands ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.ReloadTimeout)
 	defer cancel()
 	for {
 		p.hooks.OnRead("show-info")
 		count()
-		reply, err := p.runtimeChain(ctx, append([]string{"show info"}, commands...))
-		if err != nil {
-			return "", err
-		}
-		info, rest, ok := strings.Cut(reply, "\n\n")
-		if !ok {
-			return "", fmt.Errorf("runtime command %q: no reply to show info before it: %q", strings.Join(commands, "; "), firstLine(reply))
-		}
-		pid, err := infoPid(info)
-		if err != nil {
-			return "", err
-		}
-		if p.isCurrentWorker(ctx, pid) {
-			return rest, nil
+		var pid int
+		current := false
+		err := p.runtimeStream(ctx, append([]string{"show info"}, commands...), func(conn io.Reader) error {
+			r := bufio.NewReaderSize(conn, 64<<10)
+			info, err := readInfo(r)
+			if err != nil {
+				return fmt.Errorf("%w before the replies of %q", err, strings.Join(commands, "; "))
+			}
+			if pid, err = infoPid(info); err != nil {
+				return err
+			}
+			if current = p.isCurrentWorker(ctx, pid); !current {
+				return nil
+			}
+			return consume(r)
+		})
+		if err != nil || current {
+			return err
 		}
 		p.log.V(1).Info("admin socket answered by a worker that no longer serves; asking again", "pid", pid, "worker", p.worker.Load())
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("runtime command %q: answered by worker %d, not by the current worker %d: %w", strings.Join(commands, "; "), pid, p.worker.Load(), ctx.Err())
+			return fmt.Errorf("runtime command %q: answered by worker %d, not by the current worker %d: %w", strings.Join(commands, "; "), pid, p.worker.Load(), ctx.Err())
 		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// readInfo reads `show info`'s answer, up to the empty line that ends it.
+func readInfo(r *bufio.Reader) (string, error) {
+	var b strings.Builder
+	for {
+		line, err := r.ReadString('\n')
+		if line == "\n" {
+			return b.String(), nil
+		}
+		b.WriteString(line)
+		if err != nil {
+			return "", fmt.Errorf("no complete reply to show info (%v): %q", err, firstLine(b.String()))
 		}
 	}
 }
