@@ -53,18 +53,25 @@ const bgpLeaveLabEnv = "ZERODROP_LAB_BGP_LEAVE"
 //     node are reported beside hash-threshold's prediction for the
 //     leaving member's position (dataplane.HashThresholdMoved); with
 //     resilient groups none may break on the other nodes. The label is
-//     then taken off and the node announced again.
+//     then taken off and the node announced again; at the unbalanced
+//     timer (frr-resilient: returnUnbalancedTimer; frr-ecmp: none) plus
+//     4 s after the router routes it again, it must carry at least 80 %
+//     of its 1/N share of new connections, and the WebSockets the return
+//     broke on the other nodes are reported (bgp_leave_return_lab_test.go).
 //  2. a node fails hard: the last of the router's next hops that holds
 //     WebSockets has its uplink drop every packet, the link up (nftables in
 //     its namespace), so only the router's BGP hold time (9 s, the chart's
-//     value in the lab; no BFD) notices. A prober opens a new connection
-//     every 50 ms; its failure window is reported beside the bound (the
-//     hold time plus the router's reaction, plus 1 s). Once the router's
-//     route lacks the node, no new connection may fail, and with resilient
-//     groups no WebSocket on another node may break.
+//     value in the lab; no BFD) notices. A prober in a namespace of its
+//     own behind the router opens a new connection every 20 ms
+//     (bgp_prober_lab_test.go); its failure window is reported beside the
+//     bound (the hold time plus the router's reaction, plus 1 s) and must
+//     start within 0.5 s of the drop and end within 0.5 s of the router's
+//     route lacking the node. Once the router's route lacks the node, no
+//     new connection may fail, and with resilient groups no WebSocket on
+//     another node may break.
 //
-// Times are reported, not asserted. Two labs of about four minutes each,
-// so it runs only when asked:
+// The bound is reported, not asserted. Two labs of about four minutes
+// each, so it runs only when asked:
 //
 //	ZERODROP_LAB_BGP_LEAVE=1 go test -count=1 -v -run TestLabBGPNodeLeaveAndFail ./internal/lab/
 func TestLabBGPNodeLeaveAndFail(t *testing.T) {
@@ -80,10 +87,15 @@ func leaveAndFail(t *testing.T, router dataplane.Router) {
 	started := time.Now()
 	load, _ := os.ReadFile("/proc/loadavg")
 	var lf leaveFigures
+	args := []string{"--scenario", "restart-idle", "--idle-restarts", "4", "--data-plane-replicas", "3", "--router", string(router)}
+	if router == dataplane.RouterFRRResilient {
+		lf.unbalanced = returnUnbalancedTimer
+		args = append(args, "--router-unbalanced-timer", returnUnbalancedTimer.String())
+	}
 	res := frrRun(t, 8*time.Minute, func(ctx context.Context, lines *lineWatch, workDir string) {
-		lf = measureLeaveAndFail(t, ctx, router, lines, workDir)
+		lf = measureLeaveAndFail(t, ctx, router, lf.unbalanced, lines, workDir)
 		lf.log(t, router)
-	}, "--scenario", "restart-idle", "--idle-restarts", "4", "--data-plane-replicas", "3", "--router", string(router))
+	}, args...)
 	t.Logf("the lab's own traffic through the leave and the failure: %d requests, %d failed, %d long connections, %d broken; connections per node %v",
 		res.Requests, res.FailedRequests, res.LongConns, res.LongConnsBroken, res.DataPlaneSessions)
 	t.Logf("own elapsed time %.0fs; load average at the start %s", time.Since(started).Seconds(), strings.TrimSpace(string(load)))
@@ -115,7 +127,10 @@ type phaseFigures struct {
 
 // leaveFigures are the test's two phases.
 type leaveFigures struct {
-	leave, fail       phaseFigures
+	leave, fail phaseFigures
+	back        returnFigures // the leaving node's return
+	unbalanced  time.Duration // the resilient groups' unbalanced timer
+	// window is the independent prober's through the hard failure.
 	window            dataplane.Window
 	done              bool // both phases ran
 	trafficEndedFirst bool
@@ -145,10 +160,11 @@ func (lf leaveFigures) log(t *testing.T, router dataplane.Router) {
 				f.Node, f.Position, f.Flows, f.Broken, 100*f.Predicted, f.Predicted*float64(f.Flows))
 		}
 	}
+	lf.back.log(t, router, lf.unbalanced)
 	w := lf.window
 	bound := dataplane.HoldTime + time.Second
-	t.Logf("%s, hard failure: %d of %d new connections failed, from %.2fs to %.2fs after the drop (bound: hold time %s plus the router's reaction, plus 1 s: %s); %d failed once the router had taken the node out",
-		router, w.Failed, w.Attempts, w.First.Seconds(), w.Last.Seconds(), dataplane.HoldTime, bound, w.FailedAfterQuiet)
+	t.Logf("%s, hard failure: the prober (its own namespace, one connect every %s): %d of %d new connections failed, from %.2fs to %.2fs after the drop; the lab's window: from the drop to the router's route without the node, 0 to %.2fs (bound: hold time %s plus the router's reaction, plus 1 s: %s); %d failed once the router had taken the node out",
+		router, proberPeriod, w.Failed, w.Attempts, w.First.Seconds(), w.Last.Seconds(), lf.fail.Withdrawn.Seconds(), dataplane.HoldTime, bound, w.FailedAfterQuiet)
 }
 
 // check asserts the behaviour: both phases ran under the lab's traffic,
@@ -182,6 +198,10 @@ func (lf leaveFigures) check(t *testing.T, router dataplane.Router) {
 	if lf.window.FailedAfterQuiet != 0 {
 		t.Errorf("%d new connections failed after the router had taken %s out", lf.window.FailedAfterQuiet, lf.fail.Node)
 	}
+	if lf.fail.WithdrawnOK {
+		checkWindow(t, lf.window, lf.fail.Withdrawn)
+	}
+	lf.back.check(t)
 }
 
 // leaveLab is what the test reaches of the lab: the router's namespace,
@@ -435,8 +455,9 @@ func tally(p *phaseFigures, flows []*flow, okBefore, okAfter map[*flow]bool) {
 }
 
 // measureLeaveAndFail runs the two phases while the lab's traffic runs.
-func measureLeaveAndFail(t *testing.T, ctx context.Context, router dataplane.Router, lines *lineWatch, workDir string) (lf leaveFigures) {
+func measureLeaveAndFail(t *testing.T, ctx context.Context, router dataplane.Router, unbalanced time.Duration, lines *lineWatch, workDir string) (lf leaveFigures) {
 	t.Helper()
+	lf.unbalanced = unbalanced
 	l, err := openLeaveLab(ctx, lines.String(), workDir)
 	if err != nil {
 		t.Error(err)
@@ -446,7 +467,7 @@ func measureLeaveAndFail(t *testing.T, ctx context.Context, router dataplane.Rou
 		t.Errorf("data-plane nodes %v, want 3", l.nodes)
 		return lf
 	}
-	if err := l.leavePhase(ctx, &lf.leave); err != nil {
+	if err := l.leavePhase(ctx, &lf.leave, &lf.back, unbalanced); err != nil {
 		t.Errorf("node leaving: %v", err)
 		return lf
 	}
@@ -464,8 +485,9 @@ func measureLeaveAndFail(t *testing.T, ctx context.Context, router dataplane.Rou
 }
 
 // leavePhase is phase 1: the first of the router's next hops labelled
-// leaving, the flows pinged once the router lacks it, the label taken off.
-func (l *leaveLab) leavePhase(ctx context.Context, p *phaseFigures) error {
+// leaving, the flows pinged once the router lacks it, the label taken off,
+// and the node's return measured (measureReturn).
+func (l *leaveLab) leavePhase(ctx context.Context, p *phaseFigures, back *returnFigures, unbalanced time.Duration) error {
 	flows, err := l.openFlows(ctx, leaveFlows)
 	if err != nil {
 		return err
@@ -493,19 +515,24 @@ func (l *leaveLab) leavePhase(ctx context.Context, p *phaseFigures) error {
 	p.After, at, p.WithdrawnOK = l.waitOrder(ctx, 30*time.Second, func(h []netip.Addr) bool { return len(h) > 0 && !slices.Contains(h, p.Node) })
 	p.Withdrawn = at.Sub(labelled)
 	time.Sleep(time.Second)
-	tally(p, flows, okBefore, pingAll(ctx, flows))
+	okAfter := pingAll(ctx, flows)
+	tally(p, flows, okBefore, okAfter)
+	unlabelled := time.Now()
 	if err := l.label(ctx, p.Node, false); err != nil {
 		return err
 	}
 	labelOn = false
-	_, _, p.Returned = l.waitOrder(ctx, 60*time.Second, func(h []netip.Addr) bool { return len(h) == len(p.Before) })
-	return nil
+	var routed time.Time
+	if _, routed, p.Returned = l.waitOrder(ctx, 60*time.Second, func(h []netip.Addr) bool { return len(h) == len(p.Before) }); !p.Returned {
+		return nil
+	}
+	return l.measureReturn(ctx, back, p, flows, okAfter, unlabelled, routed, unbalanced)
 }
 
 // failPhase is phase 2: the last of the router's next hops that holds
-// flows has its uplink drop every packet while a prober opens a new
-// connection every 50 ms; the flows are pinged once the router lacks the
-// node, and the uplink is restored.
+// flows has its uplink drop every packet while the prober, in its own
+// namespace, opens a new connection every proberPeriod; the flows are
+// pinged once the router lacks the node, and the uplink is restored.
 func (l *leaveLab) failPhase(ctx context.Context, p *phaseFigures, w *dataplane.Window) error {
 	flows, err := l.openFlows(ctx, leaveFlows)
 	if err != nil {
@@ -525,7 +552,12 @@ func (l *leaveLab) failPhase(ctx context.Context, p *phaseFigures, w *dataplane.
 	if !p.Node.IsValid() {
 		return fmt.Errorf("no node of %v holds a WebSocket", p.Before)
 	}
-	stopProbe, attempts := l.probe(ctx, 50*time.Millisecond)
+	prober, removeProber, err := l.openProber(ctx)
+	if err != nil {
+		return err
+	}
+	defer removeProber()
+	stopProbe, attempts := probe(ctx, prober, l.frontend, proberPeriod)
 	time.Sleep(time.Second)
 	failed := time.Now()
 	if err := dataplane.FailUplink(ctx, l.nodes[p.Node]); err != nil {
@@ -557,44 +589,4 @@ func (l *leaveLab) failPhase(ctx context.Context, p *phaseFigures, w *dataplane.
 	}
 	_, _, p.Returned = l.waitOrder(ctx, 60*time.Second, func(h []netip.Addr) bool { return len(h) == len(p.Before) })
 	return nil
-}
-
-// probe opens a new TCP connection to the frontend from the client's
-// namespace every period (each given 1 s), until stop is called; stop
-// waits for the attempts in flight, and attempts then holds them all.
-func (l *leaveLab) probe(ctx context.Context, period time.Duration) (stop func(), attempts *[]dataplane.Attempt) {
-	var mu sync.Mutex
-	var out []dataplane.Attempt
-	pctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		for {
-			select {
-			case <-pctx.Done():
-				return
-			case <-tick.C:
-			}
-			wg.Go(func() {
-				start := time.Now()
-				dctx, cancel := context.WithTimeout(context.WithoutCancel(pctx), time.Second)
-				defer cancel()
-				c, err := l.client.DialContext(dctx, "tcp", l.frontend.String())
-				if err == nil {
-					_ = c.Close()
-				}
-				mu.Lock()
-				out = append(out, dataplane.Attempt{Start: start, OK: err == nil})
-				mu.Unlock()
-			})
-		}
-	})
-	return func() {
-		cancel()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		slices.SortFunc(out, func(a, b dataplane.Attempt) int { return a.Start.Compare(b.Start) })
-	}, &out
 }

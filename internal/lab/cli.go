@@ -116,8 +116,9 @@ type flags struct {
 	// hardStopAfter --data-plane-hard-stop-after (0: the chart's).
 	dataPlaneUpdate string
 	hardStopAfter   time.Duration
-	// router is --router.
-	router string
+	// router is --router, unbalancedTimer --router-unbalanced-timer.
+	router          string
+	unbalancedTimer time.Duration
 	// updateRollouts is --data-plane-update-rollouts.
 	updateRollouts bool
 	// dataPlaneGrace is --data-plane-grace-period, timedMax
@@ -189,6 +190,7 @@ func parseFlags(args []string, stderr io.Writer) (f flags, code int, ok bool) {
 	fs.BoolVar(&f.updateRollouts, "data-plane-update-rollouts", false, "lb-update: roll the workload's Deployment out again and again while the data plane's DaemonSet updates, so each node's surge meets a rollout's gates (they count both pods of a node as replicas); its figures add the rollouts' times")
 	fs.DurationVar(&f.hardStopAfter, "data-plane-hard-stop-after", 0, "with --from-chart: the chart's haproxy.hardStopAfter, which bounds an old HAProxy's drain (lb-update's timed WebSockets live up to twice the bound); 0: the chart's default")
 	fs.StringVar(&f.router, "router", string(dataplane.RouterStandIn), "with --from-chart: the router in front of the data plane: stand-in (the lab announces a host once its data-plane pod is Ready, into a resilient nexthop group), frr-ecmp (FRR's bgpd and zebra peering with the chart's speaker DaemonSet, haproxy.bgp, on every data-plane node; zebra installs hash-threshold ECMP) or frr-resilient (the same FRR; the lab installs bgpd's routes as resilient nexthop groups)")
+	fs.DurationVar(&f.unbalancedTimer, "router-unbalanced-timer", 0, "with --router frr-resilient: the kernel's unbalanced timer of the lab's resilient nexthop groups (whole seconds): once a group has been unbalanced that long (a node returned, holding fewer buckets than its share), buckets move to it even if not idle, breaking the flows on them; 0: none, a node that returns gets only buckets idle for the idle timer (120 s)")
 	fs.StringVar(&f.prov, "provider", "haproxy", "haproxy|"+ProviderAzureEmulator+"|"+ProviderAWSEmulator+" (azure-emulator: the scenarios with traffic through an emulated Azure load balancer, written by the real cloud-provider-azure or by zerodrop; see docs/azure.md; aws-emulator: through an emulated AWS Network Load Balancer written by the real cloud-provider-aws, see docs/aws.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: zerodrop lab [--scenario rollout,rollout-local,restart-idle,restart,scale-down,drain-node,churn,kill-mid-plan,apiserver-down,lb-replica-restart,lb-update|all] [--mode upstream,recipe,zerodrop|all] [--backend ip|node|both] [--traffic-policy cluster|local|both] [--provider haproxy|azure-emulator [--arm-latency LIST] [--lb-propagation LIST] [--health-lag LIST]|aws-emulator [--aws-registration-delay D] [--aws-propagation D]] [--rate N] [--json FILE] [--html FILE]")
@@ -242,6 +244,9 @@ func (f flags) options(stderr io.Writer) (scenarios.Options, []string, error) {
 	}
 	if r := dataplane.Router(f.router); !slices.Contains(dataplane.Routers, r) || r.FRR() && (!f.fromChart || f.backend != scenarios.BackendIP) {
 		return scenarios.Options{}, nil, fmt.Errorf("--router %q: want stand-in, or frr-ecmp or frr-resilient with --from-chart and --backend ip", f.router)
+	}
+	if f.unbalancedTimer < 0 || f.unbalancedTimer%time.Second != 0 || f.unbalancedTimer > 0 && dataplane.Router(f.router) != dataplane.RouterFRRResilient {
+		return scenarios.Options{}, nil, fmt.Errorf("--router-unbalanced-timer %s: want whole seconds, with --router frr-resilient", f.unbalancedTimer)
 	}
 	if f.dataPlaneUpdate != "" && (!f.fromChart || !slices.Contains(report.UpdateStrategies, f.dataPlaneUpdate)) {
 		return scenarios.Options{}, nil, fmt.Errorf("--data-plane-update %q: want %s with --from-chart", f.dataPlaneUpdate, strings.Join(report.UpdateStrategies, " or "))
@@ -467,7 +472,7 @@ func (f flags) haproxyWorld() world.World {
 	switch f.haproxyKind() {
 	case world.Chart:
 		return chart.New(chart.Options{Replicas: f.dataPlane, Update: f.dataPlaneUpdate, HardStopAfter: f.hardStopAfter, GracePeriod: f.dataPlaneGrace,
-			Router: dataplane.Router(f.router)})
+			Router: dataplane.Router(f.router), UnbalancedTimer: f.unbalancedTimer})
 	case world.Replicas:
 		return replicas.New(replicas.Options{Replicas: f.dataPlane})
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	// (--router; "": the lab's stand-in): with FRR the chart's speaker
 	// DaemonSet is installed too (haproxy.bgp).
 	Router dataplane.Router
+	// UnbalancedTimer is, with Router frr-resilient, the kernel's
+	// unbalanced timer of the lab's resilient groups (0: none).
+	UnbalancedTimer time.Duration
 }
 
 // World is zerodrop installed from the chart.
@@ -70,7 +73,7 @@ type World struct {
 func New(opts Options) *World {
 	w := &World{WorldBase: dataplane.NewWorldBase(opts.Replicas), update: opts.Update, hardStopAfter: opts.HardStopAfter,
 		gracePeriod: opts.GracePeriod}
-	w.Router = opts.Router
+	w.Router, w.UnbalancedTimer = opts.Router, opts.UnbalancedTimer
 	return w
 }
 

@@ -37,6 +37,7 @@ type kernelNexthop struct {
 	Group   []struct {
 		ID int `json:"id"`
 	} `json:"group"`
+	Type string `json:"type"` // "resilient" for a resilient group
 }
 
 // NextHops reads the kernel routes of namespace ns (its name) inside
@@ -124,14 +125,39 @@ func ipJSON(ctx context.Context, ns string, v any, args ...string) error {
 // below those zebra allocates for itself (it installs no BGP route here).
 const resilientBase = 1000
 
+// resilientBuckets is the size of each of the programmer's groups: 64, so
+// that three members hold 21 or 22 buckets each.
+const resilientBuckets = 64
+
+// resilientGroup is the `ip nexthop` arguments of a resilient group over
+// the hosts members (indices into the load-balancer hosts, nexthop id
+// i+1), with the kernel's unbalanced timer when unbalanced is not zero
+// (whole seconds). The idle timer stays the kernel's (120 s): a member
+// added gets only buckets idle that long, which under steady traffic is
+// none; the unbalanced timer is what moves buckets to it anyway once the
+// group has been unbalanced that long (breaking the flows on the buckets
+// that move). Given on every replace, so a replace never resets it.
+func resilientGroup(members []int, unbalanced time.Duration) []string {
+	ids := make([]string, len(members))
+	for k, i := range members {
+		ids[k] = strconv.Itoa(i + 1)
+	}
+	args := []string{"group", strings.Join(ids, "/"), "type", "resilient", "buckets", strconv.Itoa(resilientBuckets)}
+	if unbalanced > 0 {
+		args = append(args, "unbalanced_timer", strconv.Itoa(int(unbalanced/time.Second)))
+	}
+	return args
+}
+
 // programResilient installs bgpd's routes inside within as resilient
 // nexthop groups over the load-balancer hosts' nexthops (id i+1 for
 // lbs[i], cluster.Network's), every 200 ms until ctx ends: a group is
 // made when its address is first announced, changed in place when its
 // members change (only a leaving member's buckets move; a member added
-// gets idle buckets only), and removed with its route when the address is
-// withdrawn by every node. It returns when ctx ends.
-func (f *FRR) programResilient(ctx context.Context, within netip.Prefix, hosts []netip.Addr) {
+// gets idle buckets only, and with unbalanced set the others' too once
+// the group has been unbalanced that long), and removed with its route
+// when the address is withdrawn by every node. It returns when ctx ends.
+func (f *FRR) programResilient(ctx context.Context, within netip.Prefix, hosts []netip.Addr, unbalanced time.Duration) {
 	index := map[netip.Addr]int{}
 	for i, h := range hosts {
 		index[h] = i
@@ -165,11 +191,7 @@ func (f *FRR) programResilient(ctx context.Context, within netip.Prefix, hosts [
 			if len(members) == 0 || slices.Equal(members, programmed[p]) {
 				continue
 			}
-			ids := make([]string, len(members))
-			for k, i := range members {
-				ids[k] = strconv.Itoa(i + 1)
-			}
-			group := []string{"group", strings.Join(ids, "/"), "type", "resilient", "buckets", "64"}
+			group := resilientGroup(members, unbalanced)
 			id, ok := groups[p]
 			var err error
 			if ok {
@@ -214,4 +236,61 @@ func (f *FRR) programResilient(ctx context.Context, within netip.Prefix, hosts [
 			delete(programmed, p)
 		}
 	}
+}
+
+// kernelBucket is one object of `ip -j nexthop bucket show`.
+type kernelBucket struct {
+	ID     int `json:"id"`
+	Bucket struct {
+		Index int `json:"index"`
+		NHID  int `json:"nhid"`
+	} `json:"bucket"`
+}
+
+// Buckets is how many of the buckets of addr's resilient nexthop group in
+// namespace ns each next hop holds: each one's share of the hash space, so
+// of new connections. Empty when addr's route is not through a resilient
+// group (zebra's multipath route, frr-ecmp).
+func Buckets(ctx context.Context, ns string, addr netip.Addr) (map[netip.Addr]int, error) {
+	var routes []kernelRoute
+	if err := ipJSON(ctx, ns, &routes, "route", "show", addr.String()+"/32"); err != nil {
+		return nil, err
+	}
+	var objs []kernelNexthop
+	if err := ipJSON(ctx, ns, &objs, "nexthop", "show"); err != nil {
+		return nil, err
+	}
+	group := 0
+	for _, r := range routes {
+		if r.NHID != 0 && slices.ContainsFunc(objs, func(o kernelNexthop) bool { return o.ID == r.NHID && o.Type == "resilient" }) {
+			group = r.NHID
+		}
+	}
+	if group == 0 {
+		return map[netip.Addr]int{}, nil
+	}
+	var buckets []kernelBucket
+	if err := ipJSON(ctx, ns, &buckets, "nexthop", "bucket", "show", "id", strconv.Itoa(group)); err != nil {
+		return nil, err
+	}
+	return bucketCounts(buckets, objs), nil
+}
+
+// bucketCounts is Buckets from what `ip -j nexthop bucket show id N` and
+// `ip -j nexthop show` said: each bucket's next hop resolved to its
+// gateway.
+func bucketCounts(buckets []kernelBucket, objs []kernelNexthop) map[netip.Addr]int {
+	gw := map[int]netip.Addr{}
+	for _, o := range objs {
+		if a, err := netip.ParseAddr(o.Gateway); err == nil {
+			gw[o.ID] = a
+		}
+	}
+	out := map[netip.Addr]int{}
+	for _, b := range buckets {
+		if a, ok := gw[b.Bucket.NHID]; ok {
+			out[a]++
+		}
+	}
+	return out
 }

@@ -121,7 +121,11 @@ type WorldBase struct {
 	// Router is the router in front of zerodrop mode's data plane
 	// ("": the stand-in); with FRR, frr is the lab's, from Prepare on.
 	Router Router
-	frr    *FRR
+	// UnbalancedTimer is, with RouterFRRResilient, the kernel's unbalanced
+	// timer of the lab's resilient groups (--router-unbalanced-timer; 0:
+	// none, a member added gets idle buckets only).
+	UnbalancedTimer time.Duration
+	frr             *FRR
 }
 
 // NewWorldBase is the base of a world of n replicas.
@@ -134,6 +138,9 @@ func (w *WorldBase) Variant() string {
 	v := fmt.Sprintf("%d data-plane replicas", w.N)
 	if w.Router.FRR() {
 		v += ", router " + string(w.Router)
+	}
+	if w.Router == RouterFRRResilient && w.UnbalancedTimer > 0 {
+		v += fmt.Sprintf(" (unbalanced timer %s)", w.UnbalancedTimer)
 	}
 	return v
 }
@@ -176,7 +183,7 @@ func (w *WorldBase) Prepare(ctx context.Context, lab world.Lab) error {
 	}
 	go func() {
 		defer close(done)
-		frr.programResilient(progCtx, netip.MustParsePrefix(cluster.FrontendNet), hosts)
+		frr.programResilient(progCtx, netip.MustParsePrefix(cluster.FrontendNet), hosts, w.UnbalancedTimer)
 	}()
 	return nil
 }
