@@ -204,22 +204,59 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 	if views, err = askedAbout(views, pod); err != nil {
 		return nil, err
 	}
-	// What each Service asks of the pod, from the caches; then one read per
-	// load balancer and replica, all at once.
-	type selecting struct {
-		svc   *corev1.Service
-		base  Target
-		addrs map[string]bool
+	// One read per load balancer and replica, all at once; then what each
+	// Service asks of the pod, from the caches and, for a backend mode no
+	// annotation names, from what its load balancer holds (settle).
+	// Each load balancer is read once for every Service on it that selects
+	// the pod, naming their listeners as the ones whose health is wanted
+	// (a provider with a health budget spends it on them).
+	type read struct {
+		statuses []provider.BackendStatus
+		err      error
 	}
-	sel := make([]selecting, 0, len(svcs))
-	for _, svc := range svcs {
+	keys := make([]string, len(svcs))
+	wanted := map[string][]string{}
+	for i, svc := range svcs {
+		keys[i] = f.Services.Key(svc)
+		wanted[keys[i]] = append(wanted[keys[i]], f.listeners(svc)...)
+	}
+	reads := map[string]*read{}
+	var wg sync.WaitGroup
+	for _, key := range keys {
+		for _, view := range views {
+			cacheKey := view.Name + "\x00" + key
+			if reads[cacheKey] != nil {
+				continue
+			}
+			rd := &read{}
+			reads[cacheKey] = rd
+			wctx := provider.WithWantedListeners(ctx, wanted[key])
+			wg.Go(func() { rd.statuses, rd.err = view.Provider.Backends(wctx, key) })
+		}
+	}
+	wg.Wait()
+	for _, key := range keys {
+		for _, view := range views {
+			if rd := reads[view.Name+"\x00"+key]; rd.err != nil {
+				if view.Name != "" {
+					return nil, fmt.Errorf("backend status of %s on data-plane replica %s: %w", key, view.Name, rd.err)
+				}
+				return nil, fmt.Errorf("backend status of %s: %w", key, rd.err)
+			}
+		}
+	}
+	modes := settler{f: f}
+	for i, svc := range svcs {
 		// An invalid Service keeps its listeners but its backends follow its
 		// endpoints in the mode its valid annotations give (invariant 7):
 		// judge the pod by that config, the default in place of a bad value.
-		cfg, _ := model.ParseServiceConfig(svc.Annotations)
+		mode, err := modes.mode(ctx, svc, reads[views[0].Name+"\x00"+keys[i]].statuses)
+		if err != nil {
+			return nil, err
+		}
 		addrs := f.podAddresses(pod)
 		nodeOnly, lastLocal, published := false, false, false
-		if cfg.Mode == model.NodeMode {
+		if mode == model.NodeMode {
 			var node corev1.Node
 			if err := f.Reader.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, &node); err != nil {
 				return nil, fmt.Errorf("get node %s of pod %s/%s: %w", pod.Spec.NodeName, pod.Namespace, pod.Name, err)
@@ -232,49 +269,12 @@ func (f *Finder) Targets(ctx context.Context, pod *corev1.Pod) ([]Target, error)
 			}
 			published, lastLocal = lv.published, nodeOnly && lv.last
 		}
-		key := f.Services.Key(svc)
-		sel = append(sel, selecting{svc: svc, addrs: addrs, base: Target{Service: svc.Namespace + "/" + svc.Name, LB: key,
-			Node: cfg.Mode == model.NodeMode, NodeOnly: nodeOnly, LastLocal: lastLocal,
-			ChangePublished: published, Connections: -1}})
-	}
-	type read struct {
-		statuses []provider.BackendStatus
-		err      error
-	}
-	// Each load balancer is read once for every Service on it that selects
-	// the pod, naming their listeners as the ones whose health is wanted
-	// (a provider with a health budget spends it on them).
-	wanted := map[string][]string{}
-	for _, s := range sel {
-		wanted[s.base.LB] = append(wanted[s.base.LB], f.listeners(s.svc)...)
-	}
-	reads := map[string]*read{}
-	var wg sync.WaitGroup
-	for _, s := range sel {
+		base := Target{Service: svc.Namespace + "/" + svc.Name, LB: keys[i],
+			Node: mode == model.NodeMode, NodeOnly: nodeOnly, LastLocal: lastLocal,
+			ChangePublished: published, Connections: -1}
 		for _, view := range views {
-			cacheKey := view.Name + "\x00" + s.base.LB
-			if reads[cacheKey] != nil {
-				continue
-			}
-			rd := &read{}
-			reads[cacheKey] = rd
-			wctx := provider.WithWantedListeners(ctx, wanted[s.base.LB])
-			wg.Go(func() { rd.statuses, rd.err = view.Provider.Backends(wctx, s.base.LB) })
-		}
-	}
-	wg.Wait()
-	for _, s := range sel {
-		for _, view := range views {
-			rd := reads[view.Name+"\x00"+s.base.LB]
-			if rd.err != nil {
-				if view.Name != "" {
-					return nil, fmt.Errorf("backend status of %s on data-plane replica %s: %w", s.base.LB, view.Name, rd.err)
-				}
-				return nil, fmt.Errorf("backend status of %s: %w", s.base.LB, rd.err)
-			}
-			base := s.base
 			base.Replica = view.Name
-			out = append(out, f.portTargets(s.svc, base, s.addrs, rd.statuses, DeletionStart(pod))...)
+			out = append(out, f.portTargets(svc, base, addrs, reads[view.Name+"\x00"+keys[i]].statuses, DeletionStart(pod))...)
 		}
 	}
 	return out, nil

@@ -15,8 +15,8 @@ type AnnotationDoc struct {
 // ParseServiceConfig accepts exactly these and refuses any other under the
 // prefix (a Warning Event and a condition, invariant 7).
 var ServiceAnnotations = []AnnotationDoc{
-	{AnnotationBackendMode, "Service", string(IPMode),
-		"`ip`: the load balancer's backends are the pods' addresses; `node`: the nodes' addresses at the Service's nodePort (kube-proxy forwards; `externalTrafficPolicy` applies)."},
+	{AnnotationBackendMode, "Service", "the provider's: `ip` on HAProxy, `node` on Azure",
+		"`ip`: the load balancer's backends are the pods' addresses; `node`: the nodes' addresses at the Service's nodePort (kube-proxy forwards; `externalTrafficPolicy` applies). Without the annotation a Service gets the provider's default, except IP mode where node mode cannot serve it (a port without a nodePort) or where the load balancer already serves it in IP mode (an earlier version's default: moving it would rewrite its pool under live connections). The `ConfigValid` condition says which mode applied and why."},
 	{AnnotationHealthCheckInterval, "Service", DefaultHealthCheckInterval.String(),
 		"Interval of the load balancer's health checks of each backend, 100ms to 1m. HAProxy: every data-plane replica checks every backend of every port, so the controller stretches it (by powers of two, a Warning Event `HealthChecksStretched`) for a Service over `--service-check-limit` checks a second, or past what older Services leave of `--node-check-budget` (docs/haproxy.md)."},
 	{AnnotationDrainTimeout, "Service", DefaultDrainTimeout.String(),

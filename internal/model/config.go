@@ -46,7 +46,12 @@ var DefaultMaxUnavailable = intstr.FromString("25%")
 
 // ServiceConfig is what a Service's zerodrop annotations ask for, validated.
 type ServiceConfig struct {
-	Mode                BackendMode
+	Mode BackendMode
+	// ModeDefault: no annotation names the mode, so Mode is the
+	// provider's default (ParseServiceConfig's defaultMode), or IP mode where
+	// Settle keeps it so (ModeKept says why).
+	ModeDefault         bool
+	ModeKept            string
 	HealthCheckInterval time.Duration
 	DrainTimeout        time.Duration
 	MaxUnavailable      intstr.IntOrString
@@ -82,9 +87,16 @@ func (e *InvalidConfigError) Error() string {
 // must keep the Service's listeners as they are (invariant 7); the returned
 // config then holds the valid annotations' values and the defaults in place of
 // the invalid ones, for what still follows the cluster (the backends).
-func ParseServiceConfig(annotations map[string]string) (ServiceConfig, error) {
+// defaultMode is the provider's backend mode for a Service whose annotation
+// names none (provider.DefaultBackendMode; "" is IP mode): Settle then
+// decides whether it applies.
+func ParseServiceConfig(annotations map[string]string, defaultMode BackendMode) (ServiceConfig, error) {
+	if defaultMode == "" {
+		defaultMode = IPMode
+	}
 	cfg := ServiceConfig{
-		Mode:                IPMode,
+		Mode:                defaultMode,
+		ModeDefault:         true,
 		HealthCheckInterval: DefaultHealthCheckInterval,
 		DrainTimeout:        DefaultDrainTimeout,
 		MaxUnavailable:      DefaultMaxUnavailable,
@@ -114,7 +126,7 @@ func ParseServiceConfig(annotations map[string]string) (ServiceConfig, error) {
 		case AnnotationBackendMode:
 			switch BackendMode(value) {
 			case IPMode, NodeMode:
-				cfg.Mode = BackendMode(value)
+				cfg.Mode, cfg.ModeDefault = BackendMode(value), false
 			default:
 				bad(key, value, `must be "ip" or "node"`)
 			}

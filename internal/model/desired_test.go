@@ -68,7 +68,7 @@ func withNode(n *corev1.Node, mutate func(*corev1.Node)) *corev1.Node {
 }
 
 func defaultConfig() ServiceConfig {
-	cfg, _ := ParseServiceConfig(nil)
+	cfg, _ := ParseServiceConfig(nil, IPMode)
 	return cfg
 }
 
@@ -284,7 +284,7 @@ func TestParseServiceConfig(t *testing.T) {
 	cfg, err := ParseServiceConfig(map[string]string{
 		AnnotationBackendMode: "node", AnnotationHealthCheckInterval: "500ms", AnnotationDrainTimeout: "1m",
 		AnnotationMaxUnavailable: "2", "other.io/x": "whatever",
-	})
+	}, IPMode)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,22 +304,22 @@ func TestParseServiceConfig(t *testing.T) {
 		{"zerodrop.dev/colour": "blue"},
 		{AnnotationGateOnly: "yes"},
 	} {
-		if _, err := ParseServiceConfig(bad); err == nil {
+		if _, err := ParseServiceConfig(bad, IPMode); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
 	}
-	if cfg, err := ParseServiceConfig(map[string]string{AnnotationGateOnly: "true"}); err != nil || !cfg.GateOnly {
+	if cfg, err := ParseServiceConfig(map[string]string{AnnotationGateOnly: "true"}, IPMode); err != nil || !cfg.GateOnly {
 		t.Errorf("gate-only true: %+v, %v", cfg, err)
 	}
 	if !GateOnly(map[string]string{AnnotationGateOnly: "true"}) || GateOnly(map[string]string{AnnotationGateOnly: "True"}) {
 		t.Error(`GateOnly: only "true" asks for the gates only`)
 	}
 	// An out-of-range count says what the range is, not "not a number".
-	_, err = ParseServiceConfig(map[string]string{AnnotationMaxUnavailable: "2147483648"})
+	_, err = ParseServiceConfig(map[string]string{AnnotationMaxUnavailable: "2147483648"}, IPMode)
 	if err == nil || !strings.Contains(err.Error(), "between 1 and 2147483647") {
 		t.Errorf("max-unavailable 2147483648: got %v, want an error naming the range", err)
 	}
-	_, err = ParseServiceConfig(map[string]string{AnnotationBackendMode: "pod", AnnotationDrainTimeout: "x"})
+	_, err = ParseServiceConfig(map[string]string{AnnotationBackendMode: "pod", AnnotationDrainTimeout: "x"}, IPMode)
 	var inv *InvalidConfigError
 	if !errors.As(err, &inv) || len(inv.Problems) != 2 {
 		t.Fatalf("want both problems reported at once, got %v", err)
@@ -329,7 +329,7 @@ func TestParseServiceConfig(t *testing.T) {
 	if !inv.Invalid(AnnotationBackendMode) || !inv.Invalid(AnnotationDrainTimeout) || inv.Invalid(AnnotationMaxUnavailable) {
 		t.Errorf("invalid keys = %v", inv.Keys)
 	}
-	cfg, err = ParseServiceConfig(map[string]string{AnnotationBackendMode: "node", AnnotationDrainTimeout: "x"})
+	cfg, err = ParseServiceConfig(map[string]string{AnnotationBackendMode: "node", AnnotationDrainTimeout: "x"}, IPMode)
 	if err == nil || cfg.Mode != NodeMode || cfg.DrainTimeout != DefaultDrainTimeout {
 		t.Errorf("an invalid config keeps the valid values, defaults for the rest: %+v, %v", cfg, err)
 	}

@@ -100,6 +100,28 @@ func ProbeDecidesLocal(p Provider) bool {
 	return ok && d.ProbeDecidesLocal()
 }
 
+// BackendModeDefaulter is implemented by providers whose default backend
+// mode, for a Service whose zerodrop.dev/backend-mode names none, is not
+// IP mode (Azure: node mode, which works with every network plugin, where
+// IP mode needs pod addresses in the virtual network). The controller and
+// the gates parse every Service with it (model.ParseServiceConfig) and
+// settle it against the load balancer (model.ServiceConfig.Settle): a
+// Service it already serves in IP mode stays there.
+type BackendModeDefaulter interface {
+	DefaultBackendMode() model.BackendMode
+}
+
+// DefaultBackendMode is p's default backend mode: IP mode unless p is a
+// BackendModeDefaulter that says otherwise.
+func DefaultBackendMode(p Provider) model.BackendMode {
+	if d, ok := p.(BackendModeDefaulter); ok {
+		if m := d.DefaultBackendMode(); m != "" {
+			return m
+		}
+	}
+	return model.IPMode
+}
+
 // Lister is implemented by providers that can list every load balancer they
 // hold for zerodrop (and only those: names zerodrop gave them). The
 // controller uses it, once its caches have synced and on every resync, to

@@ -78,6 +78,9 @@ type Controller struct {
 	notBefore map[string]time.Time
 	backends  map[string]map[model.BackendState]int // per load balancer, as last written or verified
 	totals    map[model.BackendState]int            // their sum, zerodrop_backends
+	// defaultMode is the provider's backend mode for a Service whose
+	// annotation names none (provider.DefaultBackendMode).
+	defaultMode model.BackendMode
 }
 
 // New creates the controller and adds it to mgr. It runs only in the leader;
@@ -159,6 +162,8 @@ func New(ctx context.Context, mgr manager.Manager, opts Options) (*Controller, e
 		notBefore: map[string]time.Time{},
 		drains:    newDrainClock(),
 		checks:    newCheckLedger(opts.Limits),
+
+		defaultMode: provider.DefaultBackendMode(opts.Provider),
 	}
 	// RoleControl's reads of the data-plane replicas, and its load
 	// balancers waiting for them: one answering again may end a wait.

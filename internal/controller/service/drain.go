@@ -82,7 +82,9 @@ func (c *Controller) step(ctx context.Context, key string, st *state, observed, 
 				return cfg
 			}
 		}
-		cfg, _ := model.ParseServiceConfig(nil)
+		// A Service no longer collected (leaving): IP mode, as before a
+		// provider could default to another.
+		cfg, _ := model.ParseServiceConfig(nil, model.IPMode)
 		return cfg
 	}
 

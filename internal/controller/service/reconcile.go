@@ -210,7 +210,10 @@ func (c *Controller) collect(ctx context.Context, key string) (*state, error) {
 			}
 			continue
 		}
-		cfg, err := model.ParseServiceConfig(svc.Annotations)
+		cfg, err := model.ParseServiceConfig(svc.Annotations, c.defaultMode)
+		// Settled on the Service alone here; observeKey settles it again
+		// on the load balancer it reads (settleModes).
+		cfg = cfg.Settle(svc, nil)
 		if err == nil && c.opts.ValidateService != nil {
 			err = c.opts.ValidateService(svc)
 		}
@@ -232,8 +235,9 @@ func (c *Controller) collect(ctx context.Context, key string) (*state, error) {
 			// Node mode reads them only for externalTrafficPolicy Local: a
 			// node without a local endpoint drains (model.Desired), unless
 			// the provider leaves it to the probe (provider.ProbeDecider).
+			// A default mode may yet settle to IP mode (settleModes).
 			local := ins[i].Service.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
-			if ins[i].Config.Mode != model.IPMode && !local {
+			if ins[i].Config.Mode != model.IPMode && !local && !ins[i].Config.ModeDefault {
 				continue
 			}
 			slices, err := c.slices(ctx, ins[i].Service)

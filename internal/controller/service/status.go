@@ -152,6 +152,10 @@ func (c *Controller) updateStatuses(ctx context.Context, st *state, plan model.P
 		meta.SetStatusCondition(&status.Conditions, ready)
 		valid := metav1.Condition{Type: ConditionConfigValid, Status: metav1.ConditionTrue, Reason: "Valid",
 			Message: "annotations and ports are valid", ObservedGeneration: svc.Generation}
+		if note := in.Config.ModeNote(); note != "" {
+			// Which mode a Service without the annotation got, and why.
+			valid.Message += "; " + note
+		}
 		if ws := byService[key]; len(ws) > 0 {
 			msgs := make([]string, len(ws))
 			for i, w := range ws {

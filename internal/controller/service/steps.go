@@ -51,6 +51,9 @@ func (c *Controller) observeKey(ctx context.Context, key string) (*pass, error) 
 		c.opts.Metrics.ProviderErrors.WithLabelValues(c.opts.Provider.Name(), "observe").Inc()
 		return nil, fmt.Errorf("observe %s: %w", key, err)
 	}
+	if err := c.settleModes(ctx, st, observed); err != nil {
+		return nil, err
+	}
 	return &pass{st: st, observed: observed}, nil
 }
 

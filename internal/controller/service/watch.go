@@ -102,7 +102,9 @@ func (c *Controller) enqueueNodeMode(ctx context.Context) {
 	}
 	for i := range list.Items {
 		svc := &list.Items[i]
-		if c.managed(svc) && svc.Annotations[model.AnnotationBackendMode] == string(model.NodeMode) {
+		// The mode before settling: a Service the provider's node-mode
+		// default leaves in IP mode costs its load balancer one look.
+		if cfg, _ := model.ParseServiceConfig(svc.Annotations, c.defaultMode); c.managed(svc) && cfg.Mode == model.NodeMode {
 			c.queue.Add(c.opts.KeyFunc(svc))
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/emulated/azurearm"
 	"zerodrop.dev/zerodrop/internal/metrics"
+	"zerodrop.dev/zerodrop/internal/model"
 	"zerodrop.dev/zerodrop/internal/provider/azure"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
@@ -167,10 +168,11 @@ func namespace(t *testing.T, c client.Client, name string) string {
 }
 
 // lbService is a zerodrop Service on lbName (annotation; "" lets KeyFunc
-// hash it) with ports 80→8080 and, with https, 443→8443. Old endpoints
-// drain for no time, so that tests converge quickly.
+// hash it) with ports 80→8080 and, with https, 443→8443, in IP mode by its
+// annotation (the provider's default is node mode). Old endpoints drain
+// for no time, so that tests converge quickly.
 func lbService(ns, name, lbName string, https bool) *corev1.Service {
-	ann := map[string]string{"zerodrop.dev/drain-timeout": "0s"}
+	ann := map[string]string{"zerodrop.dev/drain-timeout": "0s", model.AnnotationBackendMode: string(model.IPMode)}
 	if lbName != "" {
 		ann[azure.AnnotationLoadBalancer] = lbName
 	}

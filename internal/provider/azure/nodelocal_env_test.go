@@ -257,7 +257,7 @@ func TestNodeLocalMoveWritesNothing(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(slice), &sl); err != nil {
 		t.Fatal(err)
 	}
-	cfg, _ := model.ParseServiceConfig(cur.Annotations)
+	cfg, _ := model.ParseServiceConfig(cur.Annotations, prov.DefaultBackendMode())
 	inputs := []model.ServiceInput{{Service: &cur, Config: cfg, Slices: []*discoveryv1.EndpointSlice{&sl}}}
 	for _, decides := range []bool{true, false} {
 		opts := model.DesiredOptions{ProbeDecidesLocal: decides}

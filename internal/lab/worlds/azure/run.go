@@ -194,8 +194,9 @@ func (a *run) ControllerArgs([]string) []string {
 }
 
 // Service adds what the Service needs on emulated Azure: internal
-// frontends for the CCM (azuredp programs private frontends only), and the
-// gate-only annotation in gates mode.
+// frontends for the CCM (azuredp programs private frontends only), the
+// gate-only annotation in gates mode, and zerodrop's backend mode
+// (backendMode).
 func (a *run) Service(svc *corev1.Service) {
 	a.svc = types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	if svc.Annotations == nil {
@@ -206,6 +207,25 @@ func (a *run) Service(svc *corev1.Service) {
 	}
 	if a.env.Mode == report.ModeGates {
 		svc.Annotations[model.AnnotationGateOnly] = "true"
+	}
+	if a.env.Mode == report.ModeZerodrop {
+		backendMode(svc.Annotations)
+	}
+}
+
+// backendMode sets the workload's backend mode for zerodrop's own load
+// balancer on Azure, whose provider defaults to node mode
+// (azure.Provider.DefaultBackendMode): --backend ip (the scenarios leave
+// the annotation out) asks for IP mode by the annotation, and --backend
+// node (the scenarios' annotation node) runs without one, so that it
+// measures node mode as it ships, by the default. A test holds the
+// default at node mode, or --backend node would measure something else.
+func backendMode(annotations map[string]string) {
+	switch model.BackendMode(annotations[model.AnnotationBackendMode]) {
+	case "", model.IPMode:
+		annotations[model.AnnotationBackendMode] = string(model.IPMode)
+	case model.NodeMode:
+		delete(annotations, model.AnnotationBackendMode)
 	}
 }
 
