@@ -2,6 +2,7 @@ package azure_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +101,14 @@ func TestDefaultBackendModeUpgrade(t *testing.T) {
 		return p == "10.244.0.1 10.244.0.2", p
 	})
 
+	// The pool shows in the emulator's state before the write that made
+	// it is in its record of calls: count from once the Service's status
+	// is written, after the write returned.
+	testutil.Eventually(t, 30*time.Second, "the IP-mode Service's condition and its write recorded", func() (bool, string) {
+		m := condition("old")
+		return m != "no ConfigValid condition of this generation" && writes() > 0, fmt.Sprintf("%s; %d writes", m, writes())
+	})
+
 	// The upgrade: the annotation goes, the default is node mode, and
 	// nothing moves.
 	before := writes()
@@ -113,7 +122,8 @@ func TestDefaultBackendModeUpgrade(t *testing.T) {
 		return strings.Contains(m, model.KeptServed), m
 	})
 	if p, n := pool("old"), writes(); p != "10.244.0.1 10.244.0.2" || n != before {
-		t.Fatalf("after the annotation went: pool %q, %d ARM writes; want the pods' pool and no write", p, n-before)
+		calls, _ := emu.Calls(0)
+		t.Fatalf("after the annotation went: pool %q, %d ARM writes; want the pods' pool and no write (calls %+v)", p, n-before, calls)
 	}
 
 	// Still IP mode: a new pod is added by its address, and its readiness
@@ -167,9 +177,12 @@ func TestDefaultBackendModeUpgrade(t *testing.T) {
 		p := pool("new")
 		return p == strings.Join(nodeIPs, " "), p
 	})
-	if m := condition("new"); !strings.Contains(m, "backend mode node, the provider's default") {
-		t.Errorf("the new Service's condition %q: want it to name the default node mode", m)
-	}
+	// The condition is written after the pool: wait for it too (a loaded
+	// machine's status write can come seconds after the ARM write).
+	testutil.Eventually(t, 30*time.Second, "the new Service's condition naming the default node mode", func() (bool, string) {
+		m := condition("new")
+		return strings.Contains(m, "backend mode node, the provider's default"), m
+	})
 
 	// The annotation node asks to move the old Service: Azure cannot hold
 	// the step between (the pods draining at their port, the nodes at the
