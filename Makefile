@@ -1,10 +1,10 @@
 # zerodrop — see README.md. Every target installs or builds what it needs.
 GO            ?= go
-GOTESTFLAGS   ?= -race -count=1 -timeout 25m
+GOTESTFLAGS   ?= -count=1 -timeout 30m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build image chaos procmem deps lab-deps packages control-plane cloud-provider-azure cloud-provider-aws helm render-deploy haproxy frr network test unit lint fmt-check bench lab lab-azure demo clean docs
+.PHONY: all build image chaos procmem deps lab-deps packages control-plane cloud-provider-azure cloud-provider-aws helm render-deploy haproxy frr network test test-race test-lab unit lint fmt-check bench lab lab-azure demo clean docs
 
 all: build
 
@@ -75,13 +75,23 @@ packages:
 	@$(MAKE) --no-print-directory network
 
 # Unit and integration tests (real apiserver + etcd, real HAProxy).
+#
+# Two lines run side by side, then two alone. test-race: every package but
+# the lab's, under the race detector (the controllers, gates, data plane,
+# providers, webhook and their integration tests). test-lab: the lab's
+# packages (internal/lab/...), without it: they orchestrate real processes and
+# mostly wait on their clocks, the race detector multiplied their CPU time on
+# 2 cores, and the upstream service controller they run as the baseline races
+# with itself (internal/lab/upstream/upstream_test.go), so its tests are
+# built for !race. go test prints a package's result when it ends, so the
+# two lines' output interleaves by package. Then the flood tests, alone (below), and the data-plane
+# labs, alone.
+LABTESTS_ALONE := TestLabDataPlane|TestLabFromChart|TestLabUpdate|TestLabBGPSpeakerRestart|TestLabBGPServiceChurn|TestLabAWSGates
+
 test: deps fmt-check
 	$(GO) vet ./...
 	$(GO) vet -tags lab ./cmd/...
-	$(GO) test $(GOTESTFLAGS) -skip 'TestLabDataPlane|TestLabFromChart|TestLabUpdate|TestLabBGPSpeakerRestart|TestLabBGPServiceChurn|TestLabAWSGates' ./...
-	# The upstream service controller races with itself (see
-	# internal/lab/upstream/upstream_test.go): its tests run without -race.
-	$(GO) test -count=1 -timeout 10m -run 'TestUpstreamServiceController|TestLabUpstream|TestLabRestartIdle|TestLabMaintenance' ./internal/lab/ ./internal/lab/upstream/
+	@$(MAKE) --no-print-directory -j2 test-race test-lab
 	# The state endpoint's flood test asserts a time bound (the gate opens
 	# within its unflooded time plus 2 s) and the relay's flood test the
 	# relay process' memory (it is the test binary), which the race
@@ -94,7 +104,13 @@ test: deps fmt-check
 	# and TestLabBGPServiceChurn 100 Services churned behind a real FRR
 	# router; TestLabAWSGates a gates-mode rollout on emulated AWS beside the
 	# real cloud-provider-aws) run alone, not beside other packages.
-	$(GO) test $(GOTESTFLAGS) -run 'TestLabDataPlane|TestLabFromChart|TestLabUpdate|TestLabBGPSpeakerRestart|TestLabBGPServiceChurn|TestLabAWSGates' ./internal/lab/
+	$(GO) test $(GOTESTFLAGS) -run '$(LABTESTS_ALONE)' ./internal/lab/
+
+test-race:
+	$(GO) test -race $(GOTESTFLAGS) $$($(GO) list ./... | grep -v '/internal/lab')
+
+test-lab:
+	$(GO) test $(GOTESTFLAGS) -skip '$(LABTESTS_ALONE)' ./internal/lab/...
 
 # The generated references (docs/flags.md, docs/metrics.md,
 # docs/annotations.md) written anew from the code; TestReferenceDocs fails
