@@ -76,41 +76,41 @@ packages:
 
 # Unit and integration tests (real apiserver + etcd, real HAProxy).
 #
-# Two lines run side by side, then two alone. test-race: every package but
-# the lab's, under the race detector (the controllers, gates, data plane,
-# providers, webhook and their integration tests). test-lab: the lab's
-# packages (internal/lab/...), without it: they orchestrate real processes and
-# mostly wait on their clocks, the race detector multiplied their CPU time on
-# 2 cores, and the upstream service controller they run as the baseline races
-# with itself (internal/lab/upstream/upstream_test.go), so its tests are
-# built for !race. go test prints a package's result when it ends, so the
-# two lines' output interleaves by package. Then the flood tests, alone (below), and the data-plane
-# labs, alone.
+# After the vets, the flood tests alone (below), then two lines side by
+# side. test-race: every package but the lab's, under the race detector (the
+# controllers, gates, data plane, providers, webhook and their integration
+# tests). test-lab: the lab's packages (internal/lab/...) without it: they
+# orchestrate real processes and mostly wait on their clocks, the race
+# detector multiplied their CPU time on 2 cores, and the upstream service
+# controller they run as the baseline races with itself
+# (internal/lab/upstream/upstream_test.go), so its tests are built for
+# !race. The data-plane labs (LABTESTS_ALONE: four HAProxy and zerodrop
+# processes, the lab's pod servers in its own process; TestLabUpdate the
+# chart's data plane updated with surge; TestLabBGPSpeakerRestart the
+# speakers restarted and TestLabBGPServiceChurn 100 Services churned behind a
+# real FRR router; TestLabAWSGates a gates-mode rollout on emulated AWS
+# beside the real cloud-provider-aws) run after the lab's other tests, never
+# beside them, while test-race may still run. go test prints a package's
+# result when it ends, so the two lines' output interleaves by package.
 LABTESTS_ALONE := TestLabDataPlane|TestLabFromChart|TestLabUpdate|TestLabBGPSpeakerRestart|TestLabBGPServiceChurn|TestLabAWSGates
 
 test: deps fmt-check
 	$(GO) vet ./...
 	$(GO) vet -tags lab ./cmd/...
-	@$(MAKE) --no-print-directory -j2 test-race test-lab
 	# The state endpoint's flood test asserts a time bound (the gate opens
 	# within its unflooded time plus 2 s) and the relay's flood test the
 	# relay process' memory (it is the test binary), which the race
 	# detector's slowdown and shadow memory would break: they run without
-	# it (and skip under -race).
+	# it (and skip under -race), alone.
 	$(GO) test -count=1 -timeout 10m -run 'TestGateOpensDuringFlood|TestRelayFloodStaysUnderItsMemoryLimit' ./internal/dataplane/ ./internal/drainrelay/
-	# The data-plane labs (four HAProxy and zerodrop processes, the lab's pod
-	# servers in its own process; TestLabUpdate the chart's data plane
-	# updated with surge; TestLabBGPSpeakerRestart the speakers restarted
-	# and TestLabBGPServiceChurn 100 Services churned behind a real FRR
-	# router; TestLabAWSGates a gates-mode rollout on emulated AWS beside the
-	# real cloud-provider-aws) run alone, not beside other packages.
-	$(GO) test $(GOTESTFLAGS) -run '$(LABTESTS_ALONE)' ./internal/lab/
+	@$(MAKE) --no-print-directory -j2 test-race test-lab
 
 test-race:
 	$(GO) test -race $(GOTESTFLAGS) $$($(GO) list ./... | grep -v '/internal/lab')
 
 test-lab:
 	$(GO) test $(GOTESTFLAGS) -skip '$(LABTESTS_ALONE)' ./internal/lab/...
+	$(GO) test $(GOTESTFLAGS) -run '$(LABTESTS_ALONE)' ./internal/lab/
 
 # The generated references (docs/flags.md, docs/metrics.md,
 # docs/annotations.md) written anew from the code; TestReferenceDocs fails
