@@ -2,32 +2,15 @@ package lab
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
-	"zerodrop.dev/zerodrop/internal/lab/cluster"
-	"zerodrop.dev/zerodrop/internal/lab/netlab"
 	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
-	"zerodrop.dev/zerodrop/internal/model"
-	"zerodrop.dev/zerodrop/internal/supervisor"
 )
 
 // leaveFlows is how many WebSockets the test holds open through the
@@ -121,8 +104,12 @@ type phaseFigures struct {
 	Unknown       int // WebSockets no node's sockets showed
 	BrokenBefore  int // WebSockets that did not answer before the event
 	Withdrawn     time.Duration
-	WithdrawnOK   bool
-	Returned      bool // the node was routed again afterwards
+	// WithdrawnAfter is, where the phase reads it, the start of the
+	// router's last read that still held the node (from the event): the
+	// kernel's change lies between it and Withdrawn.
+	WithdrawnAfter time.Duration
+	WithdrawnOK    bool
+	Returned       bool // the node was routed again afterwards
 }
 
 // leaveFigures are the test's two phases.
@@ -163,8 +150,8 @@ func (lf leaveFigures) log(t *testing.T, router dataplane.Router) {
 	lf.back.log(t, router, lf.unbalanced)
 	w := lf.window
 	bound := dataplane.HoldTime + time.Second
-	t.Logf("%s, hard failure: the prober (its own namespace, one connect every %s): %d of %d new connections failed, from %.2fs to %.2fs after the drop; the lab's window: from the drop to the router's route without the node, 0 to %.2fs (bound: hold time %s plus the router's reaction, plus 1 s: %s); %d failed once the router had taken the node out",
-		router, proberPeriod, w.Failed, w.Attempts, w.First.Seconds(), w.Last.Seconds(), lf.fail.Withdrawn.Seconds(), dataplane.HoldTime, bound, w.FailedAfterQuiet)
+	t.Logf("%s, hard failure: the prober (its own namespace, one connect every %s): %d of %d new connections failed, from %.2fs to %.2fs after the drop; the lab's window: from the drop to the router's route without the node, 0 to %.2fs (the kernel changed after %.2fs; bound: hold time %s plus the router's reaction, plus 1 s: %s); %d failed once the router had taken the node out",
+		router, proberPeriod, w.Failed, w.Attempts, w.First.Seconds(), w.Last.Seconds(), lf.fail.Withdrawn.Seconds(), lf.fail.WithdrawnAfter.Seconds(), dataplane.HoldTime, bound, w.FailedAfterQuiet)
 }
 
 // check asserts the behaviour: both phases ran under the lab's traffic,
@@ -199,259 +186,9 @@ func (lf leaveFigures) check(t *testing.T, router dataplane.Router) {
 		t.Errorf("%d new connections failed after the router had taken %s out", lf.window.FailedAfterQuiet, lf.fail.Node)
 	}
 	if lf.fail.WithdrawnOK {
-		checkWindow(t, lf.window, lf.fail.Withdrawn)
+		checkWindow(t, lf.window, lf.fail.WithdrawnAfter, lf.fail.Withdrawn)
 	}
 	lf.back.check(t)
-}
-
-// leaveLab is what the test reaches of the lab: the router's namespace,
-// the data-plane nodes' namespaces by address, the client's namespace and
-// address, the Service's frontend, and the API.
-type leaveLab struct {
-	router   string
-	nodes    map[netip.Addr]string // node address -> namespace
-	names    map[netip.Addr]string // node address -> Node name
-	client   *netlab.Netns
-	clientIP netip.Addr
-	frontend netip.AddrPort
-	kube     kubernetes.Interface
-}
-
-var trafficStartRE = regexp.MustCompile(`traffic start frontend=(\S+) netns=(\S+)`)
-
-// openLeaveLab finds the lab's parts from its progress and its namespaces.
-func openLeaveLab(ctx context.Context, progress, workDir string) (*leaveLab, error) {
-	m := trafficStartRE.FindStringSubmatch(progress)
-	if m == nil {
-		return nil, fmt.Errorf("no traffic start line")
-	}
-	l := &leaveLab{nodes: map[netip.Addr]string{}, names: map[netip.Addr]string{}, client: &netlab.Netns{Name: m[2]}}
-	var err error
-	if l.frontend, err = netip.ParseAddrPort(m[1]); err != nil {
-		return nil, err
-	}
-	if l.router, _, err = labRouter(); err != nil {
-		return nil, err
-	}
-	prefix := strings.TrimSuffix(l.router, "-router")
-	entries, err := os.ReadDir("/run/netns")
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), prefix+"-lb")
-		if !ok {
-			continue
-		}
-		i := 0 // "lb" is the first load-balancer host, "lbK" the K-th
-		if rest != "" {
-			k, err := strconv.Atoi(rest)
-			if err != nil {
-				continue
-			}
-			i = k - 1
-		}
-		ip, err := eth0Addr(ctx, e.Name())
-		if err != nil {
-			return nil, err
-		}
-		l.nodes[ip], l.names[ip] = e.Name(), cluster.HostNodeName(i)
-	}
-	if l.clientIP, err = eth0Addr(ctx, l.client.Name); err != nil {
-		return nil, err
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(workDir, "kubeconfig"))
-	if err != nil {
-		return nil, err
-	}
-	if l.kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
-// eth0Addr is the IPv4 address of eth0 in namespace ns.
-func eth0Addr(ctx context.Context, ns string) (netip.Addr, error) {
-	var links []struct {
-		AddrInfo []struct {
-			Family string `json:"family"`
-			Local  string `json:"local"`
-		} `json:"addr_info"`
-	}
-	out, err := supervisor.Output(ctx, supervisor.Command{Name: "ip", Args: []string{"-n", ns, "-j", "addr", "show", "dev", "eth0"}})
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	if err := json.Unmarshal(out, &links); err != nil {
-		return netip.Addr{}, fmt.Errorf("%s: %w", ns, err)
-	}
-	for _, l := range links {
-		for _, a := range l.AddrInfo {
-			if a.Family == "inet" {
-				return netip.ParseAddr(a.Local)
-			}
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("%s: eth0 has no IPv4 address", ns)
-}
-
-// label puts the exclusion label on node's Node, or takes it off.
-func (l *leaveLab) label(ctx context.Context, node netip.Addr, on bool) error {
-	value := "null"
-	if on {
-		value = `"true"`
-	}
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, model.LabelExcludeFromLB, value)
-	_, err := l.kube.CoreV1().Nodes().Patch(ctx, l.names[node], types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	return err
-}
-
-// order is the router's next hops for the frontend, in the kernel's order.
-func (l *leaveLab) order(ctx context.Context) ([]netip.Addr, error) {
-	return dataplane.RouteOrder(ctx, l.router, l.frontend.Addr())
-}
-
-// waitOrder polls the router's next hops every 100 ms until ok says so
-// or within has passed: what it read last, when, and whether ok said so.
-func (l *leaveLab) waitOrder(ctx context.Context, within time.Duration, ok func([]netip.Addr) bool) ([]netip.Addr, time.Time, bool) {
-	deadline := time.Now().Add(within)
-	var last []netip.Addr
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		got, err := l.order(ctx)
-		if err == nil {
-			last = got
-			if ok(got) {
-				return got, time.Now(), true
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return last, time.Now(), false
-}
-
-// flow is one of the test's WebSockets and the node that holds it.
-type flow struct {
-	port uint16
-	c    *websocket.Conn
-	node netip.Addr
-}
-
-// openFlows opens n WebSockets from the client's namespace to the
-// frontend's /ws (the workload's pods echo) and reads which node holds
-// each.
-func (l *leaveLab) openFlows(ctx context.Context, n int) ([]*flow, error) {
-	flows := make([]*flow, n)
-	errs := make([]error, n)
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			f := &flow{}
-			hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
-				DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-					c, err := l.client.DialContext(ctx, network, addr)
-					if err == nil {
-						f.port = uint16(c.LocalAddr().(*net.TCPAddr).Port)
-					}
-					return c, err
-				}}}
-			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			c, _, err := websocket.Dial(dctx, "ws://"+l.frontend.String()+"/ws", &websocket.DialOptions{HTTPClient: hc, CompressionMode: websocket.CompressionDisabled})
-			f.c, flows[i], errs[i] = c, f, err
-		})
-	}
-	wg.Wait()
-	var out []*flow
-	for i, f := range flows {
-		if errs[i] == nil {
-			out = append(out, f)
-		}
-	}
-	if len(out) < n*9/10 {
-		closeFlows(out)
-		return nil, fmt.Errorf("only %d of %d WebSockets opened (first error among the rest: %v)", len(out), n, firstErr(errs))
-	}
-	held, err := dataplane.HeldBy(ctx, l.nodes, l.clientIP, l.frontend)
-	if err != nil {
-		closeFlows(out)
-		return nil, err
-	}
-	for _, f := range out {
-		f.node = held[f.port]
-	}
-	return out, nil
-}
-
-func firstErr(errs []error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func closeFlows(flows []*flow) {
-	for _, f := range flows {
-		_ = f.c.CloseNow()
-	}
-}
-
-// pingAll sends one message on every flow at once and says which got its
-// echo within 3 s (a flow the router moved to another node is reset by
-// that node; one on a dead node is not answered).
-func pingAll(ctx context.Context, flows []*flow) map[*flow]bool {
-	out := map[*flow]bool{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i, f := range flows {
-		wg.Go(func() {
-			pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			defer cancel()
-			msg := "ping " + strconv.Itoa(i)
-			ok := f.c.Write(pctx, websocket.MessageText, []byte(msg)) == nil
-			if ok {
-				_, b, err := f.c.Read(pctx)
-				ok = err == nil && string(b) == msg
-			}
-			mu.Lock()
-			out[f] = ok
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// tally is a phase's flows per node: those that answered before the
-// event, and which of them broke after it, beside hash-threshold's
-// prediction for the router's next hops before and after.
-func tally(p *phaseFigures, flows []*flow, okBefore, okAfter map[*flow]bool) {
-	moved := dataplane.HashThresholdMoved(p.Before, p.After)
-	byNode := map[netip.Addr]*nodeFlows{}
-	for i, h := range p.Before {
-		byNode[h] = &nodeFlows{Node: h, Position: i, Predicted: moved[h]}
-	}
-	for _, f := range flows {
-		nf := byNode[f.node]
-		switch {
-		case !okBefore[f]:
-			p.BrokenBefore++
-		case nf == nil:
-			p.Unknown++
-		default:
-			nf.Flows++
-			if !okAfter[f] {
-				nf.Broken++
-			}
-		}
-	}
-	for _, h := range p.Before {
-		p.Nodes = append(p.Nodes, *byNode[h])
-	}
 }
 
 // measureLeaveAndFail runs the two phases while the lab's traffic runs.
@@ -573,9 +310,10 @@ func (l *leaveLab) failPhase(ctx context.Context, p *phaseFigures, w *dataplane.
 		return dataplane.RestoreUplink(context.WithoutCancel(ctx), l.nodes[p.Node])
 	}
 	defer restore()
-	var out time.Time
-	p.After, out, p.WithdrawnOK = l.waitOrder(ctx, dataplane.HoldTime+60*time.Second, func(h []netip.Addr) bool { return len(h) > 0 && !slices.Contains(h, p.Node) })
-	p.Withdrawn = out.Sub(failed)
+	var span orderSpan
+	p.After, span, p.WithdrawnOK = l.waitOrderSpan(ctx, dataplane.HoldTime+60*time.Second, func(h []netip.Addr) bool { return len(h) > 0 && !slices.Contains(h, p.Node) })
+	out := span.by
+	p.Withdrawn, p.WithdrawnAfter = out.Sub(failed), span.after.Sub(failed)
 	time.Sleep(2 * time.Second)
 	stopProbe()
 	quiet := out

@@ -128,8 +128,9 @@ func probe(ctx context.Context, ns *netlab.Netns, frontend netip.AddrPort, perio
 
 // checkWindow asserts that the prober's window w (offsets from the drop)
 // starts within windowTolerance of the drop and ends within it of the
-// router's first read without the node (withdrawn after the drop).
-func checkWindow(t *testing.T, w dataplane.Window, withdrawn time.Duration) {
+// router's change, which lies between after (the start of the last read
+// that still held the node) and by (the end of the first that did not).
+func checkWindow(t *testing.T, w dataplane.Window, after, by time.Duration) {
 	t.Helper()
 	if w.Failed == 0 {
 		return // check reports a failure that was not seen
@@ -137,8 +138,15 @@ func checkWindow(t *testing.T, w dataplane.Window, withdrawn time.Duration) {
 	if w.First > windowTolerance {
 		t.Errorf("the prober's first failed connect started %.2fs after the drop, want within %s", w.First.Seconds(), windowTolerance)
 	}
-	if d := (w.Last - withdrawn).Abs(); d > windowTolerance {
-		t.Errorf("the prober's last failed connect started %.2fs after the drop, the router's route lacked the node at %.2fs: %.2fs apart, want within %s",
-			w.Last.Seconds(), withdrawn.Seconds(), d.Seconds(), windowTolerance)
+	var d time.Duration // from the span [after, by]
+	switch {
+	case w.Last < after:
+		d = after - w.Last
+	case w.Last > by:
+		d = w.Last - by
+	}
+	if d > windowTolerance {
+		t.Errorf("the prober's last failed connect started %.2fs after the drop, the router's route lost the node between %.2fs and %.2fs: %.2fs apart, want within %s",
+			w.Last.Seconds(), after.Seconds(), by.Seconds(), d.Seconds(), windowTolerance)
 	}
 }
