@@ -181,7 +181,7 @@ func azChurnStart(b *testing.B, rc *rest.Config, emu *azurearm.Emulator, lbs []s
 		m(&cfg)
 	}
 	r := startBench(b, cfg)
-	return &azChurnController{&azureController{benchController: r, metrics: r.Metrics, flags: newModeFlags("zerodrop", cfg)}, cfg}
+	return &azChurnController{&azureController{benchController: r, metrics: r.Metrics, flags: ipMode(newModeFlags("zerodrop", cfg))}, cfg}
 }
 
 // The Azure site of BenchmarkAzureRestart's controller, which the churn

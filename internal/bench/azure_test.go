@@ -193,7 +193,15 @@ func azureStart(b *testing.B, rc *rest.Config, emu *azurearm.Emulator, sync serv
 	// figure, and an elected leader would leave the second one standing by.
 	cfg.LeaderElect = false
 	r := startBench(b, cfg)
-	return &azureController{benchController: r, metrics: r.Metrics, flags: newModeFlags("", cfg)}
+	return &azureController{benchController: r, metrics: r.Metrics, flags: ipMode(newModeFlags("", cfg))}
+}
+
+// ipMode adds to f what azureService changes from what a Service without
+// the annotation gets, for the flags line: it asks for IP mode, where
+// Azure's default is node mode.
+func ipMode(f modeFlags) modeFlags {
+	f.flags = append(f.flags, "Services annotated zerodrop.dev/backend-mode=ip (shipped: node on Azure)")
+	return f
 }
 
 // azureOnce starts a controller, waits until done says so and the
