@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html"
 	"os"
+	"slices"
 	"strings"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 )
@@ -70,6 +71,11 @@ h2{margin-top:2em;font-size:1.2em}
 	for _, s := range stateColours {
 		fmt.Fprintf(&b, `<span><i class="sw" style="background:%s"></i>%s</span>`, s.colour, s.state)
 	}
+	// Only runs behind FRR have route lanes (routes.go).
+	if slices.ContainsFunc(results, func(r Result) bool { return len(r.RouterRoutes) > 0 }) {
+		fmt.Fprintf(&b, ` router routes: <span><i class="sw" style="background:%s"></i>routed via</span><span style="color:%s">▲ announced</span> <span style="color:%s">▼ withdrawn</span>`,
+			routeOnColour, routeAnnounceColour, routeWithdrawColour)
+	}
 	b.WriteString("</p>\n")
 	var rows []string
 	seconds := map[string]int{}
@@ -116,12 +122,16 @@ func (t *Timeline) span() int {
 	for _, m := range t.Markers {
 		n = max(n, int(m.At.Seconds())+1)
 	}
+	for _, c := range t.Routes {
+		n = max(n, int(c.At)+1)
+	}
 	return n
 }
 
 // timelineSVG draws one timeline over n seconds: bars per second (failures
 // stacked by kind), markers as dashed lines with their labels staggered over
-// four rows, and a lane per backend with its HAProxy state.
+// four rows, a lane per backend with its HAProxy state, and behind FRR a
+// lane per address and node the router routes it through.
 func timelineSVG(t *Timeline, n int) string {
 	p := newPlot(t, n)
 	var s strings.Builder
@@ -130,6 +140,7 @@ func timelineSVG(t *Timeline, n int) string {
 	p.bars(&s, t)
 	p.markers(&s, t.Markers)
 	p.lanes(&s, t.Lanes)
+	p.routes(&s, p.routesTop, t.Routes)
 	s.WriteString("</svg>\n")
 	return s.String()
 }
@@ -149,6 +160,7 @@ type plot struct {
 	n, peak      int
 	plotW, plotH float64
 	lanesTop     float64
+	routesTop    float64 // the router's routes, under the backend lanes
 	height       int
 	bw           float64 // a second's bar
 }
@@ -157,7 +169,8 @@ func newPlot(t *Timeline, n int) plot {
 	n = max(n, t.span())
 	p := plot{n: n, peak: 1, plotW: float64(svgWidth - svgLeft - svgRight), plotH: float64(svgPlotHeight)}
 	p.lanesTop = svgTop + p.plotH + svgAxis
-	p.height = int(p.lanesTop) + len(t.Lanes)*(svgLaneH+svgLaneGap) + 5
+	p.routesTop = p.lanesTop + float64(len(t.Lanes)*(svgLaneH+svgLaneGap))
+	p.height = int(p.routesTop) + routeLaneRows(t.Routes)*(svgLaneH+svgLaneGap) + 5
 	for _, s := range t.Seconds {
 		p.peak = max(p.peak, s.Requests, s.Failures)
 	}

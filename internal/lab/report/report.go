@@ -102,6 +102,10 @@ type Result struct {
 	// Outside holds the outside client's counts beside the lab's
 	// (--outside-client-rate; outside.go).
 	Outside *OutsideFigures `json:"outside_client,omitempty"`
+	// RouterRoutes are, behind FRR (--router frr-ecmp or frr-resilient),
+	// the changes of the router's next hops for the run's addresses from
+	// its data plane's start to the act's end (routes.go).
+	RouterRoutes []RouteChange `json:"router_routes,omitempty"`
 
 	// Error is Err's text in the JSON (WriteJSON), so that a run that did
 	// not complete is there with its reason, not missing.
@@ -149,6 +153,8 @@ type Timeline struct {
 	Exchanges  int64
 	// Lanes are the HAProxy states of the Service's backends over the run.
 	Lanes []BackendLane
+	// Routes are the router's changes of next hops (RouterRoutes).
+	Routes []RouteChange
 }
 
 func WriteJSON(path string, rep Report) error {

@@ -167,6 +167,9 @@ func (p *Plane) StartChart(ctx, runCtx context.Context) error {
 		return err
 	}
 	if p.cfg.FRR != nil {
+		// From before the speakers may announce, so the run's first
+		// announcements are on its record.
+		p.startRouteRecorder(runCtx)
 		// The speakers announce only once their Nodes are not leaving.
 		if err := p.excludeHosts(ctx, false); err != nil {
 			return err

@@ -79,6 +79,9 @@ type Plane struct {
 	routed          []int
 	nodes           corelisters.NodeLister // nil until the router watches
 	labelledAtStart map[int]bool
+	// routeRec records FRR's routes for the run (frr_routes.go); nil
+	// with the stand-in.
+	routeRec *routeRecorder
 }
 
 // New is the data plane of a run; Start or StartChart starts it.

@@ -238,6 +238,7 @@ func (p *Plane) Stop(ctx context.Context) {
 		}
 	}
 	if p.cfg.FRR != nil {
+		p.stopRouteRecorder()
 		p.stopFRRRoutes(ctx)
 	}
 	if err := p.cfg.Net.RouteTo(ctx, true, 0); err != nil {
