@@ -84,7 +84,8 @@ func (l *RouteLog) Read(at time.Time, hops map[netip.Prefix][]netip.Addr) {
 func (l *RouteLog) From(start time.Time) []RouteChange {
 	out := slices.Clone(l.Changes)
 	for i := range out {
-		out[i].At = Milliseconds(out[i].When.Sub(start)) / 1000
+		// Whole milliseconds: the traffic's start is known to those.
+		out[i].At = float64(out[i].When.Sub(start).Milliseconds()) / 1000
 	}
 	return out
 }
@@ -119,27 +120,34 @@ const maxRouteLanes = 8
 // routeLane is one address through one node over the run: the changes at
 // which the node was announced (on) or withdrawn.
 type routeLane struct {
-	label string
-	edges []routeEdge
+	addr, hop string
+	edges     []routeEdge
 }
+
+func (l routeLane) label() string { return l.addr + " via " + l.hop }
 
 type routeEdge struct {
 	at float64 // seconds from the traffic's start
 	on bool
 }
 
-// routeLanes are the lanes of changes, by address then node, in the order
-// they first appear; more is how many lanes were left out (maxRouteLanes).
+// routeLanes are the lanes of changes, by address (in the order they
+// first appear) then node; more is how many lanes were left out
+// (maxRouteLanes).
 func routeLanes(changes []RouteChange) (lanes []routeLane, more int) {
-	index := map[string]int{}
+	index := map[[2]string]int{}
+	var addrs []string
 	var all []routeLane
 	edge := func(addr, hop string, at float64, on bool) {
-		key := addr + " via " + hop
+		key := [2]string{addr, hop}
 		i, ok := index[key]
 		if !ok {
 			i = len(all)
 			index[key] = i
-			all = append(all, routeLane{label: key})
+			all = append(all, routeLane{addr: addr, hop: hop})
+			if !slices.Contains(addrs, addr) {
+				addrs = append(addrs, addr)
+			}
 		}
 		all[i].edges = append(all[i].edges, routeEdge{at: at, on: on})
 	}
@@ -151,21 +159,41 @@ func routeLanes(changes []RouteChange) (lanes []routeLane, more int) {
 			edge(c.Address, h, c.At, false)
 		}
 	}
+	// Stable: within an address, nodes in the order they first appear.
+	slices.SortStableFunc(all, func(a, b routeLane) int {
+		return slices.Index(addrs, a.addr) - slices.Index(addrs, b.addr)
+	})
 	if len(all) > maxRouteLanes {
 		return all[:maxRouteLanes], len(all) - maxRouteLanes
 	}
 	return all, 0
 }
 
-// routeLaneRows is how many rows routes draws: a lane per address and
-// node, and a line for those left out.
-func routeLaneRows(changes []RouteChange) int {
-	lanes, more := routeLanes(changes)
-	if more > 0 {
-		return len(lanes) + 1
-	}
-	return len(lanes)
+// routeRows are the rows routes draws, each an address's header (lane
+// nil), a lane, or the count of lanes left out (more > 0, last).
+type routeRow struct {
+	header string
+	lane   *routeLane
+	more   int
 }
+
+func routeRowsOf(changes []RouteChange) []routeRow {
+	lanes, more := routeLanes(changes)
+	var rows []routeRow
+	for i := range lanes {
+		if i == 0 || lanes[i].addr != lanes[i-1].addr {
+			rows = append(rows, routeRow{header: lanes[i].addr})
+		}
+		rows = append(rows, routeRow{lane: &lanes[i]})
+	}
+	if more > 0 {
+		rows = append(rows, routeRow{more: more})
+	}
+	return rows
+}
+
+// routeLaneRows is how many rows routes draws.
+func routeLaneRows(changes []RouteChange) int { return len(routeRowsOf(changes)) }
 
 // Route lanes' colours: the span an address is routed through the node,
 // an announcement's mark and a withdrawal's.
@@ -175,16 +203,25 @@ const (
 	routeWithdrawColour = "#d62728"
 )
 
-// routes draws, under the backend lanes from top, a lane per address and
-// node: light green while the router routes the address through it, and
-// each announcement (▲) and withdrawal (▼) inside the plot's span at its
-// time (one before the traffic's start only sets the lane's state at 0).
+// routes draws, under the backend lanes from top, for each address a
+// header and a lane per node: light green while the router routes the
+// address through it, and each announcement (▲) and withdrawal (▼) inside
+// the plot's span at its time (one before the traffic's start only sets
+// the lane's state at 0).
 func (p plot) routes(s *strings.Builder, top float64, changes []RouteChange) {
-	lanes, more := routeLanes(changes)
 	end := float64(p.n)
-	for i, lane := range lanes {
+	for i, row := range routeRowsOf(changes) {
 		ly := top + float64(i*(svgLaneH+svgLaneGap))
-		fmt.Fprintf(s, `<text x="%d" y="%.1f" text-anchor="end" font-size="8">%s</text>`, svgLeft-4, ly+svgLaneH-1, html.EscapeString(lane.label))
+		switch {
+		case row.more > 0:
+			fmt.Fprintf(s, `<text x="%d" y="%.1f" font-size="8">and %d more routes (in the JSON)</text>`, svgLeft, ly+svgLaneH-1, row.more)
+			continue
+		case row.lane == nil:
+			fmt.Fprintf(s, `<text x="%d" y="%.1f" text-anchor="end" font-size="8">routes of %s</text>`, svgLeft-4, ly+svgLaneH-1, html.EscapeString(row.header))
+			continue
+		}
+		lane := row.lane
+		fmt.Fprintf(s, `<text x="%d" y="%.1f" text-anchor="end" font-size="8">via %s</text>`, svgLeft-4, ly+svgLaneH-1, html.EscapeString(lane.hop))
 		for j, e := range lane.edges {
 			if !e.on {
 				continue
@@ -199,7 +236,7 @@ func (p plot) routes(s *strings.Builder, top float64, changes []RouteChange) {
 			}
 			x0, x1 := p.x(from), p.x(min(until, end))
 			fmt.Fprintf(s, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s"><title>%s routed from %.1fs</title></rect>`,
-				x0, ly, max(x1-x0, 0.5), svgLaneH, routeOnColour, html.EscapeString(lane.label), e.at)
+				x0, ly, max(x1-x0, 0.5), svgLaneH, routeOnColour, html.EscapeString(lane.label()), e.at)
 		}
 		for _, e := range lane.edges {
 			if e.at < 0 || e.at > end {
@@ -213,11 +250,7 @@ func (p plot) routes(s *strings.Builder, top float64, changes []RouteChange) {
 				kind, colour, d = "withdraw", routeWithdrawColour, fmt.Sprintf("M%.1f %.1fl-4 -8h8z", x, ly+svgLaneH)
 			}
 			fmt.Fprintf(s, `<path class="route-%s" d="%s" fill="%s"><title>%.1fs %s %s</title></path>`,
-				kind, d, colour, e.at, kind, html.EscapeString(lane.label))
+				kind, d, colour, e.at, kind, html.EscapeString(lane.label()))
 		}
-	}
-	if more > 0 {
-		ly := top + float64(len(lanes)*(svgLaneH+svgLaneGap))
-		fmt.Fprintf(s, `<text x="%d" y="%.1f" font-size="8">and %d more routes (in the JSON)</text>`, svgLeft, ly+svgLaneH-1, more)
 	}
 }

@@ -2,6 +2,7 @@ package report
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -100,11 +101,11 @@ func TestRouteLogFromTrafficStart(t *testing.T) {
 	}
 }
 
-// TestHTMLDrawsRoutes: a run behind FRR has a lane per address and node,
-// an announcement mark for each node added within the traffic and a
-// withdrawal mark for each removed, one before the traffic's start only
-// colouring the lane; the JSON has every change; a run without routes
-// draws no route lane and no route legend.
+// TestHTMLDrawsRoutes: a run behind FRR has a header per address and a
+// lane per node under it, an announcement mark for each node added within
+// the traffic and a withdrawal mark for each removed, one before the
+// traffic's start only colouring the lane; the JSON has every change; a
+// run without routes draws no route lane and no route legend.
 func TestHTMLDrawsRoutes(t *testing.T) {
 	tl := func(routes []RouteChange) *Timeline {
 		return &Timeline{Seconds: make([]traffic.Bucket, 10), Routes: routes}
@@ -138,7 +139,8 @@ func TestHTMLDrawsRoutes(t *testing.T) {
 				count int
 				want  int
 			}{
-				{"lanes", strings.Count(page, `font-size="8">10.96.0.1 via `), tc.lanes},
+				{"lanes", strings.Count(page, `font-size="8">via 10.0.1.`), tc.lanes},
+				{"address headers", strings.Count(page, `font-size="8">routes of 10.96.0.1<`), min(tc.lanes, 1)},
 				{"announcements", strings.Count(page, `class="route-announce"`), tc.announces},
 				{"withdrawals", strings.Count(page, `class="route-withdraw"`), tc.withdraws},
 				{"routed spans", strings.Count(page, " routed from "), tc.spans},
@@ -164,6 +166,47 @@ func TestHTMLDrawsRoutes(t *testing.T) {
 			}
 			if n := len(got.Scenarios[0].RouterRoutes); n != len(tc.routes) {
 				t.Errorf("JSON: %d route changes, want %d", n, len(tc.routes))
+			}
+		})
+	}
+}
+
+// TestRouteRows: the lanes are grouped under their address (in the order
+// the addresses first change), nodes in the order they first appear, and
+// past maxRouteLanes the rest is one line's count.
+func TestRouteRows(t *testing.T) {
+	ch := func(addr string, announced ...string) RouteChange {
+		return RouteChange{Address: addr, Announced: announced}
+	}
+	var many []RouteChange
+	for i := range maxRouteLanes + 3 {
+		many = append(many, ch("10.96.0.1", netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}).String()))
+	}
+	for _, tc := range []struct {
+		name    string
+		changes []RouteChange
+		want    string
+	}{
+		{"none", nil, ""},
+		{"interleaved addresses",
+			[]RouteChange{ch("10.96.0.2", "n2"), ch("10.96.0.1", "n1"), ch("10.96.0.2", "n1"), {Address: "10.96.0.1", Withdrawn: []string{"n1"}}},
+			"[10.96.0.2] n2 n1 [10.96.0.1] n1"},
+		{"too many", many, "[10.96.0.1] 10.0.1.0 10.0.1.1 10.0.1.2 10.0.1.3 10.0.1.4 10.0.1.5 10.0.1.6 10.0.1.7 +3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, r := range routeRowsOf(tc.changes) {
+				switch {
+				case r.more > 0:
+					got = append(got, fmt.Sprintf("+%d", r.more))
+				case r.lane == nil:
+					got = append(got, "["+r.header+"]")
+				default:
+					got = append(got, r.lane.hop)
+				}
+			}
+			if g := strings.Join(got, " "); g != tc.want {
+				t.Errorf("rows %q, want %q", g, tc.want)
 			}
 		})
 	}
