@@ -137,7 +137,12 @@ func (p *Plane) Routed(n int) (bool, string) {
 // cannot be empty) and the lab says so.
 func (p *Plane) Withdraw(ctx context.Context, index int) error {
 	if p.cfg.FRR != nil {
-		p.cfg.Mark("host %d failed: the router's hold time (%s) withdraws its routes", index, HoldTime)
+		// The lab fails a node by killing its pod's processes: the node's
+		// kernel closes the speaker's session, so the router, graceful
+		// restart's helper, keeps the node's routes until the restart time
+		// runs out (measured: docs/lab.md); the hold time applies to a node
+		// that goes silent (TestLabBGPNodeLeaveAndFail drops its uplink).
+		p.cfg.Mark("host %d failed: its speaker's session closed with its processes, so the router keeps its routes for the graceful-restart time (%s), not the hold time (%s)", index, GracefulRestartTime, HoldTime)
 		return nil
 	}
 	p.routeMu.Lock()
