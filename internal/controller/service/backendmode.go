@@ -2,9 +2,6 @@ package service
 
 import (
 	"context"
-	"fmt"
-
-	corev1 "k8s.io/api/core/v1"
 
 	"zerodrop.dev/zerodrop/internal/model"
 )
@@ -26,13 +23,9 @@ func (c *Controller) settleModes(ctx context.Context, st *state, observed *model
 	if !need || observed == nil {
 		return nil
 	}
-	var list corev1.NodeList
-	if err := c.cache.List(ctx, &list); err != nil {
-		return fmt.Errorf("list nodes: %w", err)
-	}
-	nodes := make([]*corev1.Node, len(list.Items))
-	for i := range list.Items {
-		nodes[i] = &list.Items[i]
+	nodes, err := c.listNodes(ctx)
+	if err != nil {
+		return err
 	}
 	addrs := model.NodeAddresses(nodes, c.opts.BackendAddressMap)
 	served := &model.Served{Backends: model.ObservedBackends(observed), Node: func(a string) bool { return addrs[a] }}

@@ -308,6 +308,12 @@ func (c *Controller) nodes(ctx context.Context, active []model.ServiceInput) ([]
 	if !need {
 		return nil, nil
 	}
+	return c.listNodes(ctx)
+}
+
+// listNodes lists the nodes from the cache. A failed list is an error,
+// never an empty list.
+func (c *Controller) listNodes(ctx context.Context) ([]*corev1.Node, error) {
 	var list corev1.NodeList
 	if err := c.cache.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)

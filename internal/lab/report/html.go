@@ -140,7 +140,7 @@ func timelineSVG(t *Timeline, n int) string {
 	p.bars(&s, t)
 	p.markers(&s, t.Markers)
 	p.lanes(&s, t.Lanes)
-	p.routes(&s, p.routesTop, t.Routes)
+	p.routes(&s, t.Routes)
 	s.WriteString("</svg>\n")
 	return s.String()
 }

@@ -203,15 +203,15 @@ const (
 	routeWithdrawColour = "#d62728"
 )
 
-// routes draws, under the backend lanes from top, for each address a
+// routes draws, under the backend lanes (from p.routesTop), for each address a
 // header and a lane per node: light green while the router routes the
 // address through it, and each announcement (▲) and withdrawal (▼) inside
 // the plot's span at its time (one before the traffic's start only sets
 // the lane's state at 0).
-func (p plot) routes(s *strings.Builder, top float64, changes []RouteChange) {
+func (p plot) routes(s *strings.Builder, changes []RouteChange) {
 	end := float64(p.n)
 	for i, row := range routeRowsOf(changes) {
-		ly := top + float64(i*(svgLaneH+svgLaneGap))
+		ly := p.routesTop + float64(i*(svgLaneH+svgLaneGap))
 		switch {
 		case row.more > 0:
 			fmt.Fprintf(s, `<text x="%d" y="%.1f" font-size="8">and %d more routes (in the JSON)</text>`, svgLeft, ly+svgLaneH-1, row.more)

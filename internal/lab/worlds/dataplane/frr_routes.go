@@ -92,12 +92,16 @@ func (p *Plane) startRouteRecorder(runCtx context.Context) {
 	p.routeMu.Unlock()
 }
 
+// recorder is the run's route recorder; nil with the stand-in.
+func (p *Plane) recorder() *routeRecorder {
+	p.routeMu.Lock()
+	defer p.routeMu.Unlock()
+	return p.routeRec
+}
+
 // stopRouteRecorder stops the recording, if any.
 func (p *Plane) stopRouteRecorder() {
-	p.routeMu.Lock()
-	rec := p.routeRec
-	p.routeMu.Unlock()
-	if rec != nil {
+	if rec := p.recorder(); rec != nil {
 		rec.Stop()
 	}
 }
@@ -109,9 +113,7 @@ func (b *RunBase) ActStart(context.Context) error { return nil }
 // ActEnd puts the router's changes of next hops, behind FRR, in res and
 // on its timeline, their offsets from the traffic's start (world.Measurer).
 func (b *RunBase) ActEnd(_ context.Context, res *report.Result) error {
-	b.Plane.routeMu.Lock()
-	rec := b.Plane.routeRec
-	b.Plane.routeMu.Unlock()
+	rec := b.Plane.recorder()
 	if rec == nil {
 		return nil
 	}
