@@ -2,6 +2,7 @@ package azure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -80,8 +81,22 @@ func wait[T any](ctx context.Context, p *Provider, poller *runtime.Poller[T], op
 	if err != nil && ctx.Err() == nil && pctx.Err() != nil {
 		return fmt.Errorf("%s: not done after %s (ARM accepted the write; it may still complete): %w", op, p.opts.PollTimeout, err)
 	}
+	// The read budget refuses a poll whose token would come after the
+	// poll's deadline, before that deadline passes: when the poll deadline
+	// is the earlier one, that is the poll deadline's error too, not a
+	// failure of the write to classify.
+	if err != nil && ctx.Err() == nil && errors.Is(err, ErrReadBudget) && pollDeadlineBinds(ctx, pctx) {
+		return fmt.Errorf("%s: not done within %s (ARM accepted the write; it may still complete; %w): %w", op, p.opts.PollTimeout, err, context.DeadlineExceeded)
+	}
 	if err != nil {
 		return p.classify(op, err)
 	}
 	return nil
+}
+
+// pollDeadlineBinds reports whether pctx, derived from ctx, ends before ctx.
+func pollDeadlineBinds(ctx, pctx context.Context) bool {
+	pdl, _ := pctx.Deadline()
+	dl, ok := ctx.Deadline()
+	return !ok || pdl.Before(dl)
 }
