@@ -4,7 +4,7 @@ GOTESTFLAGS   ?= -count=1 -timeout 30m
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH_N       ?= 1000
 
-.PHONY: all build image chaos procmem deps lab-deps packages control-plane cloud-provider-azure cloud-provider-aws helm render-deploy haproxy frr network test test-race test-lab unit lint fmt-check bench lab lab-azure demo clean docs
+.PHONY: all build image chaos procmem deps lab-deps packages control-plane cloud-provider-azure cloud-provider-aws helm render-deploy haproxy frr network test test-race test-lab test-long unit lint fmt-check bench lab lab-azure demo clean docs
 
 all: build
 
@@ -87,12 +87,11 @@ packages:
 # !race. The data-plane labs (LABTESTS_ALONE: four HAProxy and zerodrop
 # processes, the lab's pod servers in its own process; TestLabUpdate the
 # chart's data plane updated with surge; TestLabBGPSpeakerRestart the
-# speakers restarted and TestLabBGPServiceChurn 100 Services churned behind a
-# real FRR router; TestLabAWSGates a gates-mode rollout on emulated AWS
+# speakers restarted behind a real FRR router; TestLabAWSGates a gates-mode rollout on emulated AWS
 # beside the real cloud-provider-aws) run after the lab's other tests, never
 # beside them, while test-race may still run. go test prints a package's
 # result when it ends, so the two lines' output interleaves by package.
-LABTESTS_ALONE := TestLabDataPlane|TestLabFromChart|TestLabUpdate|TestLabBGPSpeakerRestart|TestLabBGPServiceChurn|TestLabAWSGates
+LABTESTS_ALONE := TestLabDataPlane|TestLabFromChart|TestLabUpdate|TestLabBGPSpeakerRestart|TestLabAWSGates
 
 test: deps fmt-check
 	$(GO) vet ./...
@@ -111,6 +110,18 @@ test-race:
 test-lab:
 	$(GO) test $(GOTESTFLAGS) -skip '$(LABTESTS_ALONE)' ./internal/lab/...
 	$(GO) test $(GOTESTFLAGS) -run '$(LABTESTS_ALONE)' ./internal/lab/
+
+# The lab tests make test leaves out for their time, each a capability with
+# a shorter smoke in make test: TestLabChaos (make chaos's scenarios,
+# shortened), TestLabMaintenance, TestLabBGPServiceChurn (ZERODROP_LAB_LONG),
+# and those an environment variable of their own enables: TestLabAWSRollout
+# (ZERODROP_LAB_AWS), TestLabBGPNodeLeaveAndFail (ZERODROP_LAB_BGP_LEAVE),
+# TestLabBGPRestarts (ZERODROP_LAB_BGP_RESTARTS), TestLabBGPAPIServerDown
+# (ZERODROP_LAB_BGP_APISERVER). One at a time: each runs its own lab.
+LABTESTS_LONG := TestLabChaos|TestLabMaintenance|TestLabBGPServiceChurn|TestLabAWSRollout|TestLabBGPNodeLeaveAndFail|TestLabBGPRestarts|TestLabBGPAPIServerDown
+test-long: deps
+	ZERODROP_LAB_LONG=1 ZERODROP_LAB_AWS=1 ZERODROP_LAB_BGP_LEAVE=1 ZERODROP_LAB_BGP_RESTARTS=1 ZERODROP_LAB_BGP_APISERVER=1 \
+		$(GO) test -count=1 -timeout 90m -p 1 -v -run '^($(LABTESTS_LONG))$$' ./internal/lab/
 
 # The generated references (docs/flags.md, docs/metrics.md,
 # docs/annotations.md) written anew from the code; TestReferenceDocs fails

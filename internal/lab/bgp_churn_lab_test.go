@@ -49,6 +49,7 @@ const churnPhaseMax = 90 * time.Second
 // with the same counts of established and dropped connections before and
 // after.
 func TestLabBGPServiceChurn(t *testing.T) {
+	skipUnlessLong(t)
 	started := time.Now()
 	load, _ := os.ReadFile("/proc/loadavg")
 	var cf churnFigures

@@ -16,6 +16,7 @@ import (
 // report says what happened: the kills were made, each restart's writes are
 // there, no backend was doubled, and the outage wrote and changed nothing.
 func TestLabChaos(t *testing.T) {
+	skipUnlessLong(t)
 	doc := runLab(t, 12*time.Minute, "--scenario", "kill-mid-plan,apiserver-down", "--mode", "zerodrop",
 		"--kills", "2", "--apiserver-outage", "15s")
 	if len(doc) != 2 {

@@ -1,5 +1,5 @@
 // The upstream service controller has a data race of its own (see
-// upstream_lab_test.go): `make test` runs this test without the race
+// upstream_lab_test.go): `make test-long` runs this test without the race
 // detector.
 
 //go:build !race
@@ -24,6 +24,7 @@ import (
 // stands (a WebSocket held through it is not cut at the drain timeout),
 // writes nothing at the restart, fails no request and breaks no WebSocket.
 func TestLabMaintenance(t *testing.T) {
+	skipUnlessLong(t)
 	// The upstream run waits 5 s: what it shows is that the taint alone
 	// starts no sync (a sync comes at once on the Node events that start
 	// one), and a lab of its own costs less than 30 s more of wait.
