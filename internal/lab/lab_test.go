@@ -254,8 +254,12 @@ func logEvidence(t *testing.T, path string) {
 	}
 	var lines []string
 	for _, line := range strings.Split(string(raw), "\n") {
+		// The data plane's programming and health checks (emulated
+		// clouds) and each pod's stop, with the hooks and failures, tell
+		// where a failed request went.
 		if strings.Contains(line, "preStop") || strings.Contains(line, " failed") || strings.Contains(line, "s request ") ||
-			strings.Contains(line, "s long ") || strings.Contains(line, ": rollout at") {
+			strings.Contains(line, "s long ") || strings.Contains(line, ": rollout at") || strings.Contains(line, "dp: programmed") ||
+			strings.Contains(line, "health check") || strings.Contains(line, " stopped (exit") || strings.Contains(line, "steady") {
 			lines = append(lines, line)
 		}
 	}
