@@ -86,15 +86,17 @@ type DataPlane struct {
 	lastErr   error
 
 	// Owned by the program loop (and New/Close around it).
-	probers map[probeKey]*prober
-	lo      *netlab.LoAddrs // frontend addresses added to lo
-	chains  []string
-	script  string // the last transaction applied, to skip repeats
-	full    map[string]bool
-	skipped map[string]bool
-	seed    uint32
-	changed *netlab.SysctlChanges // sysctls set, with their old values
-	table   bool                  // the nft table exists
+	probers   map[probeKey]*prober
+	lo        *netlab.LoAddrs // frontend addresses added to lo
+	chains    []string
+	script    string // the last transaction applied, to skip repeats
+	full      map[string]bool
+	skipped   map[string]bool
+	seed      uint32
+	resetPrev map[flowKey]bool      // reset in the last programming (conntrack.go)
+	forgot    map[flowKey]bool      // their connections forgotten since
+	changed   *netlab.SysctlChanges // sysctls set, with their old values
+	table     bool                  // the nft table exists
 
 	close func() error // teardown, once
 }
@@ -122,6 +124,7 @@ func New(ctx context.Context, cfg Config) (_ *DataPlane, err error) {
 	}
 	d := &DataPlane{cfg: cfg, ns: cfg.NS, done: make(chan struct{}), frontends: map[string]netip.Addr{},
 		probers: map[probeKey]*prober{}, full: map[string]bool{}, skipped: map[string]bool{},
+		resetPrev: map[flowKey]bool{}, forgot: map[flowKey]bool{},
 		seed: rand.Uint32(), lo: cfg.NS.NewLoAddrs()}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.close = sync.OnceValue(d.teardown)
@@ -228,7 +231,7 @@ func (d *DataPlane) sync(ctx context.Context) error {
 	d.mu.Lock()
 	d.view = m.listeners
 	d.mu.Unlock()
-	return nil
+	return d.forgetResets(m.listeners)
 }
 
 // describe is a programming's log line: each listener's receiving and

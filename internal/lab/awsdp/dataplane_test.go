@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"zerodrop.dev/zerodrop/internal/supervisor"
+	"zerodrop.dev/zerodrop/internal/testutil/netlabtest"
 )
 
 // TestDataPlane runs one NLB through AWS's behaviours in turn: new
@@ -44,6 +45,18 @@ func TestDataPlane(t *testing.T) {
 		waitTargets(t, dp, fe, "i-1:healthy+", "i-2:unhealthy!", "i-3:healthy+")
 		if line, err := open.Get(); err == nil || !strings.Contains(err.Error(), "reset") {
 			t.Errorf("the connection open on i-2 after it turned unhealthy: %q, %v; want a reset", line, err)
+		}
+		// The NLB forgot the flow it reset: the same 4-tuple again is a
+		// new flow to a healthy target, not a reset (conntrack.go).
+		again, err := netlabtest.DialFrom(w.cli, open.LocalPort(), feAddr(fe))
+		if err != nil {
+			t.Errorf("a new connection from the reset one's source port: %v; want it balanced to a healthy target", err)
+		} else {
+			line, err := again.Get()
+			again.Close()
+			if err != nil || strings.HasPrefix(line, "i-2 ") {
+				t.Errorf("a new connection from the reset one's source port answered %q, %v; want a healthy target", line, err)
+			}
 		}
 		if got := spread(t, w.cli, fe, 30); got["i-2"] > 0 || got[""] > 0 {
 			t.Errorf("i-2 unhealthy: 30 new connections answered by %v, want none by i-2 and none failed", got)

@@ -30,6 +30,9 @@
 //     target_health_state.unhealthy.connection_termination.enabled is
 //     true by default. (That a group failing open resets nothing is an
 //     assumption: AWS documents fail-open for new connections only.)
+//     The data plane then forgets those connections, as an NLB forgets
+//     a flow it reset: a SYN of the same 4-tuple later is a new flow
+//     (conntrack.go).
 //     Deregistration never resets
 //     (deregistration_delay.connection_termination.enabled is false by
 //     default and cloud-provider-aws never sets it).

@@ -12,7 +12,8 @@ import (
 //   - pre (prerouting, after conntrack): first the connections to reset
 //     (an established connection of a listener whose target is to be
 //     reset, whichever direction the packet goes: the reset answers the
-//     packet's sender); then every established connection passes, which
+//     packet's sender; a SYN in such a connection's entry, a reused
+//     4-tuple, is dropped until the entry is forgotten: conntrack.go); then every established connection passes, which
 //     is what keeps a connection on its target while the target drains
 //     and after, until conntrack forgets it (the idle timeout); then,
 //     for frontend addresses only: invalid packets are dropped, a TCP
@@ -58,6 +59,11 @@ func render(listeners []listener, seed uint32, old []string) (string, []string) 
 		}
 		for _, t := range l.Targets {
 			if t.Reset {
+				// A SYN in such a connection's entry is a new flow of a
+				// reused 4-tuple (conntrack.go): dropped until the entry is
+				// forgotten, never reset.
+				resets = append(resets, fmt.Sprintf("add rule ip %s pre tcp flags & (syn | ack) == syn ct state established ct original ip daddr %s ct original proto-dst %d ct reply ip saddr %s ct reply proto-src %d drop",
+					table, l.Frontend, l.Port, t.Addr.Addr(), t.Addr.Port()))
 				resets = append(resets, fmt.Sprintf("add rule ip %s pre meta l4proto tcp ct state established ct original ip daddr %s ct original proto-dst %d ct reply ip saddr %s ct reply proto-src %d reject with tcp reset",
 					table, l.Frontend, l.Port, t.Addr.Addr(), t.Addr.Port()))
 			}

@@ -147,6 +147,9 @@ func (c *Conn) Get() (string, error) {
 // Close closes the connection.
 func (c *Conn) Close() { c.c.Close() }
 
+// LocalPort is the connection's source port.
+func (c *Conn) LocalPort() int { return c.c.LocalAddr().(*net.TCPAddr).Port }
+
 // Reset closes the connection with a RST (no TIME_WAIT), so that its
 // 4-tuple can be used again at once.
 func (c *Conn) Reset() {
