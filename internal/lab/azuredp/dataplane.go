@@ -249,6 +249,12 @@ func (d *DataPlane) loop() {
 	defer d.stopProbers()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var forget <-chan time.Time // PoolFlowsReset: conntrack.go
+	if d.cfg.PoolFlows == PoolFlowsReset {
+		t := time.NewTicker(forgetEvery)
+		defer t.Stop()
+		forget = t.C
+	}
 	retry := false
 	for {
 		d.mu.Lock()
@@ -269,6 +275,11 @@ func (d *DataPlane) loop() {
 		case <-d.kicked:
 			reprogram = true
 		case <-timer.C:
+		case <-forget:
+			if err := d.forgetReset(); err != nil && d.ctx.Err() == nil {
+				d.logf("%v (retrying)", err)
+			}
+			continue
 		}
 		var next *change
 		d.mu.Lock()

@@ -119,8 +119,15 @@ func render(rs ruleset, old chainSet) (string, chainSet) {
 			for _, b := range r.Backends {
 				addrs = append(addrs, b.Addr.String())
 			}
-			body = append(body, fmt.Sprintf("add rule ip %s %s ct state established %sreject with tcp reset",
-				table, d, notIn("ct reply ip saddr", addrs)))
+			// The reset is marked on the connection's entry, which the
+			// data plane then deletes (conntrack.go): a client reusing the
+			// 4-tuple later starts a new flow. A SYN that meets such an
+			// entry before that is dropped (the client sends it again),
+			// never reset.
+			sel := "ct state established " + notIn("ct reply ip saddr", addrs)
+			body = append(body,
+				fmt.Sprintf("add rule ip %s %s tcp flags & (syn | ack) == syn %sdrop", table, d, sel),
+				fmt.Sprintf("add rule ip %s %s %sct mark set 0x%x reject with tcp reset", table, d, sel, resetMark))
 		}
 		body = append(body,
 			fmt.Sprintf("add rule ip %s %s ct state established,related accept", table, d),

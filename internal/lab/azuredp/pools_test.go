@@ -124,6 +124,22 @@ func TestPoolFlows(t *testing.T) {
 					if !errors.Is(err, syscall.ECONNRESET) {
 						t.Errorf("%s, reset: the connection open on b2 after b2 left the pool: %q, %v; want a connection reset", x.rule, line, err)
 					}
+					// The reset flow is forgotten: its 4-tuple again is a
+					// new flow to the pool's members (conntrack.go).
+					cli, port := w.fipCli, fipPort
+					if x.rule == "nat" {
+						cli, port = w.natCli, natPort
+					}
+					again, err := dialFrom(cli, x.c.LocalPort(), port)
+					if err != nil {
+						t.Errorf("%s, reset: a new connection from the reset one's source port: %v; want it answered by b1 or b3", x.rule, err)
+						break
+					}
+					line, err = again.Get()
+					again.Close()
+					if err != nil || strings.HasPrefix(line, "b2 ") {
+						t.Errorf("%s, reset: a new connection from the reset one's source port answered %q, %v; want b1 or b3", x.rule, line, err)
+					}
 				}
 			}
 			if got := spread(t, w.fipCli, fipPort, 20); got[""] > 0 || got["b2"] > 0 {
