@@ -59,10 +59,14 @@ func render(listeners []listener, seed uint32, old []string) (string, []string) 
 		}
 		for _, t := range l.Targets {
 			if t.Reset {
-				// A SYN in such a connection's entry is a new flow of a
-				// reused 4-tuple (conntrack.go): dropped until the entry is
-				// forgotten, never reset.
-				resets = append(resets, fmt.Sprintf("add rule ip %s pre tcp flags & (syn | ack) == syn ct state established ct original ip daddr %s ct original proto-dst %d ct reply ip saddr %s ct reply proto-src %d drop",
+				// A SYN in such a connection's entry, once the connection
+				// was established (assured), is a new flow of a reused
+				// 4-tuple (conntrack.go): dropped until the entry is
+				// forgotten, never reset. A handshake the turn cut (its
+				// SYN-ACK reset) is not assured: the client's SYN again is
+				// answered with the reset, unless the entry is forgotten by
+				// then.
+				resets = append(resets, fmt.Sprintf("add rule ip %s pre tcp flags & (syn | ack) == syn ct state established ct status assured ct original ip daddr %s ct original proto-dst %d ct reply ip saddr %s ct reply proto-src %d drop",
 					table, l.Frontend, l.Port, t.Addr.Addr(), t.Addr.Port()))
 				resets = append(resets, fmt.Sprintf("add rule ip %s pre meta l4proto tcp ct state established ct original ip daddr %s ct original proto-dst %d ct reply ip saddr %s ct reply proto-src %d reject with tcp reset",
 					table, l.Frontend, l.Port, t.Addr.Addr(), t.Addr.Port()))

@@ -126,7 +126,7 @@ func render(rs ruleset, old chainSet) (string, chainSet) {
 			// never reset.
 			sel := "ct state established " + notIn("ct reply ip saddr", addrs)
 			body = append(body,
-				fmt.Sprintf("add rule ip %s %s tcp flags & (syn | ack) == syn %sdrop", table, d, sel),
+				fmt.Sprintf("add rule ip %s %s tcp flags & (syn | ack) == syn ct mark 0x%x drop", table, d, resetMark),
 				fmt.Sprintf("add rule ip %s %s %sct mark set 0x%x reject with tcp reset", table, d, sel, resetMark))
 		}
 		body = append(body,
