@@ -20,8 +20,9 @@ import (
 // (the reject rule answers the packets of that poll, either direction: the
 // reset's semantics); after that a packet of a forgotten connection is
 // answered with a reset by the rule for unknown connections (client side),
-// and a SYN is new. Meanwhile a SYN that matches such an entry is dropped
-// (render), not reset: the client sends it again.
+// and a SYN is new. Meanwhile a SYN that matches the entry of such a
+// connection, established before the reset, is dropped (render), not
+// reset: the client sends it again.
 
 // flowKey is a listener's connections to one target: original
 // destination the frontend and port, reply source the target.
