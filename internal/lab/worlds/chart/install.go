@@ -227,8 +227,47 @@ func (r *run) WaitAdmission(ctx context.Context, probe *corev1.Pod) error {
 			return false, err.Error()
 		}
 		if len(got.Spec.ReadinessGates) == 0 {
-			return false, "a dry-run pod was admitted without the readiness gate"
+			return false, "a dry-run pod was admitted without the readiness gate (" + r.webhookEndpoints(ctx) + ")"
 		}
 		return true, ""
 	})
+}
+
+// webhookEndpoints says what the endpoint slices of the run's webhook
+// Services hold, for a webhook the API server does not reach: the API
+// server reaches it through a node's kube-proxy, which refuses a Service
+// without a ready endpoint.
+func (r *run) webhookEndpoints(ctx context.Context) string {
+	cfgs, err := r.w.Lab.CP.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "webhook configurations: " + err.Error()
+	}
+	var out []string
+	for _, c := range cfgs.Items {
+		for _, wh := range c.Webhooks {
+			svc := wh.ClientConfig.Service
+			if svc == nil || !strings.HasPrefix(svc.Name, r.name) {
+				continue
+			}
+			eps, err := r.w.Lab.CP.Client.DiscoveryV1().EndpointSlices(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svc.Name})
+			if err != nil {
+				out = append(out, svc.Name+": "+err.Error())
+				continue
+			}
+			ready, all := 0, 0
+			for _, sl := range eps.Items {
+				for _, ep := range sl.Endpoints {
+					all++
+					if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+						ready++
+					}
+				}
+			}
+			out = append(out, fmt.Sprintf("Service %s/%s: %d endpoint slices, %d of %d endpoints ready", svc.Namespace, svc.Name, len(eps.Items), ready, all))
+		}
+	}
+	if len(out) == 0 {
+		return "no webhook configuration names a Service of " + r.name
+	}
+	return strings.Join(out, "; ")
 }
