@@ -103,6 +103,7 @@ var figureAllowList = []allowed{
 	{"charts/zerodrop/README.md", "limits and cache lifetimes of the code", []string{
 		"at most 64 connections", "within 10 s, when", "within 2 s, at most 16 connections per source", "verb for 2 minutes, a refused token or a denied request for 10 seconds",
 		"two reviews every 2 minutes", "for up to 2 minutes", "for up to 10 seconds more", "not scraped for 5 minutes",
+		"`GOMEMLIMIT` to 85 % of it",
 	}},
 	{"docs/check.md", "Kubernetes' and the providers' documented defaults, and the analyzer's profiles computed from them (docs/rules/timings.md gives the sources)", []string{
 		"`maxUnavailable` of 25 %", "`maxUnavailable` 25 %", "the 30 s default", "| generic (conservative) | 35 s | 35 s |",
@@ -110,7 +111,7 @@ var figureAllowList = []allowed{
 		"| gke | 13 s / 8 s | 29 s / 11 s", "| haproxy | 9 s | 11 s |", "propagation allowance (5 s)",
 	}},
 	{"docs/design.md", "limits, defaults, timeouts and lifetimes of the code and the API, an example clock skew, and invariant 1 (no write)", []string{
-		"the API's 1,024 bytes", "budget (5 s,", "(at least 10 s after it stops)", "`--kube-proxy-sync-margin` (2 s)",
+		"the API's 1,024 bytes", "budget (5 s,", "`GOMEMLIMIT` at start to 85 % of the limit", "(at least 10 s after it stops)", "`--kube-proxy-sync-margin` (2 s)",
 		"`--min-sync-period` (1 s)", "`--kube-proxy-fallback-delay` (10 s)", "a node 40 s behind", "0 writes on a restart",
 		"each read bounded (5 s)", "lives 24 h", "up to 8 h", "for 25 h", "read timeout 10 s", "write 30 s, idle 60 s, 8 KiB of",
 		"(30 s bound)",

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -157,19 +156,6 @@ func setupMemoryLimits(root string) (func(), error) {
 	return remove, nil
 }
 
-// builtBinary is the zerodrop binary procmem built and runs.
-var builtBinary string
-
-// controllerExeSize is builtBinary's size, which the controller takes from
-// its container's limit before its share (controller.GoMemoryLimit).
-func controllerExeSize() int64 {
-	fi, err := os.Stat(builtBinary)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
 // controllerGoMemLimit is the controller's GOMEMLIMIT: -gomemlimit's, else
 // in a memory cgroup what the controller would set itself in that
 // container (controller.GoMemoryLimit of its limit; here, without a cgroup
@@ -179,7 +165,7 @@ func controllerGoMemLimit() string {
 		return *goMemLimit
 	}
 	if controllerCgroup != nil {
-		return strconv.FormatInt(controller.GoMemoryLimit(controllerCgroup.limit, controllerExeSize()), 10)
+		return strconv.FormatInt(controller.GoMemoryLimit(controllerCgroup.limit), 10)
 	}
 	return ""
 }

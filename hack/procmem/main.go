@@ -142,7 +142,6 @@ func run(extra []string) error {
 	if err != nil {
 		return err
 	}
-	builtBinary = bin
 	fmt.Printf("zerodrop built at commit %s\n", commit)
 	if err := raiseFileLimit(); err != nil {
 		return err

@@ -272,7 +272,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.LogFormat == "json" {
 		klog.SetLogger(newLogger(cfg))
 	}
-	setMemoryLimit(newLogger(cfg).WithName("zerodrop"), cgroupRoot, ExecutableSize()) // the process's own: not in RunConfig, which tests run in-process
+	setMemoryLimit(newLogger(cfg).WithName("zerodrop"), cgroupRoot) // the process's own: not in RunConfig, which tests run in-process
 	if err := RunConfig(ctx, cfg); err != nil {
 		fmt.Fprintf(stderr, "zerodrop controller: %v\n", err)
 		return 1

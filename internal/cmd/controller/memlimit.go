@@ -19,13 +19,15 @@ import (
 // memory cgroup at memory/.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// memoryLimitPercent of the container's memory limit, less the
-// executable's size, is the Go runtime's soft limit: the garbage collector
-// works harder as the heap nears it, so a peak is collected before the
-// kernel kills the container, and what is left covers memory the runtime
-// does not count (thread stacks outside the Go heap, memory not yet
-// returned to the OS).
-const memoryLimitPercent = 90
+// memoryLimitPercent of the container's memory limit is the Go runtime's
+// soft limit: the garbage collector works harder as the heap nears it, so
+// a peak is collected before the kernel kills the container, and what is
+// left covers memory the runtime does not count: the executable's pages
+// (its code and read-only data, once touched: 55 MiB of a data-plane
+// replica's 516 MiB peak RSS at 10,000 Services, with 90 % of the chart's
+// 512Mi, charts/zerodrop/README.md), thread stacks outside the Go heap,
+// memory not yet returned to the OS.
+const memoryLimitPercent = 85
 
 // unlimitedV1 is where cgroup v1 reports no limit: its "unlimited" is the
 // largest int64 rounded down to a page (9223372036854771712 with 4 KiB
@@ -33,13 +35,13 @@ const memoryLimitPercent = 90
 const unlimitedV1 = 1 << 62
 
 // setMemoryLimit sets the Go runtime's soft memory limit
-// (runtime/debug.SetMemoryLimit) to GoMemoryLimit of the memory limit of
-// the cgroup under root — v2 memory.max, else v1
-// memory/memory.limit_in_bytes — and of exe, the executable's size, unless
-// GOMEMLIMIT is set in the environment (the runtime has read it: the
-// user's choice wins). No limit ("max", v1's unlimited, no file) leaves the
-// runtime's limit as it is. It logs one line saying which.
-func setMemoryLimit(log logr.Logger, root string, exe int64) {
+// (runtime/debug.SetMemoryLimit) to memoryLimitPercent of the memory limit
+// of the cgroup under root — v2 memory.max, else v1
+// memory/memory.limit_in_bytes — unless GOMEMLIMIT is set in the
+// environment (the runtime has read it: the user's choice wins). No limit
+// ("max", v1's unlimited, no file) leaves the runtime's limit as it is. It
+// logs one line saying which.
+func setMemoryLimit(log logr.Logger, root string) {
 	if v := os.Getenv("GOMEMLIMIT"); v != "" {
 		log.Info("GOMEMLIMIT is set in the environment; the container's memory limit is not read", "GOMEMLIMIT", v)
 		return
@@ -51,44 +53,20 @@ func setMemoryLimit(log logr.Logger, root string, exe int64) {
 	case limit <= 0:
 		log.Info("no container memory limit; GOMEMLIMIT left unset", "cgroup", root)
 	default:
-		soft := GoMemoryLimit(limit, exe)
+		soft := GoMemoryLimit(limit)
 		debug.SetMemoryLimit(soft)
-		log.Info(fmt.Sprintf("GOMEMLIMIT set to %d %% of the container's memory limit less the executable's size", memoryLimitPercent),
-			"memoryLimit", limit, "executable", exe, "GOMEMLIMIT", soft, "from", file)
+		log.Info(fmt.Sprintf("GOMEMLIMIT set to %d %% of the container's memory limit", memoryLimitPercent),
+			"memoryLimit", limit, "GOMEMLIMIT", soft, "from", file)
 	}
 }
 
 // GoMemoryLimit is the Go runtime's soft memory limit the controller sets
-// in a container whose memory limit is limit bytes, running an executable
-// of exe bytes: memoryLimitPercent of what the executable leaves. Its
-// pages are file-backed: once run they count in RSS and in the container's
-// memory, about the file's size, but not in the Go runtime's accounting. At
-// the chart's 512Mi, 90 % of the whole limit (461 MiB) let a data-plane
-// replica at 10,000 Services reach a peak RSS of 516 MiB, 55 MiB of it the
-// binary's pages (charts/zerodrop/README.md). A limit that leaves the
-// executable less than half of it (which cannot hold the controller
-// anyway) gets half of the limit: the collector must not run without
-// pause. hack/procmem passes it as GOMEMLIMIT to a controller it runs in a
+// in a container whose memory limit is limit bytes: memoryLimitPercent of
+// it. hack/procmem passes it as GOMEMLIMIT to a controller it runs in a
 // memory cgroup without a cgroup namespace, where the controller would read
 // the host's root cgroup instead of its own.
-func GoMemoryLimit(limit, exe int64) int64 {
-	avail := max(limit-max(exe, 0), limit/2)
-	return avail/100*memoryLimitPercent + avail%100*memoryLimitPercent/100
-}
-
-// ExecutableSize is the size of the running executable's file, 0 when it
-// cannot be read (the soft limit is then memoryLimitPercent of the whole
-// limit, as before the executable was counted).
-func ExecutableSize() int64 {
-	p, err := os.Executable()
-	if err != nil {
-		return 0
-	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
+func GoMemoryLimit(limit int64) int64 {
+	return limit/100*memoryLimitPercent + limit%100*memoryLimitPercent/100
 }
 
 // cgroupMemoryLimit reads the memory limit of the cgroup under root and the

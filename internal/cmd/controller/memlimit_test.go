@@ -12,8 +12,7 @@ import (
 )
 
 // TestMemoryLimitFromCgroup: the Go runtime's soft memory limit is set to
-// 90 % of the container's memory limit less the executable's size (here
-// 16 MiB), the limit read from a cgroup tree (v2
+// 85 % of the container's memory limit, read from a cgroup tree (v2
 // memory.max, v1 memory/memory.limit_in_bytes), and left alone when there is
 // no limit or when GOMEMLIMIT is set in the environment: the user's choice
 // wins. One line says what was done.
@@ -25,12 +24,9 @@ func TestMemoryLimitFromCgroup(t *testing.T) {
 		want   int64             // the runtime's limit afterwards; 0: unchanged
 		logged string            // in the one line logged
 	}{
-		// (256 MiB - 16 MiB) * 0.9 = 226492416.
-		{name: "v2 limit", files: map[string]string{"memory.max": "268435456\n"}, want: 226492416, logged: "226492416"},
+		{name: "v2 limit", files: map[string]string{"memory.max": "268435456\n"}, want: 228170137, logged: "228170137"},
 		{name: "v2 max", files: map[string]string{"memory.max": "max\n"}, logged: "no container memory limit"},
-		{name: "v1 limit", files: map[string]string{"memory/memory.limit_in_bytes": "268435456\n"}, want: 226492416, logged: "226492416"},
-		// A limit the executable leaves less than half of: half of it, 90 %.
-		{name: "limit near the executable", files: map[string]string{"memory.max": "25165824\n"}, want: 11324620, logged: "11324620"},
+		{name: "v1 limit", files: map[string]string{"memory/memory.limit_in_bytes": "268435456\n"}, want: 228170137, logged: "228170137"},
 		{name: "v1 unlimited", files: map[string]string{"memory/memory.limit_in_bytes": "9223372036854771712\n"}, logged: "no container memory limit"},
 		{name: "absent", logged: "no container memory limit"},
 		{name: "GOMEMLIMIT set", files: map[string]string{"memory.max": "268435456\n"}, env: "1GiB", logged: "GOMEMLIMIT"},
@@ -59,7 +55,7 @@ func TestMemoryLimitFromCgroup(t *testing.T) {
 
 			var lines []string
 			log := funcr.New(func(prefix, args string) { lines = append(lines, prefix+" "+args) }, funcr.Options{})
-			setMemoryLimit(log, root, 16<<20)
+			setMemoryLimit(log, root)
 
 			want := tc.want
 			if want == 0 {
