@@ -79,16 +79,7 @@ func (d *DataPlane) forgetResets(ls []listener) error {
 	if len(due) == 0 {
 		return nil
 	}
-	var n uint
-	err := d.ns.Do(func() error {
-		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		n, err = h.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, due)
-		return err
-	})
+	n, err := d.ns.DeleteConntrack(due)
 	if err != nil {
 		return fmt.Errorf("awsdp: forget the reset targets' connections: %w", err)
 	}

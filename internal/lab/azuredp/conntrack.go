@@ -33,16 +33,7 @@ func (markedFilter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 
 // forgetReset deletes the entries of the connections the data plane reset.
 func (d *DataPlane) forgetReset() error {
-	var n uint
-	err := d.ns.Do(func() error {
-		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		n, err = h.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, markedFilter{})
-		return err
-	})
+	n, err := d.ns.DeleteConntrack(markedFilter{})
 	if err != nil {
 		return fmt.Errorf("azuredp: forget the reset connections: %w", err)
 	}

@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // What a part of the lab changes in a namespace it did not create (the
@@ -125,4 +128,24 @@ func (n *Netns) NFT(ctx context.Context, script string) error {
 		return fmt.Errorf("nft: %w", err)
 	}
 	return nil
+}
+
+// DeleteConntrack deletes the namespace's IPv4 conntrack entries filter
+// matches and returns how many: an emulated load balancer forgets a flow it
+// reset, which nft's reject does not make conntrack do.
+func (n *Netns) DeleteConntrack(filter netlink.CustomConntrackFilter) (uint, error) {
+	var deleted uint
+	err := n.Do(func() error {
+		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		deleted, err = h.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, filter)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("netns %s: delete conntrack entries: %w", n.Name, err)
+	}
+	return deleted, nil
 }
