@@ -87,8 +87,8 @@ packages:
 # !race. The data-plane labs (LABTESTS_ALONE: four HAProxy and zerodrop
 # processes, the lab's pod servers in its own process; TestLabUpdate the
 # chart's data plane updated with surge; TestLabBGPSpeakerRestart the
-# speakers restarted behind a real FRR router; TestLabAWSGates a gates-mode rollout on emulated AWS
-# beside the real cloud-provider-aws) run after the lab's other tests, never
+# speakers restarted behind a real FRR router; TestLabAWSGates a gates-mode
+# rollout on emulated AWS beside the real cloud-provider-aws) run after the lab's other tests, never
 # beside them, while test-race may still run. go test prints a package's
 # result when it ends, so the two lines' output interleaves by package.
 LABTESTS_ALONE := TestLabDataPlane|TestLabFromChart|TestLabUpdate|TestLabBGPSpeakerRestart|TestLabAWSGates
@@ -123,11 +123,12 @@ test-lab:
 # and those an environment variable of their own enables: TestLabAWSRollout
 # (ZERODROP_LAB_AWS), TestLabBGPNodeLeaveAndFail (ZERODROP_LAB_BGP_LEAVE),
 # TestLabBGPRestarts (ZERODROP_LAB_BGP_RESTARTS), TestLabBGPAPIServerDown
-# (ZERODROP_LAB_BGP_APISERVER). One at a time: each runs its own lab.
+# (ZERODROP_LAB_BGP_APISERVER). One at a time (one package's tests run in
+# turn): each runs its own lab.
 LABTESTS_LONG := TestLabChaos|TestLabMaintenance|TestLabBGPServiceChurn|TestLabAWSRollout|TestLabBGPNodeLeaveAndFail|TestLabBGPRestarts|TestLabBGPAPIServerDown
 test-long: deps
 	ZERODROP_LAB_LONG=1 ZERODROP_LAB_AWS=1 ZERODROP_LAB_BGP_LEAVE=1 ZERODROP_LAB_BGP_RESTARTS=1 ZERODROP_LAB_BGP_APISERVER=1 \
-		$(GO) test -count=1 -timeout 90m -p 1 -v -run '^($(LABTESTS_LONG))$$' ./internal/lab/
+		$(GO) test -count=1 -timeout 90m -v -run '^($(LABTESTS_LONG))$$' ./internal/lab/
 
 # The generated references (docs/flags.md, docs/metrics.md,
 # docs/annotations.md) written anew from the code; TestReferenceDocs fails

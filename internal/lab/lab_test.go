@@ -245,6 +245,13 @@ func (c *cancelOn) String() string {
 
 var rfc3339ms = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)
 
+// evidenceMarks pick the lab log's lines logEvidence shows: the hooks,
+// failures and the rollout's start, and the data plane's programming and
+// health checks (emulated clouds), each pod's stop and the steady mark,
+// which tell where a failed request went.
+var evidenceMarks = []string{"preStop", " failed", "s request ", "s long ", ": rollout at",
+	"dp: programmed", "health check", " stopped (exit", "steady"}
+
 // logEvidence shows what the lab log says about hooks and failures.
 func logEvidence(t *testing.T, path string) {
 	raw, err := os.ReadFile(path)
@@ -254,12 +261,7 @@ func logEvidence(t *testing.T, path string) {
 	}
 	var lines []string
 	for _, line := range strings.Split(string(raw), "\n") {
-		// The data plane's programming and health checks (emulated
-		// clouds) and each pod's stop, with the hooks and failures, tell
-		// where a failed request went.
-		if strings.Contains(line, "preStop") || strings.Contains(line, " failed") || strings.Contains(line, "s request ") ||
-			strings.Contains(line, "s long ") || strings.Contains(line, ": rollout at") || strings.Contains(line, "dp: programmed") ||
-			strings.Contains(line, "health check") || strings.Contains(line, " stopped (exit") || strings.Contains(line, "steady") {
+		if slices.ContainsFunc(evidenceMarks, func(m string) bool { return strings.Contains(line, m) }) {
 			lines = append(lines, line)
 		}
 	}

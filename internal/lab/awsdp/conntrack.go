@@ -61,7 +61,7 @@ func (f forgetFilter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 
 // forgetResets deletes the connection entries of the targets reset in the
 // previous poll's programming and still reset in this one's (ls), once
-// each; prev and done are the program loop's.
+// each (DataPlane.resetPrev and forgot, the program loop's).
 func (d *DataPlane) forgetResets(ls []listener) error {
 	now := resetKeys(ls)
 	due := forgetFilter{}

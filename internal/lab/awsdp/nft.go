@@ -13,7 +13,8 @@ import (
 //     (an established connection of a listener whose target is to be
 //     reset, whichever direction the packet goes: the reset answers the
 //     packet's sender; a SYN in such a connection's entry, a reused
-//     4-tuple, is dropped until the entry is forgotten: conntrack.go); then every established connection passes, which
+//     4-tuple, is dropped until the entry is forgotten: conntrack.go);
+//     then every established connection passes, which
 //     is what keeps a connection on its target while the target drains
 //     and after, until conntrack forgets it (the idle timeout); then,
 //     for frontend addresses only: invalid packets are dropped, a TCP
@@ -66,10 +67,11 @@ func render(listeners []listener, seed uint32, old []string) (string, []string) 
 				// SYN-ACK reset) is not assured: the client's SYN again is
 				// answered with the reset, unless the entry is forgotten by
 				// then.
-				resets = append(resets, fmt.Sprintf("add rule ip %s pre tcp flags & (syn | ack) == syn ct state established ct status assured ct original ip daddr %s ct original proto-dst %d ct reply ip saddr %s ct reply proto-src %d drop",
-					table, l.Frontend, l.Port, t.Addr.Addr(), t.Addr.Port()))
-				resets = append(resets, fmt.Sprintf("add rule ip %s pre meta l4proto tcp ct state established ct original ip daddr %s ct original proto-dst %d ct reply ip saddr %s ct reply proto-src %d reject with tcp reset",
-					table, l.Frontend, l.Port, t.Addr.Addr(), t.Addr.Port()))
+				flow := fmt.Sprintf("ct state established ct original ip daddr %s ct original proto-dst %d ct reply ip saddr %s ct reply proto-src %d",
+					l.Frontend, l.Port, t.Addr.Addr(), t.Addr.Port())
+				resets = append(resets,
+					fmt.Sprintf("add rule ip %s pre tcp flags & (syn | ack) == syn %s ct status assured drop", table, flow),
+					fmt.Sprintf("add rule ip %s pre meta l4proto tcp %s reject with tcp reset", table, flow))
 			}
 		}
 		recv := l.receiving()

@@ -124,10 +124,10 @@ func render(rs ruleset, old chainSet) (string, chainSet) {
 			// 4-tuple later starts a new flow. A SYN that meets such an
 			// entry before that is dropped (the client sends it again),
 			// never reset.
-			sel := "ct state established " + notIn("ct reply ip saddr", addrs)
 			body = append(body,
 				fmt.Sprintf("add rule ip %s %s tcp flags & (syn | ack) == syn ct mark 0x%x drop", table, d, resetMark),
-				fmt.Sprintf("add rule ip %s %s %sct mark set 0x%x reject with tcp reset", table, d, sel, resetMark))
+				fmt.Sprintf("add rule ip %s %s ct state established %sct mark set 0x%x reject with tcp reset",
+					table, d, notIn("ct reply ip saddr", addrs), resetMark))
 		}
 		body = append(body,
 			fmt.Sprintf("add rule ip %s %s ct state established,related accept", table, d),

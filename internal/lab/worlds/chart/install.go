@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -249,7 +250,7 @@ func (r *run) webhookEndpoints(ctx context.Context) string {
 			if svc == nil || !strings.HasPrefix(svc.Name, r.name) {
 				continue
 			}
-			eps, err := r.w.Lab.CP.Client.DiscoveryV1().EndpointSlices(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svc.Name})
+			eps, err := r.w.Lab.CP.Client.DiscoveryV1().EndpointSlices(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc.Name})
 			if err != nil {
 				out = append(out, svc.Name+": "+err.Error())
 				continue
@@ -258,7 +259,7 @@ func (r *run) webhookEndpoints(ctx context.Context) string {
 			for _, sl := range eps.Items {
 				for _, ep := range sl.Endpoints {
 					all++
-					if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+					if ptr.Deref(ep.Conditions.Ready, false) {
 						ready++
 					}
 				}
