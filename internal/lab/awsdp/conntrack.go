@@ -8,8 +8,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// An NLB that resets a connection (its target unhealthy) forgets the flow:
-// a later SYN of the same 4-tuple is a new flow, balanced afresh. The
+// An NLB that resets a connection (its target unhealthy: "the load balancer
+// sends a TCP RST for packets received on the client connections
+// associated with the target", ELB docs, "Health checks for Network Load
+// Balancer target groups") has ended it; what a later SYN of the same
+// 4-tuple meets AWS does not document, and the data plane assumes TCP's
+// answer: a new connection, balanced afresh. The
 // data plane resets with nft's reject, whose reset conntrack does not
 // track, so the connection's entry would stay established for the idle
 // timeout, and the lab's one client, which reuses a source port within

@@ -13,8 +13,10 @@ import (
 // the connection's entry would stay established for the idle timeout, and
 // a client that reuses the 4-tuple within it (the lab's one client opens
 // hundreds of connections a second) would have its new SYN answered by the
-// same reset, "connection refused" — a load balancer that reset a flow has
-// forgotten it. So the reject marks the entry (resetMark) and the data
+// same reset, "connection refused". No public source says what Azure does
+// there (as for the reset itself, docs/azure-dataplane.md, "Not
+// modelled"); the data plane assumes TCP's answer, a new connection. So
+// the reject marks the entry (resetMark) and the data
 // plane deletes the marked entries every forgetEvery. Entries not yet
 // reset (an idle connection) stay, to be reset at their next packet.
 
