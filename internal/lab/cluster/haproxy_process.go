@@ -63,7 +63,13 @@ func StartHAProxy(ctx context.Context, dir, wrapper string) (*haproxy.Provider, 
 		return nil, nil, err
 	}
 	socks := []*sockcount.Proxy{master}
-	prov, err := haproxy.New(ctx, haproxy.Options{Dir: dir, Binary: wrapper, StopOnClose: true, Log: logr.Discard()})
+	// ReloadTimeout above its 10 s default, as the provider's own tests
+	// set it: the bound covers the configuration check (`haproxy -c`, here
+	// through `ip netns exec`), and the lab shares its 2 cores with make
+	// test's other line, whose compiles once held a check at start past
+	// 10 s. It bounds failures only; no lab figure is a reload's time.
+	prov, err := haproxy.New(ctx, haproxy.Options{Dir: dir, Binary: wrapper, StopOnClose: true, Log: logr.Discard(),
+		ReloadTimeout: 30 * time.Second})
 	if err != nil {
 		return nil, socks, err
 	}

@@ -62,7 +62,7 @@ func TestHashThresholdMovedKernel(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ns := fmt.Sprintf("zd-hthr-test-%d", os.Getpid())
+	ns := testNetnsName("hthr-test")
 	run := func(args ...string) {
 		t.Helper()
 		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
@@ -201,7 +201,7 @@ func TestUplinkDropScript(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("needs nft")
 	}
-	ns := fmt.Sprintf("zd-uplink-test-%d", os.Getpid())
+	ns := testNetnsName("uplink-test")
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
