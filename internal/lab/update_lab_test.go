@@ -15,7 +15,7 @@ import (
 // request may fail, and no WebSocket that ended before its old pod's bound
 // may break.
 func TestLabUpdate(t *testing.T) {
-	entries := runLab(t, 5*time.Minute, "--scenario", report.ScenarioLBUpdate, "--mode", "zerodrop",
+	entries := runLab(t, 8*time.Minute, "--scenario", report.ScenarioLBUpdate, "--mode", "zerodrop",
 		"--data-plane-replicas", "2", "--from-chart", "--data-plane-update", report.UpdateSurge, "--data-plane-hard-stop-after", "10s")
 	raw, err := json.Marshal(entries)
 	if err != nil {

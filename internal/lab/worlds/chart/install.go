@@ -220,9 +220,13 @@ func prepareImages(ctx context.Context, dir string) error {
 // probe, a pod of the workload, created as a dry run (the webhook's side
 // effects are NoneOnDryRun) comes back with the readiness gate. The
 // webhook's failurePolicy is Ignore, so a pod created before it answers
-// would run without the gate and the drain hook.
+// would run without the gate and the drain hook. The bound is for a
+// webhook that never answers: on make test's 2 cores beside the race
+// line's cold compiles, the API server once reached it only after more
+// than a minute (node 1's kube-proxy refused it meanwhile), which the run
+// does not measure.
 func (r *run) WaitAdmission(ctx context.Context, probe *corev1.Pod) error {
-	return traffic.WaitFor(ctx, 60*time.Second, r.name+"'s webhook answering", func() (bool, string) {
+	return traffic.WaitFor(ctx, 3*time.Minute, r.name+"'s webhook answering", func() (bool, string) {
 		got, err := r.w.Lab.CP.Client.CoreV1().Pods(probe.Namespace).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return false, err.Error()
