@@ -78,20 +78,20 @@ func wait[T any](ctx context.Context, p *Provider, poller *runtime.Poller[T], op
 	pctx, cancel := context.WithTimeout(ctx, p.opts.PollTimeout)
 	defer cancel()
 	_, err := poller.PollUntilDone(pctx, &runtime.PollUntilDoneOptions{Frequency: p.opts.PollFrequency})
-	if err != nil && ctx.Err() == nil && pctx.Err() != nil {
+	if err == nil {
+		return nil
+	}
+	// The poll deadline passed, or the read budget refused a poll whose
+	// token would come after it, before it passed: when the poll deadline
+	// is the earlier one, that is the poll deadline too, not a failure of
+	// the write to classify.
+	if ctx.Err() == nil && (pctx.Err() != nil || errors.Is(err, ErrReadBudget) && pollDeadlineBinds(ctx, pctx)) {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: %w", err, context.DeadlineExceeded)
+		}
 		return fmt.Errorf("%s: not done after %s (ARM accepted the write; it may still complete): %w", op, p.opts.PollTimeout, err)
 	}
-	// The read budget refuses a poll whose token would come after the
-	// poll's deadline, before that deadline passes: when the poll deadline
-	// is the earlier one, that is the poll deadline's error too, not a
-	// failure of the write to classify.
-	if err != nil && ctx.Err() == nil && errors.Is(err, ErrReadBudget) && pollDeadlineBinds(ctx, pctx) {
-		return fmt.Errorf("%s: not done within %s (ARM accepted the write; it may still complete; %w): %w", op, p.opts.PollTimeout, err, context.DeadlineExceeded)
-	}
-	if err != nil {
-		return p.classify(op, err)
-	}
-	return nil
+	return p.classify(op, err)
 }
 
 // pollDeadlineBinds reports whether pctx, derived from ctx, ends before ctx.
