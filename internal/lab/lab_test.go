@@ -18,19 +18,23 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"zerodrop.dev/zerodrop/internal/cmd/controller"
+	"zerodrop.dev/zerodrop/internal/cmd/haproxyrun"
 	"zerodrop.dev/zerodrop/internal/drainrelay"
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
 	"zerodrop.dev/zerodrop/internal/lab/report"
 	"zerodrop.dev/zerodrop/internal/lab/scenarios"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
+	"zerodrop.dev/zerodrop/internal/lab/worlds/dataplane"
 	"zerodrop.dev/zerodrop/internal/testutil"
 )
 
 // TestMain lets the test binary stand in for the zerodrop binary: the lab
 // starts its controllers as `<own executable> controller …` (zerodrop) or
 // `<own executable> lab upstream-controller …` (upstream, recipe) with ChildEnv set,
-// and the drain relay sidecars of web pods as `<own executable> drain-relay …`.
+// the drain relay sidecars of web pods as `<own executable> drain-relay …`,
+// and the HAProxy of a data-plane replica of the lab's own arrangement as
+// `<own executable> haproxy …`.
 func TestMain(m *testing.M) {
 	if os.Getenv(cluster.ChildEnv) == "controller" && len(os.Args) > 1 && os.Args[1] == "controller" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -43,6 +47,11 @@ func TestMain(m *testing.M) {
 		code := drainrelay.Run(ctx, os.Args[2:], os.Stderr)
 		stop()
 		os.Exit(code)
+	}
+	if os.Getenv(cluster.ChildEnv) == dataplane.HAProxyChild && len(os.Args) > 1 && os.Args[1] == "haproxy" {
+		// A data-plane replica's `zerodrop haproxy` (which execs HAProxy)
+		// and the validator it starts.
+		os.Exit(haproxyrun.Run(os.Args[2:], os.Stderr))
 	}
 	if os.Getenv(cluster.ChildEnv) == "controller" && len(os.Args) > 2 && os.Args[1] == "lab" {
 		os.Exit(Run(context.Background(), os.Args[2:], os.Stdout, os.Stderr))

@@ -2,34 +2,16 @@ package dataplane
 
 import (
 	"context"
-	"path/filepath"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-
-	"zerodrop.dev/zerodrop/internal/lab/cluster"
-	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
 // MaxReplicas bounds --data-plane-replicas.
 const MaxReplicas = 4
-
-// stopHAProxy stops a data-plane replica's HAProxy of dir, through its
-// master socket, the proxy still in front, and returns Close's error. An
-// old worker the master no longer lists (a run with hundreds of reloads,
-// connections to vanished pods held for the server timeout) would outlive
-// it: the lab ends every process of that HAProxy, by the configuration file
-// on its command line.
-func (p *Plane) stopHAProxy(prov *haproxy.Provider, dir string) error {
-	err := prov.Close()
-	if n := cluster.KillByArg(filepath.Join(dir, "haproxy.cfg")); n > 0 {
-		p.cfg.Logf("%s: killed %d HAProxy processes of %s left after the master stopped", p.cfg.Name, n, dir)
-	}
-	return err
-}
 
 // ServiceAccountToken is the kubelet's projected token for pod, through
 // client: a TokenRequest for its ServiceAccount, bound to the pod.

@@ -109,7 +109,10 @@ type Replica struct {
 
 	mu   sync.Mutex
 	proc *netlab.Process // the replica's zerodrop process
-	runs int             // processes started, for scrape keys and logs
+	// hproc is the HAProxy (its master) of a replica of the lab's own
+	// arrangement; the chart's kubelet runs a chart replica's.
+	hproc *netlab.Process
+	runs  int // processes started, for scrape keys and logs
 }
 
 // Index is the replica's load-balancer host, lbs[Index].

@@ -21,6 +21,7 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/cluster"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/world"
+	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
 // The lab's own arrangement of a data plane of replicas (--data-plane-replicas
@@ -87,20 +88,13 @@ func (p *Plane) Start(ctx context.Context) error {
 }
 
 // StartReplica starts a replica's HAProxy (from an empty state directory,
-// as a new pod's emptyDir), its zerodrop process, and its Pod object.
+// as a new pod's emptyDir) as the chart's haproxy container runs it, its
+// zerodrop process, and its Pod object.
 func (p *Plane) StartReplica(ctx context.Context, d *Replica) error {
 	d.dir = filepath.Join(p.cfg.Dir, fmt.Sprintf("replica-%d-%d", d.index, d.gen))
-	wrapper := d.dir + ".sh"
-	if err := cluster.WriteHAProxyWrapper(wrapper, d.host.Name); err != nil {
+	if err := p.startHAProxy(ctx, d); err != nil {
 		return err
 	}
-	prov, socks, err := cluster.StartHAProxy(ctx, d.dir, wrapper)
-	d.socks = socks
-	p.addSocks(socks...)
-	if err != nil {
-		return err
-	}
-	d.prov = prov
 	// The pod first: the process authenticates as it (a token bound to
 	// it) and its state endpoint's certificate names the pod's UID.
 	if err := p.replicaPod(ctx, d); err != nil {
@@ -123,7 +117,9 @@ func (p *Plane) replicaArgs(d *Replica) []string {
 		"--haproxy-socket=" + filepath.Join(d.dir, "admin.sock"),
 		"--haproxy-master-socket=" + filepath.Join(d.dir, "master.sock"),
 		"--haproxy-config=" + filepath.Join(d.dir, "haproxy.cfg"),
-		"--haproxy-binary=" + d.dir + ".sh",
+		// The haproxy container's validator checks each configuration
+		// (startHAProxy), as in the chart.
+		"--haproxy-validate-socket=" + filepath.Join(d.dir, haproxy.ValidationSocketName),
 		fmt.Sprintf("--state-bind-address=:%d", StatePort),
 		fmt.Sprintf("--metrics-bind-address=:%d", world.MetricsPort),
 		fmt.Sprintf("--health-probe-bind-address=:%d", world.ProbesPort),
@@ -214,9 +210,7 @@ func (p *Plane) StopReplica(ctx context.Context, d *Replica) error {
 	if proc, _ := d.ProcessRun(); proc != nil {
 		_ = proc.Stop()
 	}
-	if d.prov != nil {
-		errs = append(errs, p.stopHAProxy(d.prov, d.dir))
-	}
+	errs = append(errs, p.stopHAProxy(d))
 	err := p.cfg.Client.CoreV1().Pods(world.ControllerNamespace).Delete(ctx, d.Pod(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, err)
