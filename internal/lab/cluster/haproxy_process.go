@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"time"
@@ -18,6 +20,18 @@ import (
 // namespace netns.
 func WriteHAProxyWrapper(path, netns string) error {
 	return os.WriteFile(path, []byte(HAProxyWrapper("ip netns exec "+netns+" haproxy")), 0o755)
+}
+
+// WriteImageHAProxyWrapper writes at path the `haproxy` of the lab's
+// data-plane image: the distribution's HAProxy (found on PATH) behind the
+// lab's wrapper, which moves the master CLI socket to where the lab's
+// counting proxy forwards.
+func WriteImageHAProxyWrapper(path string) error {
+	real, err := exec.LookPath("haproxy")
+	if err != nil {
+		return fmt.Errorf("haproxy: %w (hack/setup-haproxy.sh installs it)", err)
+	}
+	return os.WriteFile(path, []byte(HAProxyWrapper(ShellQuote(real))), 0o755)
 }
 
 // haproxyWrapper is a shell script that runs command with its arguments,

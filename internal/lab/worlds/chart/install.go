@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -206,14 +205,7 @@ func prepareImages(ctx context.Context, dir string) error {
 		Dir: root}); err != nil {
 		return fmt.Errorf("build zerodrop: %w", err)
 	}
-	real, err := exec.LookPath("haproxy")
-	if err != nil {
-		return fmt.Errorf("haproxy: %w (hack/setup-haproxy.sh installs it)", err)
-	}
-	// The data-plane image's `haproxy`: the distribution's behind the lab's
-	// wrapper, which moves the master CLI socket to where the lab's
-	// counting proxy forwards.
-	return os.WriteFile(filepath.Join(dir, "haproxy"), []byte(cluster.HAProxyWrapper(cluster.ShellQuote(real))), 0o755)
+	return cluster.WriteImageHAProxyWrapper(filepath.Join(dir, "haproxy"))
 }
 
 // WaitAdmission waits until the chart's webhook answers the API server:

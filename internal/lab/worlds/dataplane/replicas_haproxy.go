@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -35,12 +34,8 @@ func (p *Plane) startHAProxy(ctx context.Context, d *Replica) error {
 	if err := os.MkdirAll(d.dir, 0o700); err != nil {
 		return err
 	}
-	real, err := exec.LookPath("haproxy")
-	if err != nil {
-		return fmt.Errorf("haproxy: %w (hack/setup-haproxy.sh installs it)", err)
-	}
 	wrapper := d.dir + ".sh"
-	if err := os.WriteFile(wrapper, []byte(cluster.HAProxyWrapper(cluster.ShellQuote(real))), 0o755); err != nil {
+	if err := cluster.WriteImageHAProxyWrapper(wrapper); err != nil {
 		return err
 	}
 	master, err := sockcount.Listen(filepath.Join(d.dir, "master.sock"), filepath.Join(d.dir, "master.sock.haproxy"))
