@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,7 +17,6 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/sockcount"
 	"zerodrop.dev/zerodrop/internal/lab/traffic"
 	"zerodrop.dev/zerodrop/internal/lab/world"
-	"zerodrop.dev/zerodrop/internal/provider/haproxy"
 )
 
 // The data plane of a run installed from the chart (--from-chart): the
@@ -92,29 +90,12 @@ func (p *Plane) beforeController(ctx context.Context, pod *corev1.Pod, d *Replic
 		return fmt.Errorf("container %s: --haproxy-socket is on no volume", c.Name)
 	}
 	d.mu.Lock()
-	dir, viewed := d.dir, d.prov != nil
+	viewed := d.prov != nil
 	d.mu.Unlock()
 	if viewed {
 		return nil
 	}
-	if err := traffic.WaitFor(ctx, 60*time.Second, "HAProxy's admin socket in "+pod.Name, func() (bool, string) {
-		fi, err := os.Lstat(sock)
-		return err == nil && fi.Mode().Type() == os.ModeSocket, "not there yet"
-	}); err != nil {
-		return err
-	}
-	admin, err := sockcount.Interpose(sock)
-	if err != nil {
-		return err
-	}
-	p.addSocks(admin)
-	prov, err := haproxy.New(ctx, haproxy.Options{AdminSocket: sock, MasterSocket: filepath.Join(dir, "master.sock"),
-		ConfigFile: filepath.Join(dir, "haproxy.cfg"), Log: logr.Discard()})
-	d.mu.Lock()
-	d.socks = append(d.socks, admin)
-	d.prov, d.viewedAt = prov, time.Now()
-	d.mu.Unlock()
-	return err
+	return p.attachView(ctx, d, sock, "HAProxy's admin socket in "+pod.Name, nil)
 }
 
 // argValue is the value of --name=value in args.

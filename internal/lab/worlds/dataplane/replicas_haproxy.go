@@ -64,31 +64,43 @@ func (p *Plane) startHAProxy(ctx context.Context, d *Replica) error {
 	d.hproc = proc
 	d.mu.Unlock()
 
-	admin := filepath.Join(d.dir, "admin.sock")
-	if err := traffic.WaitFor(ctx, 60*time.Second, fmt.Sprintf("data-plane replica %d's HAProxy sockets", d.index), func() (bool, string) {
+	exited := func() string {
 		if proc.Exited() {
-			return false, "exited (log " + logPath + ")"
+			return "exited (log " + logPath + ")"
 		}
-		for _, s := range []string{admin, filepath.Join(d.dir, "master.sock.haproxy")} {
-			if fi, err := os.Lstat(s); err != nil || fi.Mode().Type() != os.ModeSocket {
-				return false, s + " not there yet"
+		return ""
+	}
+	return p.attachView(ctx, d, filepath.Join(d.dir, "admin.sock"), fmt.Sprintf("data-plane replica %d's HAProxy admin socket", d.index), exited)
+}
+
+// attachView waits until HAProxy has made its admin socket sock (while
+// exited, when set, says nothing: why HAProxy cannot), interposes the
+// counting proxy there and attaches the lab's view of replica d's HAProxy
+// (d.prov), which never starts or stops it. Both worlds of replicas: the
+// lab's own (startHAProxy) and the chart's (beforeController).
+func (p *Plane) attachView(ctx context.Context, d *Replica, sock, what string, exited func() string) error {
+	if err := traffic.WaitFor(ctx, 60*time.Second, what, func() (bool, string) {
+		if exited != nil {
+			if why := exited(); why != "" {
+				return false, why
 			}
 		}
-		return true, ""
+		fi, err := os.Lstat(sock)
+		return err == nil && fi.Mode().Type() == os.ModeSocket, "not there yet"
 	}); err != nil {
 		return err
 	}
-	adminProxy, err := sockcount.Interpose(admin)
+	admin, err := sockcount.Interpose(sock)
 	if err != nil {
 		return err
 	}
+	p.addSocks(admin)
 	d.mu.Lock()
-	d.socks = append(d.socks, adminProxy)
+	dir := d.dir
+	d.socks = append(d.socks, admin)
 	d.mu.Unlock()
-	p.addSocks(adminProxy)
-	// The lab's view, attached: it never starts or stops this HAProxy.
-	prov, err := haproxy.New(ctx, haproxy.Options{AdminSocket: admin, MasterSocket: filepath.Join(d.dir, "master.sock"),
-		ConfigFile: filepath.Join(d.dir, "haproxy.cfg"), Log: logr.Discard()})
+	prov, err := haproxy.New(ctx, haproxy.Options{AdminSocket: sock, MasterSocket: filepath.Join(dir, "master.sock"),
+		ConfigFile: filepath.Join(dir, "haproxy.cfg"), Log: logr.Discard()})
 	if err != nil {
 		return fmt.Errorf("data-plane replica %d: attach to its HAProxy: %w", d.index, err)
 	}
