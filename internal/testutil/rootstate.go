@@ -19,7 +19,7 @@ import (
 // (netlab.NamePrefix, followed by a run's process ID); namespaces of other
 // live lab runs (another test package running at the same time) are left
 // out of the list, so a test that makes a namespace of its own names it
-// the same way (NamePrefix-PID-…): named otherwise, it shows up in the
+// the same way (netlab.OwnName): named otherwise, it shows up in the
 // list of a lab test of another package that runs beside it.
 func RootState(prefix string) (map[string]string, error) {
 	s := map[string]string{}

@@ -24,6 +24,14 @@ import (
 // so parallel runs never collide and RemoveStale can tell a dead run's leftovers.
 const NamePrefix = "zdlab"
 
+// OwnName is a namespace name of this process's: NamePrefix, its PID, then
+// suffix. The teardown checks of other live runs leave it out
+// (testutil.RootState), and RemoveStale removes it once the process is
+// gone; a test that makes a namespace of its own names it so too.
+func OwnName(suffix string) string {
+	return fmt.Sprintf("%s-%d-%s", NamePrefix, os.Getpid(), suffix)
+}
+
 // Addresses: the RFC 2544 benchmarking range, which nothing real uses; and it
 // only ever exists inside lab-made namespaces. Node and host IPs are in
 // fabricNet, pod CIDRs in 198.19.0.0/16 (a /24 per node: addNode).
@@ -101,7 +109,7 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 		return nil, fmt.Errorf("netlab: run prefix: %w", err)
 	}
 	l := &Lab{
-		Prefix: fmt.Sprintf("%s-%d-%s", NamePrefix, os.Getpid(), hex.EncodeToString(rnd[:])),
+		Prefix: OwnName(hex.EncodeToString(rnd[:])),
 		hook:   cfg.testHook,
 	}
 	defer func() {

@@ -18,14 +18,6 @@ import (
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
 )
 
-// testNetnsName names a test's own network namespace as the lab names its
-// namespaces (netlab.NamePrefix, this process's ID, then kind), so that the
-// teardown checks of lab runs in other test binaries running at the same
-// time leave it out of their before-and-after lists (testutil.RootState).
-func testNetnsName(kind string) string {
-	return fmt.Sprintf("%s-%d-%s", netlab.NamePrefix, os.Getpid(), kind)
-}
-
 // TestRouteHops reads the router's routes as `ip -j` prints them: zebra's
 // multipath route (its nexthop object expanded in the route's dump), the
 // lab's resilient group (resolved through the objects when the dump does
@@ -130,7 +122,7 @@ func kernelNetns(t *testing.T, ctx context.Context, name string) (string, func(a
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs iproute2")
 	}
-	ns := testNetnsName(name)
+	ns := netlab.OwnName(name)
 	ip := func(args ...string) {
 		t.Helper()
 		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"zerodrop.dev/zerodrop/internal/lab/netlab"
 )
 
 var (
@@ -62,7 +64,7 @@ func TestHashThresholdMovedKernel(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ns := testNetnsName("hthr-test")
+	ns := netlab.OwnName("hthr-test")
 	run := func(args ...string) {
 		t.Helper()
 		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
@@ -201,7 +203,7 @@ func TestUplinkDropScript(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("needs nft")
 	}
-	ns := testNetnsName("uplink-test")
+	ns := netlab.OwnName("uplink-test")
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
