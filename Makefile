@@ -250,8 +250,9 @@ chaos: deps
 # zerodrop haproxy) as the chart runs them, each under its chart container's
 # default memory limit, against a real kube-apiserver with PROCMEM_N
 # LoadBalancer Services and their Pods; per phase (build, restart, endpoint
-# and Service churn) its time, writes, reloads, peak RSS and CPU seconds
-# (docs/scale.md). PROCMEM_ROLE: data-plane, control or all. PROCMEM_ARGS:
+# and Service churn) its time, writes, reloads, peak RSS and CPU seconds,
+# and in the data-plane role the wait an unrelated rollout's readiness gate
+# has while the replica builds (docs/scale.md). PROCMEM_ROLE: data-plane, control or all. PROCMEM_ARGS:
 # procmem's other flags (go run ./hack/procmem -h), then after -- the
 # controller's. Needs root (memory cgroups); one run at a time (fixed
 # loopback addresses).

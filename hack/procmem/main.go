@@ -25,7 +25,9 @@
 // restarted process goes through endpoint churn and Service churn
 // (-churn, churn.go). Each phase reports its time, the controller's
 // memory, CPU seconds (cpu.go) and writes, and HAProxy's processes' PSS,
-// CPU seconds and reloads.
+// CPU seconds and reloads. In the data-plane role it also reports what an
+// unrelated rollout's readiness gate waits for while the replica builds
+// (-gate-at, gatewait.go).
 //
 //	go run ./hack/procmem -n 5000 -endpoints 2 [-role data-plane]
 //	make procmem PROCMEM_N=5000 PROCMEM_ROLE=data-plane
@@ -218,7 +220,7 @@ func run(extra []string) error {
 			return err
 		}
 		for k := 0; k < *refused; k++ {
-			i := k * *services / *refused
+			i := refusedService(k)
 			ln, err := net.Listen("tcp", net.JoinHostPort(address(i), "80"))
 			if err != nil {
 				return fmt.Errorf("-refused: hold Service %d's port: %w", i, err)
@@ -241,6 +243,8 @@ func run(extra []string) error {
 		defer stopHAProxy()
 		onInterrupt(stopHAProxy)
 	}
+	// What the churn phases and the gate-wait steps change.
+	cl := newCluster(c, eps, held)
 	args, urls, err := controllerArgs(hdir, kubeconfig, extra)
 	if err != nil {
 		return err
@@ -257,6 +261,12 @@ func run(extra []string) error {
 	if err != nil {
 		return err
 	}
+	// An unrelated rollout's step while the replica builds (gatewait.go).
+	var building chan gateWait
+	if *role == "data-plane" && *gateAt >= 0 && liveEndpointsHere() {
+		building = make(chan gateWait, 1)
+		go func() { building <- measureGateWait(ctx, cl, p, hdir, gateTarget(gateBuilding), started, *gateAt) }()
+	}
 	var took time.Duration
 	if *role == "data-plane" {
 		took, err = awaitReady(p, urls.ready)
@@ -271,6 +281,23 @@ func run(extra []string) error {
 	reached := checkReach(started, held)
 	time.Sleep(*idle)
 	m.row("build, then idle "+idle.String(), 0, p.read(metricsURL, hdir))
+	gates := ""
+	if building != nil {
+		// After the idle reading, which the built step's reload would
+		// otherwise count.
+		b := <-building
+		if b.err != nil {
+			p.stop()
+			return fmt.Errorf("gate wait during the build: %w", b.err)
+		}
+		s := measureGateWait(ctx, cl, p, hdir, gateTarget(gateBuilt), time.Now(), 0)
+		if s.err != nil {
+			p.stop()
+			return fmt.Errorf("gate wait once built: %w", s.err)
+		}
+		gates = gateLine(b, s, took)
+		fmt.Println(gates)
+	}
 	p.stop()
 	fmt.Printf("build: done after %s (%s)\n", took.Round(time.Second), map[bool]string{true: "the replica is ready: every load balancer reconciled once", false: "every Service has its address in its status"}[*role == "data-plane"])
 	if *refused > 0 {
@@ -309,7 +336,7 @@ func run(extra []string) error {
 		fmt.Printf("build: %s\nrestart: %s\n", reached, rreached)
 	}
 	if *churnFlag > 0 {
-		if err := churnPhases(ctx, newCluster(c, eps, held), p, &m, metricsURL, hdir); err != nil {
+		if err := churnPhases(ctx, cl, p, &m, metricsURL, hdir); err != nil {
 			p.stop()
 			return err
 		}
@@ -338,6 +365,9 @@ func run(extra []string) error {
 	}
 	fmt.Println(memoryLimitsLine())
 	m.print()
+	if gates != "" {
+		fmt.Println(gates)
+	}
 	if n := m.oomKills(); n > 0 {
 		return fmt.Errorf("%d OOM kills under the chart's memory limits (above)", n)
 	}

@@ -36,8 +36,10 @@ func service(i int) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name(i),
 			// Checks of endpoints that refuse every 10 s, not 2 s: the
-			// checks are not what is measured.
-			Annotations: map[string]string{model.AnnotationHealthCheckInterval: "10s"}},
+			// checks are not what is measured — but for the Services the
+			// gate-wait steps change, whose new endpoint's checks are
+			// what a gate waits for (gatewait.go): at the shipped 2 s.
+			Annotations: checkInterval(i)},
 		Spec: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To("zerodrop.dev/haproxy"),
 			// 5,000 Services do not fit the default node-port range.
@@ -59,3 +61,12 @@ func slice(i int, eps []discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
 }
 
 func name(i int) string { return fmt.Sprintf("svc-%05d", i) }
+
+// checkInterval is Service i's health-check interval annotation: 10 s, or
+// none (the shipped default) for a gate-wait Service.
+func checkInterval(i int) map[string]string {
+	if isGateService(i) {
+		return nil
+	}
+	return map[string]string{model.AnnotationHealthCheckInterval: "10s"}
+}
