@@ -71,6 +71,8 @@ type Network struct {
 	apiserver   string // host:port of the API server in the root namespace
 	Kubeconfig  string // kubeconfig for processes in lab namespaces
 	kubeProxies []*netlab.Process
+	// kubeProxyLogs are their logs' paths, by node (KubeProxyState).
+	kubeProxyLogs []string
 }
 
 // startNetwork makes the namespaces, routes the frontend range, and starts
@@ -203,7 +205,8 @@ func (n *Network) startKubeProxies(ctx context.Context, dir string) error {
 		if _, err := n.Net.Forward(node.Netns, APIServerInNetns, n.apiserver); err != nil {
 			return fmt.Errorf("node %d: API server forwarder: %w", node.Index, err)
 		}
-		logFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("kube-proxy-%s.log", NodeName(node.Index))))
+		logPath := filepath.Join(dir, fmt.Sprintf("kube-proxy-%s.log", NodeName(node.Index)))
+		logFile, err := os.Create(logPath)
 		if err != nil {
 			return err
 		}
@@ -223,6 +226,7 @@ func (n *Network) startKubeProxies(ctx context.Context, dir string) error {
 			return err
 		}
 		n.kubeProxies = append(n.kubeProxies, p)
+		n.kubeProxyLogs = append(n.kubeProxyLogs, logPath)
 	}
 	return nil
 }

@@ -224,7 +224,9 @@ func (r *run) WaitAdmission(ctx context.Context, probe *corev1.Pod) error {
 			return false, err.Error()
 		}
 		if len(got.Spec.ReadinessGates) == 0 {
-			return false, "a dry-run pod was admitted without the readiness gate (" + r.webhookEndpoints(ctx) + ")"
+			// The egress proxy dials from the first node: its kube-proxy's
+			// rules carry the call.
+			return false, "a dry-run pod was admitted without the readiness gate (" + r.webhookEndpoints(ctx) + "; " + r.w.Lab.Net.KubeProxyState(0) + ")"
 		}
 		return true, ""
 	})
