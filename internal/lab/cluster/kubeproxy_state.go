@@ -19,13 +19,17 @@ func (n *Network) KubeProxyState(i int) string {
 	if n == nil || i < 0 || i >= len(n.kubeProxies) {
 		return fmt.Sprintf("node %d has no kube-proxy", i)
 	}
-	p := n.kubeProxies[i]
+	k := n.kubeProxies[i]
+	p, restarts := k.current()
 	state := fmt.Sprintf("running (pid %d)", p.Pid())
 	if p.Exited() {
 		state = fmt.Sprintf("exited (code %d)", p.ExitCode())
 	}
-	out := fmt.Sprintf("kube-proxy on %s: %s", NodeName(n.Net.Nodes[i].Index), state)
-	b, err := os.ReadFile(n.kubeProxyLogs[i])
+	if restarts > 0 {
+		state += fmt.Sprintf(", started again %d times", restarts)
+	}
+	out := fmt.Sprintf("kube-proxy on %s: %s", k.node, state)
+	b, err := os.ReadFile(k.log)
 	if err != nil {
 		return out + "; its log: " + err.Error()
 	}

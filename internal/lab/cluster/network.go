@@ -5,18 +5,17 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"zerodrop.dev/zerodrop/internal/controlplane"
 	"zerodrop.dev/zerodrop/internal/lab/netlab"
 )
 
@@ -70,9 +69,12 @@ type Network struct {
 	routerClose []func()
 	apiserver   string // host:port of the API server in the root namespace
 	Kubeconfig  string // kubeconfig for processes in lab namespaces
-	kubeProxies []*netlab.Process
-	// kubeProxyLogs are their logs' paths, by node (KubeProxyState).
-	kubeProxyLogs []string
+	// kubeProxies are the nodes' kube-proxies, by node (kubeproxy.go),
+	// each started again when it exits until kubeProxyStop is closed.
+	kubeProxies   []*kubeProxy
+	kubeProxyStop chan struct{}
+	kubeProxyWG   sync.WaitGroup
+	stopOnce      sync.Once
 }
 
 // startNetwork makes the namespaces, routes the frontend range, and starts
@@ -85,7 +87,7 @@ func StartNetwork(ctx context.Context, dir string, nodes, lbHosts int, cfg *rest
 	if err != nil {
 		return nil, err
 	}
-	n := &Network{Net: nl}
+	n := &Network{Net: nl, kubeProxyStop: make(chan struct{})}
 	u, err := url.Parse(cfg.Host)
 	if err != nil {
 		return n, fmt.Errorf("API server address %q: %w", cfg.Host, err)
@@ -113,7 +115,7 @@ func StartNetwork(ctx context.Context, dir string, nodes, lbHosts int, cfg *rest
 			}
 		}
 	}
-	if err := n.startKubeProxies(ctx, dir); err != nil {
+	if err := n.startKubeProxies(ctx, dir, logf); err != nil {
 		return n, err
 	}
 	return n, nil
@@ -189,48 +191,6 @@ func (n *Network) groupHost() *netlab.Host {
 	return n.Client
 }
 
-// startKubeProxies starts the real kube-proxy on every node, each reaching
-// the API server through a forwarder in its namespace.
-func (n *Network) startKubeProxies(ctx context.Context, dir string) error {
-	assets, err := controlplane.Assets("kube-proxy")
-	if err != nil {
-		return fmt.Errorf("kube-proxy: %w", err)
-	}
-	for _, node := range n.Net.Nodes {
-		// Service ClusterIPs are routed out of the node, as a node's default
-		// route does; kube-proxy's output chain translates them first.
-		if err := node.Run(ctx, "ip", "route", "add", serviceCIDR, "dev", "eth0"); err != nil {
-			return err
-		}
-		if _, err := n.Net.Forward(node.Netns, APIServerInNetns, n.apiserver); err != nil {
-			return fmt.Errorf("node %d: API server forwarder: %w", node.Index, err)
-		}
-		logPath := filepath.Join(dir, fmt.Sprintf("kube-proxy-%s.log", NodeName(node.Index)))
-		logFile, err := os.Create(logPath)
-		if err != nil {
-			return err
-		}
-		p, err := n.Net.Start(node.Netns, logFile, logFile, filepath.Join(assets, "kube-proxy"),
-			"--kubeconfig", n.Kubeconfig,
-			"--hostname-override", NodeName(node.Index),
-			"--proxy-mode", "nftables",
-			"--cluster-cidr", "198.19.0.0/16",
-			"--healthz-bind-address", fmt.Sprintf("0.0.0.0:%d", kubeProxyHealthzPort),
-			"--metrics-bind-address", "127.0.0.1:10249",
-			// The kernel's conntrack table size is not per namespace: leave it.
-			"--conntrack-max-per-core", "0",
-			"--v", "1",
-		)
-		logFile.Close()
-		if err != nil {
-			return err
-		}
-		n.kubeProxies = append(n.kubeProxies, p)
-		n.kubeProxyLogs = append(n.kubeProxyLogs, logPath)
-	}
-	return nil
-}
-
 // nodeFor returns the netlab node of a lab Node's name.
 func (n *Network) nodeFor(name string) *netlab.Node {
 	for _, node := range n.Net.Nodes {
@@ -246,6 +206,9 @@ func (n *Network) Close() error {
 	if n == nil || n.Net == nil {
 		return nil
 	}
+	// The kube-proxies' keepers first: the lab's Close ends their
+	// processes, which they would start again.
+	n.stopKubeProxies()
 	for _, fn := range slices.Backward(n.routerClose) {
 		fn()
 	}
