@@ -63,10 +63,12 @@ func TestKubeProxyStartedAgain(t *testing.T) {
 	n.kubeProxyWG.Add(1)
 	go n.keepKubeProxy(k, start, logf)
 
+	// Running again, and its first line in the log after its
+	// predecessor's (the log is appended to, not replaced).
 	deadline := time.Now().Add(time.Minute)
 	for {
 		p, restarts := k.current()
-		if restarts == 1 && !p.Exited() {
+		if restarts == 1 && !p.Exited() && strings.Contains(n.KubeProxyState(0), "second") {
 			break
 		}
 		if time.Now().After(deadline) {
