@@ -94,18 +94,19 @@ packages:
 LABTESTS_ALONE := TestLabDataPlane|TestLabFromChart|TestLabUpdate|TestLabBGPSpeakerRestart|TestLabAWSGates
 
 # go vet runs every analyzer once, over every package and its test files (and
-# the files built only for -tags lab or the race detector); the go test lines
-# below then pass -vet=off. go test would vet again with a subset of those
-# analyzers, and as the facts it needs from every dependency are cached per
-# analyzer set and build configuration, it type-checked the whole dependency
-# tree twice more (once under -race): about 590 s of CPU, measured warm with
-# that subset and the race line's packages.
+# the files built only for -tags lab); the go test lines below then pass
+# -vet=off. go test would vet again with a subset of those analyzers, and as
+# the facts it needs from every dependency are cached per analyzer set and
+# build configuration, it type-checked the whole dependency tree twice more
+# (once under -race): about 590 s of CPU, measured warm with that subset and
+# the race line's packages. Left unvetted: internal/testutil/race_on.go, one
+# constant. Vetting it with -tags race compiled its 757 dependencies again
+# (the standard library has files for that tag): 253 s on a cold machine.
 GOTESTVET := -vet=off
 
 test: deps fmt-check
 	$(GO) vet ./...
 	$(GO) vet -tags lab ./cmd/...
-	$(GO) vet -tags race ./internal/testutil/
 	# The state endpoint's flood test asserts a time bound (the gate opens
 	# within its unflooded time plus 2 s) and the relay's flood test the
 	# relay process' memory (it is the test binary), which the race
