@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,11 +17,13 @@ import (
 // sysctls a lab could be tempted to set, and the processes this process
 // started or that name one of its namespaces. Teardown tests compare it
 // before and after. prefix starts the names of the lab's namespaces
-// (netlab.NamePrefix, followed by a run's process ID); namespaces of other
-// live lab runs (another test package running at the same time) are left
-// out of the list, so a test that makes a namespace of its own names it
-// the same way (netlab.OwnName): named otherwise, it shows up in the
-// list of a lab test of another package that runs beside it.
+// (netlab.NamePrefix, followed by a run's process ID). What another test
+// process makes (another package running at the same time) is left out of
+// the namespaces, links and routes, when its name says whose it is (see
+// otherRunName): a test that makes a namespace or a root-namespace link of
+// its own names it so (netlab.OwnName; internal/bgp's router and link);
+// named otherwise, it shows up in the lists of a lab test of another
+// package that runs beside it.
 func RootState(prefix string) (map[string]string, error) {
 	s := map[string]string{}
 	for _, c := range [][]string{
@@ -35,8 +38,8 @@ func RootState(prefix string) (map[string]string, error) {
 			return nil, err
 		}
 		text := string(out)
-		if c[1] == "netns" {
-			text = withoutOtherRuns(text, prefix)
+		if c[0] == "ip" {
+			text = withoutOtherRuns(text)
 		}
 		s[strings.Join(c, " ")] = text
 	}
@@ -62,18 +65,37 @@ func RootState(prefix string) (map[string]string, error) {
 // names no namespace, so it is not a namespace left behind.
 const peerNetnsGone = "Error: Peer netns reference is invalid."
 
-// withoutOtherRuns drops `ip netns list` lines of other processes' lab runs,
-// and the error line of a namespace removed while the list was read.
-func withoutOtherRuns(list, prefix string) string {
-	mine := fmt.Sprintf("%s-%d-", prefix, os.Getpid())
+// otherRunName matches the names tests give what they make outside their
+// own namespaces: zd<package>-<pid>-<suffix> for a namespace
+// (netlab.OwnName's zdlab-<pid>-…, internal/bgp's zdbgp-<pid>-router) and
+// zd<package><pid> for a link, whose name has 15 characters at most
+// (internal/bgp's zdbgp<pid>, in the root namespace, with its routes). The
+// make test CI run at 3d73ae1 failed TestLabBGPSpeakerRestart on
+// internal/bgp's router namespace, link and routes: its test, in the race
+// line, removed them while the lab ran.
+var otherRunName = regexp.MustCompile(`\bzd[a-z]+-?([0-9]+)`)
+
+// withoutOtherRuns drops the lines of `ip` listings (namespaces, links,
+// routes) that name what another test process made, and the error line of
+// a namespace removed while the list was read.
+func withoutOtherRuns(list string) string {
 	var keep []string
 	for _, line := range strings.Split(list, "\n") {
-		if strings.HasPrefix(line, prefix+"-") && !strings.HasPrefix(line, mine) || strings.TrimSpace(line) == peerNetnsGone {
+		if strings.TrimSpace(line) == peerNetnsGone || namesOtherRun(line) {
 			continue
 		}
 		keep = append(keep, line)
 	}
 	return strings.Join(keep, "\n")
+}
+
+func namesOtherRun(line string) bool {
+	for _, m := range otherRunName.FindAllStringSubmatch(line, -1) {
+		if pid, err := strconv.Atoi(m[1]); err == nil && pid != os.Getpid() {
+			return true
+		}
+	}
+	return false
 }
 
 // labProcesses lists this process's children (zombies too) and any process
