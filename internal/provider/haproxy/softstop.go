@@ -29,6 +29,11 @@ var ErrStopping = errors.New("haproxy: stopping softly (a reload would bind the 
 // pollInterval is how often SoftStop's and WaitStopped's waits look again.
 const pollInterval = 100 * time.Millisecond
 
+// goneAnswers is how many answers in a row, pollInterval apart, say that no
+// master runs before SoftStop and WaitStopped believe it (see WaitStopped):
+// a master re-executing itself refuses for a moment.
+const goneAnswers = 3
+
 // SoftStop stops the HAProxy of the state directory dir softly: it marks the
 // directory stopping (no reload from now on), reads the master's PID from
 // its master CLI (`show proc`, so the PID is the one of the caller's PID
@@ -48,6 +53,16 @@ func SoftStop(ctx context.Context, dir string) (int, error) {
 		return 0, fmt.Errorf("haproxy: mark %s stopping: %w", ps.dir, err)
 	}
 	reply, err := runtimeClient{path: ps.master}.do(ctx, "show proc")
+	// Asked again while no master answers, up to goneAnswers times, as
+	// WaitStopped does: a master re-executing itself refuses for a moment.
+	for n := 1; NotRunning(err) && n < goneAnswers; n++ {
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("haproxy: soft stop: %w", ctx.Err())
+		case <-time.After(pollInterval):
+		}
+		reply, err = runtimeClient{path: ps.master}.do(ctx, "show proc")
+	}
 	if err != nil {
 		return 0, fmt.Errorf("haproxy: soft stop: %w", err)
 	}
@@ -68,22 +83,36 @@ func SoftStop(ctx context.Context, dir string) (int, error) {
 // refuses or is missing, when the connection is reset unanswered (NotRunning), or
 // when what answers there is not a master's
 // `show proc` (a proxy in front of the socket, as the lab's counting one,
-// whose HAProxy is gone). A reload could drop a connection unanswered too,
-// but a directory marked stopping is not reloaded.
+// whose HAProxy is gone). It takes goneAnswers such answers in a row,
+// pollInterval apart: HAProxy 2.6's master re-executes itself right after
+// it starts (into its wait mode, as at a reload), and a client polling from
+// the socket's creation saw, within 0.1 s: no such file, a connection
+// reset, refused for 30 ms, then answers (4 runs, an idle machine). One such
+// answer made make test's TestStop of internal/cmd/haproxyrun return at
+// once with the master running. A directory marked stopping is not
+// reloaded.
 func WaitStopped(ctx context.Context, dir string) error {
 	ps, err := resolvePaths(Options{Dir: dir})
 	if err != nil {
 		return err
 	}
+	gone := 0
 	for {
 		reply, err := runtimeClient{path: ps.master}.do(ctx, "show proc")
 		switch {
 		case NotRunning(err):
-			return nil
+			gone++
 		case err == nil:
 			if _, perr := parseProc(reply); perr != nil {
-				return nil
+				gone++
+			} else {
+				gone = 0
 			}
+		default:
+			gone = 0
+		}
+		if gone == goneAnswers {
+			return nil
 		}
 		select {
 		case <-ctx.Done():

@@ -150,9 +150,12 @@ func TestSoftStopHardStopAfter(t *testing.T) {
 	}
 }
 
+const masterReply = "#<PID>          <type>          <reloads>       <uptime>        <version>\n1234            master          0 [failed: 0]   0d00h00m01s     2.6.12\n"
+
 // TestWaitStoppedNotAMaster: what answers the master socket without a
 // master's `show proc` (a proxy whose HAProxy is gone) is no master, and a
-// missing socket is none; a master that answers is waited for.
+// missing socket is none; a master that answers is waited for, also when it
+// dropped one connection unanswered first (re-executing itself).
 func TestWaitStoppedNotAMaster(t *testing.T) {
 	ctx := testContext(t)
 	for _, tc := range []struct {
@@ -164,11 +167,16 @@ func TestWaitStoppedNotAMaster(t *testing.T) {
 		// HAProxy was gone, and both preStop hooks waited out the grace
 		// period.
 		unread bool
+		// unreadFirst: the first connection only is closed unread, as a
+		// master that re-executes itself does (HAProxy 2.6's, right after
+		// it starts); the next ones get reply.
+		unreadFirst bool
 	}{
 		{name: "closed unread", gone: true, unread: true},
 		{name: "proxy, HAProxy gone", reply: "sockcount: HAProxy socket unreachable: connection refused\n", gone: true},
 		{name: "closed unanswered", reply: "", gone: true},
-		{name: "master", reply: "#<PID>          <type>          <reloads>       <uptime>        <version>\n1234            master          0 [failed: 0]   0d00h00m01s     2.6.12\n", gone: false},
+		{name: "master", reply: masterReply, gone: false},
+		{name: "master re-executing", reply: masterReply, unreadFirst: true, gone: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -178,12 +186,12 @@ func TestWaitStoppedNotAMaster(t *testing.T) {
 			}
 			defer ln.Close()
 			go func() {
-				for {
+				for n := 0; ; n++ {
 					c, err := ln.Accept()
 					if err != nil {
 						return
 					}
-					if tc.unread {
+					if tc.unread || tc.unreadFirst && n == 0 {
 						// Let the command arrive unread, then close.
 						time.Sleep(20 * time.Millisecond)
 						c.Close()
