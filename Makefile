@@ -78,7 +78,8 @@ packages:
 #
 # The flood tests alone (below), then two lines side by side. test-race:
 # every package but the lab's, under the race detector (the controllers,
-# gates, data plane, providers, webhook and their integration tests). test-lab: the lab's packages (internal/lab/...) without it: they
+# gates, data plane, providers, webhook and their integration tests).
+# test-lab: the lab's packages (internal/lab/...) without it: they
 # orchestrate real processes and mostly wait on their clocks, the race
 # detector multiplied their CPU time on 2 cores, and the upstream service
 # controller they run as the baseline races with itself
