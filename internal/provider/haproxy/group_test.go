@@ -89,15 +89,19 @@ func TestGroupReload(t *testing.T) {
 			lb := func(key string, port int32) *model.LoadBalancer {
 				return &model.LoadBalancer{Key: key, Listeners: []model.Listener{listenerOf(key, "tcp-80", lbAddr, port, bs)}}
 			}
+			// Distinct ports for every load balancer of the case: one
+			// handed out twice would make a second member fail with the
+			// port-taken one.
+			ports := freePorts(t, lbAddr, tc.creates+2)
 			// Before the group: one load balancer that stays, one that
 			// the group deletes.
-			stay, gone := lb("default/stay", freePort(t, lbAddr)), lb("default/gone", freePort(t, lbAddr))
+			stay, gone := lb("default/stay", ports[0]), lb("default/gone", ports[1])
 			applyDiff(t, p, stay)
 			applyDiff(t, p, gone)
 
 			ops := []groupOp{{key: gone.Key}}
 			for i := 0; i < tc.creates; i++ {
-				port := freePort(t, lbAddr)
+				port := ports[i+2]
 				if i == tc.bad {
 					// A plain listener without SO_REUSEPORT: HAProxy's
 					// new worker cannot bind the port.
@@ -107,6 +111,7 @@ func TestGroupReload(t *testing.T) {
 					}
 					t.Cleanup(func() { ln.Close() })
 					port = int32(ln.Addr().(*net.TCPAddr).Port)
+					t.Logf("default/new-%d: port %d taken", i, port)
 				}
 				ops = append(ops, groupOp{key: fmt.Sprintf("default/new-%d", i), lb: lb(fmt.Sprintf("default/new-%d", i), port)})
 			}
