@@ -141,11 +141,12 @@ test-lab: vet
 # and those an environment variable of their own enables: TestLabAWSRollout
 # (ZERODROP_LAB_AWS), TestLabBGPNodeLeaveAndFail (ZERODROP_LAB_BGP_LEAVE),
 # TestLabBGPRestarts (ZERODROP_LAB_BGP_RESTARTS), TestLabBGPAPIServerDown
-# (ZERODROP_LAB_BGP_APISERVER). One at a time (one package's tests run in
-# turn): each runs its own lab.
-LABTESTS_LONG := TestLabChaos|TestLabMaintenance|TestLabBGPServiceChurn|TestLabAWSRollout|TestLabBGPNodeLeaveAndFail|TestLabBGPRestarts|TestLabBGPAPIServerDown
+# (ZERODROP_LAB_BGP_APISERVER), TestLabBGPSpeakerStopped
+# (ZERODROP_LAB_BGP_STOP). One at a time (one package's tests run in turn):
+# each runs its own lab.
+LABTESTS_LONG := TestLabChaos|TestLabMaintenance|TestLabBGPServiceChurn|TestLabAWSRollout|TestLabBGPNodeLeaveAndFail|TestLabBGPRestarts|TestLabBGPAPIServerDown|TestLabBGPSpeakerStopped
 test-long: deps
-	ZERODROP_LAB_LONG=1 ZERODROP_LAB_AWS=1 ZERODROP_LAB_BGP_LEAVE=1 ZERODROP_LAB_BGP_RESTARTS=1 ZERODROP_LAB_BGP_APISERVER=1 \
+	ZERODROP_LAB_LONG=1 ZERODROP_LAB_AWS=1 ZERODROP_LAB_BGP_LEAVE=1 ZERODROP_LAB_BGP_RESTARTS=1 ZERODROP_LAB_BGP_APISERVER=1 ZERODROP_LAB_BGP_STOP=1 \
 		$(GO) test -count=1 -timeout 90m -v -run '^($(LABTESTS_LONG))$$' ./internal/lab/
 
 # The generated references (docs/flags.md, docs/metrics.md,

@@ -36,7 +36,10 @@
 // sessions from one address, of which the router keeps one (RFC 4271 §6.8).
 // The speaker's own update is a graceful restart instead: the old process
 // calls StopForRestart, the new one starts with GracefulRestart.Restarting
-// and its first decision recorded before Start.
+// and its first decision recorded before Start. A stop that no successor
+// follows on the node calls Stop (DecideStop, from the speaker's own Pod
+// read at the stop: a node shutdown, the DaemonSet deleted), so the routers
+// do not keep the node for the restart time while its HAProxy stops too.
 //
 // What it does not do yet: it has no BFD, so a node that fails hard is
 // noticed by the router's hold timer; it announces IPv4 only; and it dials

@@ -4,12 +4,14 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"zerodrop.dev/zerodrop/internal/cmd/speaker"
@@ -46,6 +48,8 @@ func TestChartSpeaker(t *testing.T) {
 	// The downward API's variables, as the kubelet sets them.
 	t.Setenv("NODE_NAME", "node-a")
 	t.Setenv("HOST_IP", "192.0.2.10")
+	t.Setenv("POD_NAME", "zerodrop-speaker-x7k2p")
+	t.Setenv("POD_NAMESPACE", namespace)
 	var pwMount string
 	for _, m := range c.VolumeMounts {
 		pwMount = m.MountPath
@@ -76,8 +80,30 @@ func TestChartSpeaker(t *testing.T) {
 	if len(cfg.Candidates) != 0 || cfg.Class != "zerodrop.dev/haproxy" {
 		t.Errorf("candidates %v, class %q: want the Services of zerodrop.dev/haproxy", cfg.Candidates, cfg.Class)
 	}
-	if env := envNames(c); !env["NODE_NAME"] || !env["HOST_IP"] {
-		t.Errorf("env %v, want NODE_NAME and HOST_IP", env)
+	if cfg.PodName != "zerodrop-speaker-x7k2p" || cfg.PodNamespace != namespace {
+		t.Errorf("pod %s/%s, want the downward API's", cfg.PodNamespace, cfg.PodName)
+	}
+	if env := envNames(c); !env["NODE_NAME"] || !env["HOST_IP"] || !env["POD_NAME"] || !env["POD_NAMESPACE"] {
+		t.Errorf("env %v, want NODE_NAME, HOST_IP, POD_NAME and POD_NAMESPACE", env)
+	}
+	// At its stop it reads its Pod and DaemonSet (bgp.ReadStopFacts): a
+	// Role in the release's namespace, bound to its service account.
+	role := typed[rbacv1.Role](t, find(t, objs, "Role", "zerodrop-speaker"))
+	binding := typed[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", "zerodrop-speaker"))
+	grants := func(group, resource string) bool {
+		for _, r := range role.Rules {
+			if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, "get") {
+				return true
+			}
+		}
+		return false
+	}
+	if !grants("", "pods") || !grants("apps", "daemonsets") || role.Namespace != ds.Namespace {
+		t.Errorf("Role %s/%s rules %+v, want get on pods and daemonsets in the DaemonSet's namespace %s", role.Namespace, role.Name, role.Rules, ds.Namespace)
+	}
+	if binding.RoleRef.Kind != "Role" || binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 ||
+		binding.Subjects[0].Name != spec.ServiceAccountName || binding.Subjects[0].Namespace != ds.Namespace {
+		t.Errorf("RoleBinding %+v, want %s bound to the service account %s", binding, role.Name, spec.ServiceAccountName)
 	}
 
 	for _, o := range render(t, haproxyValues...) {

@@ -8,7 +8,10 @@
 // 4271 §6.8). The speaker's own update is a graceful restart instead: on
 // SIGTERM the old process stops without a NOTIFICATION (the router keeps its
 // routes, stale, for --graceful-restart-time) and the new one starts as a
-// restarting speaker and re-announces before its End-of-RIB.
+// restarting speaker and re-announces before its End-of-RIB. A stop with
+// no successor on the node (a node shutdown, the chart uninstalled) is a
+// withdrawal instead, which the speaker tells from its own Pod at SIGTERM
+// (bgp.DecideStop).
 //
 // What it announces is verified on the node, not through the API server: it
 // puts each candidate address on a link of its own (--address-link,
@@ -53,6 +56,10 @@ type Config struct {
 	// AddressLink is the link the speaker puts the candidates' addresses
 	// on (bgp.AddressLink); empty: the node's configuration does.
 	AddressLink string
+	// PodName and PodNamespace name the speaker's own Pod, read at a stop
+	// to choose between a graceful restart and a withdrawal
+	// (bgp.DecideStop); empty: always a graceful restart.
+	PodName, PodNamespace string
 }
 
 const (
@@ -60,8 +67,11 @@ const (
 	// first announcement: a leaving node restarting its speaker should not
 	// announce, but an API outage must not keep a serving node silent.
 	syncWait = 5 * time.Second
-	// stopTimeout bounds StopForRestart.
+	// stopTimeout bounds StopForRestart and Stop.
 	stopTimeout = 10 * time.Second
+	// decideTimeout bounds the reads that choose between them: with
+	// stopTimeout, within the chart's 15 s termination grace period.
+	decideTimeout = 3 * time.Second
 )
 
 const about = `usage: zerodrop speaker [flags]: announce this node's Service addresses over BGP while its HAProxy serves them
@@ -76,10 +86,14 @@ withdrawn after 3 failed checks in a row, and every address is withdrawn while t
 (its Node has the node.kubernetes.io/exclude-from-external-load-balancers label or the
 ToBeDeletedByClusterAutoscaler taint, or is being deleted; cordoned, with --withdraw-on-cordon).
 The API server is only asked about the node leaving; while it cannot be reached, the last answer
-stands. SIGTERM stops for a graceful restart: no NOTIFICATION, the router keeps the routes (stale)
-for --graceful-restart-time while the next speaker takes over, so an update or restart of the
-speaker keeps the routes. A speaker removed for good (not replaced) is therefore withdrawn by the
-router's restart timer, not at once.
+stands. SIGTERM stops for a graceful restart when a successor takes over on the node: no
+NOTIFICATION, the router keeps the routes (stale) for --graceful-restart-time while the next
+speaker takes over, so an update or restart of the speaker keeps the routes. With --pod-name, the
+speaker reads its Pod at SIGTERM and withdraws every address instead (a Cease: the routers drop
+the node at once) when none will: the node is leaving; its kubelet stops it without the Pod being
+deleted (a node shutdown, an eviction); or the Pod is deleted while its DaemonSet is gone, being
+deleted, or no longer selects the node by its node selector. What cannot be read keeps the
+graceful restart.
 
 `
 
@@ -111,6 +125,8 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	fs.BoolVar(&c.AdoptClassless, "adopt-classless", false, "without --addresses: Services without a loadBalancerClass are candidates too (the controller's --adopt-classless)")
 	fs.DurationVar(&checkInterval, "check-interval", time.Second, "time between two local checks of every address (each check is bounded by half of it)")
 	fs.StringVar(&c.AddressLink, "address-link", bgp.DefaultAddressLink, "the link (a dummy link, created when missing; needs CAP_NET_ADMIN) the speaker puts each candidate address on as a /32, removing it once no Service has it and never at a stop; an address already on another interface (lo) is left there; empty: put the addresses on the nodes yourself")
+	fs.StringVar(&c.PodName, "pod-name", os.Getenv("POD_NAME"), "this speaker's own Pod, read at SIGTERM: a graceful restart only when a successor takes over on this node, a withdrawal otherwise (see above); empty: always a graceful restart (default: $POD_NAME)")
+	fs.StringVar(&c.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod-name (default: $POD_NAMESPACE)")
 	fs.BoolVar(&withdrawOnCordon, "withdraw-on-cordon", false, "a cordoned node withdraws too: kubectl drain cordons first but leaves the speaker and HAProxy running, so without it a drain followed by a reboot keeps the node's routes stale for the graceful-restart time; off by default because a cordon alone does not stop HAProxy from serving")
 	fs.Usage = func() {
 		fmt.Fprint(out, about)
@@ -124,6 +140,9 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	}
 	if c.NodeName == "" {
 		return c, errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	if c.PodName != "" && c.PodNamespace == "" {
+		return c, errors.New("--pod-name needs --pod-namespace (or $POD_NAMESPACE)")
 	}
 	if asn == 0 {
 		return c, errors.New("--asn is required")
@@ -249,7 +268,9 @@ func parseAddresses(s string) (bgp.StaticCandidates, error) {
 }
 
 // Run parses args and runs the speaker until ctx ends (SIGTERM), then stops
-// it for a graceful restart. Exit 2 on a usage error, 1 on a failure.
+// it for a graceful restart or, when no successor will take over on the
+// node, withdrawing (bgp.DecideStop). Exit 2 on a usage error, 1 on a
+// failure.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, err := Parse(args, stderr)
 	if errors.Is(err, pflag.ErrHelp) {
@@ -332,8 +353,19 @@ func run(ctx context.Context, c Config, log *slog.Logger) error {
 		return err
 	}
 	an.Run(ctx)
+	decideCtx, cancelDecide := context.WithTimeout(context.Background(), decideTimeout)
+	withdraw, why := bgp.DecideStop(bgp.ReadStopFacts(decideCtx, cs, c.PodNamespace, c.PodName, c.NodeName, w.Leaving()))
+	cancelDecide()
 	stopCtx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
+	if withdraw {
+		log.Info("stopping: withdrawing every address", "reason", why)
+		if err := sp.Stop(stopCtx); err != nil {
+			return fmt.Errorf("stop and withdraw: %w", err)
+		}
+		return nil
+	}
+	log.Info("stopping for a graceful restart", "reason", why)
 	if err := sp.StopForRestart(stopCtx); err != nil {
 		return fmt.Errorf("stop for a graceful restart: %w", err)
 	}

@@ -20,6 +20,8 @@ var base = []string{"--node-name", "n1", "--asn", "64513", "--source-address", "
 func TestParse(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
 	t.Setenv("HOST_IP", "")
+	t.Setenv("POD_NAME", "")
+	t.Setenv("POD_NAMESPACE", "")
 	pw := filepath.Join(t.TempDir(), "password")
 	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -33,7 +35,7 @@ func TestParse(t *testing.T) {
 	wantPeers := []bgp.Peer{{Address: a("192.0.2.1"), ASN: 64512, Password: "s3cret"},
 		{Address: a("192.0.2.5"), ASN: 64600, Port: 1179, Password: "s3cret"}}
 	if c.NodeName != "n1" || c.Speaker.ASN != 64513 || c.Speaker.SourceAddress != a("192.0.2.10") ||
-		!slices.Equal(c.Speaker.Peers, wantPeers) || c.CheckInterval != time.Second || c.WithdrawOnCordon {
+		!slices.Equal(c.Speaker.Peers, wantPeers) || c.CheckInterval != time.Second || c.WithdrawOnCordon || c.PodName != "" {
 		t.Errorf("parsed %+v", c)
 	}
 	if c.AddressLink != "zerodrop0" {
@@ -59,11 +61,14 @@ func TestParse(t *testing.T) {
 	// --source-address.
 	t.Setenv("NODE_NAME", "n2")
 	t.Setenv("HOST_IP", "192.0.2.20")
+	t.Setenv("POD_NAME", "speaker-x7k2p")
+	t.Setenv("POD_NAMESPACE", "zerodrop-system")
 	c, err = Parse([]string{"--asn", "64513", "--peer", "192.0.2.1:64512", "--graceful-restart-time", "0"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.NodeName != "n2" || c.Speaker.SourceAddress != a("192.0.2.20") || c.Speaker.GracefulRestart.Enabled {
+	if c.NodeName != "n2" || c.Speaker.SourceAddress != a("192.0.2.20") || c.Speaker.GracefulRestart.Enabled ||
+		c.PodName != "speaker-x7k2p" || c.PodNamespace != "zerodrop-system" {
 		t.Errorf("from the environment, graceful restart off: %+v", c)
 	}
 	// Without --addresses the candidates are the Services of the class.
@@ -75,6 +80,8 @@ func TestParse(t *testing.T) {
 func TestParseErrors(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
 	t.Setenv("HOST_IP", "")
+	t.Setenv("POD_NAME", "")
+	t.Setenv("POD_NAMESPACE", "")
 	empty := filepath.Join(t.TempDir(), "empty")
 	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -112,6 +119,7 @@ func TestParseErrors(t *testing.T) {
 		{"address without a port", with("--addresses", "203.0.113.1"), "--addresses"},
 		{"IPv6 address", with("--addresses", "[2001:db8::1]:80"), "IPv4:PORT"},
 		{"check interval too short", with("--check-interval", "1ms"), "--check-interval"},
+		{"pod name without its namespace", with("--pod-name", "speaker-x7k2p"), "--pod-namespace"},
 		{"stray argument", with("extra"), "unexpected"},
 		{"unknown flag", with("--bfd"), "unknown flag"},
 	} {
@@ -123,7 +131,8 @@ func TestParseErrors(t *testing.T) {
 }
 
 // TestRunUsage: a bad flag exits 2 and says why; -h exits 0 and prints the
-// design (why a process of its own, what SIGTERM does).
+// design (why a process of its own, what SIGTERM does, and when it
+// withdraws instead).
 func TestRunUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := Run(context.Background(), []string{"--asn", "x"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--asn") {
@@ -133,7 +142,7 @@ func TestRunUsage(t *testing.T) {
 	if code := Run(context.Background(), []string{"-h"}, &out, &errOut); code != 0 {
 		t.Errorf("-h: exit %d", code)
 	}
-	for _, s := range []string{"surges", "RFC 4271", "SIGTERM", "restart timer", "--withdraw-on-cordon"} {
+	for _, s := range []string{"surges", "RFC 4271", "SIGTERM", "--pod-name", "node shutdown", "--withdraw-on-cordon"} {
 		if !strings.Contains(errOut.String(), s) {
 			t.Errorf("-h does not mention %q:\n%s", s, errOut.String())
 		}
