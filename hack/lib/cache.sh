@@ -59,7 +59,8 @@ cache_reuse_or_lock() {
 # work is API calls and their clocks, not CPU; what -N -l saves is the
 # build's CPU, which a cold make test spends on 2 saturated cores: for
 # cloud-provider-aws v1.37.1, 957 s of CPU (496 s) optimised, 623 s (323 s)
-# without, each with an empty build cache (the README's "Cold CI"). The
+# with -N -l on every package, the standard library included, each with an
+# empty build cache (the README's "Cold CI"). The
 # cache directory's name says so (-noopt): a binary
 # built the other way before is not taken for this one.
 build_release_command() {
