@@ -60,9 +60,9 @@ cache_reuse_or_lock() {
 # build's CPU, which a cold make test spends on 2 saturated cores: for
 # cloud-provider-aws v1.37.1, 957 s of CPU (496 s) optimised, 623 s (323 s)
 # with -N -l on every package, the standard library included, each with an
-# empty build cache (the README's "Cold CI"). The
-# cache directory's name says so (-noopt): a binary
-# built the other way before is not taken for this one.
+# empty build cache (the README's "Cold CI"). The cache directory's name
+# says so (-noopt): a binary built the other way before is not taken for
+# this one.
 build_release_command() {
 	local name="$1" module="$2" version="$3" pkg="$4"
 	if ! [[ "$version" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]]; then

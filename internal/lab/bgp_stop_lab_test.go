@@ -96,21 +96,15 @@ func (sf stopFigures) check(t *testing.T) {
 // next hops and watches the router take the node out and back.
 func stopSpeaker(t *testing.T, ctx context.Context, lines *lineWatch, workDir string) (sf stopFigures) {
 	t.Helper()
-	l, err := openLeaveLab(ctx, lines.String(), workDir)
+	// The lab's parts, the router's FRR and its next hops for the
+	// Service's address, both nodes (TestLabBGPRestarts' opening).
+	l, err := openRestartLab(ctx, lines, workDir)
 	if err != nil {
 		t.Error(err)
 		return sf
 	}
-	_, vty, err := labRouter()
-	if err != nil {
-		t.Error(err)
-		return sf
-	}
-	frr := dataplane.OpenFRR(vty)
-	if sf.before, err = l.order(ctx); err != nil || len(sf.before) != 2 {
-		t.Errorf("the router's next hops for %s: %v (%v), want both nodes", l.frontend.Addr(), sf.before, err)
-		return sf
-	}
+	frr := l.frr
+	sf.before = l.hops
 	sf.node = sf.before[0]
 	speakers, err := speakerProcesses([]netip.Addr{sf.node})
 	if err != nil || len(speakers) != 1 {

@@ -145,12 +145,7 @@ func startBackends(t *testing.T, n int, base string) []*backendServer {
 
 func freePort(t *testing.T, addr string) int32 {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr+":0")
-	if err != nil {
-		t.Fatalf("free port on %s: %v", addr, err)
-	}
-	defer ln.Close()
-	return int32(ln.Addr().(*net.TCPAddr).Port)
+	return freePorts(t, addr, 1)[0]
 }
 
 // freePorts returns n distinct free ports on addr, held open together until
