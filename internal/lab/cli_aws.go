@@ -154,7 +154,7 @@ func writeAWSFigures(w io.Writer, results []report.Result) {
 			fmt.Fprintf(w, "%s: zerodrop's calls: writes %s, reads %s, refused %s\n", name, ops(z.Writes), ops(z.Reads), ops(z.Refused))
 		}
 		if h := a.HealthCheckResets; h != nil {
-			fmt.Fprintf(w, "%s: health-check resets: %d targets turned unhealthy, %d failed requests and %d broken WebSockets reset then\n",
+			fmt.Fprintf(w, "%s: health-check resets: %d targets turned unhealthy, %d failed requests and %d broken WebSockets ended by them\n",
 				name, h.Unhealthy, h.Requests, h.LongConns)
 		}
 		for i, s := range a.Stops {

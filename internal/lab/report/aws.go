@@ -74,7 +74,8 @@ type AWSResets struct {
 	// unhealthy with its connections reset, in the act.
 	Unhealthy int `json:"targets_turned_unhealthy"`
 	// Requests and LongConns are the failed requests and broken
-	// WebSockets reset within a moment of one of those turns.
+	// WebSockets reset within a moment of one of those turns, Requests
+	// with those that timed out in flight at one (their answer reset).
 	Requests  int64 `json:"requests"`
 	LongConns int64 `json:"long_conns"`
 }

@@ -21,17 +21,26 @@ import (
 // connection whose handshake straddles the turn ends that way too: the
 // target's SYN-ACK is already an established packet to reset, and the
 // client's SYN, sent again a second later, is answered with the reset —
-// to the client a refused connection.
+// to the client a refused connection. The reset answers the packet's
+// sender, so a packet of the target's (an answer, a SYN-ACK) resets the
+// target's end alone: a request waiting for its answer at the turn hears
+// nothing more and ends at its timeout (the client's SYN sent again into
+// a half-open entry conntrack ignores is dropped as invalid too); such a
+// timeout counts as the turn's when the request was in flight at it.
 
 // The moment around a turn to reset in which a reset the clients saw is
 // the health check's: the watch reads the programmed state every
 // resetPoll, after the ruleset took it; a WebSocket sends every 200 ms, a
 // request in flight gets the reset at once and a handshake at its SYN's
-// first retransmission (1 s), so the client sees it within resetAfter.
+// first retransmission (1 s), so the client sees it within resetAfter. A
+// request that timed out was in flight at the turn when it ended within
+// timeoutAfter of it (it began traffic.IOTimeout before its end; the
+// recorder reads the clock after the timer fired, up to a poll late).
 const (
-	resetPoll   = 100 * time.Millisecond
-	resetBefore = 2 * resetPoll
-	resetAfter  = 2 * time.Second
+	resetPoll    = 100 * time.Millisecond
+	resetBefore  = 2 * resetPoll
+	resetAfter   = 2 * time.Second
+	timeoutAfter = traffic.IOTimeout + resetBefore
 )
 
 // resetWatch notes when the data plane turned a target of one listener to
@@ -101,16 +110,23 @@ func (w *resetWatch) end() []time.Time {
 
 // healthCheckResets counts the failures (At from start) that ended with a
 // reset (a reset connection, or a refused one: a reset answering the SYN)
-// within [onset−resetBefore, onset+resetAfter] of a turn to reset.
+// within [onset−resetBefore, onset+resetAfter] of a turn to reset, and the
+// requests that timed out within [onset−resetBefore, onset+timeoutAfter]:
+// in flight at the turn.
 func healthCheckResets(onsets []time.Time, start time.Time, failures []traffic.Failure) report.AWSResets {
 	r := report.AWSResets{Unhealthy: len(onsets)}
 	for _, f := range failures {
-		if f.Kind != traffic.KindReset && f.Kind != traffic.KindRefused {
+		after := resetAfter
+		switch {
+		case f.Kind == traffic.KindReset || f.Kind == traffic.KindRefused:
+		case f.Kind == traffic.KindTimeout && f.Source == "request":
+			after = timeoutAfter
+		default:
 			continue
 		}
 		at := start.Add(f.At)
 		for _, o := range onsets {
-			if !at.Before(o.Add(-resetBefore)) && !at.After(o.Add(resetAfter)) {
+			if !at.Before(o.Add(-resetBefore)) && !at.After(o.Add(after)) {
 				if f.Source == "long" {
 					r.LongConns++
 				} else {

@@ -32,9 +32,11 @@ func TestTurnedReset(t *testing.T) {
 }
 
 // TestHealthCheckResets: only resets (and refusals: a reset answering a
-// SYN sent again) within the moment around a turn are the health check's,
-// requests and WebSockets apart; a reset far from any turn, or a timeout
-// or 5xx at a turn, is not.
+// SYN sent again) within the moment around a turn, and requests that timed
+// out in flight at a turn (their target's answer reset), are the health
+// check's, requests and WebSockets apart; a reset far from any turn, a
+// request that timed out before a turn or began after it, a WebSocket's
+// lost echo, or a 5xx at a turn, is not.
 func TestHealthCheckResets(t *testing.T) {
 	start := time.Unix(1000, 0)
 	onsets := []time.Time{start.Add(10 * time.Second), start.Add(40 * time.Second)}
@@ -46,12 +48,16 @@ func TestHealthCheckResets(t *testing.T) {
 		f(10*time.Second+900*time.Millisecond, "long", traffic.KindReset),       // a WebSocket's next message
 		f(40*time.Second-100*time.Millisecond, "long", traffic.KindReset),       // seen a poll early
 		f(10*time.Second+1300*time.Millisecond, "request", traffic.KindRefused), // a handshake's SYN sent again
-		f(10*time.Second+200*time.Millisecond, "request", traffic.KindTimeout),
+		f(10*time.Second+1950*time.Millisecond, "request", traffic.KindTimeout), // began 50 ms before the turn
+		f(40*time.Second+2100*time.Millisecond, "request", traffic.KindTimeout), // its timer read late
+		f(10*time.Second-300*time.Millisecond, "request", traffic.KindTimeout),  // ended before the turn
+		f(40*time.Second+2300*time.Millisecond, "request", traffic.KindTimeout), // began after it
+		f(10*time.Second+500*time.Millisecond, "long", traffic.KindLost),
 		f(10*time.Second+400*time.Millisecond, "request", traffic.Kind5xx),
 		f(25*time.Second, "request", traffic.KindReset), // no turn near
 		f(43*time.Second, "long", traffic.KindReset),    // past the moment
 	})
-	if got.Unhealthy != 2 || got.Requests != 2 || got.LongConns != 2 {
-		t.Errorf("%+v, want 2 turns, 2 requests and 2 WebSockets reset by them", got)
+	if got.Unhealthy != 2 || got.Requests != 4 || got.LongConns != 2 {
+		t.Errorf("%+v, want 2 turns, 4 requests and 2 WebSockets ended by them", got)
 	}
 }
