@@ -21,12 +21,12 @@ import (
 // connection whose handshake straddles the turn ends that way too: the
 // target's SYN-ACK is already an established packet to reset, and the
 // client's SYN, sent again a second later, is answered with the reset —
-// to the client a refused connection. The reset answers the packet's
+// to the client a refused connection — unless the data plane forgot the
+// entry by then (awsdp's conntrack.go). The reset answers the packet's
 // sender, so a packet of the target's (an answer, a SYN-ACK) resets the
 // target's end alone: a request waiting for its answer at the turn hears
-// nothing more and ends at its timeout (the client's SYN sent again into
-// a half-open entry conntrack ignores is dropped as invalid too); such a
-// timeout counts as the turn's when the request was in flight at it.
+// nothing more and ends at its timeout, which counts as the turn's when
+// the request was in flight at it.
 
 // The moment around a turn to reset in which a reset the clients saw is
 // the health check's: the watch reads the programmed state every
