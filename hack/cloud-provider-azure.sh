@@ -14,10 +14,12 @@
 # default, or v1.33.2, say); without it ZERODROP_CCM_AZURE_VERSION, then the
 # default.
 #
-# Built without optimisation outside the standard library (hack/lib/cache.sh
-# says why): 310 s and 566 s of CPU on a 2-core machine with nothing else
-# running, the modules downloaded and the other deps builds' build cache.
-# Warm: instant.
+# Built without optimisation outside the standard library (hack/lib/cache.sh):
+# 310 s and 566 s of CPU on a 2-core machine with nothing else running, the
+# modules downloaded and the other deps builds' build cache. That saves it
+# little: optimised, it takes its k8s.io v0.36.2 packages from helm's build
+# (579 s of CPU optimised against 562 s so, on helm's build cache alone; the
+# README's "Cold CI"). Warm: instant.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
 
