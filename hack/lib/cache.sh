@@ -62,9 +62,8 @@ cache_reuse_or_lock() {
 # with -N -l on every package, the standard library included, each with an
 # empty build cache (the README's "Cold CI"). Not for cloud-provider-azure,
 # whose optimised build shares helm's k8s.io packages: 579 s against 562 s;
-# and a cold make test showed no gain. The cache directory's name
-# says so (-noopt): a binary built the other way before is not taken for
-# this one.
+# and a cold make test showed no gain. The cache directory's name says so
+# (-noopt): a binary built the other way before is not taken for this one.
 build_release_command() {
 	local name="$1" module="$2" version="$3" pkg="$4"
 	if ! [[ "$version" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
